@@ -1,0 +1,116 @@
+//! Claim tasks: the pool of `concurrency` tasks that wait for a wake-up,
+//! claim a batch, run it (through [`crate::txmode`]) and drain until the
+//! queue is empty.
+//!
+//! ```text
+//!            ┌──────── wake (notify | poll | drain | reconnect) ◀─────┐
+//!            ▼                                                        │
+//!   idle ──▶ claim ≤ batch ──empty──▶ idle                            │
+//!              │ hit (full batch → wake one more task: drain) ────────┘
+//!              ▼
+//!            run jobs one by one ──▶ write outcomes ──▶ commit ──▶ claim again
+//! ```
+//!
+//! Database errors never end a task: it backs off (capped, jittered) and
+//! tries again, and the worker reports not-ready meanwhile.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use backon::{BackoffBuilder, ExponentialBuilder};
+use tokio::sync::broadcast;
+use tokio_util::sync::CancellationToken;
+
+use crate::config::WorkerConfig;
+use crate::handler::Registry;
+use crate::health::Health;
+use crate::job::Resolution;
+use crate::poller::Schedule;
+use crate::wake::{Trigger, Wakeup};
+
+/// What became of one job; sent to [`crate::Worker::subscribe`]rs after the
+/// outcome is committed.
+#[derive(Debug, Clone, PartialEq)]
+pub struct JobEvent {
+    /// The job's id.
+    pub id: i64,
+    /// Its queue.
+    pub queue: String,
+    /// Its task.
+    pub task: String,
+    /// The attempt that ended (1-based).
+    pub attempt: i32,
+    /// What happened.
+    pub resolution: Resolution,
+    /// The failure reason, for retries and dead jobs.
+    pub error: Option<String>,
+}
+
+/// State shared by a worker's claim tasks.
+pub(crate) struct Shared {
+    pub config: WorkerConfig,
+    pub pool: deadpool_postgres::Pool,
+    /// Pool for the crash-attempt ledger (`synchronous_commit = off`).
+    pub attempts_pool: deadpool_postgres::Pool,
+    pub registry: Registry,
+    pub wake: Arc<Wakeup>,
+    pub schedule: Arc<Schedule>,
+    pub health: Arc<Health>,
+    pub events: broadcast::Sender<JobEvent>,
+    /// Cancelled at shutdown: claim nothing more, start no more jobs.
+    pub stop: CancellationToken,
+    /// Cancelled when the grace period is over: interrupt running jobs.
+    pub abort: CancellationToken,
+    /// `BEGIN` plus the claim transaction's `SET LOCAL`s.
+    pub begin_sql: String,
+}
+
+impl Shared {
+    fn error_backoff(&self) -> impl Iterator<Item = Duration> {
+        ExponentialBuilder::default()
+            .with_min_delay(self.config.reconnect_min)
+            .with_max_delay(self.config.reconnect_max)
+            .with_jitter()
+            .without_max_times()
+            .build()
+    }
+}
+
+/// One claim task: wait, claim, run, drain; until `stop`.
+pub(crate) async fn run_task(shared: Arc<Shared>) {
+    loop {
+        let mut trigger = tokio::select! {
+            biased;
+            _ = shared.stop.cancelled() => return,
+            t = shared.wake.wait() => t,
+        };
+        let mut backoff = shared.error_backoff();
+        loop {
+            if shared.stop.is_cancelled() {
+                return;
+            }
+            match crate::txmode::claim_and_run(&shared, trigger).await {
+                Ok(claimed) => {
+                    shared.health.set_db(true);
+                    if claimed == 0 {
+                        break;
+                    }
+                    backoff = shared.error_backoff();
+                    trigger = Trigger::Drain;
+                }
+                Err(e) => {
+                    if e.is_transient() {
+                        shared.health.set_db(false);
+                    }
+                    let delay = backoff.next().unwrap_or(shared.config.reconnect_max);
+                    tracing::warn!(error = %e, retry_in = ?delay, "claim failed");
+                    tokio::select! {
+                        _ = shared.stop.cancelled() => return,
+                        _ = tokio::time::sleep(delay) => {}
+                    }
+                    trigger = Trigger::Poll;
+                }
+            }
+        }
+    }
+}

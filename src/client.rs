@@ -1,0 +1,136 @@
+//! The Rust producer API. Jobs are enqueued through any
+//! [`GenericClient`]: a plain client (autocommit) or **the caller's own
+//! transaction**, so a job is enqueued if and only if the caller's work
+//! commits. Bulk enqueues are one statement, not one round trip per job.
+//!
+//! ```no_run
+//! # async fn f(client: &mut tokio_postgres::Client) -> pgwake::Result<()> {
+//! use pgwake::client::{enqueue, NewJob};
+//! let tx = client.transaction().await.unwrap();
+//! // … the caller's own writes …
+//! enqueue(&tx, &NewJob::new("send_email", serde_json::json!({"to": "a@example.com"}))).await?;
+//! tx.commit().await.unwrap(); // the job exists only now
+//! # Ok(()) }
+//! ```
+
+use std::time::SystemTime;
+
+use serde::Deserialize;
+use tokio_postgres::GenericClient;
+
+use crate::error::{Error, Result};
+
+/// A job to enqueue. Unset fields take the table's defaults (queue
+/// `default`, run now, priority 0, 25 attempts).
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct NewJob {
+    /// Task name: selects the handler. Required, non-empty.
+    pub task: String,
+    /// JSON payload (any JSON value). Default `{}`.
+    #[serde(default)]
+    pub payload: Option<serde_json::Value>,
+    /// Queue. Default `default`.
+    #[serde(default)]
+    pub queue: Option<String>,
+    /// When it may run: a timestamp PostgreSQL understands, e.g.
+    /// `2026-11-22T10:00:00Z`. Default now.
+    #[serde(default)]
+    pub run_at: Option<String>,
+    /// Lower runs first. Default 0.
+    #[serde(default)]
+    pub priority: Option<i32>,
+    /// Attempts before the job moves to `dead_jobs`. Default 25.
+    #[serde(default)]
+    pub max_attempts: Option<i32>,
+}
+
+impl NewJob {
+    /// A job for `task` with `payload`, other fields default.
+    pub fn new(task: impl Into<String>, payload: serde_json::Value) -> NewJob {
+        NewJob {
+            task: task.into(),
+            payload: Some(payload),
+            queue: None,
+            run_at: None,
+            priority: None,
+            max_attempts: None,
+        }
+    }
+
+    /// On queue `queue`.
+    pub fn queue(mut self, queue: impl Into<String>) -> NewJob {
+        self.queue = Some(queue.into());
+        self
+    }
+
+    /// Not before `at`.
+    pub fn run_at(mut self, at: SystemTime) -> NewJob {
+        self.run_at = Some(humantime::format_rfc3339_micros(at).to_string());
+        self
+    }
+
+    /// With priority `priority` (lower first).
+    pub fn priority(mut self, priority: i32) -> NewJob {
+        self.priority = Some(priority);
+        self
+    }
+
+    /// With at most `max_attempts` attempts.
+    pub fn max_attempts(mut self, max_attempts: i32) -> NewJob {
+        self.max_attempts = Some(max_attempts);
+        self
+    }
+
+    /// Check what the database would reject, with a message naming the field.
+    pub fn validate(&self) -> Result<()> {
+        if self.task.is_empty() {
+            return Err(Error::Config("task must not be empty".into()));
+        }
+        if self.task.len() > 256 {
+            return Err(Error::Config("task is longer than 256 bytes".into()));
+        }
+        if let Some(q) = &self.queue {
+            crate::config::validate_queue_name(q)?;
+        }
+        if matches!(self.max_attempts, Some(m) if m < 1) {
+            return Err(Error::Config("max_attempts must be at least 1".into()));
+        }
+        Ok(())
+    }
+}
+
+/// Enqueue one job; returns its id.
+pub async fn enqueue<C: GenericClient>(client: &C, job: &NewJob) -> Result<i64> {
+    let ids = enqueue_many(client, std::slice::from_ref(job)).await?;
+    ids.into_iter()
+        .next()
+        .ok_or_else(|| Error::Config("enqueue returned no id".into()))
+}
+
+/// Enqueue many jobs in one statement; returns their ids in input order.
+pub async fn enqueue_many<C: GenericClient>(client: &C, jobs: &[NewJob]) -> Result<Vec<i64>> {
+    for (i, job) in jobs.iter().enumerate() {
+        job.validate().map_err(|e| match jobs.len() {
+            1 => e,
+            _ => Error::Config(format!("job {}: {e}", i + 1)),
+        })?;
+    }
+    let task: Vec<&str> = jobs.iter().map(|j| j.task.as_str()).collect();
+    let payload: Vec<Option<&serde_json::Value>> = jobs.iter().map(|j| j.payload.as_ref()).collect();
+    let queue: Vec<Option<&str>> = jobs.iter().map(|j| j.queue.as_deref()).collect();
+    let run_at: Vec<Option<&str>> = jobs.iter().map(|j| j.run_at.as_deref()).collect();
+    let priority: Vec<Option<i32>> = jobs.iter().map(|j| j.priority).collect();
+    let max_attempts: Vec<Option<i32>> = jobs.iter().map(|j| j.max_attempts).collect();
+    let rows = client
+        .query(
+            include_str!("sql/enqueue.sql"),
+            &[&task, &payload, &queue, &run_at, &priority, &max_attempts],
+        )
+        .await
+        .map_err(|source| Error::Db {
+            context: "enqueue failed",
+            source,
+        })?;
+    Ok(rows.iter().map(|r| r.get(0)).collect())
+}

@@ -1,0 +1,239 @@
+//! Worker configuration: every setting with its unit and default, and
+//! [`WorkerConfig::validate`], which names the bad setting and the fix.
+
+use std::time::Duration;
+
+use crate::error::{Error, Result};
+
+/// Default number of claim tasks (jobs in flight at once).
+pub const CONCURRENCY_DEFAULT: usize = 8;
+/// Default jobs per claim.
+pub const BATCH_DEFAULT: usize = 10;
+/// Default fallback poll interval. 2 s: a missed notification (listener
+/// reconnecting) or a newly scheduled job costs at most ~2.5 s, while an idle
+/// worker runs one cheap indexed query every 2 s.
+pub const POLL_INTERVAL_DEFAULT: Duration = Duration::from_secs(2);
+/// Default per-job timeout.
+pub const JOB_TIMEOUT_DEFAULT: Duration = Duration::from_secs(60);
+/// Default first retry delay; doubles per attempt.
+pub const RETRY_BASE_DEFAULT: Duration = Duration::from_secs(1);
+/// Default cap of the retry delay.
+pub const RETRY_MAX_DEFAULT: Duration = Duration::from_secs(3600);
+/// Default shutdown grace period: in-flight jobs may finish within it.
+/// Below Kubernetes' 30 s `terminationGracePeriodSeconds`, so pgwake hands
+/// jobs back before it is SIGKILLed.
+pub const GRACE_PERIOD_DEFAULT: Duration = Duration::from_secs(20);
+/// Default listener ping interval (detects half-open connections).
+pub const LISTENER_PING_INTERVAL_DEFAULT: Duration = Duration::from_secs(10);
+/// Default time a ping may take before the connection counts as dead.
+pub const LISTENER_PING_TIMEOUT_DEFAULT: Duration = Duration::from_secs(5);
+/// Default first reconnect delay (listener and claim errors).
+pub const RECONNECT_MIN_DEFAULT: Duration = Duration::from_millis(100);
+/// Default cap of the reconnect delay.
+pub const RECONNECT_MAX_DEFAULT: Duration = Duration::from_secs(10);
+/// Default database sampling interval for the queue/pressure gauges.
+pub const SAMPLE_INTERVAL_DEFAULT: Duration = Duration::from_secs(5);
+/// How much longer than the job timeout the server lets a claim transaction
+/// sit idle before it ends the session (backs up the worker's own timeout).
+pub const IDLE_TIMEOUT_MARGIN: Duration = Duration::from_secs(5);
+/// Longest queue name, in bytes (the schema's CHECK agrees).
+pub const QUEUE_NAME_MAX: usize = 128;
+/// Most claim tasks one worker may run.
+pub const CONCURRENCY_MAX: usize = 1000;
+/// Largest batch.
+pub const BATCH_MAX: usize = 1000;
+
+/// How a worker runs.
+#[derive(Debug, Clone)]
+pub struct WorkerConfig {
+    /// Queues to work (`None`: every queue).
+    pub queues: Option<Vec<String>>,
+    /// Claim tasks, i.e. jobs in flight at once. Default 8.
+    pub concurrency: usize,
+    /// Jobs claimed per claim query; a task runs its batch one job after
+    /// another inside one transaction. Default 10. Use 1 for slow jobs.
+    pub batch: usize,
+    /// Fallback poll interval, jittered by ±25%. Default 2 s.
+    pub poll_interval: Duration,
+    /// LISTEN for wake-ups (false: poll only, e.g. behind PgBouncer in
+    /// transaction mode). Default true.
+    pub listen: bool,
+    /// A job running longer is cancelled and counts as a failed attempt.
+    /// Default 60 s.
+    pub job_timeout: Duration,
+    /// First retry delay; attempt n waits `retry_base * 2^(n-1)`, capped at
+    /// `retry_max`, with equal jitter. Default 1 s.
+    pub retry_base: Duration,
+    /// Retry delay cap. Default 1 h.
+    pub retry_max: Duration,
+    /// Time in-flight jobs get to finish after SIGTERM. Default 20 s.
+    pub grace_period: Duration,
+    /// `application_name` of the worker's connections (the listener's gets
+    /// `-listener` appended). Default `pgwake`.
+    pub application_name: String,
+    /// Listener ping interval. Default 10 s.
+    pub listener_ping_interval: Duration,
+    /// Listener ping timeout. Default 5 s.
+    pub listener_ping_timeout: Duration,
+    /// First reconnect delay. Default 100 ms.
+    pub reconnect_min: Duration,
+    /// Reconnect delay cap. Default 10 s.
+    pub reconnect_max: Duration,
+    /// Interval of the database sampling query (queue depth, pressure
+    /// gauges); `None` turns sampling off. Default 5 s.
+    pub sample_interval: Option<Duration>,
+}
+
+impl Default for WorkerConfig {
+    fn default() -> Self {
+        WorkerConfig {
+            queues: None,
+            concurrency: CONCURRENCY_DEFAULT,
+            batch: BATCH_DEFAULT,
+            poll_interval: POLL_INTERVAL_DEFAULT,
+            listen: true,
+            job_timeout: JOB_TIMEOUT_DEFAULT,
+            retry_base: RETRY_BASE_DEFAULT,
+            retry_max: RETRY_MAX_DEFAULT,
+            grace_period: GRACE_PERIOD_DEFAULT,
+            application_name: "pgwake".into(),
+            listener_ping_interval: LISTENER_PING_INTERVAL_DEFAULT,
+            listener_ping_timeout: LISTENER_PING_TIMEOUT_DEFAULT,
+            reconnect_min: RECONNECT_MIN_DEFAULT,
+            reconnect_max: RECONNECT_MAX_DEFAULT,
+            sample_interval: Some(SAMPLE_INTERVAL_DEFAULT),
+        }
+    }
+}
+
+/// Check a queue name: non-empty, at most 128 bytes, no control characters.
+/// Queue names are data (bound parameters, NOTIFY payloads), never SQL.
+pub fn validate_queue_name(name: &str) -> Result<()> {
+    if name.is_empty() {
+        return Err(Error::Config("queue name is empty".into()));
+    }
+    if name.len() > QUEUE_NAME_MAX {
+        return Err(Error::Config(format!(
+            "queue name {:?}… is longer than {QUEUE_NAME_MAX} bytes",
+            name.chars().take(20).collect::<String>()
+        )));
+    }
+    if name.chars().any(char::is_control) {
+        return Err(Error::Config(format!(
+            "queue name {name:?} contains control characters"
+        )));
+    }
+    Ok(())
+}
+
+impl WorkerConfig {
+    /// Reject settings the worker cannot run with; the message names the
+    /// flag and the accepted range.
+    pub fn validate(&self) -> Result<()> {
+        let bad = |msg: String| Err(Error::Config(msg));
+        if self.concurrency == 0 || self.concurrency > CONCURRENCY_MAX {
+            return bad(format!(
+                "--concurrency must be between 1 and {CONCURRENCY_MAX} (got {})",
+                self.concurrency
+            ));
+        }
+        if self.batch == 0 || self.batch > BATCH_MAX {
+            return bad(format!(
+                "--batch must be between 1 and {BATCH_MAX} (got {})",
+                self.batch
+            ));
+        }
+        if let Some(queues) = &self.queues {
+            if queues.is_empty() {
+                return bad("--queues is empty; omit it to work every queue".into());
+            }
+            for q in queues {
+                validate_queue_name(q).map_err(|e| Error::Config(format!("--queues: {e}")))?;
+            }
+        }
+        for (flag, d) in [
+            ("--poll-interval", self.poll_interval),
+            ("--job-timeout", self.job_timeout),
+            ("--retry-base", self.retry_base),
+            ("--retry-max", self.retry_max),
+            ("--listener-ping-interval", self.listener_ping_interval),
+            ("--listener-ping-timeout", self.listener_ping_timeout),
+            ("--reconnect-min", self.reconnect_min),
+            ("--reconnect-max", self.reconnect_max),
+        ] {
+            if d.is_zero() {
+                return bad(format!("{flag} must be greater than 0"));
+            }
+        }
+        if self.job_timeout < Duration::from_millis(10) {
+            return bad("--job-timeout must be at least 10ms".into());
+        }
+        if self.retry_max < self.retry_base {
+            return bad("--retry-max must not be below --retry-base".into());
+        }
+        if self.reconnect_max < self.reconnect_min {
+            return bad("--reconnect-max must not be below --reconnect-min".into());
+        }
+        if matches!(self.sample_interval, Some(d) if d.is_zero()) {
+            return bad("--sample-interval must be greater than 0".into());
+        }
+        if self.application_name.is_empty() || self.application_name.len() > 48 {
+            return bad("--application-name must be 1 to 48 bytes".into());
+        }
+        Ok(())
+    }
+
+    /// The backoff before attempt `attempt + 1` after attempt `attempt`
+    /// failed: exponential, capped, with equal jitter (half fixed, half
+    /// random) so a burst of failures does not retry in lockstep.
+    pub fn retry_delay(&self, attempt: i32) -> Duration {
+        let exp = (attempt.max(1) - 1).min(30) as u32;
+        let full = self
+            .retry_base
+            .saturating_mul(1u32 << exp.min(31))
+            .min(self.retry_max);
+        let half = full / 2;
+        half + half.mul_f64(rand::random::<f64>())
+    }
+
+    /// The server-side idle-in-transaction limit of a claim transaction.
+    pub fn idle_in_transaction_timeout(&self) -> Duration {
+        self.job_timeout + IDLE_TIMEOUT_MARGIN
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn retry_delay_grows_and_is_capped() {
+        let c = WorkerConfig {
+            retry_base: Duration::from_secs(1),
+            retry_max: Duration::from_secs(10),
+            ..WorkerConfig::default()
+        };
+        for _ in 0..100 {
+            let d1 = c.retry_delay(1);
+            assert!(d1 >= Duration::from_millis(500) && d1 <= Duration::from_secs(1));
+            let d3 = c.retry_delay(3);
+            assert!(d3 >= Duration::from_secs(2) && d3 <= Duration::from_secs(4));
+            assert!(c.retry_delay(40) <= Duration::from_secs(10));
+        }
+    }
+
+    #[test]
+    fn validate_names_the_flag() {
+        let c = WorkerConfig {
+            concurrency: 0,
+            ..WorkerConfig::default()
+        };
+        assert!(c.validate().unwrap_err().to_string().contains("--concurrency"));
+        let c = WorkerConfig {
+            queues: Some(vec!["".into()]),
+            ..WorkerConfig::default()
+        };
+        assert!(c.validate().unwrap_err().to_string().contains("--queues"));
+        assert!(WorkerConfig::default().validate().is_ok());
+    }
+}

@@ -1,0 +1,36 @@
+//! Handlers configured on the command line: `--handler TASK=exec:COMMAND`
+//! and `--handler TASK=sql:FUNCTION`.
+
+pub mod exec;
+pub mod sql;
+
+use std::sync::Arc;
+
+use crate::error::{Error, Result};
+use crate::handler::Handler;
+
+/// Parse one `--handler TASK=KIND:SPEC` flag into a task name and a handler.
+pub fn parse_flag(flag: &str) -> Result<(String, Arc<dyn Handler>)> {
+    let usage = "expected --handler TASK=exec:COMMAND or --handler TASK=sql:FUNCTION";
+    let (task, spec) = flag
+        .split_once('=')
+        .ok_or_else(|| Error::Config(format!("--handler {flag:?}: missing `=`; {usage}")))?;
+    if task.is_empty() {
+        return Err(Error::Config(format!(
+            "--handler {flag:?}: empty task name; {usage} (use `*` for every task)"
+        )));
+    }
+    let (kind, rest) = spec
+        .split_once(':')
+        .ok_or_else(|| Error::Config(format!("--handler {flag:?}: missing kind; {usage}")))?;
+    let handler: Arc<dyn Handler> = match kind {
+        "exec" => Arc::new(exec::ExecHandler::parse(rest)?),
+        "sql" => Arc::new(sql::SqlHandler::parse(rest)?),
+        other => {
+            return Err(Error::Config(format!(
+                "--handler {flag:?}: unknown kind {other:?}; {usage}"
+            )))
+        }
+    };
+    Ok((task.to_string(), handler))
+}

@@ -1,0 +1,155 @@
+//! `exec` handler: one process per job.
+//!
+//! The command is split like a POSIX shell splits words (quotes and
+//! backslashes work) but is **not** run by a shell: no globbing, pipes or
+//! variable expansion. Use `exec:sh -c '…'` when you want a shell.
+//!
+//! The payload JSON is written to the process's stdin; `PGWAKE_JOB_ID`,
+//! `PGWAKE_TASK`, `PGWAKE_QUEUE` and `PGWAKE_ATTEMPT` are in its environment.
+//! Exit status 0 is success; anything else is a failed attempt whose stderr
+//! tail becomes `last_error`. stdout goes to the worker's stdout. At the job
+//! timeout (or a shutdown past its grace period) the whole process group is
+//! killed with SIGKILL.
+
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+
+use async_trait::async_trait;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::process::Command;
+
+use crate::error::{Error, Result};
+use crate::handler::{BoxError, Handler, JobContext};
+use crate::job::{Job, Outcome};
+
+/// How much of a failed command's stderr is kept as `last_error`.
+pub const STDERR_TAIL_BYTES: usize = 2048;
+
+/// Runs a command per job.
+#[derive(Debug, Clone)]
+pub struct ExecHandler {
+    program: PathBuf,
+    args: Vec<String>,
+}
+
+/// Resolve `program` like `execvp` would, so a typo fails at start-up.
+fn resolve(program: &str) -> Option<PathBuf> {
+    let is_executable = |p: &Path| {
+        use std::os::unix::fs::PermissionsExt;
+        p.metadata()
+            .map(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+            .unwrap_or(false)
+    };
+    if program.contains('/') {
+        let p = PathBuf::from(program);
+        return is_executable(&p).then_some(p);
+    }
+    std::env::split_paths(&std::env::var_os("PATH")?)
+        .map(|d| d.join(program))
+        .find(|p| is_executable(p))
+}
+
+impl ExecHandler {
+    /// Parse `COMMAND [ARGS…]` and check the program exists and is executable.
+    pub fn parse(spec: &str) -> Result<ExecHandler> {
+        let words = shell_words::split(spec)
+            .map_err(|e| Error::Config(format!("exec handler {spec:?}: {e}")))?;
+        let (program, args) = words
+            .split_first()
+            .ok_or_else(|| Error::Config("exec handler: empty command".into()))?;
+        let resolved = resolve(program).ok_or_else(|| {
+            Error::Config(format!(
+                "exec handler: command {program:?} not found or not executable (checked PATH); fix the path or install it"
+            ))
+        })?;
+        Ok(ExecHandler {
+            program: resolved,
+            args: args.to_vec(),
+        })
+    }
+}
+
+/// Kills the process group of a child that is still running when the job's
+/// future is dropped (timeout, shutdown): `kill_on_drop` alone would leave
+/// its children (e.g. under `sh -c`) running.
+struct GroupGuard {
+    pid: Option<i32>,
+}
+
+impl Drop for GroupGuard {
+    fn drop(&mut self) {
+        if let Some(pid) = self.pid {
+            // SAFETY: plain syscall; a stale pid group is harmless (ESRCH).
+            unsafe {
+                libc::kill(-pid, libc::SIGKILL);
+            }
+        }
+    }
+}
+
+#[async_trait]
+impl Handler for ExecHandler {
+    async fn handle(&self, job: &Job, _ctx: JobContext<'_>) -> Result<Outcome, BoxError> {
+        let mut child = Command::new(&self.program)
+            .args(&self.args)
+            .env("PGWAKE_JOB_ID", job.id.to_string())
+            .env("PGWAKE_TASK", &job.task)
+            .env("PGWAKE_QUEUE", &job.queue)
+            .env("PGWAKE_ATTEMPT", job.attempt.to_string())
+            .stdin(Stdio::piped())
+            .stdout(Stdio::inherit())
+            .stderr(Stdio::piped())
+            .process_group(0)
+            .kill_on_drop(true)
+            .spawn()
+            .map_err(|e| format!("cannot start {}: {e}", self.program.display()))?;
+        let mut guard = GroupGuard { pid: child.id().map(|p| p as i32) };
+
+        let payload = serde_json::to_vec(&job.payload)?;
+        let mut stdin = child.stdin.take().ok_or("no stdin")?;
+        let mut stderr = child.stderr.take().ok_or("no stderr")?;
+        let write = async move {
+            // A command that does not read stdin closes the pipe: not an error.
+            let _ = stdin.write_all(&payload).await;
+            let _ = stdin.shutdown().await;
+        };
+        let read = async move {
+            let mut tail = Vec::new();
+            let mut buf = [0u8; 4096];
+            while let Ok(n) = stderr.read(&mut buf).await {
+                if n == 0 {
+                    break;
+                }
+                tail.extend_from_slice(&buf[..n]);
+                if tail.len() > STDERR_TAIL_BYTES * 2 {
+                    tail.drain(..tail.len() - STDERR_TAIL_BYTES);
+                }
+            }
+            tail
+        };
+        let (_, tail, status) = tokio::join!(write, read, child.wait());
+        let status = status?;
+        guard.pid = None;
+        if status.success() {
+            return Ok(Outcome::Done);
+        }
+        let start = tail.len().saturating_sub(STDERR_TAIL_BYTES);
+        let tail = String::from_utf8_lossy(&tail[start..]).trim().to_string();
+        let how = match status.code() {
+            Some(code) => format!("exit status {code}"),
+            None => {
+                use std::os::unix::process::ExitStatusExt;
+                format!("killed by signal {}", status.signal().unwrap_or(0))
+            }
+        };
+        Ok(Outcome::retry(if tail.is_empty() {
+            format!("{} failed: {how}", self.program.display())
+        } else {
+            format!("{} failed: {how}: {tail}", self.program.display())
+        }))
+    }
+
+    fn uses_transaction(&self) -> bool {
+        false
+    }
+}

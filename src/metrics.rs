@@ -1,0 +1,163 @@
+//! The metric catalogue: every name pgwake exports is defined and described
+//! here, and nowhere else. Histograms are real Prometheus histograms with
+//! the explicit buckets below.
+
+use std::sync::OnceLock;
+
+use metrics::{describe_counter, describe_gauge, describe_histogram, Unit};
+use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
+
+/// Histogram: ready-to-claim delay, label `queue`.
+pub const PICKUP_LATENCY: &str = "pgwake_job_pickup_latency_seconds";
+/// Histogram: handler run time, labels `queue`, `task`, `outcome`.
+pub const JOB_DURATION: &str = "pgwake_job_duration_seconds";
+/// Counter: resolved jobs, labels `queue`, `task`, `outcome`.
+pub const JOBS: &str = "pgwake_jobs_total";
+/// Gauge: jobs this worker is running, label `queue`.
+pub const JOBS_IN_FLIGHT: &str = "pgwake_jobs_in_flight";
+/// Counter: claim queries, labels `trigger`, `result`.
+pub const CLAIMS: &str = "pgwake_claims_total";
+/// Counter: notifications received.
+pub const NOTIFICATIONS: &str = "pgwake_notifications_total";
+/// Gauge: 1 while LISTEN is up.
+pub const LISTENER_CONNECTED: &str = "pgwake_listener_connected";
+/// Counter: listener reconnects.
+pub const LISTENER_RECONNECTS: &str = "pgwake_listener_reconnects_total";
+/// Gauge: waiting jobs, labels `queue`, `state`.
+pub const QUEUE_DEPTH: &str = "pgwake_queue_depth";
+/// Gauge: age of the oldest ready job, label `queue`.
+pub const QUEUE_OLDEST_READY_AGE: &str = "pgwake_queue_oldest_ready_age_seconds";
+/// Gauge: rows in `dead_jobs`, label `queue`.
+pub const DEAD_JOBS: &str = "pgwake_dead_jobs";
+/// Gauge: sessions idle in transaction, label `application`.
+pub const IDLE_IN_TX_SESSIONS: &str = "pgwake_idle_in_transaction_sessions";
+/// Gauge: the oldest idle-in-transaction session's transaction age.
+pub const IDLE_IN_TX_MAX_AGE: &str = "pgwake_idle_in_transaction_max_age_seconds";
+/// Gauge: the oldest open transaction's age.
+pub const OLDEST_TX_AGE: &str = "pgwake_oldest_transaction_age_seconds";
+/// Gauge: `pg_notification_queue_usage()`.
+pub const NOTIFY_QUEUE_USAGE: &str = "pgwake_notification_queue_usage_ratio";
+/// Gauge: dead tuples of `pgwake.jobs`.
+pub const QUEUE_TABLE_DEAD_TUPLES: &str = "pgwake_queue_table_dead_tuples";
+/// Gauge: claim pool connections, label `state`.
+pub const POOL_CONNECTIONS: &str = "pgwake_pool_connections";
+/// Counter: failed sampling queries.
+pub const SAMPLER_ERRORS: &str = "pgwake_sampler_errors_total";
+/// Gauge: duration of the last sampling query.
+pub const SAMPLER_DURATION: &str = "pgwake_sampler_duration_seconds";
+/// Gauge: 1 when the database and (unless `--no-listen`) the listener are up.
+pub const READY: &str = "pgwake_ready";
+/// Gauge: always 1, label `version`.
+pub const BUILD_INFO: &str = "pgwake_build_info";
+/// Counter: expired leases moved back to the queue, label `queue`.
+pub const LEASES_RESCUED: &str = "pgwake_leases_rescued_total";
+
+/// Buckets of the pickup latency: sub-millisecond wake-ups up to jobs that
+/// waited minutes in a backlog.
+pub const PICKUP_BUCKETS: &[f64] = &[
+    0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
+    60.0, 300.0, 900.0, 3600.0,
+];
+
+/// Buckets of the handler duration: no-op handlers to hour-long lease jobs.
+pub const DURATION_BUCKETS: &[f64] = &[
+    0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
+    60.0, 300.0, 900.0, 3600.0,
+];
+
+/// Describe every metric (HELP text, unit).
+pub fn describe() {
+    describe_histogram!(
+        PICKUP_LATENCY,
+        Unit::Seconds,
+        "Delay from when a job became ready (later of created_at and run_at) to its claim"
+    );
+    describe_histogram!(
+        JOB_DURATION,
+        Unit::Seconds,
+        "Handler run time by queue, task and outcome (done, retry, dead, returned)"
+    );
+    describe_counter!(
+        JOBS,
+        "Jobs resolved by this worker, by queue, task and outcome (done, retry, dead, returned)"
+    );
+    describe_gauge!(JOBS_IN_FLIGHT, "Jobs this worker is running now, by queue");
+    describe_counter!(
+        CLAIMS,
+        "Claim queries by what woke them (notify, poll, drain, reconnect) and result (hit, empty)"
+    );
+    describe_counter!(NOTIFICATIONS, "NOTIFY messages received by the listener");
+    describe_gauge!(LISTENER_CONNECTED, "1 while the LISTEN connection is up");
+    describe_counter!(LISTENER_RECONNECTS, "Times the listener connected again after a loss");
+    describe_gauge!(
+        QUEUE_DEPTH,
+        "Jobs waiting in pgwake.jobs by queue and state (ready, scheduled); running jobs excluded"
+    );
+    describe_gauge!(
+        QUEUE_OLDEST_READY_AGE,
+        Unit::Seconds,
+        "Age of the oldest ready job by queue (0 when none is ready)"
+    );
+    describe_gauge!(DEAD_JOBS, "Rows in pgwake.dead_jobs by queue");
+    describe_gauge!(
+        IDLE_IN_TX_SESSIONS,
+        "Sessions of this database idle in transaction, by application_name"
+    );
+    describe_gauge!(
+        IDLE_IN_TX_MAX_AGE,
+        Unit::Seconds,
+        "Transaction age of the oldest session idle in transaction"
+    );
+    describe_gauge!(
+        OLDEST_TX_AGE,
+        Unit::Seconds,
+        "Age of the oldest open transaction on the server (it pins the vacuum horizon)"
+    );
+    describe_gauge!(
+        NOTIFY_QUEUE_USAGE,
+        "Fraction of the server's NOTIFY queue in use (pg_notification_queue_usage)"
+    );
+    describe_gauge!(QUEUE_TABLE_DEAD_TUPLES, "Dead tuples of pgwake.jobs (pg_stat_user_tables)");
+    describe_gauge!(POOL_CONNECTIONS, "Claim pool connections by state (in_use, idle)");
+    describe_counter!(SAMPLER_ERRORS, "Database sampling queries that failed");
+    describe_gauge!(
+        SAMPLER_DURATION,
+        Unit::Seconds,
+        "Duration of the last database sampling query"
+    );
+    describe_gauge!(READY, "1 when the database and the listener (unless --no-listen) are up");
+    describe_gauge!(BUILD_INFO, "Always 1; the version label names the pgwake version");
+    describe_counter!(LEASES_RESCUED, "Expired lease-mode jobs moved back to pgwake.jobs");
+}
+
+static HANDLE: OnceLock<PrometheusHandle> = OnceLock::new();
+
+/// Install the Prometheus recorder (once per process; later calls return the
+/// same handle) and describe the catalogue.
+pub fn install() -> PrometheusHandle {
+    HANDLE
+        .get_or_init(|| {
+            let builder = PrometheusBuilder::new()
+                .set_buckets_for_metric(Matcher::Full(PICKUP_LATENCY.into()), PICKUP_BUCKETS)
+                .and_then(|b| {
+                    b.set_buckets_for_metric(Matcher::Full(JOB_DURATION.into()), DURATION_BUCKETS)
+                })
+                .expect("bucket lists are non-empty constants");
+            let handle = match builder.install_recorder() {
+                Ok(h) => h,
+                // Another recorder is installed (an embedding application's):
+                // keep a private one so /metrics still renders.
+                Err(_) => PrometheusBuilder::new().build_recorder().handle(),
+            };
+            describe();
+            metrics::gauge!(BUILD_INFO, "version" => env!("CARGO_PKG_VERSION")).set(1.0);
+            for name in [LISTENER_CONNECTED, READY] {
+                metrics::gauge!(name).set(0.0);
+            }
+            for name in [NOTIFICATIONS, LISTENER_RECONNECTS, SAMPLER_ERRORS] {
+                metrics::counter!(name).increment(0);
+            }
+            handle
+        })
+        .clone()
+}

@@ -1,0 +1,191 @@
+//! The database sampler: every `--sample-interval` it reads the queue
+//! gauges and the database-pressure gauges with two pipelined queries of
+//! bounded cost (never a `count(*)` per scrape), and the pool's state.
+//! A failed sample counts in `pgwake_sampler_errors_total` and marks the
+//! database not ready; the gauges keep their last values.
+
+use std::collections::HashSet;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use tokio_util::sync::CancellationToken;
+
+use crate::error::{Error, Result};
+use crate::health::Health;
+use crate::metrics;
+
+/// Per queue and state, rows are counted up to this many; a deeper queue
+/// reports this number. It bounds the sampling query's cost on huge backlogs.
+pub const DEPTH_CAP_DEFAULT: i64 = 100_000;
+
+/// One queue's gauges.
+#[derive(Debug, Clone, PartialEq)]
+pub struct QueueSample {
+    /// The queue.
+    pub queue: String,
+    /// Ready jobs not running (capped).
+    pub ready: i64,
+    /// Scheduled jobs (capped).
+    pub scheduled: i64,
+    /// Dead jobs (capped).
+    pub dead: i64,
+    /// Age of the oldest ready job in seconds.
+    pub oldest_ready_age: f64,
+}
+
+/// What one sample read.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Sample {
+    /// Per-queue gauges.
+    pub queues: Vec<QueueSample>,
+    /// Idle-in-transaction sessions by application_name.
+    pub idle_in_transaction: Vec<(String, i64)>,
+    /// Transaction age of the oldest idle-in-transaction session.
+    pub idle_in_transaction_max_age: f64,
+    /// Age of the oldest open transaction on the server.
+    pub oldest_transaction_age: f64,
+    /// `pg_notification_queue_usage()`.
+    pub notification_queue_usage: f64,
+    /// Dead tuples of `pgwake.jobs`.
+    pub dead_tuples: i64,
+    /// How long the two queries took.
+    pub duration: Duration,
+}
+
+/// The sampler service.
+pub struct Sampler {
+    pool: deadpool_postgres::Pool,
+    interval: Duration,
+    health: Arc<Health>,
+    depth_cap: i64,
+    seen_queues: HashSet<String>,
+    seen_apps: HashSet<String>,
+}
+
+impl Sampler {
+    /// A sampler reading through `pool` every `interval`.
+    pub fn new(pool: deadpool_postgres::Pool, interval: Duration, health: Arc<Health>) -> Sampler {
+        Sampler {
+            pool,
+            interval,
+            health,
+            depth_cap: DEPTH_CAP_DEFAULT,
+            seen_queues: HashSet::new(),
+            seen_apps: HashSet::new(),
+        }
+    }
+
+    /// Sample until `shutdown`.
+    pub async fn run(mut self, shutdown: CancellationToken) {
+        let mut tick = tokio::time::interval(self.interval);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                _ = shutdown.cancelled() => return,
+                _ = tick.tick() => {}
+            }
+            self.publish_pool();
+            match sample(&self.pool, self.depth_cap).await {
+                Ok(s) => {
+                    self.health.set_db(true);
+                    self.publish(&s);
+                }
+                Err(e) => {
+                    ::metrics::counter!(metrics::SAMPLER_ERRORS).increment(1);
+                    if e.is_transient() {
+                        self.health.set_db(false);
+                    }
+                    tracing::warn!(error = %e, "sampler: database sample failed");
+                }
+            }
+        }
+    }
+
+    fn publish_pool(&self) {
+        let status = self.pool.status();
+        let idle = status.available as f64;
+        let in_use = status.size.saturating_sub(status.available) as f64;
+        ::metrics::gauge!(metrics::POOL_CONNECTIONS, "state" => "in_use").set(in_use);
+        ::metrics::gauge!(metrics::POOL_CONNECTIONS, "state" => "idle").set(idle);
+    }
+
+    /// Publish a sample as gauges; label sets that vanished drop to 0.
+    pub fn publish(&mut self, s: &Sample) {
+        let mut now_queues = HashSet::new();
+        for q in &s.queues {
+            let name = q.queue.clone();
+            ::metrics::gauge!(metrics::QUEUE_DEPTH, "queue" => name.clone(), "state" => "ready").set(q.ready as f64);
+            ::metrics::gauge!(metrics::QUEUE_DEPTH, "queue" => name.clone(), "state" => "scheduled").set(q.scheduled as f64);
+            ::metrics::gauge!(metrics::QUEUE_OLDEST_READY_AGE, "queue" => name.clone()).set(q.oldest_ready_age);
+            ::metrics::gauge!(metrics::DEAD_JOBS, "queue" => name.clone()).set(q.dead as f64);
+            now_queues.insert(name);
+        }
+        for gone in self.seen_queues.difference(&now_queues) {
+            ::metrics::gauge!(metrics::QUEUE_DEPTH, "queue" => gone.clone(), "state" => "ready").set(0.0);
+            ::metrics::gauge!(metrics::QUEUE_DEPTH, "queue" => gone.clone(), "state" => "scheduled").set(0.0);
+            ::metrics::gauge!(metrics::QUEUE_OLDEST_READY_AGE, "queue" => gone.clone()).set(0.0);
+            ::metrics::gauge!(metrics::DEAD_JOBS, "queue" => gone.clone()).set(0.0);
+        }
+        self.seen_queues.extend(now_queues);
+        let mut now_apps = HashSet::new();
+        for (app, n) in &s.idle_in_transaction {
+            ::metrics::gauge!(metrics::IDLE_IN_TX_SESSIONS, "application" => app.clone()).set(*n as f64);
+            now_apps.insert(app.clone());
+        }
+        for gone in self.seen_apps.difference(&now_apps) {
+            ::metrics::gauge!(metrics::IDLE_IN_TX_SESSIONS, "application" => gone.clone()).set(0.0);
+        }
+        self.seen_apps.extend(now_apps);
+        ::metrics::gauge!(metrics::IDLE_IN_TX_MAX_AGE).set(s.idle_in_transaction_max_age);
+        ::metrics::gauge!(metrics::OLDEST_TX_AGE).set(s.oldest_transaction_age);
+        ::metrics::gauge!(metrics::NOTIFY_QUEUE_USAGE).set(s.notification_queue_usage);
+        ::metrics::gauge!(metrics::QUEUE_TABLE_DEAD_TUPLES).set(s.dead_tuples as f64);
+        ::metrics::gauge!(metrics::SAMPLER_DURATION).set(s.duration.as_secs_f64());
+    }
+}
+
+/// Read one sample (two pipelined queries on one pooled connection).
+pub async fn sample(pool: &deadpool_postgres::Pool, depth_cap: i64) -> Result<Sample> {
+    let started = Instant::now();
+    let conn = pool.get().await.map_err(Error::pool("sampler"))?;
+    let (queues_stmt, pressure_stmt) = tokio::try_join!(
+        conn.prepare_cached(include_str!("sql/sample_queues.sql")),
+        conn.prepare_cached(include_str!("sql/sample_pressure.sql")),
+    )
+    .map_err(Error::db("sampler: prepare"))?;
+    let params: [&(dyn tokio_postgres::types::ToSql + Sync); 1] = [&depth_cap];
+    let (queues, pressure) = tokio::try_join!(
+        conn.query(&queues_stmt, &params),
+        conn.query_one(&pressure_stmt, &[]),
+    )
+    .map_err(Error::db("sampler"))?;
+    let idle: serde_json::Value = pressure.get(0);
+    let idle_in_transaction = idle
+        .as_array()
+        .map(|a| {
+            a.iter()
+                .filter_map(|pair| {
+                    Some((pair.get(0)?.as_str()?.to_string(), pair.get(1)?.as_i64()?))
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    Ok(Sample {
+        queues: queues
+            .iter()
+            .map(|r| QueueSample {
+                queue: r.get(0),
+                ready: r.get(1),
+                oldest_ready_age: r.get(2),
+                scheduled: r.get(3),
+                dead: r.get(4),
+            })
+            .collect(),
+        idle_in_transaction,
+        idle_in_transaction_max_age: pressure.get(1),
+        oldest_transaction_age: pressure.get(2),
+        notification_queue_usage: pressure.get(3),
+        dead_tuples: pressure.get(4),
+        duration: started.elapsed(),
+    })
+}

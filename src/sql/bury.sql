@@ -1,0 +1,11 @@
+-- Move jobs to the dead-letter table (out of attempts, failed permanently,
+-- or no handler for their task).
+INSERT INTO pgwake.dead_jobs
+    (id, queue, task, payload, priority, run_at, attempts, max_attempts, last_error, created_at)
+SELECT * FROM unnest($1::bigint[], $2::text[], $3::text[], $4::jsonb[], $5::int[],
+                     $6::timestamptz[], $7::int[], $8::int[], $9::text[], $10::timestamptz[])
+ON CONFLICT (id) DO UPDATE SET
+    queue = excluded.queue, task = excluded.task, payload = excluded.payload,
+    priority = excluded.priority, run_at = excluded.run_at, attempts = excluded.attempts,
+    max_attempts = excluded.max_attempts, last_error = excluded.last_error,
+    created_at = excluded.created_at, failed_at = now()

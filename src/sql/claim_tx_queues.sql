@@ -1,0 +1,14 @@
+-- tx-mode claim restricted to the worker's queues ($2). Runs inside the claim transaction: the
+-- rows stay locked (deleted, uncommitted) while their handlers run, and come
+-- back by themselves if the worker dies. `= ANY(ARRAY(...))` evaluates the
+-- locking subquery exactly once.
+DELETE FROM pgwake.jobs
+WHERE id = ANY(ARRAY(
+    SELECT id FROM pgwake.jobs
+    WHERE queue = ANY($2::text[]) AND run_at <= now()
+    ORDER BY priority, run_at, id
+    LIMIT $1
+    FOR UPDATE SKIP LOCKED))
+RETURNING id, queue, task, payload, priority, run_at, attempts, max_attempts,
+          last_error, created_at,
+          extract(epoch FROM clock_timestamp() - greatest(created_at, run_at))::float8

@@ -1,0 +1,6 @@
+-- Dead jobs, newest first, optionally of one queue.
+SELECT id, queue, task, payload, attempts, max_attempts, last_error, failed_at
+FROM pgwake.dead_jobs
+WHERE $1::text IS NULL OR queue = $1
+ORDER BY failed_at DESC, id DESC
+LIMIT $2

@@ -1,0 +1,12 @@
+-- Move dead jobs back into the queue with their attempts reset, ready now.
+-- $1: ids (NULL: every dead job), $2: queue (NULL: any).
+WITH revived AS (
+    DELETE FROM pgwake.dead_jobs
+    WHERE ($1::bigint[] IS NULL OR id = ANY($1)) AND ($2::text IS NULL OR queue = $2)
+    RETURNING *
+)
+INSERT INTO pgwake.jobs
+    (id, queue, task, payload, priority, run_at, attempts, max_attempts, last_error, created_at)
+SELECT id, queue, task, payload, priority, now(), 0, max_attempts, last_error, created_at
+FROM revived
+RETURNING id

@@ -1,0 +1,57 @@
+//! `pgwake stats`: per queue, ready and scheduled depth, dead count and the
+//! oldest ready job's age; exact counts (this is an on-demand command, not
+//! the per-interval sampler).
+
+use serde::Serialize;
+
+use crate::error::Result;
+
+/// One queue's line.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct QueueStats {
+    /// Queue name.
+    pub queue: String,
+    /// Jobs ready to run now (running jobs excluded).
+    pub ready: i64,
+    /// Jobs scheduled for later.
+    pub scheduled: i64,
+    /// Jobs in `dead_jobs`.
+    pub dead: i64,
+    /// Age of the oldest ready job, seconds (0 when none is ready).
+    pub oldest_ready_age_seconds: f64,
+}
+
+/// Read every queue's numbers.
+pub async fn read(pool: &deadpool_postgres::Pool) -> Result<Vec<QueueStats>> {
+    let sample = crate::sampler::sample(pool, i64::MAX).await?;
+    Ok(sample
+        .queues
+        .into_iter()
+        .map(|q| QueueStats {
+            queue: q.queue,
+            ready: q.ready,
+            scheduled: q.scheduled,
+            dead: q.dead,
+            oldest_ready_age_seconds: q.oldest_ready_age,
+        })
+        .collect())
+}
+
+/// Render as a fixed-width table.
+pub fn render_table(stats: &[QueueStats]) -> String {
+    let width = stats.iter().map(|s| s.queue.chars().count()).max().unwrap_or(5).max(5);
+    let mut out = format!(
+        "{:<width$}  {:>10}  {:>10}  {:>10}  {:>16}\n",
+        "QUEUE", "READY", "SCHEDULED", "DEAD", "OLDEST READY (s)"
+    );
+    for s in stats {
+        out.push_str(&format!(
+            "{:<width$}  {:>10}  {:>10}  {:>10}  {:>16.3}\n",
+            s.queue, s.ready, s.scheduled, s.dead, s.oldest_ready_age_seconds
+        ));
+    }
+    if stats.is_empty() {
+        out.push_str("(no jobs)\n");
+    }
+    out
+}

@@ -1,0 +1,413 @@
+//! `tx` delivery mode: the claim transaction stays open while the batch's
+//! handlers run (DESIGN.md §2).
+//!
+//! ```text
+//!  BEGIN; SET LOCAL timeouts; DELETE … SKIP LOCKED RETURNING   (one round trip)
+//!  count an attempt per job in pgwake.tx_attempts (other connection, committed)
+//!  for each job:  [SAVEPOINT] handler [RELEASE | ROLLBACK TO SAVEPOINT]
+//!  requeue failed/unstarted, bury dead, clear attempt counts; COMMIT  (pipelined)
+//! ```
+//!
+//! - success: the DELETE commits with whatever the handler wrote;
+//! - failure: rolled back to the job's savepoint (its siblings keep their
+//!   work) and re-inserted with `attempts + 1`, `last_error` and a backoff
+//!   `run_at`, or buried in `dead_jobs` at `max_attempts`;
+//! - crash / lost connection: the server rolls everything back and the jobs
+//!   are claimable at once; the attempt was already counted in
+//!   `pgwake.tx_attempts`, so a job that keeps killing its worker ends dead.
+//!
+//! Any error before COMMIT drops the connection instead of returning it to
+//! the pool, so no pooled connection is ever left idle in a transaction.
+
+use std::collections::HashMap;
+use std::time::{Duration, Instant, SystemTime};
+
+use deadpool_postgres::Object;
+use tokio_postgres::Row;
+
+use crate::claimer::{JobEvent, Shared};
+use crate::error::{Error, Result};
+use crate::executor::{execute, Execution};
+use crate::handler::JobContext;
+use crate::job::{Job, Outcome, Resolution};
+use crate::metrics;
+use crate::wake::Trigger;
+
+const CLAIM_ALL: &str = include_str!("sql/claim_tx_all.sql");
+const CLAIM_QUEUES: &str = include_str!("sql/claim_tx_queues.sql");
+const RECORD_ATTEMPTS: &str = include_str!("sql/record_attempts.sql");
+const CLEAR_ATTEMPTS: &str = include_str!("sql/clear_attempts.sql");
+const REQUEUE: &str = include_str!("sql/requeue.sql");
+const BURY: &str = include_str!("sql/bury.sql");
+
+/// The claim transaction's opening statements.
+pub(crate) fn begin_sql(config: &crate::config::WorkerConfig) -> String {
+    format!(
+        "BEGIN; SET LOCAL idle_in_transaction_session_timeout = {}; SET LOCAL statement_timeout = {}",
+        config.idle_in_transaction_timeout().as_millis(),
+        config.job_timeout.as_millis() + crate::config::IDLE_TIMEOUT_MARGIN.as_millis()
+    )
+}
+
+/// A pooled connection with an open transaction. Dropped without
+/// [`OpenTx::committed`], it closes the connection (the server rolls back)
+/// rather than returning it to the pool mid-transaction: this is what makes
+/// a claim future cancelled at any await point lose nothing.
+struct OpenTx {
+    conn: Option<Object>,
+}
+
+impl OpenTx {
+    fn conn(&self) -> &Object {
+        self.conn.as_ref().expect("connection present until drop")
+    }
+
+    fn committed(mut self) {
+        // Back to the pool, transaction closed.
+        self.conn.take();
+    }
+}
+
+impl Drop for OpenTx {
+    fn drop(&mut self) {
+        if let Some(conn) = self.conn.take() {
+            drop(Object::take(conn));
+        }
+    }
+}
+
+/// What is decided for a claimed job.
+enum Verdict {
+    Done,
+    Retry { reason: String, delay: Duration },
+    Dead { reason: String },
+    Returned,
+}
+
+struct Claimed {
+    job: Job,
+    last_error: Option<String>,
+    verdict: Verdict,
+    duration: Duration,
+}
+
+fn row_to_job(row: &Row) -> (Job, Option<String>, f64) {
+    let job = Job {
+        id: row.get(0),
+        queue: row.get(1),
+        task: row.get(2),
+        payload: row.get(3),
+        priority: row.get(4),
+        run_at: row.get(5),
+        // Completed attempts so far; the pending ledger is added below.
+        attempt: row.get(6),
+        max_attempts: row.get(7),
+        created_at: row.get(9),
+    };
+    (job, row.get(8), row.get(10))
+}
+
+/// Claim up to `batch` jobs and run them; returns how many were claimed.
+pub(crate) async fn claim_and_run(shared: &Shared, trigger: Trigger) -> Result<usize> {
+    let conn = shared.pool.get().await.map_err(Error::pool("claim: no connection"))?;
+    let limit = shared.config.batch as i64;
+    let stmt = conn
+        .prepare_cached(if shared.config.queues.is_some() { CLAIM_QUEUES } else { CLAIM_ALL })
+        .await
+        .map_err(Error::db("claim: prepare"))?;
+    let tx = OpenTx { conn: Some(conn) };
+    let c = tx.conn();
+    let claim = async {
+        match &shared.config.queues {
+            None => c.query(&stmt, &[&limit]).await,
+            Some(q) => c.query(&stmt, &[&limit, q]).await,
+        }
+    };
+    // Pipelined: BEGIN and the claim go out together.
+    let (begun, rows) = tokio::join!(c.batch_execute(&shared.begin_sql), claim);
+    begun.map_err(Error::db("claim: begin"))?;
+    let rows = rows.map_err(Error::db("claim"))?;
+    let hit = if rows.is_empty() { "empty" } else { "hit" };
+    ::metrics::counter!(metrics::CLAIMS, "trigger" => trigger.as_str(), "result" => hit).increment(1);
+    if rows.is_empty() {
+        c.batch_execute("COMMIT").await.map_err(Error::db("claim: commit"))?;
+        tx.committed();
+        return Ok(0);
+    }
+    if rows.len() == shared.config.batch {
+        // There is likely more: let one more task help drain.
+        shared.wake.wake_one(Trigger::Drain);
+    }
+    let mut claimed: Vec<(Job, Option<String>)> = Vec::with_capacity(rows.len());
+    for row in &rows {
+        let (job, last_error, ready_for) = row_to_job(row);
+        ::metrics::histogram!(metrics::PICKUP_LATENCY, "queue" => job.queue.clone())
+            .record(ready_for.max(0.0));
+        claimed.push((job, last_error));
+    }
+    // RETURNING order is not the claim order.
+    claimed.sort_by(|a, b| {
+        (a.0.priority, a.0.run_at, a.0.id).cmp(&(b.0.priority, b.0.run_at, b.0.id))
+    });
+    let count = claimed.len();
+
+    // Count the attempt where a rollback cannot erase it.
+    let ids: Vec<i64> = claimed.iter().map(|(j, _)| j.id).collect();
+    let pending = record_attempts(shared, &ids).await?;
+    for (job, _) in &mut claimed {
+        job.attempt += pending.get(&job.id).copied().unwrap_or(1);
+    }
+
+    let mut results = Vec::with_capacity(count);
+    let mut last_statement = Instant::now();
+    for (job, last_error) in claimed {
+        let (verdict, duration) = run_one(shared, c, &job, &mut last_statement).await?;
+        results.push(Claimed {
+            job,
+            last_error,
+            verdict,
+            duration,
+        });
+    }
+
+    let retry_at = finish(c, &ids, &results).await?;
+    tx.committed();
+    report(shared, &results, &retry_at);
+    Ok(count)
+}
+
+async fn record_attempts(shared: &Shared, ids: &[i64]) -> Result<HashMap<i64, i32>> {
+    let conn = shared
+        .attempts_pool
+        .get()
+        .await
+        .map_err(Error::pool("claim: no connection to record attempts"))?;
+    let stmt = conn
+        .prepare_cached(RECORD_ATTEMPTS)
+        .await
+        .map_err(Error::db("claim: prepare"))?;
+    let rows = conn
+        .query(&stmt, &[&ids])
+        .await
+        .map_err(Error::db("claim: record attempts"))?;
+    Ok(rows.iter().map(|r| (r.get(0), r.get(1))).collect())
+}
+
+/// Decide and run one job inside the claim transaction.
+async fn run_one(
+    shared: &Shared,
+    c: &Object,
+    job: &Job,
+    last_statement: &mut Instant,
+) -> Result<(Verdict, Duration)> {
+    if job.attempt > job.max_attempts {
+        return Ok((
+            Verdict::Dead {
+                reason: format!(
+                    "attempt {} exceeds max_attempts {}: earlier runs never reported an outcome (the worker crashed or lost its connection while running this job)",
+                    job.attempt, job.max_attempts
+                ),
+            },
+            Duration::ZERO,
+        ));
+    }
+    if shared.stop.is_cancelled() {
+        return Ok((Verdict::Returned, Duration::ZERO));
+    }
+    let Some(handler) = shared.registry.get(&job.task) else {
+        return Ok((
+            Verdict::Dead {
+                reason: format!(
+                    "no handler for task {:?}: register one (or a `*` catch-all) and retry it with `pgwake dead retry --id {}`",
+                    job.task, job.id
+                ),
+            },
+            Duration::ZERO,
+        ));
+    };
+    let savepoint = handler.uses_transaction();
+    if savepoint {
+        c.batch_execute("SAVEPOINT pgwake_job")
+            .await
+            .map_err(Error::db("claim: savepoint"))?;
+        *last_statement = Instant::now();
+    } else if last_statement.elapsed() > crate::config::IDLE_TIMEOUT_MARGIN / 2 {
+        // Earlier jobs of this batch ran without a statement on the
+        // connection: restart the server's idle-in-transaction clock so the
+        // whole batch is not cut off by a limit meant for one job.
+        c.simple_query("").await.map_err(Error::db("claim: keepalive"))?;
+        *last_statement = Instant::now();
+    }
+    let gauge = ::metrics::gauge!(metrics::JOBS_IN_FLIGHT, "queue" => job.queue.clone());
+    gauge.increment(1.0);
+    let ctx = JobContext {
+        transaction: Some(&***c),
+        pool: &shared.pool,
+        cancel: shared.abort.child_token(),
+    };
+    let (execution, duration) = execute(
+        handler.as_ref(),
+        job,
+        ctx,
+        shared.config.job_timeout,
+        &shared.abort,
+    )
+    .await;
+    gauge.decrement(1.0);
+    let verdict = match execution {
+        Execution::Finished(Outcome::Done) => Verdict::Done,
+        Execution::Finished(Outcome::Retry { reason, after }) => retry_or_bury(shared, job, reason, after),
+        Execution::Failed(reason) => retry_or_bury(shared, job, reason, None),
+        Execution::Finished(Outcome::Fail { reason }) => Verdict::Dead { reason },
+        Execution::Interrupted => Verdict::Returned,
+    };
+    if savepoint {
+        let sql = match verdict {
+            Verdict::Done => "RELEASE SAVEPOINT pgwake_job",
+            _ => "ROLLBACK TO SAVEPOINT pgwake_job",
+        };
+        c.batch_execute(sql)
+            .await
+            .map_err(Error::db("claim: end of savepoint"))?;
+    }
+    *last_statement = Instant::now();
+    Ok((verdict, duration))
+}
+
+fn retry_or_bury(shared: &Shared, job: &Job, reason: String, after: Option<Duration>) -> Verdict {
+    if job.attempt >= job.max_attempts {
+        Verdict::Dead {
+            reason: format!("{reason} (attempt {} of {})", job.attempt, job.max_attempts),
+        }
+    } else {
+        Verdict::Retry {
+            reason,
+            delay: after.unwrap_or_else(|| shared.config.retry_delay(job.attempt)),
+        }
+    }
+}
+
+/// Columns of jobs being written back (requeue) or buried.
+#[derive(Default)]
+struct Columns {
+    id: Vec<i64>,
+    queue: Vec<String>,
+    task: Vec<String>,
+    payload: Vec<serde_json::Value>,
+    priority: Vec<i32>,
+    run_at: Vec<SystemTime>,
+    delay: Vec<Option<f64>>,
+    attempts: Vec<i32>,
+    max_attempts: Vec<i32>,
+    last_error: Vec<Option<String>>,
+    created_at: Vec<SystemTime>,
+}
+
+impl Columns {
+    fn push(&mut self, job: &Job, delay: Option<f64>, attempts: i32, last_error: Option<String>) {
+        self.id.push(job.id);
+        self.queue.push(job.queue.clone());
+        self.task.push(job.task.clone());
+        self.payload.push(job.payload.clone());
+        self.priority.push(job.priority);
+        self.run_at.push(job.run_at);
+        self.delay.push(delay);
+        self.attempts.push(attempts);
+        self.max_attempts.push(job.max_attempts);
+        self.last_error.push(last_error);
+        self.created_at.push(job.created_at);
+    }
+}
+
+/// Write every outcome and commit, pipelined. Returns the new run_at of
+/// retried jobs.
+async fn finish(c: &Object, ids: &[i64], results: &[Claimed]) -> Result<Vec<SystemTime>> {
+    let mut back = Columns::default();
+    let mut dead = Columns::default();
+    for r in results {
+        match &r.verdict {
+            Verdict::Done => {}
+            Verdict::Retry { reason, delay } => {
+                back.push(&r.job, Some(delay.as_secs_f64()), r.job.attempt, Some(reason.clone()))
+            }
+            Verdict::Returned => back.push(&r.job, None, r.job.attempt - 1, r.last_error.clone()),
+            Verdict::Dead { reason } => dead.push(&r.job, None, r.job.attempt, Some(reason.clone())),
+        }
+    }
+    let (requeue_stmt, bury_stmt, clear_stmt) = tokio::try_join!(
+        c.prepare_cached(REQUEUE),
+        c.prepare_cached(BURY),
+        c.prepare_cached(CLEAR_ATTEMPTS)
+    )
+    .map_err(Error::db("claim: prepare"))?;
+    let requeue = async {
+        if back.id.is_empty() {
+            return Ok(Vec::new());
+        }
+        c.query(
+            &requeue_stmt,
+            &[
+                &back.id, &back.queue, &back.task, &back.payload, &back.priority, &back.run_at,
+                &back.delay, &back.attempts, &back.max_attempts, &back.last_error, &back.created_at,
+            ],
+        )
+        .await
+        .map(|rows| rows.iter().map(|r| r.get::<_, SystemTime>(1)).collect())
+    };
+    let bury = async {
+        if dead.id.is_empty() {
+            return Ok(0);
+        }
+        c.execute(
+            &bury_stmt,
+            &[
+                &dead.id, &dead.queue, &dead.task, &dead.payload, &dead.priority, &dead.run_at,
+                &dead.attempts, &dead.max_attempts, &dead.last_error, &dead.created_at,
+            ],
+        )
+        .await
+    };
+    let clear_params: [&(dyn tokio_postgres::types::ToSql + Sync); 1] = [&ids];
+    let clear = c.execute(&clear_stmt, &clear_params);
+    let commit = c.batch_execute("COMMIT");
+    let (run_at, _, _, ()) =
+        tokio::try_join!(requeue, bury, clear, commit).map_err(Error::db("claim: writing outcomes"))?;
+    Ok(run_at)
+}
+
+/// After the commit: metrics, events, and retry times for the poller.
+fn report(shared: &Shared, results: &[Claimed], run_at: &[SystemTime]) {
+    let now = SystemTime::now();
+    for at in run_at.iter().filter(|at| **at > now) {
+        shared.schedule.hint(*at);
+    }
+    for r in results {
+        let (resolution, error) = match &r.verdict {
+            Verdict::Done => (Resolution::Done, None),
+            Verdict::Retry { reason, .. } => (Resolution::Retry, Some(reason.clone())),
+            Verdict::Dead { reason } => (Resolution::Dead, Some(reason.clone())),
+            Verdict::Returned => (Resolution::Returned, None),
+        };
+        let outcome = resolution.as_str();
+        let labels = [
+            ("queue", r.job.queue.clone()),
+            ("task", r.job.task.clone()),
+            ("outcome", outcome.to_string()),
+        ];
+        ::metrics::counter!(metrics::JOBS, &labels).increment(1);
+        ::metrics::histogram!(metrics::JOB_DURATION, &labels).record(r.duration.as_secs_f64());
+        match resolution {
+            Resolution::Dead => tracing::warn!(job = r.job.id, task = %r.job.task, attempt = r.job.attempt, error = error.as_deref().unwrap_or(""), "job dead"),
+            Resolution::Retry => tracing::info!(job = r.job.id, task = %r.job.task, attempt = r.job.attempt, error = error.as_deref().unwrap_or(""), "job failed, will retry"),
+            _ => tracing::debug!(job = r.job.id, task = %r.job.task, outcome, "job resolved"),
+        }
+        let _ = shared.events.send(JobEvent {
+            id: r.job.id,
+            queue: r.job.queue.clone(),
+            task: r.job.task.clone(),
+            attempt: r.job.attempt,
+            resolution,
+            error,
+        });
+    }
+}

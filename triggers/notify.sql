@@ -1,0 +1,28 @@
+-- Wake-up trigger: one NOTIFY on channel `pgwake` per distinct queue among the
+-- inserted rows that are ready now, whatever the number of rows. The payload
+-- is the queue name only: notifications are hints, never data. Rows scheduled
+-- for later send nothing; the worker's poller sleeps until they are due.
+--
+-- A bulk load can skip the notifications with `SET pgwake.notify = off`
+-- (session) or `SET LOCAL pgwake.notify = off` (transaction); the fallback
+-- poll picks the jobs up.
+CREATE OR REPLACE FUNCTION pgwake.notify_jobs_inserted() RETURNS trigger
+LANGUAGE plpgsql AS $$
+DECLARE
+    q text;
+BEGIN
+    IF current_setting('pgwake.notify', true) = 'off' THEN
+        RETURN NULL;
+    END IF;
+    FOR q IN SELECT DISTINCT queue FROM pgwake_new_jobs WHERE run_at <= now() LOOP
+        PERFORM pg_notify('pgwake', q);
+    END LOOP;
+    RETURN NULL;
+END
+$$;
+
+DROP TRIGGER IF EXISTS jobs_notify ON pgwake.jobs;
+CREATE TRIGGER jobs_notify
+    AFTER INSERT ON pgwake.jobs
+    REFERENCING NEW TABLE AS pgwake_new_jobs
+    FOR EACH STATEMENT EXECUTE FUNCTION pgwake.notify_jobs_inserted();
