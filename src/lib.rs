@@ -29,6 +29,7 @@
 //! ```
 #![warn(missing_docs)]
 
+pub mod bench;
 pub mod claimer;
 pub mod client;
 pub mod config;

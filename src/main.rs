@@ -61,6 +61,8 @@ enum Command {
         #[command(subcommand)]
         action: DeadAction,
     },
+    /// Measure throughput, pickup latency and producer cost against the raw-SQL ceiling.
+    Bench(pgwake::bench::BenchArgs),
     /// Run a demo on a throwaway PostgreSQL (or --database-url).
     Demo {
         /// Use this database instead of a throwaway cluster.
@@ -303,6 +305,7 @@ async fn dispatch(command: Command) -> Result<(), Error> {
             Ok(())
         }
         Command::Dead { action } => dead_command(action).await,
+        Command::Bench(args) => pgwake::bench::run(args).await,
         Command::Demo { database_url, metrics_addr, keep_running } => {
             pgwake::demo::run(pgwake::demo::DemoOptions { database_url, metrics_addr, keep_running }).await
         }
