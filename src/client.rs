@@ -113,11 +113,12 @@ pub async fn enqueue_many<C: GenericClient>(client: &C, jobs: &[NewJob]) -> Resu
     for (i, job) in jobs.iter().enumerate() {
         job.validate().map_err(|e| match jobs.len() {
             1 => e,
-            _ => Error::Config(format!("job {}: {e}", i + 1)),
+            _ => e.at(format_args!("job {}", i + 1)),
         })?;
     }
     let task: Vec<&str> = jobs.iter().map(|j| j.task.as_str()).collect();
-    let payload: Vec<Option<&serde_json::Value>> = jobs.iter().map(|j| j.payload.as_ref()).collect();
+    let payload: Vec<Option<&serde_json::Value>> =
+        jobs.iter().map(|j| j.payload.as_ref()).collect();
     let queue: Vec<Option<&str>> = jobs.iter().map(|j| j.queue.as_deref()).collect();
     let run_at: Vec<Option<&str>> = jobs.iter().map(|j| j.run_at.as_deref()).collect();
     let priority: Vec<Option<i32>> = jobs.iter().map(|j| j.priority).collect();

@@ -228,7 +228,11 @@ mod tests {
             concurrency: 0,
             ..WorkerConfig::default()
         };
-        assert!(c.validate().unwrap_err().to_string().contains("--concurrency"));
+        assert!(c
+            .validate()
+            .unwrap_err()
+            .to_string()
+            .contains("--concurrency"));
         let c = WorkerConfig {
             queues: Some(vec!["".into()]),
             ..WorkerConfig::default()

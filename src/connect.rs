@@ -85,7 +85,12 @@ pub fn pool(config: &Config, max_size: usize) -> Result<Pool> {
         .max_size(max_size)
         .runtime(Runtime::Tokio1)
         .wait_timeout(Some(Duration::from_secs(30)))
-        .create_timeout(Some(config.get_connect_timeout().copied().unwrap_or(CONNECT_TIMEOUT_DEFAULT)))
+        .create_timeout(Some(
+            config
+                .get_connect_timeout()
+                .copied()
+                .unwrap_or(CONNECT_TIMEOUT_DEFAULT),
+        ))
         .recycle_timeout(Some(Duration::from_secs(5)))
         .build()
         .map_err(|e| Error::Config(format!("cannot build the connection pool: {e}")))

@@ -44,7 +44,8 @@ impl Selection {
     fn check(&self) -> Result<()> {
         if self.ids.is_none() && !self.all {
             return Err(Error::Config(
-                "say which dead jobs: --id N (repeatable) or --all (optionally with --queue)".into(),
+                "say which dead jobs: --id N (repeatable) or --all (optionally with --queue)"
+                    .into(),
             ));
         }
         Ok(())
@@ -52,7 +53,11 @@ impl Selection {
 }
 
 /// The newest `limit` dead jobs.
-pub async fn list<C: GenericClient>(db: &C, queue: Option<&str>, limit: i64) -> Result<Vec<DeadJob>> {
+pub async fn list<C: GenericClient>(
+    db: &C,
+    queue: Option<&str>,
+    limit: i64,
+) -> Result<Vec<DeadJob>> {
     let rows = db
         .query(include_str!("sql/dead_list.sql"), &[&queue, &limit])
         .await
@@ -94,7 +99,10 @@ pub async fn purge<C: GenericClient>(
         sel.check()?;
     }
     let secs = older_than.map(|d| d.as_secs_f64());
-    db.execute(include_str!("sql/dead_purge.sql"), &[&sel.ids, &sel.queue, &secs])
-        .await
-        .map_err(Error::db("cannot purge dead jobs"))
+    db.execute(
+        include_str!("sql/dead_purge.sql"),
+        &[&sel.ids, &sel.queue, &secs],
+    )
+    .await
+    .map_err(Error::db("cannot purge dead jobs"))
 }

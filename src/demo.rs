@@ -72,8 +72,11 @@ impl Handler for Remind {
     async fn handle(&self, job: &Job, ctx: JobContext<'_>) -> Result<Outcome, BoxError> {
         // Written in the claim transaction: commits with the job's removal.
         if let Some(tx) = ctx.transaction() {
-            tx.execute("SELECT pg_notify('pgwake_demo', $1)", &[&job.id.to_string()])
-                .await?;
+            tx.execute(
+                "SELECT pg_notify('pgwake_demo', $1)",
+                &[&job.id.to_string()],
+            )
+            .await?;
         }
         Ok(Outcome::Done)
     }
@@ -82,10 +85,19 @@ impl Handler for Remind {
 fn demo_jobs() -> Vec<NewJob> {
     let mut jobs = Vec::new();
     for i in 0..24 {
-        jobs.push(NewJob::new("resize_image", serde_json::json!({"image": format!("photo-{i}.jpg"), "width": 640})));
+        jobs.push(NewJob::new(
+            "resize_image",
+            serde_json::json!({"image": format!("photo-{i}.jpg"), "width": 640}),
+        ));
     }
     for i in 0..6 {
-        jobs.push(NewJob::new("send_email", serde_json::json!({"to": format!("user{i}@example.com")})).queue("email"));
+        jobs.push(
+            NewJob::new(
+                "send_email",
+                serde_json::json!({"to": format!("user{i}@example.com")}),
+            )
+            .queue("email"),
+        );
     }
     jobs.push(NewJob::new("sync_crm", serde_json::json!({"account": 42})).max_attempts(3));
     for i in 0..5u64 {
@@ -105,7 +117,10 @@ pub async fn run(opts: DemoOptions) -> Result<()> {
             let c = tokio::task::spawn_blocking(crate::embedded::Cluster::start)
                 .await
                 .map_err(|e| Error::Embedded(e.to_string()))??;
-            println!("PostgreSQL is up on 127.0.0.1:{} (data in a temp dir, removed on exit)", c.port());
+            println!(
+                "PostgreSQL is up on 127.0.0.1:{} (data in a temp dir, removed on exit)",
+                c.port()
+            );
             let url = c.url("postgres");
             cluster = Some(c);
             url
@@ -147,7 +162,8 @@ async fn run_on(url: &str, opts: &DemoOptions) -> Result<()> {
     let handle = crate::metrics::install();
     let stop = CancellationToken::new();
     let abort = CancellationToken::new();
-    let (addr, http) = crate::endpoint::serve(opts.metrics_addr, handle, worker.health(), stop.clone()).await?;
+    let (addr, http) =
+        crate::endpoint::serve(opts.metrics_addr, handle, worker.health(), stop.clone()).await?;
     println!("worker running; metrics at http://{addr}/metrics (Ctrl-C to stop)\n");
     let run = tokio::spawn(worker.run(stop.clone(), abort.clone()));
 
@@ -175,7 +191,9 @@ async fn run_on(url: &str, opts: &DemoOptions) -> Result<()> {
         }
     }
     println!("\n{done} done, {retried} retries, {dead} dead (see `pgwake dead list`)");
-    if let Ok(stats) = crate::stats::read(&crate::connect::pool(&crate::connect::parse_url(url)?, 1)?).await {
+    if let Ok(stats) =
+        crate::stats::read(&crate::connect::pool(&crate::connect::parse_url(url)?, 1)?).await
+    {
         print!("{}", crate::stats::render_table(&stats));
     }
     if opts.keep_running && resolved == total {

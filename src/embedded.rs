@@ -156,7 +156,10 @@ impl Cluster {
     }
 
     fn dir_path(&self) -> &Path {
-        self.dir.as_ref().map(|d| d.path()).unwrap_or(Path::new("/"))
+        self.dir
+            .as_ref()
+            .map(|d| d.path())
+            .unwrap_or(Path::new("/"))
     }
 
     fn server_options(&self) -> String {
@@ -219,7 +222,8 @@ impl Cluster {
         if out.status.success() {
             Ok(())
         } else {
-            let log = std::fs::read_to_string(self.dir_path().join("server.log")).unwrap_or_default();
+            let log =
+                std::fs::read_to_string(self.dir_path().join("server.log")).unwrap_or_default();
             let tail: String = log.lines().rev().take(5).collect::<Vec<_>>().join(" | ");
             Err(Error::Embedded(format!(
                 "{program} failed: {} {} {}",

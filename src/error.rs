@@ -52,7 +52,7 @@ pub enum Error {
 /// SQLSTATE classes that mean "this connection or node is unusable right now,
 /// try again elsewhere or later" rather than "this statement is wrong".
 const TRANSIENT_SQLSTATES: &[&str] = &[
-    "08", // connection exception
+    "08",    // connection exception
     "25006", // read_only_sql_transaction: a standby / read-only node
     "40001", // serialization_failure
     "40P01", // deadlock_detected
@@ -91,10 +91,7 @@ pub fn pg_is_connection_lost(e: &tokio_postgres::Error) -> bool {
     match e.code() {
         Some(code) => {
             let code = code.code();
-            code.starts_with("08")
-                || code.starts_with("57P")
-                || code == "25006"
-                || code == "25P03"
+            code.starts_with("08") || code.starts_with("57P") || code == "25006" || code == "25P03"
         }
         None => true,
     }
@@ -135,6 +132,15 @@ impl Error {
                 _ => true,
             },
             _ => false,
+        }
+    }
+
+    /// Prefix the message of a configuration error with where it occurred
+    /// (`stdin line 3: task must not be empty`); other errors pass through.
+    pub fn at(self, place: impl std::fmt::Display) -> Error {
+        match self {
+            Error::Config(m) => Error::Config(format!("{place}: {m}")),
+            other => other,
         }
     }
 

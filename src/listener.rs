@@ -113,11 +113,7 @@ impl Listener {
     /// One connection's life: connect, LISTEN, wake everyone, then relay
     /// notifications and ping until the connection fails or `shutdown`.
     /// Returns how it ended and whether LISTEN was ever up.
-    async fn run_once(
-        &self,
-        shutdown: &CancellationToken,
-        reconnect: bool,
-    ) -> (SessionEnd, bool) {
+    async fn run_once(&self, shutdown: &CancellationToken, reconnect: bool) -> (SessionEnd, bool) {
         let connect = self.config.db.connect(NoTls);
         let (client, mut connection) = tokio::select! {
             _ = shutdown.cancelled() => return (SessionEnd::Shutdown, false),

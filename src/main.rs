@@ -34,7 +34,10 @@ struct Db {
 impl Db {
     fn config(&self) -> Result<tokio_postgres::Config, Error> {
         let url = self.database_url.as_deref().ok_or_else(|| {
-            Error::Config("no database: set DATABASE_URL or pass --database-url postgres://USER@HOST/DB".into())
+            Error::Config(
+                "no database: set DATABASE_URL or pass --database-url postgres://USER@HOST/DB"
+                    .into(),
+            )
         })?;
         connect::parse_url(url)
     }
@@ -219,7 +222,9 @@ impl SelectArgs {
 fn init_logging(format: &str, default_level: &str) {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default_level));
-    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
     if format == "json" {
         builder.json().init();
     } else {
@@ -230,10 +235,16 @@ fn init_logging(format: &str, default_level: &str) {
 /// One line for a person: what failed and what to do. Never the URL.
 fn explain(e: &Error) -> String {
     match e {
-        Error::Db { context, source } | Error::Pool { context, source: deadpool_postgres::PoolError::Backend(source) } => {
+        Error::Db { context, source }
+        | Error::Pool {
+            context,
+            source: deadpool_postgres::PoolError::Backend(source),
+        } => {
             let hint = if source.as_db_error().is_none() {
                 "; check DATABASE_URL (host, port) and that the server is running"
-            } else if source.code().map(|c| c.code()) == Some("28P01") || source.code().map(|c| c.code()) == Some("28000") {
+            } else if source.code().map(|c| c.code()) == Some("28P01")
+                || source.code().map(|c| c.code()) == Some("28000")
+            {
                 "; check the user and password in DATABASE_URL"
             } else if source.code().map(|c| c.code()) == Some("3D000") {
                 "; create the database or fix its name in DATABASE_URL"
@@ -256,9 +267,16 @@ fn exit_code(e: &Error) -> ExitCode {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     // The demo prints every outcome itself; its logs would repeat them.
-    let level = if matches!(cli.command, Command::Demo { .. }) { "warn" } else { "info" };
+    let level = if matches!(cli.command, Command::Demo { .. }) {
+        "warn"
+    } else {
+        "info"
+    };
     init_logging(&cli.log_format, level);
-    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
         Ok(r) => r,
         Err(e) => {
             eprintln!("pgwake: error: cannot start the async runtime: {e}");
@@ -284,9 +302,15 @@ async fn dispatch(command: Command) -> Result<(), Error> {
             let mut client = connect::connect(&db.config()?).await?;
             let report = schema::migrate(&mut client).await?;
             if report.applied.is_empty() {
-                println!("schema is current (version {}); triggers re-applied", report.version);
+                println!(
+                    "schema is current (version {}); triggers re-applied",
+                    report.version
+                );
             } else {
-                println!("applied migrations {:?}; schema at version {}", report.applied, report.version);
+                println!(
+                    "applied migrations {:?}; schema at version {}",
+                    report.applied, report.version
+                );
             }
             Ok(())
         }
@@ -306,8 +330,17 @@ async fn dispatch(command: Command) -> Result<(), Error> {
         }
         Command::Dead { action } => dead_command(action).await,
         Command::Bench(args) => pgwake::bench::run(args).await,
-        Command::Demo { database_url, metrics_addr, keep_running } => {
-            pgwake::demo::run(pgwake::demo::DemoOptions { database_url, metrics_addr, keep_running }).await
+        Command::Demo {
+            database_url,
+            metrics_addr,
+            keep_running,
+        } => {
+            pgwake::demo::run(pgwake::demo::DemoOptions {
+                database_url,
+                metrics_addr,
+                keep_running,
+            })
+            .await
         }
     }
 }
@@ -338,7 +371,8 @@ async fn run(args: RunArgs) -> Result<(), Error> {
     let stop = CancellationToken::new();
     let abort = CancellationToken::new();
     let handle = pgwake::metrics::install();
-    let (addr, http) = pgwake::endpoint::serve(args.metrics_addr, handle, worker.health(), abort.clone()).await?;
+    let (addr, http) =
+        pgwake::endpoint::serve(args.metrics_addr, handle, worker.health(), abort.clone()).await?;
     tracing::info!(%addr, "serving /metrics, /health, /ready");
     spawn_signal_handler(stop.clone(), abort.clone())?;
     let result = worker.run(stop, abort.clone()).await;
@@ -350,7 +384,10 @@ async fn run(args: RunArgs) -> Result<(), Error> {
 /// First SIGTERM/SIGINT: stop (graceful). Second: abort (skip the grace).
 fn spawn_signal_handler(stop: CancellationToken, abort: CancellationToken) -> Result<(), Error> {
     use tokio::signal::unix::{signal, SignalKind};
-    let io = |source| Error::Io { context: "cannot install signal handlers".into(), source };
+    let io = |source| Error::Io {
+        context: "cannot install signal handlers".into(),
+        source,
+    };
     let mut term = signal(SignalKind::terminate()).map_err(io)?;
     let mut int = signal(SignalKind::interrupt()).map_err(io)?;
     tokio::spawn(async move {
@@ -362,7 +399,9 @@ fn spawn_signal_handler(stop: CancellationToken, abort: CancellationToken) -> Re
             }
             seen += 1;
             if seen == 1 {
-                tracing::info!("signal received: finishing running jobs (send again to stop at once)");
+                tracing::info!(
+                    "signal received: finishing running jobs (send again to stop at once)"
+                );
                 stop.cancel();
             } else {
                 tracing::warn!("second signal: handing running jobs back now");
@@ -384,7 +423,9 @@ async fn enqueue(args: EnqueueArgs) -> Result<(), Error> {
         job.queue = args.queue;
         job.run_at = match (args.run_at, args.delay) {
             (Some(at), _) => Some(at),
-            (None, Some(d)) => Some(humantime::format_rfc3339_micros(std::time::SystemTime::now() + d).to_string()),
+            (None, Some(d)) => {
+                Some(humantime::format_rfc3339_micros(std::time::SystemTime::now() + d).to_string())
+            }
             (None, None) => None,
         };
         job.priority = args.priority;
@@ -396,21 +437,28 @@ async fn enqueue(args: EnqueueArgs) -> Result<(), Error> {
     }
     let mut client = connect::connect(&args.db.config()?).await?;
     schema::check(&client).await?;
-    let tx = client.transaction().await.map_err(Error::db("enqueue: begin"))?;
+    let tx = client
+        .transaction()
+        .await
+        .map_err(Error::db("enqueue: begin"))?;
     let mut ids = Vec::with_capacity(jobs.len());
     for (n, chunk) in jobs.chunks(NDJSON_BATCH).enumerate() {
         let first = n * NDJSON_BATCH + 1;
-        let chunk_ids = enqueue_many(&tx, chunk).await.map_err(|e| match (&e, jobs.len() > 1) {
-            (Error::Config(m), true) => Error::Config(format!("lines {first}–{}: {m}", first + chunk.len() - 1)),
-            _ => e,
-        })?;
+        let chunk_ids = enqueue_many(&tx, chunk)
+            .await
+            .map_err(|e| e.at(format_args!("jobs {first}–{}", first + chunk.len() - 1)))?;
         ids.extend(chunk_ids);
     }
     tx.commit().await.map_err(Error::db("enqueue: commit"))?;
     if ids.len() == 1 {
         println!("{}", ids[0]);
     } else {
-        println!("enqueued {} jobs (ids {}–{})", ids.len(), ids[0], ids[ids.len() - 1]);
+        println!(
+            "enqueued {} jobs (ids {}–{})",
+            ids.len(),
+            ids[0],
+            ids[ids.len() - 1]
+        );
     }
     Ok(())
 }
@@ -421,13 +469,17 @@ const NDJSON_BATCH: usize = 5000;
 fn read_ndjson(input: impl BufRead) -> Result<Vec<NewJob>, Error> {
     let mut jobs = Vec::new();
     for (i, line) in input.lines().enumerate() {
-        let line = line.map_err(|source| Error::Io { context: "reading stdin".into(), source })?;
+        let line = line.map_err(|source| Error::Io {
+            context: "reading stdin".into(),
+            source,
+        })?;
         if line.trim().is_empty() {
             continue;
         }
         let job: NewJob = serde_json::from_str(&line)
             .map_err(|e| Error::Config(format!("stdin line {}: {e}", i + 1)))?;
-        job.validate().map_err(|e| Error::Config(format!("stdin line {}: {e}", i + 1)))?;
+        job.validate()
+            .map_err(|e| e.at(format_args!("stdin line {}", i + 1)))?;
         jobs.push(job);
     }
     Ok(jobs)
@@ -435,19 +487,32 @@ fn read_ndjson(input: impl BufRead) -> Result<Vec<NewJob>, Error> {
 
 async fn dead_command(action: DeadAction) -> Result<(), Error> {
     match action {
-        DeadAction::List { db, queue, limit, json } => {
+        DeadAction::List {
+            db,
+            queue,
+            limit,
+            json,
+        } => {
             let client = connect::connect(&db.config()?).await?;
             schema::check(&client).await?;
             let rows = dead::list(&client, queue.as_deref(), limit).await?;
             if json {
-                println!("{}", serde_json::to_string_pretty(&rows).unwrap_or_default());
+                println!(
+                    "{}",
+                    serde_json::to_string_pretty(&rows).unwrap_or_default()
+                );
             } else if rows.is_empty() {
                 println!("no dead jobs");
             } else {
                 for r in rows {
                     println!(
                         "{:>8}  {:<12} {:<20} attempts {}/{}  died {}  {}",
-                        r.id, r.queue, r.task, r.attempts, r.max_attempts, r.failed_at,
+                        r.id,
+                        r.queue,
+                        r.task,
+                        r.attempts,
+                        r.max_attempts,
+                        r.failed_at,
                         r.last_error.unwrap_or_default()
                     );
                 }
@@ -461,7 +526,11 @@ async fn dead_command(action: DeadAction) -> Result<(), Error> {
             println!("moved {} dead jobs back to the queue", ids.len());
             Ok(())
         }
-        DeadAction::Purge { db, sel, older_than } => {
+        DeadAction::Purge {
+            db,
+            sel,
+            older_than,
+        } => {
             let client = connect::connect(&db.config()?).await?;
             schema::check(&client).await?;
             let n = dead::purge(&client, &sel.selection(), older_than).await?;
@@ -470,4 +539,3 @@ async fn dead_command(action: DeadAction) -> Result<(), Error> {
         }
     }
 }
-

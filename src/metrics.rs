@@ -88,7 +88,10 @@ pub fn describe() {
     );
     describe_counter!(NOTIFICATIONS, "NOTIFY messages received by the listener");
     describe_gauge!(LISTENER_CONNECTED, "1 while the LISTEN connection is up");
-    describe_counter!(LISTENER_RECONNECTS, "Times the listener connected again after a loss");
+    describe_counter!(
+        LISTENER_RECONNECTS,
+        "Times the listener connected again after a loss"
+    );
     describe_gauge!(
         QUEUE_DEPTH,
         "Jobs waiting in pgwake.jobs by queue and state (ready, scheduled); running jobs excluded"
@@ -117,17 +120,32 @@ pub fn describe() {
         NOTIFY_QUEUE_USAGE,
         "Fraction of the server's NOTIFY queue in use (pg_notification_queue_usage)"
     );
-    describe_gauge!(QUEUE_TABLE_DEAD_TUPLES, "Dead tuples of pgwake.jobs (pg_stat_user_tables)");
-    describe_gauge!(POOL_CONNECTIONS, "Claim pool connections by state (in_use, idle)");
+    describe_gauge!(
+        QUEUE_TABLE_DEAD_TUPLES,
+        "Dead tuples of pgwake.jobs (pg_stat_user_tables)"
+    );
+    describe_gauge!(
+        POOL_CONNECTIONS,
+        "Claim pool connections by state (in_use, idle)"
+    );
     describe_counter!(SAMPLER_ERRORS, "Database sampling queries that failed");
     describe_gauge!(
         SAMPLER_DURATION,
         Unit::Seconds,
         "Duration of the last database sampling query"
     );
-    describe_gauge!(READY, "1 when the database and the listener (unless --no-listen) are up");
-    describe_gauge!(BUILD_INFO, "Always 1; the version label names the pgwake version");
-    describe_counter!(LEASES_RESCUED, "Expired lease-mode jobs moved back to pgwake.jobs");
+    describe_gauge!(
+        READY,
+        "1 when the database and the listener (unless --no-listen) are up"
+    );
+    describe_gauge!(
+        BUILD_INFO,
+        "Always 1; the version label names the pgwake version"
+    );
+    describe_counter!(
+        LEASES_RESCUED,
+        "Expired lease-mode jobs moved back to pgwake.jobs"
+    );
 }
 
 static HANDLE: OnceLock<PrometheusHandle> = OnceLock::new();

@@ -88,10 +88,10 @@ impl Poller {
     pub async fn run(self, shutdown: CancellationToken) {
         loop {
             let tick = jitter(self.interval);
-            let until_due = self
-                .schedule
-                .take_until()
-                .map(|at| at.duration_since(SystemTime::now()).unwrap_or(Duration::ZERO));
+            let until_due = self.schedule.take_until().map(|at| {
+                at.duration_since(SystemTime::now())
+                    .unwrap_or(Duration::ZERO)
+            });
             let sleep = until_due.map_or(tick, |d| d.min(tick));
             tokio::select! {
                 _ = shutdown.cancelled() => return,

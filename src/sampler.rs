@@ -114,14 +114,17 @@ impl Sampler {
         let mut now_queues = HashSet::new();
         for q in &s.queues {
             let name = q.queue.clone();
-            ::metrics::gauge!(metrics::QUEUE_DEPTH, "queue" => name.clone(), "state" => "ready").set(q.ready as f64);
+            ::metrics::gauge!(metrics::QUEUE_DEPTH, "queue" => name.clone(), "state" => "ready")
+                .set(q.ready as f64);
             ::metrics::gauge!(metrics::QUEUE_DEPTH, "queue" => name.clone(), "state" => "scheduled").set(q.scheduled as f64);
-            ::metrics::gauge!(metrics::QUEUE_OLDEST_READY_AGE, "queue" => name.clone()).set(q.oldest_ready_age);
+            ::metrics::gauge!(metrics::QUEUE_OLDEST_READY_AGE, "queue" => name.clone())
+                .set(q.oldest_ready_age);
             ::metrics::gauge!(metrics::DEAD_JOBS, "queue" => name.clone()).set(q.dead as f64);
             now_queues.insert(name);
         }
         for gone in self.seen_queues.difference(&now_queues) {
-            ::metrics::gauge!(metrics::QUEUE_DEPTH, "queue" => gone.clone(), "state" => "ready").set(0.0);
+            ::metrics::gauge!(metrics::QUEUE_DEPTH, "queue" => gone.clone(), "state" => "ready")
+                .set(0.0);
             ::metrics::gauge!(metrics::QUEUE_DEPTH, "queue" => gone.clone(), "state" => "scheduled").set(0.0);
             ::metrics::gauge!(metrics::QUEUE_OLDEST_READY_AGE, "queue" => gone.clone()).set(0.0);
             ::metrics::gauge!(metrics::DEAD_JOBS, "queue" => gone.clone()).set(0.0);
@@ -129,7 +132,8 @@ impl Sampler {
         self.seen_queues.extend(now_queues);
         let mut now_apps = HashSet::new();
         for (app, n) in &s.idle_in_transaction {
-            ::metrics::gauge!(metrics::IDLE_IN_TX_SESSIONS, "application" => app.clone()).set(*n as f64);
+            ::metrics::gauge!(metrics::IDLE_IN_TX_SESSIONS, "application" => app.clone())
+                .set(*n as f64);
             now_apps.insert(app.clone());
         }
         for gone in self.seen_apps.difference(&now_apps) {

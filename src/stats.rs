@@ -39,7 +39,12 @@ pub async fn read(pool: &deadpool_postgres::Pool) -> Result<Vec<QueueStats>> {
 
 /// Render as a fixed-width table.
 pub fn render_table(stats: &[QueueStats]) -> String {
-    let width = stats.iter().map(|s| s.queue.chars().count()).max().unwrap_or(5).max(5);
+    let width = stats
+        .iter()
+        .map(|s| s.queue.chars().count())
+        .max()
+        .unwrap_or(5)
+        .max(5);
     let mut out = format!(
         "{:<width$}  {:>10}  {:>10}  {:>10}  {:>16}\n",
         "QUEUE", "READY", "SCHEDULED", "DEAD", "OLDEST READY (s)"

@@ -109,10 +109,18 @@ fn row_to_job(row: &Row) -> (Job, Option<String>, f64) {
 
 /// Claim up to `batch` jobs and run them; returns how many were claimed.
 pub(crate) async fn claim_and_run(shared: &Shared, trigger: Trigger) -> Result<usize> {
-    let conn = shared.pool.get().await.map_err(Error::pool("claim: no connection"))?;
+    let conn = shared
+        .pool
+        .get()
+        .await
+        .map_err(Error::pool("claim: no connection"))?;
     let limit = shared.config.batch as i64;
     let stmt = conn
-        .prepare_cached(if shared.config.queues.is_some() { CLAIM_QUEUES } else { CLAIM_ALL })
+        .prepare_cached(if shared.config.queues.is_some() {
+            CLAIM_QUEUES
+        } else {
+            CLAIM_ALL
+        })
         .await
         .map_err(Error::db("claim: prepare"))?;
     let tx = OpenTx { conn: Some(conn) };
@@ -128,9 +136,12 @@ pub(crate) async fn claim_and_run(shared: &Shared, trigger: Trigger) -> Result<u
     begun.map_err(Error::db("claim: begin"))?;
     let rows = rows.map_err(Error::db("claim"))?;
     let hit = if rows.is_empty() { "empty" } else { "hit" };
-    ::metrics::counter!(metrics::CLAIMS, "trigger" => trigger.as_str(), "result" => hit).increment(1);
+    ::metrics::counter!(metrics::CLAIMS, "trigger" => trigger.as_str(), "result" => hit)
+        .increment(1);
     if rows.is_empty() {
-        c.batch_execute("COMMIT").await.map_err(Error::db("claim: commit"))?;
+        c.batch_execute("COMMIT")
+            .await
+            .map_err(Error::db("claim: commit"))?;
         tx.committed();
         return Ok(0);
     }
@@ -235,7 +246,9 @@ async fn run_one(
         // Earlier jobs of this batch ran without a statement on the
         // connection: restart the server's idle-in-transaction clock so the
         // whole batch is not cut off by a limit meant for one job.
-        c.simple_query("").await.map_err(Error::db("claim: keepalive"))?;
+        c.simple_query("")
+            .await
+            .map_err(Error::db("claim: keepalive"))?;
         *last_statement = Instant::now();
     }
     let gauge = ::metrics::gauge!(metrics::JOBS_IN_FLIGHT, "queue" => job.queue.clone());
@@ -256,7 +269,9 @@ async fn run_one(
     gauge.decrement(1.0);
     let verdict = match execution {
         Execution::Finished(Outcome::Done) => Verdict::Done,
-        Execution::Finished(Outcome::Retry { reason, after }) => retry_or_bury(shared, job, reason, after),
+        Execution::Finished(Outcome::Retry { reason, after }) => {
+            retry_or_bury(shared, job, reason, after)
+        }
         Execution::Failed(reason) => retry_or_bury(shared, job, reason, None),
         Execution::Finished(Outcome::Fail { reason }) => Verdict::Dead { reason },
         Execution::Interrupted => Verdict::Returned,
@@ -327,11 +342,16 @@ async fn finish(c: &Object, ids: &[i64], results: &[Claimed]) -> Result<Vec<Syst
     for r in results {
         match &r.verdict {
             Verdict::Done => {}
-            Verdict::Retry { reason, delay } => {
-                back.push(&r.job, Some(delay.as_secs_f64()), r.job.attempt, Some(reason.clone()))
-            }
+            Verdict::Retry { reason, delay } => back.push(
+                &r.job,
+                Some(delay.as_secs_f64()),
+                r.job.attempt,
+                Some(reason.clone()),
+            ),
             Verdict::Returned => back.push(&r.job, None, r.job.attempt - 1, r.last_error.clone()),
-            Verdict::Dead { reason } => dead.push(&r.job, None, r.job.attempt, Some(reason.clone())),
+            Verdict::Dead { reason } => {
+                dead.push(&r.job, None, r.job.attempt, Some(reason.clone()))
+            }
         }
     }
     let (requeue_stmt, bury_stmt, clear_stmt) = tokio::try_join!(
@@ -347,8 +367,17 @@ async fn finish(c: &Object, ids: &[i64], results: &[Claimed]) -> Result<Vec<Syst
         c.query(
             &requeue_stmt,
             &[
-                &back.id, &back.queue, &back.task, &back.payload, &back.priority, &back.run_at,
-                &back.delay, &back.attempts, &back.max_attempts, &back.last_error, &back.created_at,
+                &back.id,
+                &back.queue,
+                &back.task,
+                &back.payload,
+                &back.priority,
+                &back.run_at,
+                &back.delay,
+                &back.attempts,
+                &back.max_attempts,
+                &back.last_error,
+                &back.created_at,
             ],
         )
         .await
@@ -361,8 +390,16 @@ async fn finish(c: &Object, ids: &[i64], results: &[Claimed]) -> Result<Vec<Syst
         c.execute(
             &bury_stmt,
             &[
-                &dead.id, &dead.queue, &dead.task, &dead.payload, &dead.priority, &dead.run_at,
-                &dead.attempts, &dead.max_attempts, &dead.last_error, &dead.created_at,
+                &dead.id,
+                &dead.queue,
+                &dead.task,
+                &dead.payload,
+                &dead.priority,
+                &dead.run_at,
+                &dead.attempts,
+                &dead.max_attempts,
+                &dead.last_error,
+                &dead.created_at,
             ],
         )
         .await
@@ -370,8 +407,8 @@ async fn finish(c: &Object, ids: &[i64], results: &[Claimed]) -> Result<Vec<Syst
     let clear_params: [&(dyn tokio_postgres::types::ToSql + Sync); 1] = [&ids];
     let clear = c.execute(&clear_stmt, &clear_params);
     let commit = c.batch_execute("COMMIT");
-    let (run_at, _, _, ()) =
-        tokio::try_join!(requeue, bury, clear, commit).map_err(Error::db("claim: writing outcomes"))?;
+    let (run_at, _, _, ()) = tokio::try_join!(requeue, bury, clear, commit)
+        .map_err(Error::db("claim: writing outcomes"))?;
     Ok(run_at)
 }
 
@@ -397,8 +434,12 @@ fn report(shared: &Shared, results: &[Claimed], run_at: &[SystemTime]) {
         ::metrics::counter!(metrics::JOBS, &labels).increment(1);
         ::metrics::histogram!(metrics::JOB_DURATION, &labels).record(r.duration.as_secs_f64());
         match resolution {
-            Resolution::Dead => tracing::warn!(job = r.job.id, task = %r.job.task, attempt = r.job.attempt, error = error.as_deref().unwrap_or(""), "job dead"),
-            Resolution::Retry => tracing::info!(job = r.job.id, task = %r.job.task, attempt = r.job.attempt, error = error.as_deref().unwrap_or(""), "job failed, will retry"),
+            Resolution::Dead => {
+                tracing::warn!(job = r.job.id, task = %r.job.task, attempt = r.job.attempt, error = error.as_deref().unwrap_or(""), "job dead")
+            }
+            Resolution::Retry => {
+                tracing::info!(job = r.job.id, task = %r.job.task, attempt = r.job.attempt, error = error.as_deref().unwrap_or(""), "job failed, will retry")
+            }
             _ => tracing::debug!(job = r.job.id, task = %r.job.task, outcome, "job resolved"),
         }
         let _ = shared.events.send(JobEvent {

@@ -123,7 +123,9 @@ impl Worker {
             crate::schema::check(&client).await?;
             for task in self.registry_tasks() {
                 if let Some(h) = self.registry.get(&task) {
-                    h.check(&client).await.map_err(|e| Error::Config(e.to_string()))?;
+                    h.check(&client)
+                        .await
+                        .map_err(|e| Error::Config(e.to_string()))?;
                 }
             }
         }
@@ -211,7 +213,10 @@ impl Worker {
         if !drained {
             tracing::warn!("grace period over: interrupting running jobs and handing them back");
             abort.cancel();
-            if tokio::time::timeout(HARD_DEADLINE, join_all(&mut claimers)).await.is_err() {
+            if tokio::time::timeout(HARD_DEADLINE, join_all(&mut claimers))
+                .await
+                .is_err()
+            {
                 tracing::error!("claim tasks did not stop within the hard deadline; leaving them to the server's rollback");
                 claimers.abort_all();
             }

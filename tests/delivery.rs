@@ -15,7 +15,10 @@ async fn a_job_inserted_while_the_worker_idles_runs_because_of_notify() {
     let ledger = Ledger::default();
     // Poll interval one minute: within this test only NOTIFY can explain a pickup.
     let worker = Worker::builder(db.config())
-        .config(WorkerConfig { poll_interval: Duration::from_secs(60), ..test_config() })
+        .config(WorkerConfig {
+            poll_interval: Duration::from_secs(60),
+            ..test_config()
+        })
         .handler("t", ok_handler(&ledger))
         .build()
         .unwrap();
@@ -44,10 +47,16 @@ async fn poll_only_mode_processes_everything() {
         .build()
         .unwrap();
     let mut w = Running::start(worker);
-    w.next_events(300, Duration::from_secs(60), |e| e.resolution == Resolution::Done).await;
+    w.next_events(300, Duration::from_secs(60), |e| {
+        e.resolution == Resolution::Done
+    })
+    .await;
     // Jobs inserted later are found by the poll too.
     let more = insert_jobs(&db, "t", 5).await;
-    w.next_events(5, Duration::from_secs(30), |e| e.resolution == Resolution::Done).await;
+    w.next_events(5, Duration::from_secs(30), |e| {
+        e.resolution == Resolution::Done
+    })
+    .await;
     w.shutdown().await;
     let all: Vec<i64> = ids.into_iter().chain(more).collect();
     assert_eq!(ledger.check(&all), vec![], "no job ran twice");
@@ -60,13 +69,20 @@ async fn ten_thousand_jobs_at_concurrency_8_batch_50_each_run_exactly_once() {
     let ledger = Ledger::default();
     let ids = insert_jobs(&db, "t", 10_000).await;
     let worker = Worker::builder(db.config())
-        .config(WorkerConfig { concurrency: 8, batch: 50, ..test_config() })
+        .config(WorkerConfig {
+            concurrency: 8,
+            batch: 50,
+            ..test_config()
+        })
         .handler("t", ok_handler(&ledger))
         .build()
         .unwrap();
     let started = std::time::Instant::now();
     let mut w = Running::start(worker);
-    w.next_events(10_000, Duration::from_secs(300), |e| e.resolution == Resolution::Done).await;
+    w.next_events(10_000, Duration::from_secs(300), |e| {
+        e.resolution == Resolution::Done
+    })
+    .await;
     let took = started.elapsed();
     w.shutdown().await;
     println!("10,000 jobs, concurrency 8, batch 50: {took:?}");
@@ -82,13 +98,19 @@ async fn a_scheduled_job_never_runs_before_its_run_at_and_does_run_after_it() {
     let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
     let seen2 = seen.clone();
     let worker = Worker::builder(db.config())
-        .config(WorkerConfig { poll_interval: Duration::from_millis(300), ..test_config() })
+        .config(WorkerConfig {
+            poll_interval: Duration::from_millis(300),
+            ..test_config()
+        })
         .handler(
             "t",
             Recording {
                 ledger: ledger.clone(),
                 behaviour: move |job: &pgwake::Job| {
-                    seen2.lock().unwrap().push((job.id, SystemTime::now(), job.run_at));
+                    seen2
+                        .lock()
+                        .unwrap()
+                        .push((job.id, SystemTime::now(), job.run_at));
                     Ok(pgwake::Outcome::Done)
                 },
             },
@@ -99,9 +121,12 @@ async fn a_scheduled_job_never_runs_before_its_run_at_and_does_run_after_it() {
     w.until_listening().await;
     let client = db.client().await;
     let run_at = SystemTime::now() + Duration::from_secs(2);
-    let id = enqueue(&client, &NewJob::new("t", serde_json::json!({})).run_at(run_at))
-        .await
-        .unwrap();
+    let id = enqueue(
+        &client,
+        &NewJob::new("t", serde_json::json!({})).run_at(run_at),
+    )
+    .await
+    .unwrap();
     let ev = w.next_events(1, Duration::from_secs(30), |_| true).await;
     assert_eq!(ev[0].id, id);
     let (_, ran, due) = seen.lock().unwrap()[0];
@@ -115,7 +140,10 @@ async fn a_job_enqueued_in_a_rolled_back_transaction_never_runs() {
     let db = migrated_db().await;
     let ledger = Ledger::default();
     let worker = Worker::builder(db.config())
-        .config(WorkerConfig { concurrency: 1, ..test_config() })
+        .config(WorkerConfig {
+            concurrency: 1,
+            ..test_config()
+        })
         .handler("*", ok_handler(&ledger))
         .build()
         .unwrap();
@@ -123,10 +151,14 @@ async fn a_job_enqueued_in_a_rolled_back_transaction_never_runs() {
     w.until_listening().await;
     let mut client = db.client().await;
     let tx = client.transaction().await.unwrap();
-    let ghost = enqueue(&tx, &NewJob::new("ghost", serde_json::json!({}))).await.unwrap();
+    let ghost = enqueue(&tx, &NewJob::new("ghost", serde_json::json!({})))
+        .await
+        .unwrap();
     tx.rollback().await.unwrap();
     let tx = client.transaction().await.unwrap();
-    let real = enqueue(&tx, &NewJob::new("real", serde_json::json!({}))).await.unwrap();
+    let real = enqueue(&tx, &NewJob::new("real", serde_json::json!({})))
+        .await
+        .unwrap();
     tx.commit().await.unwrap();
     // The committed job arrives after the rolled-back one would have.
     let ev = w.next_events(1, Duration::from_secs(20), |_| true).await;
@@ -152,7 +184,9 @@ async fn listener_killed_with_pg_terminate_backend_reconnects_and_notify_works_a
     let mut w = Running::start(worker);
     w.until_listening().await;
     let admin = db.client().await;
-    let old = listener_pid(&admin, &db.name).await.expect("listener session exists");
+    let old = listener_pid(&admin, &db.name)
+        .await
+        .expect("listener session exists");
     let killed: bool = admin
         .query_one("SELECT pg_terminate_backend($1)", &[&old])
         .await
@@ -188,7 +222,11 @@ async fn lower_priority_numbers_run_first() {
         .unwrap();
     let ledger = Ledger::default();
     let worker = Worker::builder(db.config())
-        .config(WorkerConfig { concurrency: 1, batch: 1, ..test_config() })
+        .config(WorkerConfig {
+            concurrency: 1,
+            batch: 1,
+            ..test_config()
+        })
         .handler("t", ok_handler(&ledger))
         .build()
         .unwrap();
@@ -204,11 +242,24 @@ async fn lower_priority_numbers_run_first() {
 async fn queues_flag_restricts_what_a_worker_takes() {
     let db = migrated_db().await;
     let client = db.client().await;
-    let mine = enqueue(&client, &NewJob::new("t", serde_json::json!({})).queue("mine")).await.unwrap();
-    let theirs = enqueue(&client, &NewJob::new("t", serde_json::json!({})).queue("theirs")).await.unwrap();
+    let mine = enqueue(
+        &client,
+        &NewJob::new("t", serde_json::json!({})).queue("mine"),
+    )
+    .await
+    .unwrap();
+    let theirs = enqueue(
+        &client,
+        &NewJob::new("t", serde_json::json!({})).queue("theirs"),
+    )
+    .await
+    .unwrap();
     let ledger = Ledger::default();
     let worker = Worker::builder(db.config())
-        .config(WorkerConfig { queues: Some(vec!["mine".into()]), ..test_config() })
+        .config(WorkerConfig {
+            queues: Some(vec!["mine".into()]),
+            ..test_config()
+        })
         .handler("t", ok_handler(&ledger))
         .build()
         .unwrap();
@@ -217,7 +268,12 @@ async fn queues_flag_restricts_what_a_worker_takes() {
     assert_eq!(ev[0].id, mine);
     // A second job on `mine` proves the worker kept claiming after `theirs`
     // was skipped.
-    let later = enqueue(&client, &NewJob::new("t", serde_json::json!({})).queue("mine")).await.unwrap();
+    let later = enqueue(
+        &client,
+        &NewJob::new("t", serde_json::json!({})).queue("mine"),
+    )
+    .await
+    .unwrap();
     let ev = w.next_events(1, Duration::from_secs(20), |_| true).await;
     assert_eq!(ev[0].id, later);
     w.shutdown().await;

@@ -29,13 +29,19 @@ async fn exec_handler_gets_the_payload_on_stdin_and_the_job_in_its_environment()
     );
     let client = db.client().await;
     let payload = serde_json::json!({"image": "a b.jpg", "nested": {"x": [1, null, "é"]}});
-    let id = enqueue(&client, &NewJob::new("resize", payload.clone()).queue("images")).await.unwrap();
+    let id = enqueue(
+        &client,
+        &NewJob::new("resize", payload.clone()).queue("images"),
+    )
+    .await
+    .unwrap();
     let mut w = Running::start(worker_with(&db, &[&flag], test_config()));
     let ev = w.next_events(1, Duration::from_secs(30), |_| true).await;
     w.shutdown().await;
     assert_eq!(ev[0].resolution, Resolution::Done, "{:?}", ev[0].error);
     let stdin: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(format!("{}.stdin", out.display())).unwrap()).unwrap();
+        serde_json::from_str(&std::fs::read_to_string(format!("{}.stdin", out.display())).unwrap())
+            .unwrap();
     assert_eq!(stdin, payload);
     let env = std::fs::read_to_string(format!("{}.env", out.display())).unwrap();
     assert_eq!(
@@ -48,13 +54,25 @@ async fn exec_handler_gets_the_payload_on_stdin_and_the_job_in_its_environment()
 async fn a_failing_command_fails_the_attempt_with_its_stderr_tail() {
     let db = migrated_db().await;
     let client = db.client().await;
-    let id = enqueue(&client, &NewJob::new("bad", serde_json::json!({})).max_attempts(1)).await.unwrap();
+    let id = enqueue(
+        &client,
+        &NewJob::new("bad", serde_json::json!({})).max_attempts(1),
+    )
+    .await
+    .unwrap();
     let flag = "bad=exec:sh -c 'echo starting; echo \"disk full\" >&2; exit 3'";
     let mut w = Running::start(worker_with(&db, &[flag], test_config()));
     let ev = w.next_events(1, Duration::from_secs(30), |_| true).await;
     w.shutdown().await;
     assert_eq!(ev[0].resolution, Resolution::Dead);
-    let err: String = client.query_one("SELECT last_error FROM pgwake.dead_jobs WHERE id = $1", &[&id]).await.unwrap().get(0);
+    let err: String = client
+        .query_one(
+            "SELECT last_error FROM pgwake.dead_jobs WHERE id = $1",
+            &[&id],
+        )
+        .await
+        .unwrap()
+        .get(0);
     assert!(err.contains("exit status 3: disk full"), "{err}");
 }
 
@@ -64,33 +82,66 @@ async fn a_command_past_the_job_timeout_is_killed_with_its_children() {
     let dir = tempfile::tempdir().unwrap();
     let pidfile = dir.path().join("child.pid");
     let client = db.client().await;
-    let id = enqueue(&client, &NewJob::new("hang", serde_json::json!({})).max_attempts(1)).await.unwrap();
+    let id = enqueue(
+        &client,
+        &NewJob::new("hang", serde_json::json!({})).max_attempts(1),
+    )
+    .await
+    .unwrap();
     // The shell starts a child and waits: both must die at the timeout.
-    let flag = format!("hang=exec:sh -c 'sleep 3600 & echo $! > {}; wait'", pidfile.display());
+    let flag = format!(
+        "hang=exec:sh -c 'sleep 3600 & echo $! > {}; wait'",
+        pidfile.display()
+    );
     let mut w = Running::start(worker_with(
         &db,
         &[&flag],
-        WorkerConfig { job_timeout: Duration::from_millis(500), ..test_config() },
+        WorkerConfig {
+            job_timeout: Duration::from_millis(500),
+            ..test_config()
+        },
     ));
     let ev = w.next_events(1, Duration::from_secs(30), |_| true).await;
     w.shutdown().await;
     assert_eq!((ev[0].id, ev[0].resolution), (id, Resolution::Dead));
     assert!(ev[0].error.as_deref().unwrap_or("").contains("timed out"));
-    let pid: i32 = std::fs::read_to_string(&pidfile).unwrap().trim().parse().unwrap();
-    eventually("the grandchild is gone", Duration::from_secs(10), || async move {
-        // SAFETY: signal 0 only checks for existence.
-        unsafe { libc::kill(pid, 0) != 0 }
-    })
+    let pid: i32 = std::fs::read_to_string(&pidfile)
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    eventually(
+        "the grandchild is gone",
+        Duration::from_secs(10),
+        || async move {
+            // SAFETY: signal 0 only checks for existence.
+            unsafe { libc::kill(pid, 0) != 0 }
+        },
+    )
     .await;
 }
 
 #[test]
 fn a_command_that_does_not_exist_is_refused_at_start() {
-    let err = parse_flag("t=exec:/no/such/binary --flag").err().unwrap().to_string();
+    let err = parse_flag("t=exec:/no/such/binary --flag")
+        .err()
+        .unwrap()
+        .to_string();
     assert!(err.contains("not found"), "{err}");
-    let err = parse_flag("t=exec:definitely-not-a-command-pgwake").err().unwrap().to_string();
+    let err = parse_flag("t=exec:definitely-not-a-command-pgwake")
+        .err()
+        .unwrap()
+        .to_string();
     assert!(err.contains("not found"), "{err}");
-    for bad in ["t", "=exec:true", "t=exec:", "t=python:x", "t=sql:a.b.c", "t=sql:drop table x", "t=sql:x;y"] {
+    for bad in [
+        "t",
+        "=exec:true",
+        "t=exec:",
+        "t=python:x",
+        "t=sql:a.b.c",
+        "t=sql:drop table x",
+        "t=sql:x;y",
+    ] {
         assert!(parse_flag(bad).is_err(), "{bad} must be refused");
     }
 }
@@ -111,29 +162,64 @@ async fn sql_handler_runs_the_function_inside_the_claim_transaction() {
         )
         .await
         .unwrap();
-    let good = enqueue(&client, &NewJob::new("add", serde_json::json!({"n": 5}))).await.unwrap();
-    let bad = enqueue(&client, &NewJob::new("add", serde_json::json!({"n": -1})).max_attempts(1)).await.unwrap();
+    let good = enqueue(&client, &NewJob::new("add", serde_json::json!({"n": 5})))
+        .await
+        .unwrap();
+    let bad = enqueue(
+        &client,
+        &NewJob::new("add", serde_json::json!({"n": -1})).max_attempts(1),
+    )
+    .await
+    .unwrap();
     let mut w = Running::start(worker_with(
         &db,
         &["add=sql:app.add"],
-        WorkerConfig { concurrency: 1, batch: 10, ..test_config() },
+        WorkerConfig {
+            concurrency: 1,
+            batch: 10,
+            ..test_config()
+        },
     ));
     let evs = w.next_events(2, Duration::from_secs(30), |_| true).await;
     w.shutdown().await;
     let by_id = |id| evs.iter().find(|e| e.id == id).unwrap().resolution;
     assert_eq!(by_id(good), Resolution::Done);
     assert_eq!(by_id(bad), Resolution::Dead);
-    let totals: Vec<i32> = client.query("SELECT n FROM app.totals", &[]).await.unwrap().iter().map(|r| r.get(0)).collect();
-    assert_eq!(totals, vec![5], "the raising call's write was rolled back, the good one committed");
-    let err: String = client.query_one("SELECT last_error FROM pgwake.dead_jobs WHERE id = $1", &[&bad]).await.unwrap().get(0);
-    assert!(err.contains("negative n: -1") && err.contains("P0001"), "{err}");
+    let totals: Vec<i32> = client
+        .query("SELECT n FROM app.totals", &[])
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    assert_eq!(
+        totals,
+        vec![5],
+        "the raising call's write was rolled back, the good one committed"
+    );
+    let err: String = client
+        .query_one(
+            "SELECT last_error FROM pgwake.dead_jobs WHERE id = $1",
+            &[&bad],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert!(
+        err.contains("negative n: -1") && err.contains("P0001"),
+        "{err}"
+    );
 }
 
 #[tokio::test]
 async fn a_sql_handler_naming_a_missing_function_stops_the_worker_at_start() {
     let db = migrated_db().await;
     let worker = worker_with(&db, &["t=sql:public.nope"], test_config());
-    let err = worker.run(Default::default(), Default::default()).await.unwrap_err().to_string();
+    let err = worker
+        .run(Default::default(), Default::default())
+        .await
+        .unwrap_err()
+        .to_string();
     assert!(err.contains("does not exist"), "{err}");
 }
 
@@ -142,10 +228,15 @@ async fn the_catch_all_handler_takes_every_task() {
     let db = migrated_db().await;
     let client = db.client().await;
     for task in ["a", "weird task \"name\"", "ünïcødé"] {
-        enqueue(&client, &NewJob::new(task, serde_json::Value::Null)).await.unwrap();
+        enqueue(&client, &NewJob::new(task, serde_json::Value::Null))
+            .await
+            .unwrap();
     }
     let mut w = Running::start(worker_with(&db, &["*=exec:true"], test_config()));
     let evs = w.next_events(3, Duration::from_secs(30), |_| true).await;
     w.shutdown().await;
-    assert!(evs.iter().all(|e| e.resolution == Resolution::Done), "{evs:?}");
+    assert!(
+        evs.iter().all(|e| e.resolution == Resolution::Done),
+        "{evs:?}"
+    );
 }

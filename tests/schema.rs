@@ -22,7 +22,9 @@ async fn concurrent_migrate_leaves_one_correct_schema() {
         applied.extend(t.await.unwrap().applied);
     }
     assert_eq!(applied, vec![1], "exactly one process applied migration 1");
-    let versions: i64 = db.scalar("SELECT count(*) FROM pgwake.schema_migrations").await;
+    let versions: i64 = db
+        .scalar("SELECT count(*) FROM pgwake.schema_migrations")
+        .await;
     assert_eq!(versions, 1);
     let triggers: i64 = db
         .scalar("SELECT count(*) FROM pg_trigger WHERE tgrelid = 'pgwake.jobs'::regclass AND NOT tgisinternal")
@@ -60,7 +62,9 @@ async fn worker_refuses_a_newer_schema() {
     let db = migrated_db().await;
     db.client()
         .await
-        .batch_execute("INSERT INTO pgwake.schema_migrations (version, name) VALUES (999, 'future.sql')")
+        .batch_execute(
+            "INSERT INTO pgwake.schema_migrations (version, name) VALUES (999, 'future.sql')",
+        )
         .await
         .unwrap();
     let worker = pgwake::Worker::builder(db.config())
@@ -75,7 +79,10 @@ async fn worker_refuses_a_newer_schema() {
         .to_string();
     assert!(err.contains("newer than this pgwake knows"), "{err}");
     let mut c = db.client().await;
-    let err = pgwake::schema::migrate(&mut c).await.unwrap_err().to_string();
+    let err = pgwake::schema::migrate(&mut c)
+        .await
+        .unwrap_err()
+        .to_string();
     assert!(err.contains("upgrade pgwake"), "{err}");
 }
 
@@ -84,16 +91,31 @@ async fn check_constraints_reject_bad_rows() {
     let db = migrated_db().await;
     let c = db.client().await;
     for (sql, constraint) in [
-        ("INSERT INTO pgwake.jobs (task) VALUES ('')", "jobs_task_valid"),
-        ("INSERT INTO pgwake.jobs (task, max_attempts) VALUES ('t', 0)", "jobs_max_attempts_valid"),
-        ("INSERT INTO pgwake.jobs (task, queue) VALUES ('t', '')", "jobs_queue_valid"),
-        ("INSERT INTO pgwake.jobs (task, attempts) VALUES ('t', -1)", "jobs_attempts_valid"),
+        (
+            "INSERT INTO pgwake.jobs (task) VALUES ('')",
+            "jobs_task_valid",
+        ),
+        (
+            "INSERT INTO pgwake.jobs (task, max_attempts) VALUES ('t', 0)",
+            "jobs_max_attempts_valid",
+        ),
+        (
+            "INSERT INTO pgwake.jobs (task, queue) VALUES ('t', '')",
+            "jobs_queue_valid",
+        ),
+        (
+            "INSERT INTO pgwake.jobs (task, attempts) VALUES ('t', -1)",
+            "jobs_attempts_valid",
+        ),
     ] {
         let err = c.batch_execute(sql).await.unwrap_err();
         let msg = err.as_db_error().unwrap().message().to_string();
         assert!(msg.contains(constraint), "{sql}: {msg}");
     }
-    let err = c.batch_execute("INSERT INTO pgwake.jobs (payload) VALUES ('{}')").await.unwrap_err();
+    let err = c
+        .batch_execute("INSERT INTO pgwake.jobs (payload) VALUES ('{}')")
+        .await
+        .unwrap_err();
     assert_eq!(err.code().unwrap().code(), "23502", "task is NOT NULL");
 }
 
@@ -105,7 +127,10 @@ async fn plain_insert_and_enqueue_function_take_defaults() {
         .await
         .unwrap();
     let id: i64 = c
-        .query_one("SELECT pgwake.enqueue('fn', '[1,2]', 'mail', now() + interval '1 minute', 5, 3)", &[])
+        .query_one(
+            "SELECT pgwake.enqueue('fn', '[1,2]', 'mail', now() + interval '1 minute', 5, 3)",
+            &[],
+        )
         .await
         .unwrap()
         .get(0);
@@ -119,14 +144,24 @@ async fn plain_insert_and_enqueue_function_take_defaults() {
     assert_eq!(row.get::<_, i32>(3), 3);
     assert!(row.get::<_, bool>(4));
     let row = c
-        .query_one("SELECT queue, priority, max_attempts, payload FROM pgwake.jobs WHERE task = 'plain'", &[])
+        .query_one(
+            "SELECT queue, priority, max_attempts, payload FROM pgwake.jobs WHERE task = 'plain'",
+            &[],
+        )
         .await
         .unwrap();
     assert_eq!(row.get::<_, String>(0), "default");
     assert_eq!(row.get::<_, i32>(1), 0);
     assert_eq!(row.get::<_, i32>(2), 25);
-    assert_eq!(row.get::<_, serde_json::Value>(3), serde_json::json!({"a": 1}));
-    let only_task: i64 = c.query_one("SELECT pgwake.enqueue('t')", &[]).await.unwrap().get(0);
+    assert_eq!(
+        row.get::<_, serde_json::Value>(3),
+        serde_json::json!({"a": 1})
+    );
+    let only_task: i64 = c
+        .query_one("SELECT pgwake.enqueue('t')", &[])
+        .await
+        .unwrap()
+        .get(0);
     assert!(only_task > id);
 }
 
@@ -136,6 +171,12 @@ async fn the_queue_table_carries_aggressive_autovacuum_settings() {
     let opts: Vec<String> = db
         .scalar("SELECT reloptions FROM pg_class WHERE oid = 'pgwake.jobs'::regclass")
         .await;
-    assert!(opts.contains(&"autovacuum_vacuum_scale_factor=0".to_string()), "{opts:?}");
-    assert!(opts.contains(&"autovacuum_vacuum_cost_delay=0".to_string()), "{opts:?}");
+    assert!(
+        opts.contains(&"autovacuum_vacuum_scale_factor=0".to_string()),
+        "{opts:?}"
+    );
+    assert!(
+        opts.contains(&"autovacuum_vacuum_cost_delay=0".to_string()),
+        "{opts:?}"
+    );
 }

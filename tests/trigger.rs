@@ -19,7 +19,10 @@ async fn one_notification_per_queue_per_statement_and_none_for_future_jobs() {
     let producer = db.client().await;
     // Two autocommit statements (two transactions, so nothing is folded).
     producer
-        .execute("INSERT INTO pgwake.jobs (task, queue) SELECT 't', 'a' FROM generate_series(1, 3)", &[])
+        .execute(
+            "INSERT INTO pgwake.jobs (task, queue) SELECT 't', 'a' FROM generate_series(1, 3)",
+            &[],
+        )
         .await
         .unwrap();
     producer
@@ -81,7 +84,11 @@ async fn notify_can_be_turned_off_for_bulk_loads() {
         .unwrap();
     mark(&producer, "m").await;
     assert!(n.until_marker("m").await.is_empty());
-    assert_eq!(remaining(&db).await, 1000, "the rows are there; only the wake-up was skipped");
+    assert_eq!(
+        remaining(&db).await,
+        1000,
+        "the rows are there; only the wake-up was skipped"
+    );
 }
 
 #[tokio::test]
@@ -90,13 +97,19 @@ async fn a_megabyte_payload_never_travels_in_the_notification() {
     let mut n = Notifications::listen(&db).await;
     let producer = db.client().await;
     let big = serde_json::json!({"blob": "x".repeat(1 << 20)});
-    let id = pgwake::client::enqueue(&producer, &pgwake::client::NewJob::new("big", big).queue("huge payloads"))
-        .await
-        .unwrap();
+    let id = pgwake::client::enqueue(
+        &producer,
+        &pgwake::client::NewJob::new("big", big).queue("huge payloads"),
+    )
+    .await
+    .unwrap();
     mark(&producer, "m").await;
     assert_eq!(n.until_marker("m").await, vec!["huge payloads"]);
     let len: i32 = producer
-        .query_one("SELECT octet_length(payload::text) FROM pgwake.jobs WHERE id = $1", &[&id])
+        .query_one(
+            "SELECT octet_length(payload::text) FROM pgwake.jobs WHERE id = $1",
+            &[&id],
+        )
         .await
         .unwrap()
         .get(0);

@@ -103,7 +103,9 @@ impl Handler for ExecHandler {
             .kill_on_drop(true)
             .spawn()
             .map_err(|e| format!("cannot start {}: {e}", self.program.display()))?;
-        let mut guard = GroupGuard { pid: child.id().map(|p| p as i32) };
+        let mut guard = GroupGuard {
+            pid: child.id().map(|p| p as i32),
+        };
 
         let payload = serde_json::to_vec(&job.payload)?;
         let mut stdin = child.stdin.take().ok_or("no stdin")?;

@@ -70,7 +70,12 @@ impl TestDb {
     where
         T: for<'a> tokio_postgres::types::FromSql<'a>,
     {
-        self.client().await.query_one(sql, &[]).await.unwrap().get(0)
+        self.client()
+            .await
+            .query_one(sql, &[])
+            .await
+            .unwrap()
+            .get(0)
     }
 }
 
@@ -209,7 +214,9 @@ where
 }
 
 /// A recording handler that always succeeds.
-pub fn ok_handler(ledger: &Ledger) -> Recording<impl Fn(&Job) -> Result<Outcome, BoxError> + Send + Sync + 'static> {
+pub fn ok_handler(
+    ledger: &Ledger,
+) -> Recording<impl Fn(&Job) -> Result<Outcome, BoxError> + Send + Sync + 'static> {
     Recording {
         ledger: ledger.clone(),
         behaviour: |_: &Job| Ok(Outcome::Done),

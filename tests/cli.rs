@@ -1,0 +1,429 @@
+//! The `pgwake` binary: errors, one-shot commands, and shutdown by signal.
+
+mod common;
+
+use std::path::Path;
+use std::process::{Child, Command, Output, Stdio};
+use std::time::Duration;
+
+use common::*;
+
+fn pgwake() -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_pgwake"));
+    c.env_remove("DATABASE_URL").env("RUST_LOG", "info");
+    c
+}
+
+fn run(args: &[&str], url: Option<&str>) -> Output {
+    let mut c = pgwake();
+    if let Some(u) = url {
+        c.env("DATABASE_URL", u);
+    }
+    c.args(args).output().unwrap()
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).to_string()
+}
+
+#[test]
+fn a_malformed_database_url_exits_2_without_echoing_the_password() {
+    let o = run(
+        &["migrate"],
+        Some("postgres://app:s3cretpw@db.example:notaport/app"),
+    );
+    assert_eq!(o.status.code(), Some(2));
+    let e = stderr(&o);
+    assert!(e.contains("invalid database URL"), "{e}");
+    assert!(!e.contains("s3cretpw"), "{e}");
+}
+
+#[test]
+fn an_unreachable_database_exits_1_with_a_hint_and_no_password() {
+    let o = run(
+        &[
+            "run",
+            "--handler",
+            "t=exec:true",
+            "--metrics-addr",
+            "127.0.0.1:0",
+        ],
+        Some("postgres://app:s3cretpw@127.0.0.1:1/app?connect_timeout=2"),
+    );
+    assert_eq!(o.status.code(), Some(1));
+    let e = stderr(&o);
+    assert!(e.contains("cannot connect to the database"), "{e}");
+    assert!(e.contains("check DATABASE_URL"), "{e}");
+    assert!(!e.contains("s3cretpw"), "{e}");
+}
+
+#[test]
+fn no_database_url_at_all_exits_2() {
+    let o = run(&["stats"], None);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(stderr(&o).contains("set DATABASE_URL"), "{}", stderr(&o));
+}
+
+#[tokio::test]
+async fn a_missing_schema_says_to_run_migrate() {
+    let db = empty_db().await;
+    let o = run(
+        &[
+            "run",
+            "--handler",
+            "t=exec:true",
+            "--metrics-addr",
+            "127.0.0.1:0",
+        ],
+        Some(&db.url),
+    );
+    assert_eq!(o.status.code(), Some(1));
+    let e = stderr(&o);
+    assert!(
+        e.lines()
+            .any(|l| l.contains("schema is missing") && l.contains("run `pgwake migrate`")),
+        "{e}"
+    );
+}
+
+#[test]
+fn invalid_flags_exit_2_naming_the_flag() {
+    let url = Some("postgres://u@127.0.0.1:1/x");
+    for (args, expect) in [
+        (
+            vec!["run", "--handler", "t=exec:true", "--concurrency", "0"],
+            "--concurrency",
+        ),
+        (
+            vec!["run", "--handler", "t=exec:true", "--batch", "5000"],
+            "--batch",
+        ),
+        (
+            vec!["run", "--handler", "t=exec:true", "--poll-interval", "soon"],
+            "--poll-interval",
+        ),
+        (vec!["run", "--handler", "t=exec:/no/such/cmd"], "not found"),
+        (vec!["run", "--handler", "t=lambda:x"], "unknown kind"),
+        (
+            vec!["run", "--handler", "t=exec:true", "--queues", ""],
+            "--queues",
+        ),
+        (
+            vec![
+                "run",
+                "--handler",
+                "t=exec:true",
+                "--metrics-addr",
+                "not-an-addr",
+            ],
+            "--metrics-addr",
+        ),
+        (vec!["run"], "--handler"),
+    ] {
+        let o = run(&args, url);
+        assert_eq!(o.status.code(), Some(2), "{args:?}: {}", stderr(&o));
+        assert!(stderr(&o).contains(expect), "{args:?}: {}", stderr(&o));
+    }
+}
+
+#[tokio::test]
+async fn migrate_enqueue_stats_and_dead_work_from_the_command_line() {
+    let db = empty_db().await;
+    let url = Some(db.url.as_str());
+    let o = run(&["migrate"], url);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let o = run(&["migrate"], url);
+    assert!(String::from_utf8_lossy(&o.stdout).contains("schema is current"));
+
+    let o = run(
+        &[
+            "enqueue",
+            "--task",
+            "mail",
+            "--payload",
+            r#"{"to":"x@y.z"}"#,
+            "--queue",
+            "email",
+            "--priority",
+            "3",
+        ],
+        url,
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    let id: i64 = String::from_utf8_lossy(&o.stdout).trim().parse().unwrap();
+    let o = run(&["enqueue", "--task", "later", "--delay", "1h"], url);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let o = run(&["enqueue", "--task", "x", "--payload", "{not json"], url);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(stderr(&o).contains("--payload is not valid JSON"));
+
+    // NDJSON: all lines commit together, or none.
+    let ndjson = (0..2500)
+        .map(|i| format!(r#"{{"task":"bulk","payload":{{"i":{i}}},"queue":"bulk"}}"#))
+        .collect::<Vec<_>>()
+        .join("\n");
+    let mut child = pgwake()
+        .env("DATABASE_URL", &db.url)
+        .args(["enqueue", "--ndjson"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    use std::io::Write;
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(ndjson.as_bytes())
+        .unwrap();
+    let o = child.wait_with_output().unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(String::from_utf8_lossy(&o.stdout).contains("enqueued 2500 jobs"));
+
+    let bad = "{\"task\":\"ok\"}\n{\"task\":\"\"}\n";
+    let mut child = pgwake()
+        .env("DATABASE_URL", &db.url)
+        .args(["enqueue", "--ndjson"])
+        .stdin(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(bad.as_bytes())
+        .unwrap();
+    let o = child.wait_with_output().unwrap();
+    assert_eq!(o.status.code(), Some(2));
+    assert!(
+        stderr(&o).contains("stdin line 2: task must not be empty"),
+        "{}",
+        stderr(&o)
+    );
+    let oks: i64 = db
+        .scalar("SELECT count(*) FROM pgwake.jobs WHERE task = 'ok'")
+        .await;
+    assert_eq!(oks, 0, "nothing of a rejected batch is inserted");
+
+    let o = run(&["stats", "--json"], url);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let stats: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let by_queue = |q: &str| {
+        stats
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|s| s["queue"] == q)
+            .cloned()
+            .unwrap()
+    };
+    assert_eq!(by_queue("bulk")["ready"], 2500);
+    assert_eq!(by_queue("email")["ready"], 1);
+    assert_eq!(by_queue("default")["scheduled"], 1);
+    let o = run(&["stats"], url);
+    assert!(String::from_utf8_lossy(&o.stdout).contains("OLDEST READY"));
+
+    // Dead jobs: list, retry, purge.
+    db.client()
+        .await
+        .batch_execute(&format!(
+            "WITH d AS (DELETE FROM pgwake.jobs WHERE id = {id} RETURNING *)
+             INSERT INTO pgwake.dead_jobs (id, queue, task, payload, priority, run_at, attempts, max_attempts, last_error, created_at)
+             SELECT id, queue, task, payload, priority, run_at, 25, 25, 'gave up', created_at FROM d"
+        ))
+        .await
+        .unwrap();
+    let o = run(&["dead", "list", "--json"], url);
+    let list: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(list[0]["id"], id);
+    assert_eq!(list[0]["last_error"], "gave up");
+    let o = run(&["dead", "retry"], url);
+    assert_eq!(
+        o.status.code(),
+        Some(2),
+        "retry without --id/--all is refused"
+    );
+    let o = run(&["dead", "retry", "--id", &id.to_string()], url);
+    assert!(
+        String::from_utf8_lossy(&o.stdout).contains("moved 1 dead jobs back"),
+        "{}",
+        stderr(&o)
+    );
+    let attempts: i32 = db
+        .scalar(&format!("SELECT attempts FROM pgwake.jobs WHERE id = {id}"))
+        .await;
+    assert_eq!(attempts, 0);
+    let o = run(&["dead", "purge", "--all"], url);
+    assert!(String::from_utf8_lossy(&o.stdout).contains("purged 0"));
+}
+
+fn spawn_worker(url: &str, args: &[&str]) -> Child {
+    pgwake()
+        .env("DATABASE_URL", url)
+        .args([
+            "run",
+            "--metrics-addr",
+            "127.0.0.1:0",
+            "--poll-interval",
+            "200ms",
+        ])
+        .args(args)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap()
+}
+
+fn signal(child: &Child, sig: i32) {
+    // SAFETY: plain kill(2) on our own child.
+    unsafe {
+        libc::kill(child.id() as i32, sig);
+    }
+}
+
+async fn wait_exit(mut child: Child, within: Duration) -> Output {
+    let deadline = std::time::Instant::now() + within;
+    loop {
+        if child.try_wait().unwrap().is_some() {
+            return child.wait_with_output().unwrap();
+        }
+        if std::time::Instant::now() > deadline {
+            let _ = child.kill();
+            panic!("worker did not exit within {within:?}");
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+async fn wait_files(dir: &Path, suffix: &str, n: usize) {
+    let dir = dir.to_path_buf();
+    let suffix = suffix.to_string();
+    eventually(
+        &format!("{n} *{suffix} files"),
+        Duration::from_secs(30),
+        move || {
+            let dir = dir.clone();
+            let suffix = suffix.clone();
+            async move {
+                std::fs::read_dir(&dir)
+                    .unwrap()
+                    .filter(|e| {
+                        e.as_ref()
+                            .unwrap()
+                            .file_name()
+                            .to_string_lossy()
+                            .ends_with(&suffix)
+                    })
+                    .count()
+                    >= n
+            }
+        },
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn sigterm_lets_in_flight_jobs_finish_claims_nothing_more_and_exits_0() {
+    let db = migrated_db().await;
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path().display();
+    let handler = format!(
+        "t=exec:sh -c 'touch {d}/$PGWAKE_JOB_ID.started; while [ ! -e {d}/go ]; do sleep 0.02; done; touch {d}/$PGWAKE_JOB_ID.finished'"
+    );
+    let ids = insert_jobs(&db, "t", 4).await;
+    let child = spawn_worker(
+        &db.url,
+        &["--handler", &handler, "--concurrency", "2", "--batch", "1"],
+    );
+    wait_files(dir.path(), ".started", 2).await;
+    signal(&child, libc::SIGTERM);
+    // The two running jobs are released only after the signal.
+    std::fs::write(dir.path().join("go"), "").unwrap();
+    let o = wait_exit(child, Duration::from_secs(30)).await;
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let finished = std::fs::read_dir(dir.path())
+        .unwrap()
+        .filter(|e| {
+            e.as_ref()
+                .unwrap()
+                .file_name()
+                .to_string_lossy()
+                .ends_with(".finished")
+        })
+        .count();
+    assert_eq!(finished, 2, "both in-flight jobs finished");
+    let left: Vec<(i64, i32)> = db
+        .client()
+        .await
+        .query("SELECT id, attempts FROM pgwake.jobs ORDER BY id", &[])
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| (r.get(0), r.get(1)))
+        .collect();
+    assert_eq!(left.len(), 2, "nothing claimed after the signal: {left:?}");
+    assert!(left.iter().all(|(id, a)| ids.contains(id) && *a == 0));
+}
+
+#[tokio::test]
+async fn a_second_signal_hands_running_jobs_back_without_using_an_attempt() {
+    let db = migrated_db().await;
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path().display();
+    let handler = format!("t=exec:sh -c 'touch {d}/$PGWAKE_JOB_ID.started; sleep 3600'");
+    let ids = insert_jobs(&db, "t", 2).await;
+    let child = spawn_worker(
+        &db.url,
+        &[
+            "--handler",
+            &handler,
+            "--concurrency",
+            "2",
+            "--batch",
+            "1",
+            "--grace-period",
+            "1h",
+        ],
+    );
+    wait_files(dir.path(), ".started", 2).await;
+    signal(&child, libc::SIGTERM);
+    signal(&child, libc::SIGINT);
+    let o = wait_exit(child, Duration::from_secs(30)).await;
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let back: Vec<(i64, i32)> = db
+        .client()
+        .await
+        .query("SELECT id, attempts FROM pgwake.jobs ORDER BY id", &[])
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| (r.get(0), r.get(1)))
+        .collect();
+    assert_eq!(back, ids.iter().map(|id| (*id, 0)).collect::<Vec<_>>());
+    let pending: i64 = db.scalar("SELECT count(*) FROM pgwake.tx_attempts").await;
+    assert_eq!(pending, 0, "no attempt left counted");
+}
+
+#[tokio::test]
+async fn grace_period_exceeded_hands_jobs_back_and_exits_0() {
+    let db = migrated_db().await;
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path().display();
+    let handler = format!("t=exec:sh -c 'touch {d}/$PGWAKE_JOB_ID.started; sleep 3600'");
+    let ids = insert_jobs(&db, "t", 1).await;
+    let child = spawn_worker(&db.url, &["--handler", &handler, "--grace-period", "300ms"]);
+    wait_files(dir.path(), ".started", 1).await;
+    signal(&child, libc::SIGTERM);
+    let o = wait_exit(child, Duration::from_secs(30)).await;
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    assert!(stderr(&o).contains("grace period over"), "{}", stderr(&o));
+    let attempts: i32 = db
+        .scalar(&format!(
+            "SELECT attempts FROM pgwake.jobs WHERE id = {}",
+            ids[0]
+        ))
+        .await;
+    assert_eq!(attempts, 0);
+}
