@@ -63,6 +63,12 @@ pub(crate) struct Shared {
     pub abort: CancellationToken,
     /// `BEGIN` plus the claim transaction's `SET LOCAL`s.
     pub begin_sql: String,
+    /// Queues claimed in tx mode (`None`: all but the lease queues).
+    pub tx_queues: Option<Vec<String>>,
+    /// Queues claimed in lease mode.
+    pub lease_queues: Vec<String>,
+    /// This worker's id in `leased_jobs.worker_id`.
+    pub worker_id: String,
 }
 
 impl Shared {
@@ -76,8 +82,41 @@ impl Shared {
     }
 }
 
+/// Which delivery mode a claim round tries first.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Mode {
+    Tx,
+    Lease,
+}
+
+/// One claim: in each mode this worker has, starting with `first` (the
+/// modes alternate between rounds so neither starves the other), until one
+/// finds jobs. Returns how many were claimed.
+async fn claim_round(shared: &Shared, trigger: Trigger, first: Mode) -> crate::Result<usize> {
+    let order = match first {
+        Mode::Tx => [Mode::Tx, Mode::Lease],
+        Mode::Lease => [Mode::Lease, Mode::Tx],
+    };
+    for mode in order {
+        let claimed = match mode {
+            Mode::Tx if shared.tx_queues.as_ref().is_none_or(|q| !q.is_empty()) => {
+                crate::txmode::claim_and_run(shared, trigger).await?
+            }
+            Mode::Lease if !shared.lease_queues.is_empty() => {
+                crate::leasemode::claim_and_run(shared, trigger).await?
+            }
+            _ => 0,
+        };
+        if claimed > 0 {
+            return Ok(claimed);
+        }
+    }
+    Ok(0)
+}
+
 /// One claim task: wait, claim, run, drain; until `stop`.
 pub(crate) async fn run_task(shared: Arc<Shared>) {
+    let mut first = Mode::Tx;
     loop {
         let mut trigger = tokio::select! {
             biased;
@@ -89,7 +128,9 @@ pub(crate) async fn run_task(shared: Arc<Shared>) {
             if shared.stop.is_cancelled() {
                 return;
             }
-            match crate::txmode::claim_and_run(&shared, trigger).await {
+            let round = claim_round(&shared, trigger, first).await;
+            first = if first == Mode::Tx { Mode::Lease } else { Mode::Tx };
+            match round {
                 Ok(claimed) => {
                     shared.health.set_db(true);
                     if claimed == 0 {

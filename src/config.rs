@@ -33,6 +33,13 @@ pub const RECONNECT_MIN_DEFAULT: Duration = Duration::from_millis(100);
 pub const RECONNECT_MAX_DEFAULT: Duration = Duration::from_secs(10);
 /// Default database sampling interval for the queue/pressure gauges.
 pub const SAMPLE_INTERVAL_DEFAULT: Duration = Duration::from_secs(5);
+/// Default lease of a lease-mode job; a heartbeat renews it every third.
+pub const LEASE_DURATION_DEFAULT: Duration = Duration::from_secs(30);
+/// Default timeout of a lease-mode job (they are the long ones).
+pub const LEASE_JOB_TIMEOUT_DEFAULT: Duration = Duration::from_secs(3600);
+/// Default interval at which every worker moves expired leases back.
+pub const RESCUE_INTERVAL_DEFAULT: Duration = Duration::from_secs(5);
+
 /// How much longer than the job timeout the server lets a claim transaction
 /// sit idle before it ends the session (backs up the worker's own timeout).
 pub const IDLE_TIMEOUT_MARGIN: Duration = Duration::from_secs(5);
@@ -79,6 +86,20 @@ pub struct WorkerConfig {
     pub reconnect_min: Duration,
     /// Reconnect delay cap. Default 10 s.
     pub reconnect_max: Duration,
+    /// Queues whose jobs are claimed in `lease` mode (no transaction held
+    /// while they run). Every worker that may claim these queues must list
+    /// them: a worker that does not would claim them in `tx` mode. Default
+    /// none.
+    pub lease_queues: Vec<String>,
+    /// Lease of a lease-mode job; renewed by a heartbeat every third of it.
+    /// A worker that stops heartbeating loses its jobs after this long.
+    /// Default 30 s.
+    pub lease_duration: Duration,
+    /// Timeout of a lease-mode job. Default 1 h.
+    pub lease_job_timeout: Duration,
+    /// How often this worker moves expired leases back to the queue.
+    /// Default 5 s.
+    pub rescue_interval: Duration,
     /// Interval of the database sampling query (queue depth, pressure
     /// gauges); `None` turns sampling off. Default 5 s.
     pub sample_interval: Option<Duration>,
@@ -101,6 +122,10 @@ impl Default for WorkerConfig {
             listener_ping_timeout: LISTENER_PING_TIMEOUT_DEFAULT,
             reconnect_min: RECONNECT_MIN_DEFAULT,
             reconnect_max: RECONNECT_MAX_DEFAULT,
+            lease_queues: Vec::new(),
+            lease_duration: LEASE_DURATION_DEFAULT,
+            lease_job_timeout: LEASE_JOB_TIMEOUT_DEFAULT,
+            rescue_interval: RESCUE_INTERVAL_DEFAULT,
             sample_interval: Some(SAMPLE_INTERVAL_DEFAULT),
         }
     }
@@ -151,7 +176,15 @@ impl WorkerConfig {
                 validate_queue_name(q).map_err(|e| Error::Config(format!("--queues: {e}")))?;
             }
         }
+        for q in &self.lease_queues {
+            validate_queue_name(q).map_err(|e| Error::Config(format!("--lease-queues: {e}")))?;
+        }
+        if self.lease_duration < Duration::from_secs(1) {
+            return bad("--lease-duration must be at least 1s".into());
+        }
         for (flag, d) in [
+            ("--lease-job-timeout", self.lease_job_timeout),
+            ("--rescue-interval", self.rescue_interval),
             ("--poll-interval", self.poll_interval),
             ("--job-timeout", self.job_timeout),
             ("--retry-base", self.retry_base),
@@ -194,6 +227,17 @@ impl WorkerConfig {
             .min(self.retry_max);
         let half = full / 2;
         half + half.mul_f64(rand::random::<f64>())
+    }
+
+    /// Queues claimed in `tx` mode: `None` for "every queue but the lease
+    /// queues", else the listed queues minus the lease queues.
+    pub fn tx_queues(&self) -> Option<Vec<String>> {
+        self.queues.as_ref().map(|q| {
+            q.iter()
+                .filter(|q| !self.lease_queues.contains(q))
+                .cloned()
+                .collect()
+        })
     }
 
     /// The server-side idle-in-transaction limit of a claim transaction.

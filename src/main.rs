@@ -118,6 +118,19 @@ struct RunArgs {
     /// Time in-flight jobs get to finish after SIGTERM/SIGINT.
     #[arg(long, value_parser = duration, default_value = "20s")]
     grace_period: Duration,
+    /// Queues whose jobs run in lease mode (long jobs; no transaction held), comma-separated.
+    /// Every worker that can claim them must list them.
+    #[arg(long, value_delimiter = ',')]
+    lease_queues: Vec<String>,
+    /// Lease length of a lease-mode job (renewed every third of it).
+    #[arg(long, value_parser = duration, default_value = "30s")]
+    lease_duration: Duration,
+    /// Timeout of a lease-mode job.
+    #[arg(long, value_parser = duration, default_value = "1h")]
+    lease_job_timeout: Duration,
+    /// How often expired leases are moved back to the queue.
+    #[arg(long, value_parser = duration, default_value = "5s")]
+    rescue_interval: Duration,
     /// Database sampling interval for queue and pressure gauges.
     #[arg(long, value_parser = duration, default_value = "5s")]
     sample_interval: Duration,
@@ -358,6 +371,10 @@ async fn run(args: RunArgs) -> Result<(), Error> {
         grace_period: args.grace_period,
         sample_interval: Some(args.sample_interval),
         application_name: args.application_name,
+        lease_queues: args.lease_queues,
+        lease_duration: args.lease_duration,
+        lease_job_timeout: args.lease_job_timeout,
+        rescue_interval: args.rescue_interval,
         ..WorkerConfig::default()
     };
     config.validate()?;

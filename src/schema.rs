@@ -21,11 +21,18 @@ pub struct Migration {
 }
 
 /// Every migration this binary knows, oldest first.
-pub const MIGRATIONS: &[Migration] = &[Migration {
-    version: 1,
-    name: "0001_jobs.sql",
-    sql: include_str!("../migrations/0001_jobs.sql"),
-}];
+pub const MIGRATIONS: &[Migration] = &[
+    Migration {
+        version: 1,
+        name: "0001_jobs.sql",
+        sql: include_str!("../migrations/0001_jobs.sql"),
+    },
+    Migration {
+        version: 2,
+        name: "0002_leases.sql",
+        sql: include_str!("../migrations/0002_leases.sql"),
+    },
+];
 
 /// Idempotent definitions re-applied by every migrate.
 pub const TRIGGERS: &[(&str, &str)] = &[

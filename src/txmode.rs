@@ -23,13 +23,13 @@ use std::collections::HashMap;
 use std::time::{Duration, Instant, SystemTime};
 
 use deadpool_postgres::Object;
-use tokio_postgres::Row;
 
-use crate::claimer::{JobEvent, Shared};
+use crate::claimer::Shared;
+use crate::completion::{claimed_jobs, decide, precheck, report, Claimed, Verdict};
 use crate::error::{Error, Result};
-use crate::executor::{execute, Execution};
+use crate::executor::execute;
 use crate::handler::JobContext;
-use crate::job::{Job, Outcome, Resolution};
+use crate::job::Job;
 use crate::metrics;
 use crate::wake::Trigger;
 
@@ -76,37 +76,6 @@ impl Drop for OpenTx {
     }
 }
 
-/// What is decided for a claimed job.
-enum Verdict {
-    Done,
-    Retry { reason: String, delay: Duration },
-    Dead { reason: String },
-    Returned,
-}
-
-struct Claimed {
-    job: Job,
-    last_error: Option<String>,
-    verdict: Verdict,
-    duration: Duration,
-}
-
-fn row_to_job(row: &Row) -> (Job, Option<String>, f64) {
-    let job = Job {
-        id: row.get(0),
-        queue: row.get(1),
-        task: row.get(2),
-        payload: row.get(3),
-        priority: row.get(4),
-        run_at: row.get(5),
-        // Completed attempts so far; the pending ledger is added below.
-        attempt: row.get(6),
-        max_attempts: row.get(7),
-        created_at: row.get(9),
-    };
-    (job, row.get(8), row.get(10))
-}
-
 /// Claim up to `batch` jobs and run them; returns how many were claimed.
 pub(crate) async fn claim_and_run(shared: &Shared, trigger: Trigger) -> Result<usize> {
     let conn = shared
@@ -126,8 +95,8 @@ pub(crate) async fn claim_and_run(shared: &Shared, trigger: Trigger) -> Result<u
     let tx = OpenTx { conn: Some(conn) };
     let c = tx.conn();
     let claim = async {
-        match &shared.config.queues {
-            None => c.query(&stmt, &[&limit]).await,
+        match &shared.tx_queues {
+            None => c.query(&stmt, &[&limit, &shared.lease_queues]).await,
             Some(q) => c.query(&stmt, &[&limit, q]).await,
         }
     };
@@ -149,17 +118,7 @@ pub(crate) async fn claim_and_run(shared: &Shared, trigger: Trigger) -> Result<u
         // There is likely more: let one more task help drain.
         shared.wake.wake_one(Trigger::Drain);
     }
-    let mut claimed: Vec<(Job, Option<String>)> = Vec::with_capacity(rows.len());
-    for row in &rows {
-        let (job, last_error, ready_for) = row_to_job(row);
-        ::metrics::histogram!(metrics::PICKUP_LATENCY, "queue" => job.queue.clone())
-            .record(ready_for.max(0.0));
-        claimed.push((job, last_error));
-    }
-    // RETURNING order is not the claim order.
-    claimed.sort_by(|a, b| {
-        (a.0.priority, a.0.run_at, a.0.id).cmp(&(b.0.priority, b.0.run_at, b.0.id))
-    });
+    let mut claimed = claimed_jobs(&rows);
     let count = claimed.len();
 
     // Count the attempt where a rollback cannot erase it.
@@ -211,30 +170,9 @@ async fn run_one(
     job: &Job,
     last_statement: &mut Instant,
 ) -> Result<(Verdict, Duration)> {
-    if job.attempt > job.max_attempts {
-        return Ok((
-            Verdict::Dead {
-                reason: format!(
-                    "attempt {} exceeds max_attempts {}: earlier runs never reported an outcome (the worker crashed or lost its connection while running this job)",
-                    job.attempt, job.max_attempts
-                ),
-            },
-            Duration::ZERO,
-        ));
-    }
-    if shared.stop.is_cancelled() {
-        return Ok((Verdict::Returned, Duration::ZERO));
-    }
-    let Some(handler) = shared.registry.get(&job.task) else {
-        return Ok((
-            Verdict::Dead {
-                reason: format!(
-                    "no handler for task {:?}: register one (or a `*` catch-all) and retry it with `pgwake dead retry --id {}`",
-                    job.task, job.id
-                ),
-            },
-            Duration::ZERO,
-        ));
+    let handler = match precheck(shared, job) {
+        Ok(handler) => handler,
+        Err(verdict) => return Ok((verdict, Duration::ZERO)),
     };
     let savepoint = handler.uses_transaction();
     if savepoint {
@@ -267,15 +205,7 @@ async fn run_one(
     )
     .await;
     gauge.decrement(1.0);
-    let verdict = match execution {
-        Execution::Finished(Outcome::Done) => Verdict::Done,
-        Execution::Finished(Outcome::Retry { reason, after }) => {
-            retry_or_bury(shared, job, reason, after)
-        }
-        Execution::Failed(reason) => retry_or_bury(shared, job, reason, None),
-        Execution::Finished(Outcome::Fail { reason }) => Verdict::Dead { reason },
-        Execution::Interrupted => Verdict::Returned,
-    };
+    let verdict = decide(shared, job, execution);
     if savepoint {
         let sql = match verdict {
             Verdict::Done => "RELEASE SAVEPOINT pgwake_job",
@@ -287,19 +217,6 @@ async fn run_one(
     }
     *last_statement = Instant::now();
     Ok((verdict, duration))
-}
-
-fn retry_or_bury(shared: &Shared, job: &Job, reason: String, after: Option<Duration>) -> Verdict {
-    if job.attempt >= job.max_attempts {
-        Verdict::Dead {
-            reason: format!("{reason} (attempt {} of {})", job.attempt, job.max_attempts),
-        }
-    } else {
-        Verdict::Retry {
-            reason,
-            delay: after.unwrap_or_else(|| shared.config.retry_delay(job.attempt)),
-        }
-    }
 }
 
 /// Columns of jobs being written back (requeue) or buried.
@@ -348,7 +265,10 @@ async fn finish(c: &Object, ids: &[i64], results: &[Claimed]) -> Result<Vec<Syst
                 r.job.attempt,
                 Some(reason.clone()),
             ),
-            Verdict::Returned => back.push(&r.job, None, r.job.attempt - 1, r.last_error.clone()),
+            // (LeaseLost cannot happen in tx mode; treated as handed back.)
+            Verdict::Returned | Verdict::LeaseLost => {
+                back.push(&r.job, None, r.job.attempt - 1, r.last_error.clone())
+            }
             Verdict::Dead { reason } => {
                 dead.push(&r.job, None, r.job.attempt, Some(reason.clone()))
             }
@@ -412,43 +332,3 @@ async fn finish(c: &Object, ids: &[i64], results: &[Claimed]) -> Result<Vec<Syst
     Ok(run_at)
 }
 
-/// After the commit: metrics, events, and retry times for the poller.
-fn report(shared: &Shared, results: &[Claimed], run_at: &[SystemTime]) {
-    let now = SystemTime::now();
-    for at in run_at.iter().filter(|at| **at > now) {
-        shared.schedule.hint(*at);
-    }
-    for r in results {
-        let (resolution, error) = match &r.verdict {
-            Verdict::Done => (Resolution::Done, None),
-            Verdict::Retry { reason, .. } => (Resolution::Retry, Some(reason.clone())),
-            Verdict::Dead { reason } => (Resolution::Dead, Some(reason.clone())),
-            Verdict::Returned => (Resolution::Returned, None),
-        };
-        let outcome = resolution.as_str();
-        let labels = [
-            ("queue", r.job.queue.clone()),
-            ("task", r.job.task.clone()),
-            ("outcome", outcome.to_string()),
-        ];
-        ::metrics::counter!(metrics::JOBS, &labels).increment(1);
-        ::metrics::histogram!(metrics::JOB_DURATION, &labels).record(r.duration.as_secs_f64());
-        match resolution {
-            Resolution::Dead => {
-                tracing::warn!(job = r.job.id, task = %r.job.task, attempt = r.job.attempt, error = error.as_deref().unwrap_or(""), "job dead")
-            }
-            Resolution::Retry => {
-                tracing::info!(job = r.job.id, task = %r.job.task, attempt = r.job.attempt, error = error.as_deref().unwrap_or(""), "job failed, will retry")
-            }
-            _ => tracing::debug!(job = r.job.id, task = %r.job.task, outcome, "job resolved"),
-        }
-        let _ = shared.events.send(JobEvent {
-            id: r.job.id,
-            queue: r.job.queue.clone(),
-            task: r.job.task.clone(),
-            attempt: r.job.attempt,
-            resolution,
-            error,
-        });
-    }
-}

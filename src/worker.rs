@@ -25,6 +25,7 @@ use crate::handler::{Handler, Registry};
 use crate::health::Health;
 use crate::listener::{Listener, ListenerConfig};
 use crate::poller::{Poller, Schedule};
+use crate::rescuer::Rescuer;
 use crate::sampler::Sampler;
 use crate::wake::Wakeup;
 
@@ -152,6 +153,9 @@ impl Worker {
             events: self.events.clone(),
             stop: stop.clone(),
             abort: abort.clone(),
+            tx_queues: self.config.tx_queues(),
+            lease_queues: self.config.lease_queues.clone(),
+            worker_id: worker_id(),
         });
 
         let mut services = JoinSet::new();
@@ -159,11 +163,7 @@ impl Worker {
             let listener = Listener::new(
                 ListenerConfig {
                     db: connect::with_application_name(&self.db, &format!("{app}-listener")),
-                    queues: self
-                        .config
-                        .queues
-                        .as_ref()
-                        .map(|q| q.iter().cloned().collect::<HashSet<_>>()),
+                    queues: self.worked_queues().map(|q| q.into_iter().collect::<HashSet<_>>()),
                     ping_interval: self.config.listener_ping_interval,
                     ping_timeout: self.config.listener_ping_timeout,
                     reconnect_min: self.config.reconnect_min,
@@ -179,12 +179,14 @@ impl Worker {
         }
         let poller = Poller::new(
             pool.clone(),
-            self.config.queues.clone(),
+            self.worked_queues(),
             self.config.poll_interval,
             wake.clone(),
             schedule.clone(),
         );
         services.spawn(poller.run(service_stop.clone()));
+        let rescuer = Rescuer::new(pool.clone(), self.config.rescue_interval);
+        services.spawn(rescuer.run(service_stop.clone()));
         if let Some(interval) = self.config.sample_interval {
             let sampler = Sampler::new(pool.clone(), interval, self.health.clone());
             services.spawn(sampler.run(service_stop.clone()));
@@ -229,6 +231,19 @@ impl Worker {
         Ok(())
     }
 
+    /// Every queue this worker claims from (`None`: all).
+    fn worked_queues(&self) -> Option<Vec<String>> {
+        self.config.queues.as_ref().map(|q| {
+            let mut all = q.clone();
+            for l in &self.config.lease_queues {
+                if !all.contains(l) {
+                    all.push(l.clone());
+                }
+            }
+            all
+        })
+    }
+
     fn registry_tasks(&self) -> Vec<String> {
         self.registry.tasks()
     }
@@ -242,4 +257,18 @@ async fn join_all(set: &mut JoinSet<()>) {
             }
         }
     }
+}
+
+/// `host:pid:random`, unique per worker process run; stored with each lease.
+fn worker_id() -> String {
+    let mut buf = [0u8; 256];
+    // SAFETY: the buffer is valid for its length; gethostname NUL-terminates
+    // or truncates.
+    let host = if unsafe { libc::gethostname(buf.as_mut_ptr().cast(), buf.len()) } == 0 {
+        let end = buf.iter().position(|b| *b == 0).unwrap_or(buf.len());
+        String::from_utf8_lossy(&buf[..end]).into_owned()
+    } else {
+        "unknown".into()
+    };
+    format!("{host}:{}:{:08x}", std::process::id(), rand::random::<u32>())
 }

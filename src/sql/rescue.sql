@@ -1,0 +1,38 @@
+-- Move expired leases back: to pgwake.jobs (ready now; the insert trigger
+-- wakes every listening worker) or, when that was the last attempt, to
+-- pgwake.dead_jobs. SKIP LOCKED + DELETE: two rescuers running at once
+-- requeue each job exactly once. $1: most rows per run.
+WITH expired AS (
+    DELETE FROM pgwake.leased_jobs
+    WHERE id = ANY(ARRAY(
+        SELECT id FROM pgwake.leased_jobs
+        WHERE lease_until < now()
+        ORDER BY lease_until
+        LIMIT $1
+        FOR UPDATE SKIP LOCKED))
+    RETURNING *
+),
+requeued AS (
+    INSERT INTO pgwake.jobs
+        (id, queue, task, payload, priority, run_at, attempts, max_attempts, last_error, created_at)
+    SELECT id, queue, task, payload, priority, now(), attempts, max_attempts,
+           format('lease expired on attempt %s (worker %s stopped heartbeating)', attempts, worker_id),
+           created_at
+    FROM expired WHERE attempts < max_attempts
+    RETURNING queue
+),
+buried AS (
+    INSERT INTO pgwake.dead_jobs
+        (id, queue, task, payload, priority, run_at, attempts, max_attempts, last_error, created_at)
+    SELECT id, queue, task, payload, priority, run_at, attempts, max_attempts,
+           format('lease expired on the last attempt (%s of %s; worker %s stopped heartbeating)',
+                  attempts, max_attempts, worker_id),
+           created_at
+    FROM expired WHERE attempts >= max_attempts
+    ON CONFLICT (id) DO UPDATE SET
+        attempts = excluded.attempts, last_error = excluded.last_error, failed_at = now()
+    RETURNING queue
+)
+SELECT queue, 'requeued' AS what FROM requeued
+UNION ALL
+SELECT queue, 'dead' FROM buried
