@@ -114,6 +114,11 @@ async fn claim_round(shared: &Shared, trigger: Trigger, first: Mode) -> crate::R
     Ok(0)
 }
 
+/// One claim round, tx mode first (see [`crate::Worker::claim_once`]).
+pub(crate) async fn claim_round_once(shared: &Shared) -> crate::Result<usize> {
+    claim_round(shared, Trigger::Poll, Mode::Tx).await
+}
+
 /// One claim task: wait, claim, run, drain; until `stop`.
 pub(crate) async fn run_task(shared: Arc<Shared>) {
     let mut first = Mode::Tx;

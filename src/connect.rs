@@ -43,6 +43,9 @@ pub fn parse_url(url: &str) -> Result<Config> {
     // also pings.
     config.keepalives(true);
     config.keepalives_idle(Duration::from_secs(30));
+    // Sent data unacknowledged this long (the peer vanished mid-request)
+    // fails the connection instead of hanging on TCP retransmits for ~15 min.
+    config.tcp_user_timeout(Duration::from_secs(30));
     Ok(config)
 }
 

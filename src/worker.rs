@@ -36,6 +36,7 @@ pub const HARD_DEADLINE: Duration = Duration::from_secs(5);
 /// Builds a [`Worker`].
 pub struct WorkerBuilder {
     db: tokio_postgres::Config,
+    listen_db: Option<tokio_postgres::Config>,
     config: WorkerConfig,
     registry: Registry,
 }
@@ -59,6 +60,14 @@ impl WorkerBuilder {
         self
     }
 
+    /// LISTEN through a different connection than the claims use: e.g.
+    /// claims through PgBouncer in transaction mode (which cannot LISTEN)
+    /// and LISTEN directly to the server. Default: the same database.
+    pub fn listen_database(mut self, db: tokio_postgres::Config) -> Self {
+        self.listen_db = Some(db);
+        self
+    }
+
     /// Validate the configuration and build the worker (no I/O yet).
     pub fn build(self) -> Result<Worker> {
         self.config.validate()?;
@@ -68,12 +77,26 @@ impl WorkerBuilder {
             ));
         }
         let (events, _) = broadcast::channel(4096);
+        let app = &self.config.application_name;
+        let db = connect::with_application_name(&self.db, app);
+        // Pools connect lazily: building them does no I/O.
+        let pool = connect::pool(&db, self.config.concurrency + 2)?;
+        let mut attempts_db = connect::with_application_name(&self.db, &format!("{app}-ledger"));
+        // Losing a pending attempt count in a server crash is harmless (see
+        // migrations/0001); not waiting for its fsync keeps claims fast.
+        attempts_db.options("-c synchronous_commit=off");
+        let attempts_pool = connect::pool(&attempts_db, 2)?;
+        let listen_db = self.listen_db.unwrap_or_else(|| self.db.clone());
         Ok(Worker {
             health: Arc::new(Health::new(self.config.listen)),
-            db: self.db,
+            db,
+            listen_db,
+            pool,
+            attempts_pool,
             config: self.config,
             registry: self.registry,
             events,
+            worker_id: worker_id(),
         })
     }
 }
@@ -81,6 +104,10 @@ impl WorkerBuilder {
 /// A pgwake worker.
 pub struct Worker {
     db: tokio_postgres::Config,
+    listen_db: tokio_postgres::Config,
+    pool: deadpool_postgres::Pool,
+    attempts_pool: deadpool_postgres::Pool,
+    worker_id: String,
     config: WorkerConfig,
     registry: Registry,
     events: broadcast::Sender<JobEvent>,
@@ -92,6 +119,7 @@ impl Worker {
     pub fn builder(db: tokio_postgres::Config) -> WorkerBuilder {
         WorkerBuilder {
             db,
+            listen_db: None,
             config: WorkerConfig::default(),
             registry: Registry::default(),
         }
@@ -117,52 +145,21 @@ impl Worker {
     /// run until `stop` is cancelled; `abort` (the second signal) skips the
     /// grace period. Returns `Ok` after a clean shutdown.
     pub async fn run(self, stop: CancellationToken, abort: CancellationToken) -> Result<()> {
-        let app = &self.config.application_name;
-        let db = connect::with_application_name(&self.db, app);
-        {
-            let client = connect::connect(&db).await?;
-            crate::schema::check(&client).await?;
-            for task in self.registry_tasks() {
-                if let Some(h) = self.registry.get(&task) {
-                    h.check(&client)
-                        .await
-                        .map_err(|e| Error::Config(e.to_string()))?;
-                }
-            }
-        }
+        self.check().await?;
         self.health.set_db(true);
-        let pool = connect::pool(&db, self.config.concurrency + 2)?;
-        let mut attempts_db = connect::with_application_name(&self.db, &format!("{app}-ledger"));
-        // Losing a pending attempt count in a server crash is harmless (see
-        // migrations/0001); not waiting for its fsync keeps claims fast.
-        attempts_db.options("-c synchronous_commit=off");
-        let attempts_pool = connect::pool(&attempts_db, 2)?;
-
+        let pool = self.pool.clone();
+        let attempts_pool = self.attempts_pool.clone();
+        let app = &self.config.application_name;
         let wake = Arc::new(Wakeup::default());
         let schedule = Arc::new(Schedule::default());
         let service_stop = CancellationToken::new();
-        let shared = Arc::new(Shared {
-            begin_sql: crate::txmode::begin_sql(&self.config),
-            config: self.config.clone(),
-            pool: pool.clone(),
-            attempts_pool: attempts_pool.clone(),
-            registry: self.registry.clone(),
-            wake: wake.clone(),
-            schedule: schedule.clone(),
-            health: self.health.clone(),
-            events: self.events.clone(),
-            stop: stop.clone(),
-            abort: abort.clone(),
-            tx_queues: self.config.tx_queues(),
-            lease_queues: self.config.lease_queues.clone(),
-            worker_id: worker_id(),
-        });
+        let shared = Arc::new(self.shared(wake.clone(), schedule.clone(), stop.clone(), abort.clone()));
 
         let mut services = JoinSet::new();
         if self.config.listen {
             let listener = Listener::new(
                 ListenerConfig {
-                    db: connect::with_application_name(&self.db, &format!("{app}-listener")),
+                    db: connect::with_application_name(&self.listen_db, &format!("{app}-listener")),
                     queues: self.worked_queues().map(|q| q.into_iter().collect::<HashSet<_>>()),
                     ping_interval: self.config.listener_ping_interval,
                     ping_timeout: self.config.listener_ping_timeout,
@@ -231,6 +228,66 @@ impl Worker {
         Ok(())
     }
 
+    /// Start-up checks: the database answers, the schema is this binary's,
+    /// every handler is usable.
+    pub async fn check(&self) -> Result<()> {
+        let client = connect::connect(&self.db).await?;
+        crate::schema::check(&client).await?;
+        for task in self.registry.tasks() {
+            if let Some(h) = self.registry.get(&task) {
+                h.check(&client)
+                    .await
+                    .map_err(|e| Error::Config(e.to_string()))?;
+            }
+        }
+        Ok(())
+    }
+
+    fn shared(
+        &self,
+        wake: Arc<Wakeup>,
+        schedule: Arc<Schedule>,
+        stop: CancellationToken,
+        abort: CancellationToken,
+    ) -> Shared {
+        Shared {
+            begin_sql: crate::txmode::begin_sql(&self.config),
+            config: self.config.clone(),
+            pool: self.pool.clone(),
+            attempts_pool: self.attempts_pool.clone(),
+            registry: self.registry.clone(),
+            wake,
+            schedule,
+            health: self.health.clone(),
+            events: self.events.clone(),
+            stop,
+            abort,
+            tx_queues: self.config.tx_queues(),
+            lease_queues: self.config.lease_queues.clone(),
+            worker_id: self.worker_id.clone(),
+        }
+    }
+
+    /// Run one claim round in the calling task, on the worker's own pools:
+    /// claim (in each delivery mode this worker has) and run up to a batch,
+    /// write the outcomes, and return how many jobs were claimed. Dropping
+    /// the future at any point loses no job and leaves no pooled connection
+    /// in a transaction. For tests and tools; `run` is the service.
+    pub async fn claim_once(&self) -> Result<usize> {
+        let shared = self.shared(
+            Arc::new(Wakeup::default()),
+            Arc::new(Schedule::default()),
+            CancellationToken::new(),
+            CancellationToken::new(),
+        );
+        crate::claimer::claim_round_once(&shared).await
+    }
+
+    /// The claim pool (for embedding applications and tests).
+    pub fn pool(&self) -> &deadpool_postgres::Pool {
+        &self.pool
+    }
+
     /// Every queue this worker claims from (`None`: all).
     fn worked_queues(&self) -> Option<Vec<String>> {
         self.config.queues.as_ref().map(|q| {
@@ -244,9 +301,6 @@ impl Worker {
         })
     }
 
-    fn registry_tasks(&self) -> Vec<String> {
-        self.registry.tasks()
-    }
 }
 
 async fn join_all(set: &mut JoinSet<()>) {

@@ -9,7 +9,10 @@
 //! Exit status 0 is success; anything else is a failed attempt whose stderr
 //! tail becomes `last_error`. stdout goes to the worker's stdout. At the job
 //! timeout (or a shutdown past its grace period) the whole process group is
-//! killed with SIGKILL.
+//! killed with SIGKILL, and the command is killed too if the worker process
+//! dies (`PR_SET_PDEATHSIG`). Processes the command starts in the background
+//! are not covered by the latter; run pgwake under systemd or Kubernetes,
+//! which kill the whole group, or `exec` the long-running program.
 
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
@@ -90,7 +93,8 @@ impl Drop for GroupGuard {
 #[async_trait]
 impl Handler for ExecHandler {
     async fn handle(&self, job: &Job, _ctx: JobContext<'_>) -> Result<Outcome, BoxError> {
-        let mut child = Command::new(&self.program)
+        let mut cmd = Command::new(&self.program);
+        cmd
             .args(&self.args)
             .env("PGWAKE_JOB_ID", job.id.to_string())
             .env("PGWAKE_TASK", &job.task)
@@ -100,7 +104,18 @@ impl Handler for ExecHandler {
             .stdout(Stdio::inherit())
             .stderr(Stdio::piped())
             .process_group(0)
-            .kill_on_drop(true)
+            .kill_on_drop(true);
+        // If the worker itself dies (kill -9, OOM), take the command with it:
+        // the database hands the job to another worker at once, and the
+        // first run must not go on beside the second.
+        // SAFETY: prctl is async-signal-safe; nothing else runs in the child.
+        unsafe {
+            cmd.pre_exec(|| {
+                libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
+                Ok(())
+            });
+        }
+        let mut child = cmd
             .spawn()
             .map_err(|e| format!("cannot start {}: {e}", self.program.display()))?;
         let mut guard = GroupGuard {

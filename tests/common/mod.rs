@@ -383,3 +383,102 @@ impl Notifications {
         }
     }
 }
+
+/// The `chaos_worker` example binary (built by `cargo test`).
+pub fn chaos_worker_bin() -> std::path::PathBuf {
+    let exe = std::env::current_exe().unwrap();
+    // target/<profile>/deps/<test> → target/<profile>/examples/chaos_worker
+    let dir = exe.parent().unwrap().parent().unwrap();
+    let bin = dir.join("examples").join("chaos_worker");
+    assert!(bin.exists(), "{} missing: run the tests with `cargo test`, which builds the examples", bin.display());
+    bin
+}
+
+/// Create the run ledger the chaos worker writes.
+pub async fn create_run_ledger(db: &TestDb) {
+    db.client()
+        .await
+        .batch_execute(
+            "CREATE TABLE pgwake_runs (job_id bigint NOT NULL, attempt int NOT NULL, pid int NOT NULL,
+                                       overlap bool NOT NULL, at timestamptz NOT NULL DEFAULT clock_timestamp())",
+        )
+        .await
+        .unwrap();
+}
+
+/// (job_id, attempt, pid, overlap) rows of the run ledger, in run order.
+pub async fn ledger_runs(db: &TestDb) -> Vec<(i64, i32, i32, bool)> {
+    db.client()
+        .await
+        .query("SELECT job_id, attempt, pid, overlap FROM pgwake_runs ORDER BY at, job_id", &[])
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| (r.get(0), r.get(1), r.get(2), r.get(3)))
+        .collect()
+}
+
+/// A chaos worker child process; killed (SIGKILL) on drop if still running.
+pub struct ChaosWorker {
+    pub child: std::process::Child,
+}
+
+impl ChaosWorker {
+    pub fn spawn(db: &TestDb, extra: &[&str]) -> ChaosWorker {
+        let child = std::process::Command::new(chaos_worker_bin())
+            .args(["--database-url", &db.url])
+            .args(extra)
+            .env("RUST_LOG", "warn")
+            .stdout(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
+        ChaosWorker { child }
+    }
+
+    pub fn pid(&self) -> i32 {
+        self.child.id() as i32
+    }
+
+    /// `kill -9` and reap.
+    pub fn kill9(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
+    /// SIGTERM, then wait for a clean exit.
+    pub async fn terminate(mut self) -> std::process::ExitStatus {
+        // SAFETY: kill(2) on our own child.
+        unsafe {
+            libc::kill(self.pid(), libc::SIGTERM);
+        }
+        let deadline = std::time::Instant::now() + Duration::from_secs(60);
+        loop {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                return status;
+            }
+            assert!(std::time::Instant::now() < deadline, "worker did not exit after SIGTERM");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+}
+
+impl Drop for ChaosWorker {
+    fn drop(&mut self) {
+        if let Ok(None) = self.child.try_wait() {
+            self.kill9();
+        }
+    }
+}
+
+/// Wait until the run ledger satisfies `cond`.
+pub async fn until_runs(db: &TestDb, what: &str, timeout: Duration, cond: impl Fn(&[(i64, i32, i32, bool)]) -> bool) {
+    let deadline = tokio::time::Instant::now() + timeout;
+    loop {
+        let runs = ledger_runs(db).await;
+        if cond(&runs) {
+            return;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "timed out waiting for: {what}; runs so far: {runs:?}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}

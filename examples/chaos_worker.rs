@@ -1,0 +1,112 @@
+//! A worker process for fault tests and the soak (`examples/soak.rs`): a
+//! real `pgwake::Worker` whose handler records every run in
+//! `pgwake_runs(job_id, attempt, pid, overlap)` on its own connection — so
+//! runs whose transaction later rolls back are recorded too — and holds a
+//! session advisory lock on the job id while it runs: if another run of the
+//! same job is alive, the lock is taken and the run records `overlap`.
+//!
+//! Tasks: `work` sleeps 0..=`--sleep-ms` ms; `block` blocks on its first
+//! attempt (to be killed) and succeeds after; `poison` always blocks;
+//! `flaky` fails one run in five.
+//!
+//! ```text
+//! cargo run --example chaos_worker -- --database-url URL [--lease] [--concurrency 16]
+//! ```
+
+use std::time::Duration;
+
+use pgwake::{async_trait, BoxError, Handler, Job, JobContext, Outcome, Worker, WorkerConfig};
+use tokio_util::sync::CancellationToken;
+
+struct Chaos {
+    ledger: deadpool_postgres::Pool,
+    sleep_ms: u64,
+}
+
+#[async_trait]
+impl Handler for Chaos {
+    async fn handle(&self, job: &Job, _ctx: JobContext<'_>) -> Result<Outcome, BoxError> {
+        let conn = self.ledger.get().await?;
+        let locked: bool = conn
+            .query_one("SELECT pg_try_advisory_lock($1)", &[&job.id])
+            .await?
+            .get(0);
+        conn.execute(
+            "INSERT INTO pgwake_runs (job_id, attempt, pid, overlap) VALUES ($1, $2, $3, $4)",
+            &[&job.id, &job.attempt, &(std::process::id() as i32), &!locked],
+        )
+        .await?;
+        let result = match job.task.as_str() {
+            "poison" => {
+                std::future::pending::<()>().await;
+                Ok(Outcome::Done)
+            }
+            "block" if job.attempt == 1 => {
+                std::future::pending::<()>().await;
+                Ok(Outcome::Done)
+            }
+            "flaky" if rand::random::<u8>() % 5 == 0 => Err("flaky failure".into()),
+            _ => {
+                let ms = rand::random::<u64>() % (self.sleep_ms + 1);
+                tokio::time::sleep(Duration::from_millis(ms)).await;
+                Ok(Outcome::Done)
+            }
+        };
+        if locked {
+            conn.execute("SELECT pg_advisory_unlock($1)", &[&job.id]).await?;
+        }
+        result
+    }
+}
+
+fn arg<T: std::str::FromStr>(args: &[String], name: &str, default: T) -> T {
+    args.iter()
+        .position(|a| a == name)
+        .and_then(|i| args.get(i + 1))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+#[tokio::main]
+async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let args: Vec<String> = std::env::args().collect();
+    let url: String = arg(&args, "--database-url", String::new());
+    let db = pgwake::connect::parse_url(&url)?;
+    let lease = args.iter().any(|a| a == "--lease");
+    let ledger = pgwake::connect::pool(&pgwake::connect::with_application_name(&db, "chaos-ledger"), 64)?;
+    let config = WorkerConfig {
+        concurrency: arg(&args, "--concurrency", 16),
+        batch: arg(&args, "--batch", 10),
+        poll_interval: Duration::from_millis(arg(&args, "--poll-ms", 500)),
+        listen: !args.iter().any(|a| a == "--no-listen"),
+        lease_queues: if lease { vec!["default".into()] } else { vec![] },
+        lease_duration: Duration::from_millis(arg(&args, "--lease-ms", 2000)),
+        rescue_interval: Duration::from_millis(arg(&args, "--rescue-ms", 500)),
+        retry_base: Duration::from_millis(50),
+        retry_max: Duration::from_millis(500),
+        reconnect_min: Duration::from_millis(50),
+        reconnect_max: Duration::from_secs(1),
+        job_timeout: Duration::from_secs(30),
+        sample_interval: None,
+        ..WorkerConfig::default()
+    };
+    let worker = Worker::builder(db)
+        .config(config)
+        .handler("*", Chaos { ledger, sleep_ms: arg(&args, "--sleep-ms", 5) })
+        .build()?;
+    let stop = CancellationToken::new();
+    let abort = CancellationToken::new();
+    let s = stop.clone();
+    tokio::spawn(async move {
+        let _ = tokio::signal::ctrl_c().await;
+        s.cancel();
+    });
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
+    let s = stop.clone();
+    tokio::spawn(async move {
+        term.recv().await;
+        s.cancel();
+    });
+    worker.run(stop, abort).await?;
+    Ok(())
+}
