@@ -482,3 +482,15 @@ pub async fn until_runs(db: &TestDb, what: &str, timeout: Duration, cond: impl F
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }
+
+/// A database on a private throwaway cluster, for tests that restart or stop
+/// the server (they must not disturb other tests). Durable commits, as in
+/// production: a crash loses nothing that was acknowledged.
+pub async fn private_cluster_db() -> (Cluster, TestDb) {
+    let options = pgwake::embedded::ClusterOptions { durable: true, ..Default::default() };
+    let cluster = tokio::task::spawn_blocking(move || Cluster::start_with(options)).await.unwrap().unwrap();
+    let db = TestDb { url: cluster.url("postgres"), name: "postgres".into() };
+    let mut client = db.client().await;
+    pgwake::schema::migrate(&mut client).await.unwrap();
+    (cluster, db)
+}
