@@ -7,7 +7,7 @@
 //!
 //! Tasks: `work` sleeps 0..=`--sleep-ms` ms; `block` blocks on its first
 //! attempt (to be killed) and succeeds after; `poison` always blocks;
-//! `flaky` fails one run in five.
+//! `flaky` fails one run in five; `hog` blocks its thread for an hour.
 //!
 //! ```text
 //! cargo run --example chaos_worker -- --database-url URL [--lease] [--concurrency 16]
@@ -37,6 +37,11 @@ impl Handler for Chaos {
         )
         .await?;
         let result = match job.task.as_str() {
+            "hog" => {
+                // Ignores cancellation: blocks its thread.
+                std::thread::sleep(Duration::from_secs(3600));
+                Ok(Outcome::Done)
+            }
             "poison" => {
                 std::future::pending::<()>().await;
                 Ok(Outcome::Done)
@@ -67,8 +72,16 @@ fn arg<T: std::str::FromStr>(args: &[String], name: &str, default: T) -> T {
         .unwrap_or(default)
 }
 
-#[tokio::main]
-async fn main() -> Result<(), Box<dyn std::error::Error>> {
+fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let runtime = tokio::runtime::Runtime::new()?;
+    let result = runtime.block_on(run());
+    // Like `pgwake run`: a handler that blocks its thread must not keep the
+    // process alive after the worker returned.
+    runtime.shutdown_timeout(Duration::from_secs(1));
+    result
+}
+
+async fn run() -> Result<(), Box<dyn std::error::Error>> {
     let args: Vec<String> = std::env::args().collect();
     let url: String = arg(&args, "--database-url", String::new());
     let db = pgwake::connect::parse_url(&url)?;
@@ -88,6 +101,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         reconnect_max: Duration::from_secs(1),
         job_timeout: Duration::from_secs(30),
         sample_interval: None,
+        grace_period: Duration::from_millis(arg(&args, "--grace-ms", 20_000)),
         ..WorkerConfig::default()
     };
     let worker = Worker::builder(db)

@@ -62,8 +62,15 @@ pub(crate) async fn claim_and_run(shared: &Shared, trigger: Trigger) -> Result<u
             Ok(handler) => run_with_heartbeat(shared, &job, handler.as_ref()).await,
             Err(verdict) => (verdict, Duration::ZERO),
         };
-        let claimed = Claimed { job, last_error, verdict, duration };
-        let run_at = complete(shared, &claimed).await;
+        let mut claimed = Claimed { job, last_error, verdict, duration };
+        let run_at = match complete(shared, &claimed).await {
+            Some(run_at) => run_at,
+            // Fenced out: the job is someone else's now.
+            None => {
+                claimed.verdict = Verdict::LeaseLost;
+                Vec::new()
+            }
+        };
         report(shared, std::slice::from_ref(&claimed), &run_at);
         results.push(claimed);
     }
@@ -135,10 +142,10 @@ async fn renew(shared: &Shared, job: &Job) -> Result<bool> {
 /// Write the outcome, fenced by (id, attempt), retrying a failed write with
 /// backoff for up to one lease length (after that the lease has expired and
 /// the rescuer owns the job; at worst it runs again). Returns the new run_at
-/// of a retried job.
-async fn complete(shared: &Shared, c: &Claimed) -> Vec<SystemTime> {
+/// of a retried job, or `None` when the write was fenced out or abandoned.
+async fn complete(shared: &Shared, c: &Claimed) -> Option<Vec<SystemTime>> {
     if matches!(c.verdict, Verdict::LeaseLost) {
-        return Vec::new();
+        return None;
     }
     let give_up = Instant::now() + shared.config.lease_duration;
     let mut backoff = ExponentialBuilder::default()
@@ -151,9 +158,9 @@ async fn complete(shared: &Shared, c: &Claimed) -> Vec<SystemTime> {
         match write_outcome(shared, c).await {
             Ok((0, _)) => {
                 tracing::warn!(job = c.job.id, attempt = c.job.attempt, "late completion fenced: the lease was rescued, the job will run again");
-                return Vec::new();
+                return None;
             }
-            Ok((_, run_at)) => return run_at,
+            Ok((_, run_at)) => return Some(run_at),
             Err(e) if Instant::now() < give_up => {
                 let delay = backoff.next().unwrap_or(shared.config.reconnect_max);
                 tracing::warn!(job = c.job.id, error = %e, retry_in = ?delay, "writing a lease-mode outcome failed");
@@ -161,7 +168,7 @@ async fn complete(shared: &Shared, c: &Claimed) -> Vec<SystemTime> {
             }
             Err(e) => {
                 tracing::error!(job = c.job.id, error = %e, "giving up on writing the outcome; the lease will expire and the job run again");
-                return Vec::new();
+                return None;
             }
         }
     }

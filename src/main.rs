@@ -88,6 +88,10 @@ fn duration(s: &str) -> Result<Duration, String> {
 struct RunArgs {
     #[command(flatten)]
     db: Db,
+    /// LISTEN through this database URL instead of DATABASE_URL, e.g. when
+    /// claims go through PgBouncer in transaction mode (which cannot LISTEN).
+    #[arg(long, env = "PGWAKE_LISTEN_DATABASE_URL", hide_env_values = true)]
+    listen_database_url: Option<String>,
     /// Handler per task: TASK=exec:COMMAND [ARGS] or TASK=sql:FUNCTION; `*` matches every task. Repeatable.
     #[arg(long = "handler", value_name = "TASK=KIND:SPEC", required = true)]
     handlers: Vec<String>,
@@ -380,6 +384,9 @@ async fn run(args: RunArgs) -> Result<(), Error> {
     config.validate()?;
     let db = args.db.config()?;
     let mut builder = Worker::builder(db).config(config);
+    if let Some(url) = &args.listen_database_url {
+        builder = builder.listen_database(connect::parse_url(url)?);
+    }
     for flag in &args.handlers {
         let (task, handler) = pgwake::handlers::parse_flag(flag)?;
         builder = builder.handler_arc(&task, handler);
