@@ -73,6 +73,10 @@ fn arg<T: std::str::FromStr>(args: &[String], name: &str, default: T) -> T {
 }
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
+    tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+        .with_writer(std::io::stderr)
+        .init();
     let runtime = tokio::runtime::Runtime::new()?;
     let result = runtime.block_on(run());
     // Like `pgwake run`: a handler that blocks its thread must not keep the
@@ -110,17 +114,7 @@ async fn run() -> Result<(), Box<dyn std::error::Error>> {
         .build()?;
     let stop = CancellationToken::new();
     let abort = CancellationToken::new();
-    let s = stop.clone();
-    tokio::spawn(async move {
-        let _ = tokio::signal::ctrl_c().await;
-        s.cancel();
-    });
-    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
-    let s = stop.clone();
-    tokio::spawn(async move {
-        term.recv().await;
-        s.cancel();
-    });
+    pgwake::signals::spawn(stop.clone(), abort.clone(), worker.config().grace_period)?;
     worker.run(stop, abort).await?;
     Ok(())
 }

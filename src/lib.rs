@@ -52,6 +52,7 @@ pub mod poller;
 pub mod rescuer;
 pub mod sampler;
 pub mod schema;
+pub mod signals;
 pub mod stats;
 mod txmode;
 pub mod wake;

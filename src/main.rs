@@ -398,43 +398,11 @@ async fn run(args: RunArgs) -> Result<(), Error> {
     let (addr, http) =
         pgwake::endpoint::serve(args.metrics_addr, handle, worker.health(), abort.clone()).await?;
     tracing::info!(%addr, "serving /metrics, /health, /ready");
-    spawn_signal_handler(stop.clone(), abort.clone())?;
+    pgwake::signals::spawn(stop.clone(), abort.clone(), worker.config().grace_period)?;
     let result = worker.run(stop, abort.clone()).await;
     abort.cancel();
     let _ = http.await;
     result
-}
-
-/// First SIGTERM/SIGINT: stop (graceful). Second: abort (skip the grace).
-fn spawn_signal_handler(stop: CancellationToken, abort: CancellationToken) -> Result<(), Error> {
-    use tokio::signal::unix::{signal, SignalKind};
-    let io = |source| Error::Io {
-        context: "cannot install signal handlers".into(),
-        source,
-    };
-    let mut term = signal(SignalKind::terminate()).map_err(io)?;
-    let mut int = signal(SignalKind::interrupt()).map_err(io)?;
-    tokio::spawn(async move {
-        let mut seen = 0;
-        loop {
-            tokio::select! {
-                _ = term.recv() => {}
-                _ = int.recv() => {}
-            }
-            seen += 1;
-            if seen == 1 {
-                tracing::info!(
-                    "signal received: finishing running jobs (send again to stop at once)"
-                );
-                stop.cancel();
-            } else {
-                tracing::warn!("second signal: handing running jobs back now");
-                abort.cancel();
-                return;
-            }
-        }
-    });
-    Ok(())
 }
 
 async fn enqueue(args: EnqueueArgs) -> Result<(), Error> {
