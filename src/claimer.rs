@@ -14,7 +14,10 @@
 //! Database errors never end a task: it backs off (capped, jittered) and
 //! tries again, and the worker reports not-ready meanwhile.
 
+use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
+
+use futures::FutureExt;
 use std::time::Duration;
 
 use backon::{BackoffBuilder, ExponentialBuilder};
@@ -133,7 +136,16 @@ pub(crate) async fn run_task(shared: Arc<Shared>) {
             if shared.stop.is_cancelled() {
                 return;
             }
-            let round = claim_round(&shared, trigger, first).await;
+            // A bug in a claim round must not take the task down with it:
+            // the round's claim transaction rolls back (its jobs return), and
+            // the task carries on.
+            let round = AssertUnwindSafe(claim_round(&shared, trigger, first))
+                .catch_unwind()
+                .await
+                .unwrap_or_else(|panic| {
+                    tracing::error!(panic = ?panic.downcast_ref::<&str>().copied().or(panic.downcast_ref::<String>().map(|s| s.as_str())), "claim round panicked; its jobs return to the queue");
+                    Err(crate::Error::Config("claim round panicked".into()))
+                });
             first = if first == Mode::Tx { Mode::Lease } else { Mode::Tx };
             match round {
                 Ok(claimed) => {

@@ -27,40 +27,74 @@ pub(crate) enum Verdict {
 
 pub(crate) struct Claimed {
     pub job: Job,
+    pub raw_payload: String,
     pub last_error: Option<String>,
     pub verdict: Verdict,
     pub duration: Duration,
 }
 
-fn row_to_job(row: &Row) -> (Job, Option<String>, f64) {
+/// Most levels of nesting a payload may have to be decoded (serde_json's
+/// recursion limit). A deeper payload is kept intact but cannot be handed to
+/// a handler: its job goes to `dead_jobs` with a reason.
+pub const PAYLOAD_DEPTH_LIMIT: usize = 128;
+
+/// A claimed row: the job, its payload exactly as stored, why the payload
+/// could not be decoded (if so), its previous error, and how long it waited.
+pub(crate) struct ClaimedRow {
+    pub job: Job,
+    pub raw_payload: String,
+    pub undecodable: Option<String>,
+    pub last_error: Option<String>,
+}
+
+fn row_to_job(row: &Row) -> (ClaimedRow, f64) {
+    let raw_payload: String = row.get(3);
+    let (payload, undecodable) = match serde_json::from_str(&raw_payload) {
+        Ok(v) => (v, None),
+        Err(e) => (
+            serde_json::Value::Null,
+            Some(format!(
+                "payload cannot be decoded ({e}); payloads nested deeper than {PAYLOAD_DEPTH_LIMIT} levels are not supported"
+            )),
+        ),
+    };
     let job = Job {
         id: row.get(0),
         queue: row.get(1),
         task: row.get(2),
-        payload: row.get(3),
+        payload,
         priority: row.get(4),
         run_at: row.get(5),
-        // Completed attempts so far; the pending ledger is added below.
+        // tx mode: completed attempts so far (the pending ledger is added by
+        // the caller); lease mode: already counts this attempt.
         attempt: row.get(6),
         max_attempts: row.get(7),
         created_at: row.get(9),
     };
-    (job, row.get(8), row.get(10))
+    (
+        ClaimedRow {
+            job,
+            raw_payload,
+            undecodable,
+            last_error: row.get(8),
+        },
+        row.get(10),
+    )
 }
 
 /// Jobs from claim rows (both modes return the same columns), in claim
 /// order, with their pickup latency recorded.
-pub(crate) fn claimed_jobs(rows: &[Row]) -> Vec<(Job, Option<String>)> {
-    let mut claimed: Vec<(Job, Option<String>)> = Vec::with_capacity(rows.len());
+pub(crate) fn claimed_jobs(rows: &[Row]) -> Vec<ClaimedRow> {
+    let mut claimed: Vec<ClaimedRow> = Vec::with_capacity(rows.len());
     for row in rows {
-        let (job, last_error, ready_for) = row_to_job(row);
-        ::metrics::histogram!(metrics::PICKUP_LATENCY, "queue" => job.queue.clone())
+        let (c, ready_for) = row_to_job(row);
+        ::metrics::histogram!(metrics::PICKUP_LATENCY, "queue" => c.job.queue.clone())
             .record(ready_for.max(0.0));
-        claimed.push((job, last_error));
+        claimed.push(c);
     }
     // RETURNING order is not the claim order.
     claimed.sort_by(|a, b| {
-        (a.0.priority, a.0.run_at, a.0.id).cmp(&(b.0.priority, b.0.run_at, b.0.id))
+        (a.job.priority, a.job.run_at, a.job.id).cmp(&(b.job.priority, b.job.run_at, b.job.id))
     });
     claimed
 }
@@ -68,7 +102,11 @@ pub(crate) fn claimed_jobs(rows: &[Row]) -> Vec<(Job, Option<String>)> {
 /// What must happen to `job` before any handler runs: `Ok(handler)` to run
 /// it, or the verdict when it must not run (out of attempts because earlier
 /// runs died, shutting down, no handler).
-pub(crate) fn precheck(shared: &Shared, job: &Job) -> Result<Arc<dyn Handler>, Verdict> {
+pub(crate) fn precheck(shared: &Shared, row: &ClaimedRow) -> Result<Arc<dyn Handler>, Verdict> {
+    let job = &row.job;
+    if let Some(reason) = &row.undecodable {
+        return Err(Verdict::Dead { reason: reason.clone() });
+    }
     if job.attempt > job.max_attempts {
         return Err(Verdict::Dead {
             reason: format!(

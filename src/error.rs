@@ -18,7 +18,7 @@ pub enum Error {
     #[error("{0}")]
     Schema(String),
     /// A database operation failed.
-    #[error("{context}: {source}")]
+    #[error("{context}: {}", PgDisplay(source))]
     Db {
         /// What pgwake was doing.
         context: &'static str,

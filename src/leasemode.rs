@@ -57,12 +57,18 @@ pub(crate) async fn claim_and_run(shared: &Shared, trigger: Trigger) -> Result<u
     let hit = if rows.is_empty() { "empty" } else { "hit" };
     ::metrics::counter!(metrics::CLAIMS, "trigger" => trigger.as_str(), "result" => hit).increment(1);
     let mut results = Vec::with_capacity(rows.len());
-    for (job, last_error) in claimed_jobs(&rows) {
-        let (verdict, duration) = match precheck(shared, &job) {
-            Ok(handler) => run_with_heartbeat(shared, &job, handler.as_ref()).await,
+    for row in claimed_jobs(&rows) {
+        let (verdict, duration) = match precheck(shared, &row) {
+            Ok(handler) => run_with_heartbeat(shared, &row.job, handler.as_ref()).await,
             Err(verdict) => (verdict, Duration::ZERO),
         };
-        let mut claimed = Claimed { job, last_error, verdict, duration };
+        let mut claimed = Claimed {
+            job: row.job,
+            raw_payload: row.raw_payload,
+            last_error: row.last_error,
+            verdict,
+            duration,
+        };
         let run_at = match complete(shared, &claimed).await {
             Some(run_at) => run_at,
             // Fenced out: the job is someone else's now.

@@ -25,11 +25,10 @@ use std::time::{Duration, Instant, SystemTime};
 use deadpool_postgres::Object;
 
 use crate::claimer::Shared;
-use crate::completion::{claimed_jobs, decide, precheck, report, Claimed, Verdict};
+use crate::completion::{claimed_jobs, decide, precheck, report, Claimed, ClaimedRow, Verdict};
 use crate::error::{Error, Result};
 use crate::executor::execute;
 use crate::handler::JobContext;
-use crate::job::Job;
 use crate::metrics;
 use crate::wake::Trigger;
 
@@ -122,19 +121,20 @@ pub(crate) async fn claim_and_run(shared: &Shared, trigger: Trigger) -> Result<u
     let count = claimed.len();
 
     // Count the attempt where a rollback cannot erase it.
-    let ids: Vec<i64> = claimed.iter().map(|(j, _)| j.id).collect();
+    let ids: Vec<i64> = claimed.iter().map(|r| r.job.id).collect();
     let pending = record_attempts(shared, &ids).await?;
-    for (job, _) in &mut claimed {
-        job.attempt += pending.get(&job.id).copied().unwrap_or(1);
+    for row in &mut claimed {
+        row.job.attempt += pending.get(&row.job.id).copied().unwrap_or(1);
     }
 
     let mut results = Vec::with_capacity(count);
     let mut last_statement = Instant::now();
-    for (job, last_error) in claimed {
-        let (verdict, duration) = run_one(shared, c, &job, &mut last_statement).await?;
+    for row in claimed {
+        let (verdict, duration) = run_one(shared, c, &row, &mut last_statement).await?;
         results.push(Claimed {
-            job,
-            last_error,
+            job: row.job,
+            raw_payload: row.raw_payload,
+            last_error: row.last_error,
             verdict,
             duration,
         });
@@ -167,10 +167,11 @@ async fn record_attempts(shared: &Shared, ids: &[i64]) -> Result<HashMap<i64, i3
 async fn run_one(
     shared: &Shared,
     c: &Object,
-    job: &Job,
+    row: &ClaimedRow,
     last_statement: &mut Instant,
 ) -> Result<(Verdict, Duration)> {
-    let handler = match precheck(shared, job) {
+    let job = &row.job;
+    let handler = match precheck(shared, row) {
         Ok(handler) => handler,
         Err(verdict) => return Ok((verdict, Duration::ZERO)),
     };
@@ -225,7 +226,7 @@ struct Columns {
     id: Vec<i64>,
     queue: Vec<String>,
     task: Vec<String>,
-    payload: Vec<serde_json::Value>,
+    payload: Vec<String>,
     priority: Vec<i32>,
     run_at: Vec<SystemTime>,
     delay: Vec<Option<f64>>,
@@ -236,11 +237,12 @@ struct Columns {
 }
 
 impl Columns {
-    fn push(&mut self, job: &Job, delay: Option<f64>, attempts: i32, last_error: Option<String>) {
+    fn push(&mut self, c: &Claimed, delay: Option<f64>, attempts: i32, last_error: Option<String>) {
+        let job = &c.job;
         self.id.push(job.id);
         self.queue.push(job.queue.clone());
         self.task.push(job.task.clone());
-        self.payload.push(job.payload.clone());
+        self.payload.push(c.raw_payload.clone());
         self.priority.push(job.priority);
         self.run_at.push(job.run_at);
         self.delay.push(delay);
@@ -260,17 +262,17 @@ async fn finish(c: &Object, ids: &[i64], results: &[Claimed]) -> Result<Vec<Syst
         match &r.verdict {
             Verdict::Done => {}
             Verdict::Retry { reason, delay } => back.push(
-                &r.job,
+                r,
                 Some(delay.as_secs_f64()),
                 r.job.attempt,
                 Some(reason.clone()),
             ),
             // (LeaseLost cannot happen in tx mode; treated as handed back.)
             Verdict::Returned | Verdict::LeaseLost => {
-                back.push(&r.job, None, r.job.attempt - 1, r.last_error.clone())
+                back.push(r, None, r.job.attempt - 1, r.last_error.clone())
             }
             Verdict::Dead { reason } => {
-                dead.push(&r.job, None, r.job.attempt, Some(reason.clone()))
+                dead.push(r, None, r.job.attempt, Some(reason.clone()))
             }
         }
     }

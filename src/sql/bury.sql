@@ -2,8 +2,10 @@
 -- or no handler for their task).
 INSERT INTO pgwake.dead_jobs
     (id, queue, task, payload, priority, run_at, attempts, max_attempts, last_error, created_at)
-SELECT * FROM unnest($1::bigint[], $2::text[], $3::text[], $4::jsonb[], $5::int[],
-                     $6::timestamptz[], $7::int[], $8::int[], $9::text[], $10::timestamptz[])
+SELECT id, queue, task, payload::jsonb, priority, run_at, attempts, max_attempts, last_error, created_at
+FROM unnest($1::bigint[], $2::text[], $3::text[], $4::text[], $5::int[],
+            $6::timestamptz[], $7::int[], $8::int[], $9::text[], $10::timestamptz[])
+    AS j(id, queue, task, payload, priority, run_at, attempts, max_attempts, last_error, created_at)
 ON CONFLICT (id) DO UPDATE SET
     queue = excluded.queue, task = excluded.task, payload = excluded.payload,
     priority = excluded.priority, run_at = excluded.run_at, attempts = excluded.attempts,

@@ -9,6 +9,6 @@ WHERE id = ANY(ARRAY(
     ORDER BY priority, run_at, id
     LIMIT $1
     FOR UPDATE SKIP LOCKED))
-RETURNING id, queue, task, payload, priority, run_at, attempts, max_attempts,
+RETURNING id, queue, task, payload::text, priority, run_at, attempts, max_attempts,
           last_error, created_at,
           extract(epoch FROM clock_timestamp() - greatest(created_at, run_at))::float8

@@ -17,6 +17,6 @@ INSERT INTO pgwake.leased_jobs
 SELECT id, queue, task, payload, priority, run_at, attempts + 1, max_attempts, last_error,
        created_at, $3, now(), now() + make_interval(secs => $4)
 FROM claimed
-RETURNING id, queue, task, payload, priority, run_at, attempts, max_attempts, last_error,
+RETURNING id, queue, task, payload::text, priority, run_at, attempts, max_attempts, last_error,
           created_at,
           extract(epoch FROM clock_timestamp() - greatest(created_at, run_at))::float8
