@@ -18,6 +18,16 @@ use std::time::Duration;
 use pgwake::{async_trait, BoxError, Handler, Job, JobContext, Outcome, Worker, WorkerConfig};
 use tokio_util::sync::CancellationToken;
 
+struct LockGuard(Option<deadpool_postgres::Object>);
+
+impl Drop for LockGuard {
+    fn drop(&mut self) {
+        if let Some(conn) = self.0.take() {
+            drop(deadpool_postgres::Object::take(conn));
+        }
+    }
+}
+
 struct Chaos {
     ledger: deadpool_postgres::Pool,
     sleep_ms: u64,
@@ -26,7 +36,12 @@ struct Chaos {
 #[async_trait]
 impl Handler for Chaos {
     async fn handle(&self, job: &Job, _ctx: JobContext<'_>) -> Result<Outcome, BoxError> {
-        let conn = self.ledger.get().await?;
+        // If this run is cancelled (its claim connection died, shutdown),
+        // the guard closes the ledger connection so the server releases the
+        // advisory lock at once instead of leaving it held on a pooled
+        // connection (which would report false overlaps).
+        let mut guard = LockGuard(Some(self.ledger.get().await?));
+        let conn = guard.0.as_ref().expect("set above");
         let locked: bool = conn
             .query_one("SELECT pg_try_advisory_lock($1)", &[&job.id])
             .await?
@@ -60,6 +75,8 @@ impl Handler for Chaos {
         if locked {
             conn.execute("SELECT pg_advisory_unlock($1)", &[&job.id]).await?;
         }
+        // Unlocked: the connection may go back to the pool.
+        guard.0.take();
         result
     }
 }

@@ -26,6 +26,9 @@ pub enum Error {
         #[source]
         source: tokio_postgres::Error,
     },
+    /// A connection was lost while pgwake relied on it.
+    #[error("{0}")]
+    ConnectionLost(&'static str),
     /// No connection could be taken from the pool.
     #[error("{context}: {source}")]
     Pool {
@@ -112,6 +115,7 @@ impl Error {
     /// read-only node, pool exhausted).
     pub fn is_transient(&self) -> bool {
         match self {
+            Error::ConnectionLost(_) => true,
             Error::Db { source, .. } => pg_is_transient(source),
             Error::Pool { source, .. } => match source {
                 deadpool_postgres::PoolError::Backend(e) => pg_is_transient(e),
@@ -125,6 +129,7 @@ impl Error {
     /// Whether the database connection was lost (or is on the wrong node).
     pub fn is_connection_lost(&self) -> bool {
         match self {
+            Error::ConnectionLost(_) => true,
             Error::Db { source, .. } => pg_is_connection_lost(source),
             Error::Pool { source, .. } => match source {
                 deadpool_postgres::PoolError::Backend(e) => pg_is_connection_lost(e),

@@ -197,14 +197,24 @@ async fn run_one(
         pool: &shared.pool,
         cancel: shared.abort.child_token(),
     };
-    let (execution, duration) = execute(
+    let run = execute(
         handler.as_ref(),
         job,
         ctx,
         shared.config.job_timeout,
         &shared.abort,
-    )
-    .await;
+    );
+    // If the claim connection dies under a running handler (server restart,
+    // pg_terminate_backend), the claim is already rolled back and another
+    // worker may take the job: stop this run now rather than let it go on
+    // beside the next one, and let the claim fail.
+    let (execution, duration) = tokio::select! {
+        r = run => r,
+        () = connection_closed(c) => {
+            gauge.decrement(1.0);
+            return Err(Error::ConnectionLost("claim connection closed while a handler ran; its claim was rolled back"));
+        }
+    };
     gauge.decrement(1.0);
     let verdict = decide(shared, job, execution);
     if savepoint {
@@ -334,3 +344,16 @@ async fn finish(c: &Object, ids: &[i64], results: &[Claimed]) -> Result<Vec<Syst
     Ok(run_at)
 }
 
+
+/// How often a running tx-mode job checks that its claim connection is alive.
+const CONNECTION_CHECK: Duration = Duration::from_millis(20);
+
+/// Resolves once `c`'s connection is closed.
+async fn connection_closed(c: &Object) {
+    loop {
+        tokio::time::sleep(CONNECTION_CHECK).await;
+        if c.is_closed() {
+            return;
+        }
+    }
+}
