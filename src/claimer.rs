@@ -72,6 +72,8 @@ pub(crate) struct Shared {
     pub lease_queues: Vec<String>,
     /// This worker's id in `leased_jobs.worker_id`.
     pub worker_id: String,
+    /// Idle/draining state for the waiting registration.
+    pub wait_state: Arc<crate::waiting::WaitState>,
 }
 
 impl Shared {
@@ -126,11 +128,14 @@ pub(crate) async fn claim_round_once(shared: &Shared) -> crate::Result<usize> {
 pub(crate) async fn run_task(shared: Arc<Shared>) {
     let mut first = Mode::Tx;
     loop {
-        let mut trigger = tokio::select! {
+        shared.wait_state.enter_idle();
+        let woke = tokio::select! {
             biased;
-            _ = shared.stop.cancelled() => return,
-            t = shared.wake.wait() => t,
+            _ = shared.stop.cancelled() => None,
+            t = shared.wake.wait() => Some(t),
         };
+        shared.wait_state.leave_idle();
+        let Some(mut trigger) = woke else { return };
         let mut backoff = shared.error_backoff();
         loop {
             if shared.stop.is_cancelled() {
@@ -153,6 +158,7 @@ pub(crate) async fn run_task(shared: Arc<Shared>) {
                     if claimed == 0 {
                         break;
                     }
+                    shared.wait_state.hit();
                     backoff = shared.error_backoff();
                     trigger = Trigger::Drain;
                 }

@@ -55,6 +55,7 @@ pub mod schema;
 pub mod signals;
 pub mod stats;
 mod txmode;
+pub mod waiting;
 pub mod wake;
 pub mod worker;
 

@@ -32,6 +32,11 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "0002_leases.sql",
         sql: include_str!("../migrations/0002_leases.sql"),
     },
+    Migration {
+        version: 3,
+        name: "0003_waiting_workers.sql",
+        sql: include_str!("../migrations/0003_waiting_workers.sql"),
+    },
 ];
 
 /// Idempotent definitions re-applied by every migrate.

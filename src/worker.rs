@@ -97,6 +97,7 @@ impl WorkerBuilder {
             registry: self.registry,
             events,
             worker_id: worker_id(),
+            wait_state: Arc::new(crate::waiting::WaitState::default()),
         })
     }
 }
@@ -108,6 +109,7 @@ pub struct Worker {
     pool: deadpool_postgres::Pool,
     attempts_pool: deadpool_postgres::Pool,
     worker_id: String,
+    wait_state: Arc<crate::waiting::WaitState>,
     config: WorkerConfig,
     registry: Registry,
     events: broadcast::Sender<JobEvent>,
@@ -170,6 +172,15 @@ impl Worker {
                 self.health.clone(),
             );
             services.spawn(listener.run(service_stop.clone()));
+            let registration = crate::waiting::Registration::new(
+                pool.clone(),
+                self.worker_id.clone(),
+                self.worked_queues(),
+                self.wait_state.clone(),
+                wake.clone(),
+                self.health.clone(),
+            );
+            services.spawn(registration.run(service_stop.clone()));
         } else {
             // Poll-only: nobody else wakes the tasks at start.
             wake.wake_all(crate::wake::Trigger::Poll);
@@ -265,6 +276,7 @@ impl Worker {
             tx_queues: self.config.tx_queues(),
             lease_queues: self.config.lease_queues.clone(),
             worker_id: self.worker_id.clone(),
+            wait_state: self.wait_state.clone(),
         }
     }
 

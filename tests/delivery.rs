@@ -23,13 +23,20 @@ async fn a_job_inserted_while_the_worker_idles_runs_because_of_notify() {
         .build()
         .unwrap();
     let mut w = Running::start(worker);
-    w.until_listening().await;
+    w.until_waiting(&db).await;
     let id = insert_jobs(&db, "t", 1).await[0];
     let ev = w.next_events(1, Duration::from_secs(20), |_| true).await;
     assert_eq!(ev[0].id, id);
     assert_eq!(ev[0].resolution, Resolution::Done);
+    // And again, once it is idle once more.
+    w.until_waiting(&db).await;
+    let id2 = insert_jobs(&db, "t", 1).await[0];
+    let ev = w.next_events(1, Duration::from_secs(20), |_| true).await;
+    assert_eq!(ev[0].id, id2);
     w.shutdown().await;
-    assert_eq!(ledger.check(&[id]), vec![]);
+    assert_eq!(ledger.check(&[id, id2]), vec![]);
+    let left: i64 = db.scalar("SELECT count(*) FROM pgwake.waiting_workers").await;
+    assert_eq!(left, 0, "a stopped worker removes its registration");
 }
 
 #[tokio::test]
@@ -204,6 +211,7 @@ async fn listener_killed_with_pg_terminate_backend_reconnects_and_notify_works_a
         }
     })
     .await;
+    w.until_waiting(&db).await;
     let id = insert_jobs(&db, "t", 1).await[0];
     let ev = w.next_events(1, Duration::from_secs(20), |_| true).await;
     assert_eq!(ev[0].id, id);
@@ -294,4 +302,36 @@ async fn listener_pid(admin: &tokio_postgres::Client, db: &str) -> Option<i32> {
         .await
         .unwrap()
         .map(|r| r.get::<_, i32>(0))
+}
+
+#[tokio::test]
+async fn jobs_inserted_while_the_worker_flips_between_draining_and_waiting_are_never_stranded() {
+    let db = migrated_db().await;
+    let ledger = Ledger::default();
+    // No poll to fall back on: every job must be found by a claim that a
+    // NOTIFY, a drain or the registration's re-check started.
+    let worker = Worker::builder(db.config())
+        .config(WorkerConfig { poll_interval: Duration::from_secs(3600), concurrency: 2, batch: 1, ..test_config() })
+        .handler("t", ok_handler(&ledger))
+        .build()
+        .unwrap();
+    let mut w = Running::start(worker);
+    w.until_waiting(&db).await;
+    let client = db.client().await;
+    let mut ids = Vec::new();
+    for i in 0..400u64 {
+        let id: i64 = client
+            .query_one("INSERT INTO pgwake.jobs (task) VALUES ('t') RETURNING id", &[])
+            .await
+            .unwrap()
+            .get(0);
+        ids.push(id);
+        // Gaps around the registration's 5 ms linger, so the worker keeps
+        // crossing between draining (unregistered) and waiting.
+        let gap = (i * 7919) % 12;
+        tokio::time::sleep(Duration::from_millis(gap)).await;
+    }
+    w.next_events(400, Duration::from_secs(60), |_| true).await;
+    w.shutdown().await;
+    assert_eq!(ledger.check(&ids), vec![]);
 }

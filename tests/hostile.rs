@@ -20,6 +20,7 @@ const QUEUES: &[&str] = &[
 #[tokio::test]
 async fn queue_names_with_quotes_spaces_and_unicode_are_data_not_sql() {
     let db = migrated_db().await;
+    register_waiter(&db).await;
     let mut n = Notifications::listen(&db).await;
     let client = db.client().await;
     let mut ids = Vec::new();

@@ -15,6 +15,7 @@ async fn mark(client: &tokio_postgres::Client, m: &str) {
 #[tokio::test]
 async fn one_notification_per_queue_per_statement_and_none_for_future_jobs() {
     let db = migrated_db().await;
+    register_waiter(&db).await;
     let mut n = Notifications::listen(&db).await;
     let producer = db.client().await;
     // Two autocommit statements (two transactions, so nothing is folded).
@@ -52,6 +53,7 @@ async fn one_notification_per_queue_per_statement_and_none_for_future_jobs() {
 #[tokio::test]
 async fn ten_thousand_rows_in_one_transaction_send_one_notification_per_queue() {
     let db = migrated_db().await;
+    register_waiter(&db).await;
     let mut n = Notifications::listen(&db).await;
     let producer = db.client().await;
     producer
@@ -72,6 +74,7 @@ async fn ten_thousand_rows_in_one_transaction_send_one_notification_per_queue() 
 #[tokio::test]
 async fn notify_can_be_turned_off_for_bulk_loads() {
     let db = migrated_db().await;
+    register_waiter(&db).await;
     let mut n = Notifications::listen(&db).await;
     let producer = db.client().await;
     producer
@@ -94,6 +97,7 @@ async fn notify_can_be_turned_off_for_bulk_loads() {
 #[tokio::test]
 async fn a_megabyte_payload_never_travels_in_the_notification() {
     let db = migrated_db().await;
+    register_waiter(&db).await;
     let mut n = Notifications::listen(&db).await;
     let producer = db.client().await;
     let big = serde_json::json!({"blob": "x".repeat(1 << 20)});
@@ -114,4 +118,29 @@ async fn a_megabyte_payload_never_travels_in_the_notification() {
         .unwrap()
         .get(0);
     assert!(len > 1 << 20);
+}
+
+#[tokio::test]
+async fn with_no_worker_waiting_producers_send_no_notification() {
+    let db = migrated_db().await;
+    let mut n = Notifications::listen(&db).await;
+    let producer = db.client().await;
+    producer.execute("INSERT INTO pgwake.jobs (task) VALUES ('t')", &[]).await.unwrap();
+    // An expired registration (a worker that died) does not count.
+    producer
+        .batch_execute("INSERT INTO pgwake.waiting_workers VALUES ('dead-worker', NULL, now() - interval '1 second')")
+        .await
+        .unwrap();
+    producer.execute("INSERT INTO pgwake.jobs (task) VALUES ('t')", &[]).await.unwrap();
+    // A waiter for another queue does not count either.
+    producer
+        .batch_execute("INSERT INTO pgwake.waiting_workers VALUES ('other', ARRAY['other'], 'infinity')")
+        .await
+        .unwrap();
+    producer.execute("INSERT INTO pgwake.jobs (task) VALUES ('t')", &[]).await.unwrap();
+    mark(&producer, "m").await;
+    assert!(n.until_marker("m").await.is_empty());
+    producer.execute("INSERT INTO pgwake.jobs (task, queue) VALUES ('t', 'other')", &[]).await.unwrap();
+    mark(&producer, "m2").await;
+    assert_eq!(n.until_marker("m2").await, vec!["other"]);
 }

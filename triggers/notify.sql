@@ -1,7 +1,9 @@
 -- Wake-up trigger: one NOTIFY on channel `pgwake` per distinct queue among the
--- inserted rows that are ready now, whatever the number of rows. The payload
--- is the queue name only: notifications are hints, never data. Rows scheduled
--- for later send nothing; the worker's poller sleeps until they are due.
+-- inserted rows that are ready now, whatever the number of rows, and only
+-- for queues some idle worker is waiting on (pgwake.waiting_workers). The
+-- payload is the queue name only: notifications are hints, never data. Rows
+-- scheduled for later send nothing; the worker's poller sleeps until they
+-- are due.
 --
 -- A bulk load can skip the notifications with `SET pgwake.notify = off`
 -- (session) or `SET LOCAL pgwake.notify = off` (transaction); the fallback
@@ -14,7 +16,16 @@ BEGIN
     IF current_setting('pgwake.notify', true) = 'off' THEN
         RETURN NULL;
     END IF;
-    FOR q IN SELECT DISTINCT queue FROM pgwake_new_jobs WHERE run_at <= now() LOOP
+    -- Nobody idle: the busy workers will find these rows on their next claim.
+    IF NOT EXISTS (SELECT 1 FROM pgwake.waiting_workers WHERE expires_at > now()) THEN
+        RETURN NULL;
+    END IF;
+    FOR q IN
+        SELECT DISTINCT n.queue FROM pgwake_new_jobs n
+        WHERE n.run_at <= now()
+          AND EXISTS (SELECT 1 FROM pgwake.waiting_workers w
+                      WHERE w.expires_at > now() AND (w.queues IS NULL OR n.queue = ANY (w.queues)))
+    LOOP
         PERFORM pg_notify('pgwake', q);
     END LOOP;
     RETURN NULL;

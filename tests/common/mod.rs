@@ -276,6 +276,17 @@ impl Running {
         .await;
     }
 
+    /// Wait until the listener is up and the worker has registered as
+    /// waiting (from then on an insert NOTIFYs it).
+    pub async fn until_waiting(&self, db: &TestDb) {
+        self.until_listening().await;
+        eventually("worker registered as waiting", Duration::from_secs(30), || async {
+            let n: i64 = db.scalar("SELECT count(*) FROM pgwake.waiting_workers WHERE expires_at > now()").await;
+            n > 0
+        })
+        .await;
+    }
+
     /// Wait for the next `n` events that satisfy `pred`, returning them.
     pub async fn next_events(
         &mut self,
@@ -339,6 +350,16 @@ pub async fn remaining(db: &TestDb) -> i64 {
 pub struct Notifications {
     pub client: tokio_postgres::Client,
     rx: tokio::sync::mpsc::UnboundedReceiver<(String, String)>,
+}
+
+/// Register a stand-in idle worker for every queue, so the insert trigger
+/// NOTIFYs (tests that LISTEN by hand).
+pub async fn register_waiter(db: &TestDb) {
+    db.client()
+        .await
+        .batch_execute("INSERT INTO pgwake.waiting_workers (worker_id, queues, expires_at) VALUES ('test', NULL, 'infinity')")
+        .await
+        .unwrap();
 }
 
 /// The marker channel: a producer NOTIFYs it after its inserts commit; since
