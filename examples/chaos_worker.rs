@@ -48,7 +48,12 @@ impl Handler for Chaos {
             .get(0);
         conn.execute(
             "INSERT INTO pgwake_runs (job_id, attempt, pid, overlap) VALUES ($1, $2, $3, $4)",
-            &[&job.id, &job.attempt, &(std::process::id() as i32), &!locked],
+            &[
+                &job.id,
+                &job.attempt,
+                &(std::process::id() as i32),
+                &!locked,
+            ],
         )
         .await?;
         let result = match job.task.as_str() {
@@ -73,7 +78,8 @@ impl Handler for Chaos {
             }
         };
         if locked {
-            conn.execute("SELECT pg_advisory_unlock($1)", &[&job.id]).await?;
+            conn.execute("SELECT pg_advisory_unlock($1)", &[&job.id])
+                .await?;
         }
         // Unlocked: the connection may go back to the pool.
         guard.0.take();
@@ -107,13 +113,20 @@ async fn run() -> Result<(), Box<dyn std::error::Error>> {
     let url: String = arg(&args, "--database-url", String::new());
     let db = pgwake::connect::parse_url(&url)?;
     let lease = args.iter().any(|a| a == "--lease");
-    let ledger = pgwake::connect::pool(&pgwake::connect::with_application_name(&db, "chaos-ledger"), 64)?;
+    let ledger = pgwake::connect::pool(
+        &pgwake::connect::with_application_name(&db, "chaos-ledger"),
+        64,
+    )?;
     let config = WorkerConfig {
         concurrency: arg(&args, "--concurrency", 16),
         batch: arg(&args, "--batch", 10),
         poll_interval: Duration::from_millis(arg(&args, "--poll-ms", 500)),
         listen: !args.iter().any(|a| a == "--no-listen"),
-        lease_queues: if lease { vec!["default".into()] } else { vec![] },
+        lease_queues: if lease {
+            vec!["default".into()]
+        } else {
+            vec![]
+        },
         lease_duration: Duration::from_millis(arg(&args, "--lease-ms", 2000)),
         rescue_interval: Duration::from_millis(arg(&args, "--rescue-ms", 500)),
         retry_base: Duration::from_millis(50),
@@ -127,7 +140,13 @@ async fn run() -> Result<(), Box<dyn std::error::Error>> {
     };
     let worker = Worker::builder(db)
         .config(config)
-        .handler("*", Chaos { ledger, sleep_ms: arg(&args, "--sleep-ms", 5) })
+        .handler(
+            "*",
+            Chaos {
+                ledger,
+                sleep_ms: arg(&args, "--sleep-ms", 5),
+            },
+        )
         .build()?;
     let stop = CancellationToken::new();
     let abort = CancellationToken::new();

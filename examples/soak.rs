@@ -34,11 +34,26 @@ struct Fleet {
 impl Fleet {
     fn spawn_one(&self) -> Child {
         let mut c = Command::new(&self.bin);
-        c.args(["--database-url", &self.url, "--concurrency", "8", "--batch", "10", "--sleep-ms", "5", "--poll-ms", "500"]);
+        c.args([
+            "--database-url",
+            &self.url,
+            "--concurrency",
+            "8",
+            "--batch",
+            "10",
+            "--sleep-ms",
+            "5",
+            "--poll-ms",
+            "500",
+        ]);
         if self.lease {
             c.args(["--lease", "--lease-ms", "3000", "--rescue-ms", "500"]);
         }
-        c.env("RUST_LOG", "error").stdout(Stdio::null()).stderr(Stdio::null()).spawn().expect("spawn chaos_worker")
+        c.env("RUST_LOG", "error")
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("spawn chaos_worker")
     }
 
     fn kill9_one(&mut self, i: usize) {
@@ -80,10 +95,15 @@ async fn connect(url: &str) -> tokio_postgres::Client {
 }
 
 async fn soak(mode: &str, duration: Duration, workers: usize, rate: u64) -> bool {
-    let cluster = tokio::task::spawn_blocking(|| Cluster::start_with(ClusterOptions { durable: true, ..Default::default() }))
-        .await
-        .unwrap()
-        .expect("start PostgreSQL");
+    let cluster = tokio::task::spawn_blocking(|| {
+        Cluster::start_with(ClusterOptions {
+            durable: true,
+            ..Default::default()
+        })
+    })
+    .await
+    .unwrap()
+    .expect("start PostgreSQL");
     let url = cluster.url("postgres");
     {
         let mut c = connect(&url).await;
@@ -96,8 +116,15 @@ async fn soak(mode: &str, duration: Duration, workers: usize, rate: u64) -> bool
         .await
         .unwrap();
     }
-    let bin = std::env::current_exe().unwrap().with_file_name("chaos_worker");
-    let mut fleet = Fleet { bin, url: url.clone(), lease: mode == "lease", workers: Vec::new() };
+    let bin = std::env::current_exe()
+        .unwrap()
+        .with_file_name("chaos_worker");
+    let mut fleet = Fleet {
+        bin,
+        url: url.clone(),
+        lease: mode == "lease",
+        workers: Vec::new(),
+    };
     for _ in 0..workers {
         let w = fleet.spawn_one();
         fleet.workers.push(w);
@@ -181,10 +208,22 @@ async fn soak(mode: &str, duration: Duration, workers: usize, rate: u64) -> bool
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
     fleet.terminate_all();
-    let runs = c.query("SELECT job_id, attempt, overlap FROM pgwake_runs", &[]).await.unwrap();
-    let tasks: HashMap<i64, String> =
-        c.query("SELECT id, task FROM soak_enqueued", &[]).await.unwrap().iter().map(|r| (r.get(0), r.get(1))).collect();
-    let dead: i64 = c.query_one("SELECT count(*) FROM pgwake.dead_jobs", &[]).await.unwrap().get(0);
+    let runs = c
+        .query("SELECT job_id, attempt, overlap FROM pgwake_runs", &[])
+        .await
+        .unwrap();
+    let tasks: HashMap<i64, String> = c
+        .query("SELECT id, task FROM soak_enqueued", &[])
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| (r.get(0), r.get(1)))
+        .collect();
+    let dead: i64 = c
+        .query_one("SELECT count(*) FROM pgwake.dead_jobs", &[])
+        .await
+        .unwrap()
+        .get(0);
     let mut per_job: HashMap<i64, usize> = HashMap::new();
     let mut overlaps = 0;
     for r in &runs {
@@ -193,12 +232,25 @@ async fn soak(mode: &str, duration: Duration, workers: usize, rate: u64) -> bool
             overlaps += 1;
         }
     }
-    let lost: Vec<i64> = tasks.keys().filter(|id| !per_job.contains_key(id)).copied().collect();
+    let lost: Vec<i64> = tasks
+        .keys()
+        .filter(|id| !per_job.contains_key(id))
+        .copied()
+        .collect();
     let multi: Vec<(&i64, &usize)> = per_job.iter().filter(|(_, n)| **n > 1).collect();
-    let multi_flaky = multi.iter().filter(|(id, _)| tasks.get(id).map(|t| t == "flaky").unwrap_or(false)).count();
-    println!("== soak, {mode} mode: {}s, {workers} workers × 8, offered {rate} jobs/s", duration.as_secs());
+    let multi_flaky = multi
+        .iter()
+        .filter(|(id, _)| tasks.get(id).map(|t| t == "flaky").unwrap_or(false))
+        .count();
+    println!(
+        "== soak, {mode} mode: {}s, {workers} workers × 8, offered {rate} jobs/s",
+        duration.as_secs()
+    );
     println!("jobs enqueued:            {enqueued}");
-    println!("jobs completed:           {}", tasks.len() as i64 - left.max(0) - dead);
+    println!(
+        "jobs completed:           {}",
+        tasks.len() as i64 - left.max(0) - dead
+    );
     println!("jobs dead:                {dead}");
     println!("jobs lost:                {}", lost.len());
     println!("left in the queue:        {left}");
@@ -206,7 +258,10 @@ async fn soak(mode: &str, duration: Duration, workers: usize, rate: u64) -> bool
     println!("overlapping runs:         {overlaps} (a run started while the ledger lock of an earlier run was held)");
     println!("worker kills (kill -9):   {}", chaos.kills);
     println!("backend terminations:     {}", chaos.terminations);
-    println!("database restarts:        {} fast, {} immediate", chaos.restarts_fast, chaos.restarts_immediate);
+    println!(
+        "database restarts:        {} fast, {} immediate",
+        chaos.restarts_fast, chaos.restarts_immediate
+    );
     lost.is_empty() && left == 0 && enqueued as usize == tasks.len()
 }
 

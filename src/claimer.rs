@@ -151,7 +151,11 @@ pub(crate) async fn run_task(shared: Arc<Shared>) {
                     tracing::error!(panic = ?panic.downcast_ref::<&str>().copied().or(panic.downcast_ref::<String>().map(|s| s.as_str())), "claim round panicked; its jobs return to the queue");
                     Err(crate::Error::Config("claim round panicked".into()))
                 });
-            first = if first == Mode::Tx { Mode::Lease } else { Mode::Tx };
+            first = if first == Mode::Tx {
+                Mode::Lease
+            } else {
+                Mode::Tx
+            };
             match round {
                 Ok(claimed) => {
                     shared.health.set_db(true);

@@ -17,8 +17,13 @@ use crate::metrics;
 /// What is decided for a claimed job.
 pub(crate) enum Verdict {
     Done,
-    Retry { reason: String, delay: Duration },
-    Dead { reason: String },
+    Retry {
+        reason: String,
+        delay: Duration,
+    },
+    Dead {
+        reason: String,
+    },
     Returned,
     /// lease mode: the lease expired and was rescued while the handler ran;
     /// the job belongs to someone else now, so nothing is written.
@@ -105,7 +110,9 @@ pub(crate) fn claimed_jobs(rows: &[Row]) -> Vec<ClaimedRow> {
 pub(crate) fn precheck(shared: &Shared, row: &ClaimedRow) -> Result<Arc<dyn Handler>, Verdict> {
     let job = &row.job;
     if let Some(reason) = &row.undecodable {
-        return Err(Verdict::Dead { reason: reason.clone() });
+        return Err(Verdict::Dead {
+            reason: reason.clone(),
+        });
     }
     if job.attempt > job.max_attempts {
         return Err(Verdict::Dead {
@@ -133,7 +140,9 @@ pub(crate) fn precheck(shared: &Shared, row: &ClaimedRow) -> Result<Arc<dyn Hand
 pub(crate) fn decide(shared: &Shared, job: &Job, execution: Execution) -> Verdict {
     match execution {
         Execution::Finished(Outcome::Done) => Verdict::Done,
-        Execution::Finished(Outcome::Retry { reason, after }) => retry_or_bury(shared, job, reason, after),
+        Execution::Finished(Outcome::Retry { reason, after }) => {
+            retry_or_bury(shared, job, reason, after)
+        }
         Execution::Failed(reason) => retry_or_bury(shared, job, reason, None),
         Execution::Finished(Outcome::Fail { reason }) => Verdict::Dead { reason },
         Execution::Interrupted => Verdict::Returned,

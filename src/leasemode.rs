@@ -38,8 +38,15 @@ const BURY: &str = include_str!("sql/lease_bury.sql");
 /// how many were claimed.
 pub(crate) async fn claim_and_run(shared: &Shared, trigger: Trigger) -> Result<usize> {
     let rows = {
-        let conn = shared.pool.get().await.map_err(Error::pool("lease claim: no connection"))?;
-        let stmt = conn.prepare_cached(CLAIM).await.map_err(Error::db("lease claim: prepare"))?;
+        let conn = shared
+            .pool
+            .get()
+            .await
+            .map_err(Error::pool("lease claim: no connection"))?;
+        let stmt = conn
+            .prepare_cached(CLAIM)
+            .await
+            .map_err(Error::db("lease claim: prepare"))?;
         conn.query(
             &stmt,
             &[
@@ -55,7 +62,8 @@ pub(crate) async fn claim_and_run(shared: &Shared, trigger: Trigger) -> Result<u
         // the handler runs.
     };
     let hit = if rows.is_empty() { "empty" } else { "hit" };
-    ::metrics::counter!(metrics::CLAIMS, "trigger" => trigger.as_str(), "result" => hit).increment(1);
+    ::metrics::counter!(metrics::CLAIMS, "trigger" => trigger.as_str(), "result" => hit)
+        .increment(1);
     let mut results = Vec::with_capacity(rows.len());
     for row in claimed_jobs(&rows) {
         let (verdict, duration) = match precheck(shared, &row) {
@@ -100,7 +108,13 @@ async fn run_with_heartbeat(
         pool: &shared.pool,
         cancel: stop_job.child_token(),
     };
-    let run = execute(handler, job, ctx, shared.config.lease_job_timeout, &stop_job);
+    let run = execute(
+        handler,
+        job,
+        ctx,
+        shared.config.lease_job_timeout,
+        &stop_job,
+    );
     let heartbeat = heartbeat(shared, job, &lost, &stop_job);
     let (execution, duration) = tokio::select! {
         r = run => r,
@@ -116,14 +130,23 @@ async fn run_with_heartbeat(
 /// Renew the lease every third of its length until the job ends. Never
 /// returns on its own: when the lease is gone it cancels `stop_job` (the
 /// handler stops) and waits to be dropped.
-async fn heartbeat(shared: &Shared, job: &Job, lost: &CancellationToken, stop_job: &CancellationToken) {
+async fn heartbeat(
+    shared: &Shared,
+    job: &Job,
+    lost: &CancellationToken,
+    stop_job: &CancellationToken,
+) {
     let every = shared.config.lease_duration / 3;
     loop {
         tokio::time::sleep(every).await;
         match renew(shared, job).await {
             Ok(true) => {}
             Ok(false) => {
-                tracing::warn!(job = job.id, attempt = job.attempt, "lease lost (expired and rescued): stopping this run");
+                tracing::warn!(
+                    job = job.id,
+                    attempt = job.attempt,
+                    "lease lost (expired and rescued): stopping this run"
+                );
                 lost.cancel();
                 stop_job.cancel();
                 std::future::pending::<()>().await;
@@ -136,10 +159,24 @@ async fn heartbeat(shared: &Shared, job: &Job, lost: &CancellationToken, stop_jo
 }
 
 async fn renew(shared: &Shared, job: &Job) -> Result<bool> {
-    let conn = shared.pool.get().await.map_err(Error::pool("heartbeat: no connection"))?;
-    let stmt = conn.prepare_cached(HEARTBEAT).await.map_err(Error::db("heartbeat: prepare"))?;
+    let conn = shared
+        .pool
+        .get()
+        .await
+        .map_err(Error::pool("heartbeat: no connection"))?;
+    let stmt = conn
+        .prepare_cached(HEARTBEAT)
+        .await
+        .map_err(Error::db("heartbeat: prepare"))?;
     let rows = conn
-        .query(&stmt, &[&job.id, &job.attempt, &shared.config.lease_duration.as_secs_f64()])
+        .query(
+            &stmt,
+            &[
+                &job.id,
+                &job.attempt,
+                &shared.config.lease_duration.as_secs_f64(),
+            ],
+        )
         .await
         .map_err(Error::db("heartbeat"))?;
     Ok(!rows.is_empty())
@@ -163,7 +200,11 @@ async fn complete(shared: &Shared, c: &Claimed) -> Option<Vec<SystemTime>> {
     loop {
         match write_outcome(shared, c).await {
             Ok((0, _)) => {
-                tracing::warn!(job = c.job.id, attempt = c.job.attempt, "late completion fenced: the lease was rescued, the job will run again");
+                tracing::warn!(
+                    job = c.job.id,
+                    attempt = c.job.attempt,
+                    "late completion fenced: the lease was rescued, the job will run again"
+                );
                 return None;
             }
             Ok((_, run_at)) => return Some(run_at),
@@ -182,29 +223,43 @@ async fn complete(shared: &Shared, c: &Claimed) -> Option<Vec<SystemTime>> {
 
 /// One fenced write; returns rows matched and new run_at values.
 async fn write_outcome(shared: &Shared, c: &Claimed) -> Result<(u64, Vec<SystemTime>)> {
-    let conn = shared.pool.get().await.map_err(Error::pool("lease outcome: no connection"))?;
+    let conn = shared
+        .pool
+        .get()
+        .await
+        .map_err(Error::pool("lease outcome: no connection"))?;
     let (id, attempt) = (c.job.id, c.job.attempt);
     let none: Option<f64> = None;
     let requeue = |attempts: i32, error: Option<String>, delay: Option<f64>| {
         let conn = &conn;
         async move {
             let stmt = conn.prepare_cached(REQUEUE).await?;
-            let rows = conn.query(&stmt, &[&id, &attempt, &attempts, &error, &delay]).await?;
+            let rows = conn
+                .query(&stmt, &[&id, &attempt, &attempts, &error, &delay])
+                .await?;
             let at: Vec<SystemTime> = rows.iter().map(|r| r.get(0)).collect();
             Ok::<_, tokio_postgres::Error>((rows.len() as u64, at))
         }
     };
     let result = match &c.verdict {
         Verdict::Done => {
-            let stmt = conn.prepare_cached(COMPLETE).await.map_err(Error::db("lease outcome: prepare"))?;
-            conn.execute(&stmt, &[&id, &attempt]).await.map(|n| (n, Vec::new()))
+            let stmt = conn
+                .prepare_cached(COMPLETE)
+                .await
+                .map_err(Error::db("lease outcome: prepare"))?;
+            conn.execute(&stmt, &[&id, &attempt])
+                .await
+                .map(|n| (n, Vec::new()))
         }
         Verdict::Retry { reason, delay } => {
             requeue(attempt, Some(reason.clone()), Some(delay.as_secs_f64())).await
         }
         Verdict::Returned => requeue(attempt - 1, c.last_error.clone(), none).await,
         Verdict::Dead { reason } => {
-            let stmt = conn.prepare_cached(BURY).await.map_err(Error::db("lease outcome: prepare"))?;
+            let stmt = conn
+                .prepare_cached(BURY)
+                .await
+                .map_err(Error::db("lease outcome: prepare"))?;
             conn.query(&stmt, &[&id, &attempt, reason])
                 .await
                 .map(|rows| (rows.len() as u64, Vec::new()))

@@ -44,7 +44,11 @@ impl Rescuer {
             }
             match self.run_once().await {
                 Ok(r) if r.requeued + r.dead > 0 => {
-                    tracing::warn!(requeued = r.requeued, dead = r.dead, "rescued expired leases")
+                    tracing::warn!(
+                        requeued = r.requeued,
+                        dead = r.dead,
+                        "rescued expired leases"
+                    )
                 }
                 Ok(_) => {}
                 Err(e) => tracing::debug!(error = %e, "rescuer: run failed"),

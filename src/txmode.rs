@@ -281,9 +281,7 @@ async fn finish(c: &Object, ids: &[i64], results: &[Claimed]) -> Result<Vec<Syst
             Verdict::Returned | Verdict::LeaseLost => {
                 back.push(r, None, r.job.attempt - 1, r.last_error.clone())
             }
-            Verdict::Dead { reason } => {
-                dead.push(r, None, r.job.attempt, Some(reason.clone()))
-            }
+            Verdict::Dead { reason } => dead.push(r, None, r.job.attempt, Some(reason.clone())),
         }
     }
     let (requeue_stmt, bury_stmt, clear_stmt) = tokio::try_join!(
@@ -343,7 +341,6 @@ async fn finish(c: &Object, ids: &[i64], results: &[Claimed]) -> Result<Vec<Syst
         .map_err(Error::db("claim: writing outcomes"))?;
     Ok(run_at)
 }
-
 
 /// How often a running tx-mode job checks that its claim connection is alive.
 const CONNECTION_CHECK: Duration = Duration::from_millis(20);

@@ -96,7 +96,9 @@ impl WaitState {
             return None;
         }
         let until = Duration::from_millis(last) + LINGER;
-        until.checked_sub(self.started.elapsed()).filter(|d| !d.is_zero())
+        until
+            .checked_sub(self.started.elapsed())
+            .filter(|d| !d.is_zero())
     }
 }
 
@@ -189,7 +191,11 @@ impl Registration {
     }
 
     async fn apply(&self, register: bool) -> Result<()> {
-        let conn = self.pool.get().await.map_err(Error::pool("waiting registration"))?;
+        let conn = self
+            .pool
+            .get()
+            .await
+            .map_err(Error::pool("waiting registration"))?;
         if register {
             let stmt = conn
                 .prepare_cached(include_str!("sql/waiting_register.sql"))
@@ -197,7 +203,11 @@ impl Registration {
                 .map_err(Error::db("waiting registration"))?;
             conn.execute(
                 &stmt,
-                &[&self.worker_id, &self.queues, &REGISTRATION_TTL.as_secs_f64()],
+                &[
+                    &self.worker_id,
+                    &self.queues,
+                    &REGISTRATION_TTL.as_secs_f64(),
+                ],
             )
             .await
             .map_err(Error::db("waiting registration"))?;

@@ -155,14 +155,17 @@ impl Worker {
         let wake = Arc::new(Wakeup::default());
         let schedule = Arc::new(Schedule::default());
         let service_stop = CancellationToken::new();
-        let shared = Arc::new(self.shared(wake.clone(), schedule.clone(), stop.clone(), abort.clone()));
+        let shared =
+            Arc::new(self.shared(wake.clone(), schedule.clone(), stop.clone(), abort.clone()));
 
         let mut services = JoinSet::new();
         if self.config.listen {
             let listener = Listener::new(
                 ListenerConfig {
                     db: connect::with_application_name(&self.listen_db, &format!("{app}-listener")),
-                    queues: self.worked_queues().map(|q| q.into_iter().collect::<HashSet<_>>()),
+                    queues: self
+                        .worked_queues()
+                        .map(|q| q.into_iter().collect::<HashSet<_>>()),
                     ping_interval: self.config.listener_ping_interval,
                     ping_timeout: self.config.listener_ping_timeout,
                     reconnect_min: self.config.reconnect_min,
@@ -312,7 +315,6 @@ impl Worker {
             all
         })
     }
-
 }
 
 async fn join_all(set: &mut JoinSet<()>) {
@@ -336,5 +338,9 @@ fn worker_id() -> String {
     } else {
         "unknown".into()
     };
-    format!("{host}:{}:{:08x}", std::process::id(), rand::random::<u32>())
+    format!(
+        "{host}:{}:{:08x}",
+        std::process::id(),
+        rand::random::<u32>()
+    )
 }

@@ -50,7 +50,11 @@ async fn a_claim_cancelled_at_every_await_point_loses_nothing() {
     };
     let ledger = Ledger::default();
     let worker = Worker::builder(db.config())
-        .config(WorkerConfig { batch: 2, application_name: "pgwake-cancel".into(), ..test_config() })
+        .config(WorkerConfig {
+            batch: 2,
+            application_name: "pgwake-cancel".into(),
+            ..test_config()
+        })
         .handler("t", ok_handler(&ledger))
         .build()
         .unwrap();
@@ -81,7 +85,10 @@ async fn a_claim_cancelled_at_every_await_point_loses_nothing() {
         })
         .await;
     }
-    assert!(cancelled > 0 && completed > 0, "both cases were exercised: {cancelled} cancelled, {completed} completed");
+    assert!(
+        cancelled > 0 && completed > 0,
+        "both cases were exercised: {cancelled} cancelled, {completed} completed"
+    );
     // Drain what is left with uncancelled claims.
     while worker.claim_once().await.unwrap() > 0 {}
     let left: i64 = db.scalar("SELECT count(*) FROM pgwake.jobs").await;
@@ -91,5 +98,8 @@ async fn a_claim_cancelled_at_every_await_point_loses_nothing() {
     // A run cancelled after its handler started but before COMMIT ran again:
     // that is the at-least-once contract; list them.
     println!("jobs run more than once because their claim was cancelled before commit: {dupes:?}");
-    assert!(dupes.len() <= cancelled, "more duplicates than cancelled claims");
+    assert!(
+        dupes.len() <= cancelled,
+        "more duplicates than cancelled claims"
+    );
 }

@@ -13,16 +13,30 @@ async fn killed_mid_job_runs_again_never_concurrently(mode: &[&str]) {
     let db = migrated_db().await;
     create_run_ledger(&db).await;
     let client = db.client().await;
-    let id = enqueue(&client, &NewJob::new("block", serde_json::json!({})).max_attempts(5)).await.unwrap();
+    let id = enqueue(
+        &client,
+        &NewJob::new("block", serde_json::json!({})).max_attempts(5),
+    )
+    .await
+    .unwrap();
     let mut a = ChaosWorker::spawn(&db, mode);
-    until_runs(&db, "attempt 1 running", Duration::from_secs(30), |r| r.iter().any(|x| x.0 == id && x.1 == 1)).await;
+    until_runs(&db, "attempt 1 running", Duration::from_secs(30), |r| {
+        r.iter().any(|x| x.0 == id && x.1 == 1)
+    })
+    .await;
     // A second worker is already waiting when the first dies: it races for
     // the job as soon as the database gives it back.
     let b = ChaosWorker::spawn(&db, mode);
     a.kill9();
-    until_runs(&db, "attempt 2", Duration::from_secs(60), |r| r.iter().any(|x| x.0 == id && x.1 == 2)).await;
+    until_runs(&db, "attempt 2", Duration::from_secs(60), |r| {
+        r.iter().any(|x| x.0 == id && x.1 == 2)
+    })
+    .await;
     let runs = ledger_runs(&db).await;
-    assert!(runs.iter().all(|r| !r.3), "a run overlapped a live earlier run: {runs:?}");
+    assert!(
+        runs.iter().all(|r| !r.3),
+        "a run overlapped a live earlier run: {runs:?}"
+    );
     let attempts: Vec<i32> = runs.iter().map(|r| r.1).collect();
     assert_eq!(attempts, vec![1, 2], "ran again as attempt 2, once");
     assert_ne!(runs[1].2, a.pid(), "the second run is the other worker's");
@@ -46,12 +60,20 @@ async fn a_job_that_kills_every_worker_ends_dead(mode: &[&str]) {
     let db = migrated_db().await;
     create_run_ledger(&db).await;
     let client = db.client().await;
-    let id = enqueue(&client, &NewJob::new("poison", serde_json::json!({})).max_attempts(3)).await.unwrap();
+    let id = enqueue(
+        &client,
+        &NewJob::new("poison", serde_json::json!({})).max_attempts(3),
+    )
+    .await
+    .unwrap();
     for attempt in 1..=3 {
         let mut w = ChaosWorker::spawn(&db, mode);
-        until_runs(&db, &format!("attempt {attempt}"), Duration::from_secs(60), |r| {
-            r.iter().any(|x| x.0 == id && x.1 == attempt)
-        })
+        until_runs(
+            &db,
+            &format!("attempt {attempt}"),
+            Duration::from_secs(60),
+            |r| r.iter().any(|x| x.0 == id && x.1 == attempt),
+        )
         .await;
         w.kill9();
     }
@@ -59,13 +81,19 @@ async fn a_job_that_kills_every_worker_ends_dead(mode: &[&str]) {
     let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
     let reason: String = loop {
         if let Some(row) = client
-            .query_opt("SELECT last_error FROM pgwake.dead_jobs WHERE id = $1", &[&id])
+            .query_opt(
+                "SELECT last_error FROM pgwake.dead_jobs WHERE id = $1",
+                &[&id],
+            )
             .await
             .unwrap()
         {
             break row.get(0);
         }
-        assert!(tokio::time::Instant::now() < deadline, "poison job never reached dead_jobs");
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "poison job never reached dead_jobs"
+        );
         tokio::time::sleep(Duration::from_millis(50)).await;
     };
     assert!(w.terminate().await.success());

@@ -35,7 +35,9 @@ async fn a_job_inserted_while_the_worker_idles_runs_because_of_notify() {
     assert_eq!(ev[0].id, id2);
     w.shutdown().await;
     assert_eq!(ledger.check(&[id, id2]), vec![]);
-    let left: i64 = db.scalar("SELECT count(*) FROM pgwake.waiting_workers").await;
+    let left: i64 = db
+        .scalar("SELECT count(*) FROM pgwake.waiting_workers")
+        .await;
     assert_eq!(left, 0, "a stopped worker removes its registration");
 }
 
@@ -311,7 +313,12 @@ async fn jobs_inserted_while_the_worker_flips_between_draining_and_waiting_are_n
     // No poll to fall back on: every job must be found by a claim that a
     // NOTIFY, a drain or the registration's re-check started.
     let worker = Worker::builder(db.config())
-        .config(WorkerConfig { poll_interval: Duration::from_secs(3600), concurrency: 2, batch: 1, ..test_config() })
+        .config(WorkerConfig {
+            poll_interval: Duration::from_secs(3600),
+            concurrency: 2,
+            batch: 1,
+            ..test_config()
+        })
         .handler("t", ok_handler(&ledger))
         .build()
         .unwrap();
@@ -321,7 +328,10 @@ async fn jobs_inserted_while_the_worker_flips_between_draining_and_waiting_are_n
     let mut ids = Vec::new();
     for i in 0..400u64 {
         let id: i64 = client
-            .query_one("INSERT INTO pgwake.jobs (task) VALUES ('t') RETURNING id", &[])
+            .query_one(
+                "INSERT INTO pgwake.jobs (task) VALUES ('t') RETURNING id",
+                &[],
+            )
             .await
             .unwrap()
             .get(0);

@@ -32,8 +32,12 @@ impl Proxy {
         let c = cut.clone();
         tokio::spawn(async move {
             loop {
-                let Ok((client, _)) = listener.accept().await else { return };
-                let Ok(server) = TcpStream::connect(("127.0.0.1", upstream)).await else { continue };
+                let Ok((client, _)) = listener.accept().await else {
+                    return;
+                };
+                let Ok(server) = TcpStream::connect(("127.0.0.1", upstream)).await else {
+                    continue;
+                };
                 let gen = g.fetch_add(1, Ordering::SeqCst) + 1;
                 let (cr, cw) = client.into_split();
                 let (sr, sw) = server.into_split();
@@ -41,7 +45,11 @@ impl Proxy {
                 tokio::spawn(pipe(sr, cw, gen, c.clone()));
             }
         });
-        Proxy { port, cut, generation }
+        Proxy {
+            port,
+            cut,
+            generation,
+        }
     }
 
     /// Connections accepted so far (generations 1..=n) go silent.
@@ -79,7 +87,10 @@ async fn a_black_holed_listener_is_detected_by_ping_reconnects_and_catches_up() 
     let proxy = Proxy::start(upstream).await;
     let real = db.config();
     let mut listen_db = tokio_postgres::Config::new();
-    listen_db.host("127.0.0.1").port(proxy.port).dbname(real.get_dbname().unwrap());
+    listen_db
+        .host("127.0.0.1")
+        .port(proxy.port)
+        .dbname(real.get_dbname().unwrap());
     listen_db.user(real.get_user().unwrap());
     if let Some(pw) = real.get_password() {
         listen_db.password(pw);
@@ -105,7 +116,9 @@ async fn a_black_holed_listener_is_detected_by_ping_reconnects_and_catches_up() 
         let name = db.name.clone();
         let url = db.url.clone();
         async move {
-            let c = pgwake::connect::connect(&pgwake::connect::parse_url(&url).unwrap()).await.unwrap();
+            let c = pgwake::connect::connect(&pgwake::connect::parse_url(&url).unwrap())
+                .await
+                .unwrap();
             c.query_one(
                 "SELECT count(*) FROM pg_stat_activity WHERE application_name = 'pgwake-halfopen-listener' AND datname = $1",
                 &[&name],
@@ -122,10 +135,17 @@ async fn a_black_holed_listener_is_detected_by_ping_reconnects_and_catches_up() 
     // This job's NOTIFY goes into the black hole.
     let lost = insert_jobs(&db, "t", 1).await[0];
     let ev = w.next_events(1, Duration::from_secs(30), |_| true).await;
-    assert_eq!((ev[0].id, ev[0].resolution), (lost, Resolution::Done), "the catch-up claim after the reconnect ran it");
+    assert_eq!(
+        (ev[0].id, ev[0].resolution),
+        (lost, Resolution::Done),
+        "the catch-up claim after the reconnect ran it"
+    );
     // The old session is still there on the server (half-open), and a new
     // one LISTENs beside it.
-    eventually("a second listener session", Duration::from_secs(30), || sessions(&db).await_eq(2)).await;
+    eventually("a second listener session", Duration::from_secs(30), || {
+        sessions(&db).await_eq(2)
+    })
+    .await;
     assert!(metric(&handle.render(), "pgwake_listener_reconnects_total") > reconnects_before);
     // NOTIFY works again through the new connection.
     let next = insert_jobs(&db, "t", 1).await[0];

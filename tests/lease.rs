@@ -9,7 +9,9 @@ use std::time::Duration;
 use common::*;
 use pgwake::client::{enqueue, NewJob};
 use pgwake::rescuer::Rescuer;
-use pgwake::{async_trait, BoxError, Handler, Job, JobContext, Outcome, Resolution, Worker, WorkerConfig};
+use pgwake::{
+    async_trait, BoxError, Handler, Job, JobContext, Outcome, Resolution, Worker, WorkerConfig,
+};
 use tokio::sync::{Notify, Semaphore};
 
 fn lease_config(lease: Duration) -> WorkerConfig {
@@ -32,10 +34,15 @@ struct Gate {
 #[async_trait]
 impl Handler for Gate {
     async fn handle(&self, job: &Job, ctx: JobContext<'_>) -> Result<Outcome, BoxError> {
-        assert!(ctx.transaction().is_none(), "lease mode runs outside any transaction");
+        assert!(
+            ctx.transaction().is_none(),
+            "lease mode runs outside any transaction"
+        );
         self.started.add_permits(1);
         // Cancellation drops this future: the guard reports it.
-        let mut guard = DropGuard { on_drop: Some(self.cancelled.clone()) };
+        let mut guard = DropGuard {
+            on_drop: Some(self.cancelled.clone()),
+        };
         tokio::select! {
             _ = self.release.notified() => {}
             _ = ctx.cancelled().cancelled() => std::future::pending::<()>().await,
@@ -65,7 +72,12 @@ fn gate(fail: bool) -> (Gate, Arc<Semaphore>, Arc<Notify>, Arc<Semaphore>) {
     let release = Arc::new(Notify::new());
     let cancelled = Arc::new(Semaphore::new(0));
     (
-        Gate { started: started.clone(), release: release.clone(), cancelled: cancelled.clone(), fail },
+        Gate {
+            started: started.clone(),
+            release: release.clone(),
+            cancelled: cancelled.clone(),
+            fail,
+        },
         started,
         release,
         cancelled,
@@ -79,7 +91,10 @@ async fn expire_and_rescue(db: &TestDb) -> pgwake::rescuer::RescueReport {
         .await
         .unwrap();
     let pool = pgwake::connect::pool(&db.config(), 1).unwrap();
-    Rescuer::new(pool, Duration::from_secs(1)).run_once().await.unwrap()
+    Rescuer::new(pool, Duration::from_secs(1))
+        .run_once()
+        .await
+        .unwrap()
 }
 
 #[tokio::test]
@@ -102,17 +117,36 @@ async fn a_running_lease_job_holds_no_transaction() {
     let in_tx: i64 = db
         .scalar("SELECT count(*) FROM pg_stat_activity WHERE application_name LIKE 'pgwake-lease-idle%' AND xact_start IS NOT NULL")
         .await;
-    assert_eq!(in_tx, 0, "no session of the worker is in a transaction while the job runs");
+    assert_eq!(
+        in_tx, 0,
+        "no session of the worker is in a transaction while the job runs"
+    );
     let leased: (i32, bool) = {
-        let r = db.client().await.query_one("SELECT attempts, lease_until > now() FROM pgwake.leased_jobs WHERE id = $1", &[&id]).await.unwrap();
+        let r = db
+            .client()
+            .await
+            .query_one(
+                "SELECT attempts, lease_until > now() FROM pgwake.leased_jobs WHERE id = $1",
+                &[&id],
+            )
+            .await
+            .unwrap();
         (r.get(0), r.get(1))
     };
-    assert_eq!(leased, (1, true), "the attempt is counted and the lease is live");
+    assert_eq!(
+        leased,
+        (1, true),
+        "the attempt is counted and the lease is live"
+    );
     release.notify_one();
     let ev = w.next_events(1, Duration::from_secs(20), |_| true).await;
     assert_eq!(ev[0].resolution, Resolution::Done);
     w.shutdown().await;
-    let left: i64 = db.scalar("SELECT (SELECT count(*) FROM pgwake.jobs) + (SELECT count(*) FROM pgwake.leased_jobs)").await;
+    let left: i64 = db
+        .scalar(
+            "SELECT (SELECT count(*) FROM pgwake.jobs) + (SELECT count(*) FROM pgwake.leased_jobs)",
+        )
+        .await;
     assert_eq!(left, 0);
 }
 
@@ -121,7 +155,10 @@ async fn the_heartbeat_keeps_a_long_job_leased() {
     let db = migrated_db().await;
     let (g, started, release, _) = gate(false);
     let worker = Worker::builder(db.config())
-        .config(WorkerConfig { rescue_interval: Duration::from_millis(100), ..lease_config(Duration::from_secs(1)) })
+        .config(WorkerConfig {
+            rescue_interval: Duration::from_millis(100),
+            ..lease_config(Duration::from_secs(1))
+        })
         .handler("t", g)
         .build()
         .unwrap();
@@ -129,26 +166,42 @@ async fn the_heartbeat_keeps_a_long_job_leased() {
     let id = insert_jobs(&db, "t", 1).await[0];
     started.acquire().await.unwrap().forget();
     let client = db.client().await;
-    let first: std::time::SystemTime =
-        client.query_one("SELECT lease_until FROM pgwake.leased_jobs WHERE id = $1", &[&id]).await.unwrap().get(0);
+    let first: std::time::SystemTime = client
+        .query_one(
+            "SELECT lease_until FROM pgwake.leased_jobs WHERE id = $1",
+            &[&id],
+        )
+        .await
+        .unwrap()
+        .get(0);
     // Outlive the first lease several times over while the rescuer runs
     // every 100 ms: the heartbeat must keep moving lease_until.
-    eventually("lease renewed past three of its lengths", Duration::from_secs(30), || {
-        let client = &client;
-        async move {
-            let until: Option<std::time::SystemTime> = client
-                .query_opt("SELECT lease_until FROM pgwake.leased_jobs WHERE id = $1", &[&id])
-                .await
-                .unwrap()
-                .map(|r| r.get(0));
-            let until = until.expect("never rescued while alive");
-            until > first + Duration::from_secs(3)
-        }
-    })
+    eventually(
+        "lease renewed past three of its lengths",
+        Duration::from_secs(30),
+        || {
+            let client = &client;
+            async move {
+                let until: Option<std::time::SystemTime> = client
+                    .query_opt(
+                        "SELECT lease_until FROM pgwake.leased_jobs WHERE id = $1",
+                        &[&id],
+                    )
+                    .await
+                    .unwrap()
+                    .map(|r| r.get(0));
+                let until = until.expect("never rescued while alive");
+                until > first + Duration::from_secs(3)
+            }
+        },
+    )
     .await;
     release.notify_one();
     let ev = w.next_events(1, Duration::from_secs(20), |_| true).await;
-    assert_eq!((ev[0].id, ev[0].attempt, ev[0].resolution), (id, 1, Resolution::Done));
+    assert_eq!(
+        (ev[0].id, ev[0].attempt, ev[0].resolution),
+        (id, 1, Resolution::Done)
+    );
     w.shutdown().await;
 }
 
@@ -159,7 +212,10 @@ async fn a_late_completion_after_a_rescue_is_fenced_and_does_not_resurrect_the_j
     // it fails late: its write-back must not put the job back.
     let (slow, started, release, _) = gate(true);
     let a = Worker::builder(db.config())
-        .config(WorkerConfig { concurrency: 1, ..lease_config(Duration::from_secs(600)) })
+        .config(WorkerConfig {
+            concurrency: 1,
+            ..lease_config(Duration::from_secs(600))
+        })
         .handler("t", slow)
         .build()
         .unwrap();
@@ -177,12 +233,19 @@ async fn a_late_completion_after_a_rescue_is_fenced_and_does_not_resurrect_the_j
         .unwrap();
     let mut b = Running::start(b);
     let ev = b.next_events(1, Duration::from_secs(20), |_| true).await;
-    assert_eq!((ev[0].id, ev[0].attempt, ev[0].resolution), (id, 2, Resolution::Done));
+    assert_eq!(
+        (ev[0].id, ev[0].attempt, ev[0].resolution),
+        (id, 2, Resolution::Done)
+    );
     // Now A's attempt 1 ends with a failure; its requeue is fenced out.
     release.notify_one();
     let ev = a.next_events(1, Duration::from_secs(20), |_| true).await;
     assert_eq!((ev[0].id, ev[0].attempt), (id, 1));
-    assert_eq!(ev[0].resolution, Resolution::Returned, "reported as not written: {ev:?}");
+    assert_eq!(
+        ev[0].resolution,
+        Resolution::Returned,
+        "reported as not written: {ev:?}"
+    );
     a.shutdown().await;
     b.shutdown().await;
     let left: i64 = db
@@ -197,7 +260,10 @@ async fn a_heartbeat_that_finds_its_lease_gone_stops_the_handler() {
     let db = migrated_db().await;
     let (slow, started, _release, cancelled) = gate(false);
     let a = Worker::builder(db.config())
-        .config(WorkerConfig { concurrency: 1, ..lease_config(Duration::from_millis(1500)) })
+        .config(WorkerConfig {
+            concurrency: 1,
+            ..lease_config(Duration::from_millis(1500))
+        })
         .handler("t", slow)
         .build()
         .unwrap();
@@ -211,13 +277,20 @@ async fn a_heartbeat_that_finds_its_lease_gone_stops_the_handler() {
         .expect("the handler was cancelled")
         .unwrap()
         .forget();
-    let ev = a.next_events(1, Duration::from_secs(20), |e| e.attempt == 1).await;
+    let ev = a
+        .next_events(1, Duration::from_secs(20), |e| e.attempt == 1)
+        .await;
     assert_eq!((ev[0].id, ev[0].resolution), (id, Resolution::Returned));
     assert_eq!(ev[0].error.as_deref(), Some("lease lost"));
     a.abort.cancel();
     a.shutdown().await;
-    let back: i32 = db.scalar(&format!("SELECT attempts FROM pgwake.jobs WHERE id = {id}")).await;
-    assert_eq!(back, 1, "the rescued job waits in the queue with its attempt counted");
+    let back: i32 = db
+        .scalar(&format!("SELECT attempts FROM pgwake.jobs WHERE id = {id}"))
+        .await;
+    assert_eq!(
+        back, 1,
+        "the rescued job waits in the queue with its attempt counted"
+    );
 }
 
 #[tokio::test]
@@ -254,10 +327,22 @@ async fn two_rescuers_at_once_requeue_each_expired_lease_exactly_once() {
         requeued += r.requeued;
         dead += r.dead;
     }
-    assert_eq!((requeued, dead), (250, 250), "odd ids had attempts 2 of 2: dead; even ids back");
-    let jobs: i64 = client.query_one("SELECT count(DISTINCT id) FROM pgwake.jobs", &[]).await.unwrap().get(0);
+    assert_eq!(
+        (requeued, dead),
+        (250, 250),
+        "odd ids had attempts 2 of 2: dead; even ids back"
+    );
+    let jobs: i64 = client
+        .query_one("SELECT count(DISTINCT id) FROM pgwake.jobs", &[])
+        .await
+        .unwrap()
+        .get(0);
     let buried: i64 = client.query_one("SELECT count(*) FROM pgwake.dead_jobs WHERE last_error LIKE 'lease expired on the last attempt%'", &[]).await.unwrap().get(0);
-    let leased: i64 = client.query_one("SELECT count(*) FROM pgwake.leased_jobs", &[]).await.unwrap().get(0);
+    let leased: i64 = client
+        .query_one("SELECT count(*) FROM pgwake.leased_jobs", &[])
+        .await
+        .unwrap()
+        .get(0);
     assert_eq!((jobs, buried, leased), (250, 250, 0));
 }
 
@@ -265,26 +350,53 @@ async fn two_rescuers_at_once_requeue_each_expired_lease_exactly_once() {
 async fn lease_mode_failure_retries_then_goes_dead_and_tx_queues_stay_in_tx_mode() {
     let db = migrated_db().await;
     let client = db.client().await;
-    let lease_job = enqueue(&client, &NewJob::new("fail", serde_json::json!({})).max_attempts(2)).await.unwrap();
-    let tx_job = enqueue(&client, &NewJob::new("tx", serde_json::json!({})).queue("short")).await.unwrap();
+    let lease_job = enqueue(
+        &client,
+        &NewJob::new("fail", serde_json::json!({})).max_attempts(2),
+    )
+    .await
+    .unwrap();
+    let tx_job = enqueue(
+        &client,
+        &NewJob::new("tx", serde_json::json!({})).queue("short"),
+    )
+    .await
+    .unwrap();
     struct InTx;
     #[async_trait]
     impl Handler for InTx {
         async fn handle(&self, _job: &Job, ctx: JobContext<'_>) -> Result<Outcome, BoxError> {
-            assert!(ctx.transaction().is_some(), "queue `short` is a tx-mode queue");
+            assert!(
+                ctx.transaction().is_some(),
+                "queue `short` is a tx-mode queue"
+            );
             Ok(Outcome::Done)
         }
     }
     let worker = Worker::builder(db.config())
         .config(lease_config(Duration::from_secs(30)))
-        .handler("fail", Recording { ledger: Ledger::default(), behaviour: |_: &Job| Err("nope".into()) })
+        .handler(
+            "fail",
+            Recording {
+                ledger: Ledger::default(),
+                behaviour: |_: &Job| Err("nope".into()),
+            },
+        )
         .handler("tx", InTx)
         .build()
         .unwrap();
     let mut w = Running::start(worker);
     let evs = w.next_events(3, Duration::from_secs(30), |_| true).await;
     w.shutdown().await;
-    let of = |id: i64| evs.iter().filter(|e| e.id == id).map(|e| (e.attempt, e.resolution)).collect::<Vec<_>>();
-    assert_eq!(of(lease_job), vec![(1, Resolution::Retry), (2, Resolution::Dead)]);
+    let of = |id: i64| {
+        evs.iter()
+            .filter(|e| e.id == id)
+            .map(|e| (e.attempt, e.resolution))
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(
+        of(lease_job),
+        vec![(1, Resolution::Retry), (2, Resolution::Dead)]
+    );
     assert_eq!(of(tx_job), vec![(1, Resolution::Done)]);
 }

@@ -37,10 +37,14 @@ fn outage_worker(db: &TestDb, ledger: &Ledger) -> Worker {
 
 async fn wait_ready(w: &Running, ready: bool) {
     let h = w.health.clone();
-    eventually(&format!("worker ready = {ready}"), Duration::from_secs(60), move || {
-        let h = h.clone();
-        async move { h.ready() == ready }
-    })
+    eventually(
+        &format!("worker ready = {ready}"),
+        Duration::from_secs(60),
+        move || {
+            let h = h.clone();
+            async move { h.ready() == ready }
+        },
+    )
     .await;
 }
 
@@ -51,22 +55,34 @@ async fn restart_under_load(mode: &'static str) {
     let ledger = Ledger::default();
     let mut w = Running::start(outage_worker(&db, &ledger));
     // Restart once a third of the jobs are done, with claims in flight.
-    w.next_events(1000, Duration::from_secs(60), |e| e.resolution == Resolution::Done).await;
+    w.next_events(1000, Duration::from_secs(60), |e| {
+        e.resolution == Resolution::Done
+    })
+    .await;
     let c = cluster.clone();
-    tokio::task::spawn_blocking(move || c.restart(mode)).await.unwrap().unwrap();
+    tokio::task::spawn_blocking(move || c.restart(mode))
+        .await
+        .unwrap()
+        .unwrap();
     wait_ready(&w, true).await;
     eventually("every job done", Duration::from_secs(120), || {
         let db = &db;
         async move { remaining(db).await == 0 }
     })
     .await;
-    assert!(!w.join.is_finished(), "the worker kept running through the restart");
+    assert!(
+        !w.join.is_finished(),
+        "the worker kept running through the restart"
+    );
     w.shutdown().await;
     let dupes = ledger.check(&ids);
     // Jobs whose outcome had not committed when the server went away ran
     // again; that is the at-least-once contract. They can only be jobs of
     // the claims in flight at the restart: at most concurrency × batch.
-    println!("restart -m {mode}: {} jobs ran twice (outcome not committed before the restart)", dupes.len());
+    println!(
+        "restart -m {mode}: {} jobs ran twice (outcome not committed before the restart)",
+        dupes.len()
+    );
     assert!(dupes.len() <= 4 * 5, "{dupes:?}");
     let dead: i64 = db.scalar("SELECT count(*) FROM pgwake.dead_jobs").await;
     assert_eq!(dead, 0);
@@ -92,7 +108,10 @@ async fn database_down_for_over_30_seconds_backs_off_reports_not_ready_and_recov
     w.next_events(10, Duration::from_secs(30), |_| true).await;
     wait_ready(&w, true).await;
     let c = cluster.clone();
-    tokio::task::spawn_blocking(move || c.stop("fast")).await.unwrap().unwrap();
+    tokio::task::spawn_blocking(move || c.stop("fast"))
+        .await
+        .unwrap()
+        .unwrap();
     wait_ready(&w, false).await;
     // The outage itself: 32 s of no database, while the listener and the
     // claim tasks back off and retry.
@@ -100,10 +119,16 @@ async fn database_down_for_over_30_seconds_backs_off_reports_not_ready_and_recov
     assert!(!w.join.is_finished(), "the worker survived the outage");
     assert!(!w.health.ready());
     let c = cluster.clone();
-    tokio::task::spawn_blocking(move || c.start_again()).await.unwrap().unwrap();
+    tokio::task::spawn_blocking(move || c.start_again())
+        .await
+        .unwrap()
+        .unwrap();
     wait_ready(&w, true).await;
     let after = insert_jobs(&db, "t", 10).await;
-    w.next_events(10, Duration::from_secs(60), |e| e.resolution == Resolution::Done).await;
+    w.next_events(10, Duration::from_secs(60), |e| {
+        e.resolution == Resolution::Done
+    })
+    .await;
     w.shutdown().await;
     let all: Vec<i64> = before.into_iter().chain(after).collect();
     assert_eq!(ledger.check(&all), vec![]);
@@ -125,23 +150,41 @@ async fn a_database_switched_to_read_only_is_a_reconnect_not_a_job_failure() {
         .await
         .unwrap();
     // Jobs arrive while the worker can only read.
-    admin.batch_execute("SET default_transaction_read_only = off").await.unwrap();
+    admin
+        .batch_execute("SET default_transaction_read_only = off")
+        .await
+        .unwrap();
     let ids: Vec<i64> = admin
-        .query("INSERT INTO pgwake.jobs (task) SELECT 't' FROM generate_series(1, 50) RETURNING id", &[])
+        .query(
+            "INSERT INTO pgwake.jobs (task) SELECT 't' FROM generate_series(1, 50) RETURNING id",
+            &[],
+        )
         .await
         .unwrap()
         .iter()
         .map(|r| r.get(0))
         .collect();
     wait_ready(&w, false).await;
-    assert!(ledger.runs().is_empty(), "no job ran on a read-only database");
-    admin.batch_execute("ALTER DATABASE postgres RESET default_transaction_read_only").await.unwrap();
-    w.next_events(50, Duration::from_secs(60), |e| e.resolution == Resolution::Done).await;
+    assert!(
+        ledger.runs().is_empty(),
+        "no job ran on a read-only database"
+    );
+    admin
+        .batch_execute("ALTER DATABASE postgres RESET default_transaction_read_only")
+        .await
+        .unwrap();
+    w.next_events(50, Duration::from_secs(60), |e| {
+        e.resolution == Resolution::Done
+    })
+    .await;
     wait_ready(&w, true).await;
     w.shutdown().await;
     assert_eq!(ledger.check(&ids), vec![]);
     let attempts: Vec<i32> = ledger.runs().iter().map(|r| r.1).collect();
-    assert!(attempts.iter().all(|a| *a == 1), "read-only errors used no attempt: {attempts:?}");
+    assert!(
+        attempts.iter().all(|a| *a == 1),
+        "read-only errors used no attempt: {attempts:?}"
+    );
     let dead: i64 = db.scalar("SELECT count(*) FROM pgwake.dead_jobs").await;
     assert_eq!(dead, 0);
 }

@@ -22,8 +22,14 @@ async fn concurrent_migrate_leaves_one_correct_schema() {
         applied.extend(t.await.unwrap().applied);
     }
     applied.sort();
-    let all: Vec<i32> = pgwake::schema::MIGRATIONS.iter().map(|m| m.version).collect();
-    assert_eq!(applied, all, "each migration applied by exactly one process");
+    let all: Vec<i32> = pgwake::schema::MIGRATIONS
+        .iter()
+        .map(|m| m.version)
+        .collect();
+    assert_eq!(
+        applied, all,
+        "each migration applied by exactly one process"
+    );
     let versions: i64 = db
         .scalar("SELECT count(*) FROM pgwake.schema_migrations")
         .await;

@@ -12,7 +12,13 @@ fn pgwake_run(db: &TestDb, args: &[&str]) -> std::process::Child {
     Command::new(env!("CARGO_BIN_EXE_pgwake"))
         .env("DATABASE_URL", &db.url)
         .env("RUST_LOG", "info")
-        .args(["run", "--metrics-addr", "127.0.0.1:0", "--poll-interval", "200ms"])
+        .args([
+            "run",
+            "--metrics-addr",
+            "127.0.0.1:0",
+            "--poll-interval",
+            "200ms",
+        ])
         .args(args)
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
@@ -43,7 +49,10 @@ fn tail_stderr(child: &mut std::process::Child) -> std::sync::Arc<std::sync::Mut
     let l = log.clone();
     let stderr = child.stderr.take().unwrap();
     std::thread::spawn(move || {
-        for line in std::io::BufReader::new(stderr).lines().map_while(Result::ok) {
+        for line in std::io::BufReader::new(stderr)
+            .lines()
+            .map_while(Result::ok)
+        {
             let mut l = l.lock().unwrap();
             l.push_str(&line);
             l.push('\n');
@@ -53,7 +62,16 @@ fn tail_stderr(child: &mut std::process::Child) -> std::sync::Arc<std::sync::Mut
 }
 
 async fn count_files(dir: &std::path::Path, suffix: &str) -> usize {
-    std::fs::read_dir(dir).unwrap().filter(|e| e.as_ref().unwrap().file_name().to_string_lossy().ends_with(suffix)).count()
+    std::fs::read_dir(dir)
+        .unwrap()
+        .filter(|e| {
+            e.as_ref()
+                .unwrap()
+                .file_name()
+                .to_string_lossy()
+                .ends_with(suffix)
+        })
+        .count()
 }
 
 #[tokio::test]
@@ -65,7 +83,17 @@ async fn lease_mode_sigterm_finishes_in_flight_jobs_and_returns_unstarted_ones()
         "t=exec:sh -c 'touch {d}/$PGWAKE_JOB_ID.started; while [ ! -e {d}/go ]; do sleep 0.02; done; touch {d}/$PGWAKE_JOB_ID.finished'"
     );
     insert_jobs(&db, "t", 4).await;
-    let child = pgwake_run(&db, &["--handler", &handler, "--lease-queues", "default", "--concurrency", "2"]);
+    let child = pgwake_run(
+        &db,
+        &[
+            "--handler",
+            &handler,
+            "--lease-queues",
+            "default",
+            "--concurrency",
+            "2",
+        ],
+    );
     let p = dir.path().to_path_buf();
     eventually("two jobs running", Duration::from_secs(30), || {
         let p = p.clone();
@@ -75,10 +103,21 @@ async fn lease_mode_sigterm_finishes_in_flight_jobs_and_returns_unstarted_ones()
     kill(&child, libc::SIGTERM);
     std::fs::write(dir.path().join("go"), "").unwrap();
     let o = wait_exit(child, Duration::from_secs(30)).await;
-    assert_eq!(o.status.code(), Some(0), "{}", String::from_utf8_lossy(&o.stderr));
+    assert_eq!(
+        o.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
     assert_eq!(count_files(dir.path(), ".finished").await, 2);
     let client = db.client().await;
-    let left: Vec<i32> = client.query("SELECT attempts FROM pgwake.jobs", &[]).await.unwrap().iter().map(|r| r.get(0)).collect();
+    let left: Vec<i32> = client
+        .query("SELECT attempts FROM pgwake.jobs", &[])
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
     assert_eq!(left, vec![0, 0], "the two unstarted jobs are untouched");
     let leased: i64 = db.scalar("SELECT count(*) FROM pgwake.leased_jobs").await;
     assert_eq!(leased, 0, "outcomes written before exit");
@@ -91,7 +130,19 @@ async fn lease_mode_second_signal_hands_running_jobs_back_with_their_attempt_ref
     let d = dir.path().display();
     let handler = format!("t=exec:sh -c 'touch {d}/$PGWAKE_JOB_ID.started; exec sleep 3600'");
     insert_jobs(&db, "t", 2).await;
-    let child = pgwake_run(&db, &["--handler", &handler, "--lease-queues", "default", "--concurrency", "2", "--grace-period", "1h"]);
+    let child = pgwake_run(
+        &db,
+        &[
+            "--handler",
+            &handler,
+            "--lease-queues",
+            "default",
+            "--concurrency",
+            "2",
+            "--grace-period",
+            "1h",
+        ],
+    );
     let p = dir.path().to_path_buf();
     eventually("two jobs running", Duration::from_secs(30), || {
         let p = p.clone();
@@ -104,15 +155,27 @@ async fn lease_mode_second_signal_hands_running_jobs_back_with_their_attempt_ref
     // Two signals sent back to back are one to the kernel; send the second
     // once the first was seen.
     let l = log.clone();
-    eventually("the first signal was handled", Duration::from_secs(30), || {
-        let l = l.clone();
-        async move { l.lock().unwrap().contains("signal received") }
-    })
+    eventually(
+        "the first signal was handled",
+        Duration::from_secs(30),
+        || {
+            let l = l.clone();
+            async move { l.lock().unwrap().contains("signal received") }
+        },
+    )
     .await;
     kill(&child, libc::SIGTERM);
     let o = wait_exit(child, Duration::from_secs(30)).await;
     assert_eq!(o.status.code(), Some(0), "{}", log.lock().unwrap());
-    let back: Vec<i32> = db.client().await.query("SELECT attempts FROM pgwake.jobs", &[]).await.unwrap().iter().map(|r| r.get(0)).collect();
+    let back: Vec<i32> = db
+        .client()
+        .await
+        .query("SELECT attempts FROM pgwake.jobs", &[])
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
     assert_eq!(back, vec![0, 0]);
 }
 
@@ -122,7 +185,10 @@ async fn a_handler_that_blocks_its_thread_cannot_stop_the_worker_from_exiting() 
     create_run_ledger(&db).await;
     let id = insert_jobs(&db, "hog", 1).await[0];
     let w = ChaosWorker::spawn(&db, &["--grace-ms", "300", "--concurrency", "2"]);
-    until_runs(&db, "the hog runs", Duration::from_secs(30), |r| r.iter().any(|x| x.0 == id)).await;
+    until_runs(&db, "the hog runs", Duration::from_secs(30), |r| {
+        r.iter().any(|x| x.0 == id)
+    })
+    .await;
     let started = Instant::now();
     let status = w.terminate().await;
     let took = started.elapsed();
@@ -130,7 +196,9 @@ async fn a_handler_that_blocks_its_thread_cannot_stop_the_worker_from_exiting() 
     println!("exited {took:?} after SIGTERM with a thread-blocking handler (grace 300 ms + hard deadline)");
     // The server rolled the claim back when the process died: the job is
     // claimable again (its attempt counted).
-    let back: i64 = db.scalar(&format!("SELECT count(*) FROM pgwake.jobs WHERE id = {id}")).await;
+    let back: i64 = db
+        .scalar(&format!("SELECT count(*) FROM pgwake.jobs WHERE id = {id}"))
+        .await;
     assert_eq!(back, 1);
 }
 
@@ -143,7 +211,17 @@ async fn a_sql_handler_stuck_in_the_database_is_abandoned_at_the_hard_deadline()
         .await
         .unwrap();
     let id = insert_jobs(&db, "t", 1).await[0];
-    let child = pgwake_run(&db, &["--handler", "t=sql:stuck", "--grace-period", "300ms", "--application-name", "pgwake-stuck"]);
+    let child = pgwake_run(
+        &db,
+        &[
+            "--handler",
+            "t=sql:stuck",
+            "--grace-period",
+            "300ms",
+            "--application-name",
+            "pgwake-stuck",
+        ],
+    );
     let client = db.client().await;
     eventually("the function runs", Duration::from_secs(30), || {
         let client = &client;
@@ -159,14 +237,27 @@ async fn a_sql_handler_stuck_in_the_database_is_abandoned_at_the_hard_deadline()
     .await;
     kill(&child, libc::SIGTERM);
     let o = wait_exit(child, Duration::from_secs(60)).await;
-    assert_eq!(o.status.code(), Some(0), "{}", String::from_utf8_lossy(&o.stderr));
+    assert_eq!(
+        o.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
     let stderr = String::from_utf8_lossy(&o.stderr);
     assert!(stderr.contains("hard deadline"), "{stderr}");
-    eventually("the job is back in the queue", Duration::from_secs(30), || {
-        let client = &client;
-        async move {
-            client.query_opt("SELECT 1 FROM pgwake.jobs WHERE id = $1", &[&id]).await.unwrap().is_some()
-        }
-    })
+    eventually(
+        "the job is back in the queue",
+        Duration::from_secs(30),
+        || {
+            let client = &client;
+            async move {
+                client
+                    .query_opt("SELECT 1 FROM pgwake.jobs WHERE id = $1", &[&id])
+                    .await
+                    .unwrap()
+                    .is_some()
+            }
+        },
+    )
     .await;
 }

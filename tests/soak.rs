@@ -9,13 +9,38 @@ mod common;
 fn a_short_chaos_soak_loses_no_job_in_either_mode() {
     let bin = common::chaos_worker_bin().with_file_name("soak");
     let out = std::process::Command::new(&bin)
-        .args(["--duration", "15", "--workers", "3", "--rate", "200", "--modes", "tx,lease"])
+        .args([
+            "--duration",
+            "15",
+            "--workers",
+            "3",
+            "--rate",
+            "200",
+            "--modes",
+            "tx,lease",
+        ])
         .output()
         .expect("run the soak example");
     let stdout = String::from_utf8_lossy(&out.stdout);
     println!("{stdout}");
-    assert!(out.status.success(), "soak failed:\n{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
-    assert_eq!(stdout.matches("jobs lost:                0").count(), 2, "{stdout}");
-    assert_eq!(stdout.matches("left in the queue:        0").count(), 2, "{stdout}");
-    assert_eq!(stdout.matches("overlapping runs:         0").count(), 2, "{stdout}");
+    assert!(
+        out.status.success(),
+        "soak failed:\n{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(
+        stdout.matches("jobs lost:                0").count(),
+        2,
+        "{stdout}"
+    );
+    assert_eq!(
+        stdout.matches("left in the queue:        0").count(),
+        2,
+        "{stdout}"
+    );
+    assert_eq!(
+        stdout.matches("overlapping runs:         0").count(),
+        2,
+        "{stdout}"
+    );
 }

@@ -125,22 +125,39 @@ async fn with_no_worker_waiting_producers_send_no_notification() {
     let db = migrated_db().await;
     let mut n = Notifications::listen(&db).await;
     let producer = db.client().await;
-    producer.execute("INSERT INTO pgwake.jobs (task) VALUES ('t')", &[]).await.unwrap();
+    producer
+        .execute("INSERT INTO pgwake.jobs (task) VALUES ('t')", &[])
+        .await
+        .unwrap();
     // An expired registration (a worker that died) does not count.
     producer
         .batch_execute("INSERT INTO pgwake.waiting_workers VALUES ('dead-worker', NULL, now() - interval '1 second')")
         .await
         .unwrap();
-    producer.execute("INSERT INTO pgwake.jobs (task) VALUES ('t')", &[]).await.unwrap();
-    // A waiter for another queue does not count either.
     producer
-        .batch_execute("INSERT INTO pgwake.waiting_workers VALUES ('other', ARRAY['other'], 'infinity')")
+        .execute("INSERT INTO pgwake.jobs (task) VALUES ('t')", &[])
         .await
         .unwrap();
-    producer.execute("INSERT INTO pgwake.jobs (task) VALUES ('t')", &[]).await.unwrap();
+    // A waiter for another queue does not count either.
+    producer
+        .batch_execute(
+            "INSERT INTO pgwake.waiting_workers VALUES ('other', ARRAY['other'], 'infinity')",
+        )
+        .await
+        .unwrap();
+    producer
+        .execute("INSERT INTO pgwake.jobs (task) VALUES ('t')", &[])
+        .await
+        .unwrap();
     mark(&producer, "m").await;
     assert!(n.until_marker("m").await.is_empty());
-    producer.execute("INSERT INTO pgwake.jobs (task, queue) VALUES ('t', 'other')", &[]).await.unwrap();
+    producer
+        .execute(
+            "INSERT INTO pgwake.jobs (task, queue) VALUES ('t', 'other')",
+            &[],
+        )
+        .await
+        .unwrap();
     mark(&producer, "m2").await;
     assert_eq!(n.until_marker("m2").await, vec!["other"]);
 }

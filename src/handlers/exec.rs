@@ -94,8 +94,7 @@ impl Drop for GroupGuard {
 impl Handler for ExecHandler {
     async fn handle(&self, job: &Job, _ctx: JobContext<'_>) -> Result<Outcome, BoxError> {
         let mut cmd = Command::new(&self.program);
-        cmd
-            .args(&self.args)
+        cmd.args(&self.args)
             .env("PGWAKE_JOB_ID", job.id.to_string())
             .env("PGWAKE_TASK", &job.task)
             .env("PGWAKE_QUEUE", &job.queue)

@@ -280,10 +280,16 @@ impl Running {
     /// waiting (from then on an insert NOTIFYs it).
     pub async fn until_waiting(&self, db: &TestDb) {
         self.until_listening().await;
-        eventually("worker registered as waiting", Duration::from_secs(30), || async {
-            let n: i64 = db.scalar("SELECT count(*) FROM pgwake.waiting_workers WHERE expires_at > now()").await;
-            n > 0
-        })
+        eventually(
+            "worker registered as waiting",
+            Duration::from_secs(30),
+            || async {
+                let n: i64 = db
+                    .scalar("SELECT count(*) FROM pgwake.waiting_workers WHERE expires_at > now()")
+                    .await;
+                n > 0
+            },
+        )
         .await;
     }
 
@@ -411,7 +417,11 @@ pub fn chaos_worker_bin() -> std::path::PathBuf {
     // target/<profile>/deps/<test> → target/<profile>/examples/chaos_worker
     let dir = exe.parent().unwrap().parent().unwrap();
     let bin = dir.join("examples").join("chaos_worker");
-    assert!(bin.exists(), "{} missing: run the tests with `cargo test`, which builds the examples", bin.display());
+    assert!(
+        bin.exists(),
+        "{} missing: run the tests with `cargo test`, which builds the examples",
+        bin.display()
+    );
     bin
 }
 
@@ -431,7 +441,10 @@ pub async fn create_run_ledger(db: &TestDb) {
 pub async fn ledger_runs(db: &TestDb) -> Vec<(i64, i32, i32, bool)> {
     db.client()
         .await
-        .query("SELECT job_id, attempt, pid, overlap FROM pgwake_runs ORDER BY at, job_id", &[])
+        .query(
+            "SELECT job_id, attempt, pid, overlap FROM pgwake_runs ORDER BY at, job_id",
+            &[],
+        )
         .await
         .unwrap()
         .iter()
@@ -477,7 +490,10 @@ impl ChaosWorker {
             if let Some(status) = self.child.try_wait().unwrap() {
                 return status;
             }
-            assert!(std::time::Instant::now() < deadline, "worker did not exit after SIGTERM");
+            assert!(
+                std::time::Instant::now() < deadline,
+                "worker did not exit after SIGTERM"
+            );
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
     }
@@ -492,14 +508,22 @@ impl Drop for ChaosWorker {
 }
 
 /// Wait until the run ledger satisfies `cond`.
-pub async fn until_runs(db: &TestDb, what: &str, timeout: Duration, cond: impl Fn(&[(i64, i32, i32, bool)]) -> bool) {
+pub async fn until_runs(
+    db: &TestDb,
+    what: &str,
+    timeout: Duration,
+    cond: impl Fn(&[(i64, i32, i32, bool)]) -> bool,
+) {
     let deadline = tokio::time::Instant::now() + timeout;
     loop {
         let runs = ledger_runs(db).await;
         if cond(&runs) {
             return;
         }
-        assert!(tokio::time::Instant::now() < deadline, "timed out waiting for: {what}; runs so far: {runs:?}");
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "timed out waiting for: {what}; runs so far: {runs:?}"
+        );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }
@@ -508,9 +532,18 @@ pub async fn until_runs(db: &TestDb, what: &str, timeout: Duration, cond: impl F
 /// the server (they must not disturb other tests). Durable commits, as in
 /// production: a crash loses nothing that was acknowledged.
 pub async fn private_cluster_db() -> (Cluster, TestDb) {
-    let options = pgwake::embedded::ClusterOptions { durable: true, ..Default::default() };
-    let cluster = tokio::task::spawn_blocking(move || Cluster::start_with(options)).await.unwrap().unwrap();
-    let db = TestDb { url: cluster.url("postgres"), name: "postgres".into() };
+    let options = pgwake::embedded::ClusterOptions {
+        durable: true,
+        ..Default::default()
+    };
+    let cluster = tokio::task::spawn_blocking(move || Cluster::start_with(options))
+        .await
+        .unwrap()
+        .unwrap();
+    let db = TestDb {
+        url: cluster.url("postgres"),
+        name: "postgres".into(),
+    };
     let mut client = db.client().await;
     pgwake::schema::migrate(&mut client).await.unwrap();
     (cluster, db)
