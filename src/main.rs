@@ -285,7 +285,7 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     // The demo prints every outcome itself; its logs would repeat them.
     let level = if matches!(cli.command, Command::Demo { .. }) {
-        "warn"
+        "error"
     } else {
         "info"
     };
