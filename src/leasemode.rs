@@ -21,6 +21,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::claimer::Shared;
 use crate::completion::{claimed_jobs, decide, precheck, report, Claimed, Verdict};
+use crate::connect::PooledConn;
 use crate::error::{Error, Result};
 use crate::executor::execute;
 use crate::handler::JobContext;
@@ -38,26 +39,23 @@ const BURY: &str = include_str!("sql/lease_bury.sql");
 /// how many were claimed.
 pub(crate) async fn claim_and_run(shared: &Shared, trigger: Trigger) -> Result<usize> {
     let rows = {
-        let conn = shared
-            .pool
-            .get()
-            .await
-            .map_err(Error::pool("lease claim: no connection"))?;
+        let mut conn = PooledConn::get(&shared.pool, "lease claim: no connection").await?;
         let stmt = conn
             .prepare_cached(CLAIM)
             .await
             .map_err(Error::db("lease claim: prepare"))?;
-        conn.query(
-            &stmt,
-            &[
-                &shared.lease_queues,
-                &1i64,
-                &shared.worker_id,
-                &shared.config.lease_duration.as_secs_f64(),
-            ],
-        )
-        .await
-        .map_err(Error::db("lease claim"))?
+        let r = conn
+            .query(
+                &stmt,
+                &[
+                    &shared.lease_queues,
+                    &1i64,
+                    &shared.worker_id,
+                    &shared.config.lease_duration.as_secs_f64(),
+                ],
+            )
+            .await;
+        conn.check(r).map_err(Error::db("lease claim"))?
         // The connection goes back to the pool here: nothing is held while
         // the handler runs.
     };
@@ -159,16 +157,12 @@ async fn heartbeat(
 }
 
 async fn renew(shared: &Shared, job: &Job) -> Result<bool> {
-    let conn = shared
-        .pool
-        .get()
-        .await
-        .map_err(Error::pool("heartbeat: no connection"))?;
+    let mut conn = PooledConn::get(&shared.pool, "heartbeat: no connection").await?;
     let stmt = conn
         .prepare_cached(HEARTBEAT)
         .await
         .map_err(Error::db("heartbeat: prepare"))?;
-    let rows = conn
+    let r = conn
         .query(
             &stmt,
             &[
@@ -177,8 +171,8 @@ async fn renew(shared: &Shared, job: &Job) -> Result<bool> {
                 &shared.config.lease_duration.as_secs_f64(),
             ],
         )
-        .await
-        .map_err(Error::db("heartbeat"))?;
+        .await;
+    let rows = conn.check(r).map_err(Error::db("heartbeat"))?;
     Ok(!rows.is_empty())
 }
 
@@ -223,30 +217,28 @@ async fn complete(shared: &Shared, c: &Claimed) -> Option<Vec<SystemTime>> {
 
 /// One fenced write; returns rows matched and new run_at values.
 async fn write_outcome(shared: &Shared, c: &Claimed) -> Result<(u64, Vec<SystemTime>)> {
-    let conn = shared
-        .pool
-        .get()
-        .await
-        .map_err(Error::pool("lease outcome: no connection"))?;
+    let mut conn = PooledConn::get(&shared.pool, "lease outcome: no connection").await?;
+    let result = write_fenced(&conn, c).await;
+    conn.check(result).map_err(Error::db("lease outcome"))
+}
+
+async fn write_fenced(
+    conn: &deadpool_postgres::Object,
+    c: &Claimed,
+) -> std::result::Result<(u64, Vec<SystemTime>), tokio_postgres::Error> {
     let (id, attempt) = (c.job.id, c.job.attempt);
     let none: Option<f64> = None;
-    let requeue = |attempts: i32, error: Option<String>, delay: Option<f64>| {
-        let conn = &conn;
-        async move {
-            let stmt = conn.prepare_cached(REQUEUE).await?;
-            let rows = conn
-                .query(&stmt, &[&id, &attempt, &attempts, &error, &delay])
-                .await?;
-            let at: Vec<SystemTime> = rows.iter().map(|r| r.get(0)).collect();
-            Ok::<_, tokio_postgres::Error>((rows.len() as u64, at))
-        }
+    let requeue = |attempts: i32, error: Option<String>, delay: Option<f64>| async move {
+        let stmt = conn.prepare_cached(REQUEUE).await?;
+        let rows = conn
+            .query(&stmt, &[&id, &attempt, &attempts, &error, &delay])
+            .await?;
+        let at: Vec<SystemTime> = rows.iter().map(|r| r.get(0)).collect();
+        Ok::<_, tokio_postgres::Error>((rows.len() as u64, at))
     };
-    let result = match &c.verdict {
+    match &c.verdict {
         Verdict::Done => {
-            let stmt = conn
-                .prepare_cached(COMPLETE)
-                .await
-                .map_err(Error::db("lease outcome: prepare"))?;
+            let stmt = conn.prepare_cached(COMPLETE).await?;
             conn.execute(&stmt, &[&id, &attempt])
                 .await
                 .map(|n| (n, Vec::new()))
@@ -256,15 +248,11 @@ async fn write_outcome(shared: &Shared, c: &Claimed) -> Result<(u64, Vec<SystemT
         }
         Verdict::Returned => requeue(attempt - 1, c.last_error.clone(), none).await,
         Verdict::Dead { reason } => {
-            let stmt = conn
-                .prepare_cached(BURY)
-                .await
-                .map_err(Error::db("lease outcome: prepare"))?;
+            let stmt = conn.prepare_cached(BURY).await?;
             conn.query(&stmt, &[&id, &attempt, reason])
                 .await
                 .map(|rows| (rows.len() as u64, Vec::new()))
         }
         Verdict::LeaseLost => Ok((0, Vec::new())),
-    };
-    result.map_err(Error::db("lease outcome"))
+    }
 }

@@ -107,8 +107,8 @@ impl Poller {
     /// Wake one claim task, then learn when the next scheduled job is due.
     pub async fn run_once(&self) -> Result<Option<SystemTime>> {
         self.wake.wake_one(Trigger::Poll);
-        let conn = self.pool.get().await.map_err(Error::pool("poller"))?;
-        let row = match &self.queues {
+        let mut conn = crate::connect::PooledConn::get(&self.pool, "poller").await?;
+        let r = match &self.queues {
             None => {
                 let stmt = conn
                     .prepare_cached(include_str!("sql/next_run_at_all.sql"))
@@ -123,8 +123,8 @@ impl Poller {
                     .map_err(Error::db("poller"))?;
                 conn.query_one(&stmt, &[q]).await
             }
-        }
-        .map_err(Error::db("poller"))?;
+        };
+        let row = conn.check(r).map_err(Error::db("poller"))?;
         let next: Option<SystemTime> = row.get(0);
         self.schedule.set(next);
         Ok(next)

@@ -58,15 +58,13 @@ impl Rescuer {
 
     /// Move every expired lease (up to a batch) once.
     pub async fn run_once(&self) -> Result<RescueReport> {
-        let conn = self.pool.get().await.map_err(Error::pool("rescuer"))?;
+        let mut conn = crate::connect::PooledConn::get(&self.pool, "rescuer").await?;
         let stmt = conn
             .prepare_cached(include_str!("sql/rescue.sql"))
             .await
             .map_err(Error::db("rescuer: prepare"))?;
-        let rows = conn
-            .query(&stmt, &[&RESCUE_BATCH_DEFAULT])
-            .await
-            .map_err(Error::db("rescuer"))?;
+        let r = conn.query(&stmt, &[&RESCUE_BATCH_DEFAULT]).await;
+        let rows = conn.check(r).map_err(Error::db("rescuer"))?;
         let mut report = RescueReport::default();
         for row in &rows {
             let queue: String = row.get(0);

@@ -191,34 +191,30 @@ impl Registration {
     }
 
     async fn apply(&self, register: bool) -> Result<()> {
-        let conn = self
-            .pool
-            .get()
-            .await
-            .map_err(Error::pool("waiting registration"))?;
+        let mut conn = crate::connect::PooledConn::get(&self.pool, "waiting registration").await?;
         if register {
             let stmt = conn
                 .prepare_cached(include_str!("sql/waiting_register.sql"))
                 .await
                 .map_err(Error::db("waiting registration"))?;
-            conn.execute(
-                &stmt,
-                &[
-                    &self.worker_id,
-                    &self.queues,
-                    &REGISTRATION_TTL.as_secs_f64(),
-                ],
-            )
-            .await
-            .map_err(Error::db("waiting registration"))?;
+            let r = conn
+                .execute(
+                    &stmt,
+                    &[
+                        &self.worker_id,
+                        &self.queues,
+                        &REGISTRATION_TTL.as_secs_f64(),
+                    ],
+                )
+                .await;
+            conn.check(r).map_err(Error::db("waiting registration"))?;
         } else {
             let stmt = conn
                 .prepare_cached(include_str!("sql/waiting_unregister.sql"))
                 .await
                 .map_err(Error::db("waiting registration"))?;
-            conn.execute(&stmt, &[&self.worker_id])
-                .await
-                .map_err(Error::db("waiting registration"))?;
+            let r = conn.execute(&stmt, &[&self.worker_id]).await;
+            conn.check(r).map_err(Error::db("waiting registration"))?;
         }
         Ok(())
     }
