@@ -48,15 +48,16 @@ async fn ready(State(s): State<AppState>) -> (StatusCode, String) {
     }
 }
 
-/// Bind `addr` (fails fast with a clear error if it is taken) and serve
-/// until `shutdown`. Returns the bound address (port 0 picks a free one).
+/// Bind `addr` (a `SocketAddr` or a string such as `"127.0.0.1:0"`; fails
+/// fast with a clear error if it is taken) and serve until `shutdown`.
+/// Returns the bound address (port 0 picks a free one).
 pub async fn serve(
-    addr: SocketAddr,
+    addr: impl tokio::net::ToSocketAddrs + std::fmt::Display,
     handle: PrometheusHandle,
     health: Arc<Health>,
     shutdown: CancellationToken,
 ) -> Result<(SocketAddr, tokio::task::JoinHandle<()>)> {
-    let listener = tokio::net::TcpListener::bind(addr)
+    let listener = tokio::net::TcpListener::bind(&addr)
         .await
         .map_err(|source| Error::Io {
             context: format!("cannot listen on --metrics-addr {addr}"),

@@ -99,7 +99,7 @@ pub fn describe() {
     describe_gauge!(
         QUEUE_OLDEST_READY_AGE,
         Unit::Seconds,
-        "Age of the oldest ready job by queue (0 when none is ready)"
+        "Time the longest-waiting ready job has been ready (since the later of created_at and run_at), by queue; 0 when none is ready"
     );
     describe_gauge!(DEAD_JOBS, "Rows in pgwake.dead_jobs by queue");
     describe_gauge!(

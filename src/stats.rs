@@ -1,6 +1,7 @@
 //! `pgwake stats`: per queue, ready and scheduled depth, dead count and the
-//! oldest ready job's age; exact counts (this is an on-demand command, not
-//! the per-interval sampler).
+//! oldest ready job's age; uncapped counts (this is an on-demand command, not
+//! the per-interval sampler). Running tx-mode claims are left out of `ready`
+//! among each queue's first `sampler::RUNNING_CHECK_WINDOW` ready jobs.
 
 use serde::Serialize;
 
