@@ -18,9 +18,7 @@ use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 
 use futures::FutureExt;
-use std::time::Duration;
 
-use backon::{BackoffBuilder, ExponentialBuilder};
 use tokio::sync::broadcast;
 use tokio_util::sync::CancellationToken;
 
@@ -76,17 +74,6 @@ pub(crate) struct Shared {
     pub wait_state: Arc<crate::waiting::WaitState>,
 }
 
-impl Shared {
-    fn error_backoff(&self) -> impl Iterator<Item = Duration> {
-        ExponentialBuilder::default()
-            .with_min_delay(self.config.reconnect_min)
-            .with_max_delay(self.config.reconnect_max)
-            .with_jitter()
-            .without_max_times()
-            .build()
-    }
-}
-
 /// Which delivery mode a claim round tries first.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Mode {
@@ -136,7 +123,7 @@ pub(crate) async fn run_task(shared: Arc<Shared>) {
         };
         shared.wait_state.leave_idle();
         let Some(mut trigger) = woke else { return };
-        let mut backoff = shared.error_backoff();
+        let mut backoff = shared.config.reconnect_backoff();
         loop {
             if shared.stop.is_cancelled() {
                 return;
@@ -163,7 +150,7 @@ pub(crate) async fn run_task(shared: Arc<Shared>) {
                         break;
                     }
                     shared.wait_state.hit();
-                    backoff = shared.error_backoff();
+                    backoff = shared.config.reconnect_backoff();
                     trigger = Trigger::Drain;
                 }
                 Err(e) => {

@@ -240,10 +240,28 @@ impl WorkerConfig {
         })
     }
 
+    /// Delays between reconnect or retry attempts after a database error:
+    /// exponential from `reconnect_min`, capped at `reconnect_max`, jittered,
+    /// unbounded in count.
+    pub fn reconnect_backoff(&self) -> impl Iterator<Item = Duration> {
+        reconnect_backoff(self.reconnect_min, self.reconnect_max)
+    }
+
     /// The server-side idle-in-transaction limit of a claim transaction.
     pub fn idle_in_transaction_timeout(&self) -> Duration {
         self.job_timeout + IDLE_TIMEOUT_MARGIN
     }
+}
+
+/// Exponential backoff from `min` to `max`, jittered, never giving up.
+pub fn reconnect_backoff(min: Duration, max: Duration) -> impl Iterator<Item = Duration> {
+    use backon::BackoffBuilder;
+    backon::ExponentialBuilder::default()
+        .with_min_delay(min)
+        .with_max_delay(max)
+        .with_jitter()
+        .without_max_times()
+        .build()
 }
 
 #[cfg(test)]

@@ -16,7 +16,6 @@
 
 use std::time::{Duration, Instant, SystemTime};
 
-use backon::{BackoffBuilder, ExponentialBuilder};
 use tokio_util::sync::CancellationToken;
 
 use crate::claimer::Shared;
@@ -185,12 +184,7 @@ async fn complete(shared: &Shared, c: &Claimed) -> Option<Vec<SystemTime>> {
         return None;
     }
     let give_up = Instant::now() + shared.config.lease_duration;
-    let mut backoff = ExponentialBuilder::default()
-        .with_min_delay(shared.config.reconnect_min)
-        .with_max_delay(shared.config.reconnect_max)
-        .with_jitter()
-        .without_max_times()
-        .build();
+    let mut backoff = shared.config.reconnect_backoff();
     loop {
         match write_outcome(shared, c).await {
             Ok((0, _)) => {

@@ -21,7 +21,6 @@ use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::Duration;
 
-use backon::{BackoffBuilder, ExponentialBuilder};
 use futures::StreamExt;
 use tokio::sync::mpsc;
 use tokio_postgres::{AsyncMessage, NoTls};
@@ -77,12 +76,7 @@ impl Listener {
     }
 
     fn backoff(&self) -> impl Iterator<Item = Duration> {
-        ExponentialBuilder::default()
-            .with_min_delay(self.config.reconnect_min)
-            .with_max_delay(self.config.reconnect_max)
-            .with_jitter()
-            .without_max_times()
-            .build()
+        crate::config::reconnect_backoff(self.config.reconnect_min, self.config.reconnect_max)
     }
 
     /// Listen until `shutdown`, reconnecting for ever with capped backoff.
