@@ -11,7 +11,7 @@
 //!               claim back (tx mode) or its lease expires (lease mode).
 //! ```
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use signal_hook::consts::{SIGINT, SIGTERM};
 use signal_hook::iterator::Signals;
@@ -24,8 +24,19 @@ use crate::worker::HARD_DEADLINE;
 /// (flushing outcomes, closing pools) before the watchdog steps in.
 pub const EXIT_MARGIN: Duration = Duration::from_secs(5);
 
-/// How often the signal thread looks for signals and at the watchdog.
-const TICK: Duration = Duration::from_millis(50);
+/// Exit the process `after` from now unless it has exited by then.
+fn watchdog(after: Duration) {
+    let spawned = std::thread::Builder::new()
+        .name("pgwake-watchdog".into())
+        .spawn(move || {
+            std::thread::sleep(after);
+            eprintln!("pgwake: error: forced exit: a handler ignored cancellation past the hard deadline; its job returns to the queue (tx: rolled back; lease: when the lease expires)");
+            std::process::exit(1);
+        });
+    if let Err(e) = spawned {
+        tracing::error!(error = %e, "cannot start the shutdown watchdog");
+    }
+}
 
 /// Start the signal thread for a worker whose grace period is `grace`.
 pub fn spawn(stop: CancellationToken, abort: CancellationToken, grace: Duration) -> Result<()> {
@@ -36,28 +47,24 @@ pub fn spawn(stop: CancellationToken, abort: CancellationToken, grace: Duration)
     std::thread::Builder::new()
         .name("pgwake-signals".into())
         .spawn(move || {
-            let mut seen = 0;
-            let mut deadline: Option<Instant> = None;
-            loop {
-                for _ in signals.pending() {
-                    seen += 1;
-                    let now = Instant::now();
-                    if seen == 1 {
-                        tracing::info!("signal received: finishing running jobs (send again to stop at once)");
+            // Blocks until a signal arrives: no polling delay between the
+            // signal and the stop.
+            for (seen, _) in signals.forever().enumerate() {
+                match seen {
+                    0 => {
+                        tracing::info!(
+                            "signal received: finishing running jobs (send again to stop at once)"
+                        );
                         stop.cancel();
-                        deadline = Some(now + grace + HARD_DEADLINE + EXIT_MARGIN);
-                    } else if seen == 2 {
+                        watchdog(grace + HARD_DEADLINE + EXIT_MARGIN);
+                    }
+                    1 => {
                         tracing::warn!("second signal: handing running jobs back now");
                         abort.cancel();
-                        let sooner = now + HARD_DEADLINE + EXIT_MARGIN;
-                        deadline = Some(deadline.map_or(sooner, |d| d.min(sooner)));
+                        watchdog(HARD_DEADLINE + EXIT_MARGIN);
                     }
+                    _ => {}
                 }
-                if deadline.is_some_and(|d| Instant::now() > d) {
-                    eprintln!("pgwake: error: forced exit: a handler ignored cancellation past the hard deadline; its job returns to the queue (tx: rolled back; lease: when the lease expires)");
-                    std::process::exit(1);
-                }
-                std::thread::sleep(TICK);
             }
         })
         .map_err(|source| Error::Io {

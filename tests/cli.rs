@@ -2,20 +2,13 @@
 
 mod common;
 
-use std::path::Path;
-use std::process::{Child, Command, Output, Stdio};
+use std::process::{Output, Stdio};
 use std::time::Duration;
 
 use common::*;
 
-fn pgwake() -> Command {
-    let mut c = Command::new(env!("CARGO_BIN_EXE_pgwake"));
-    c.env_remove("DATABASE_URL").env("RUST_LOG", "info");
-    c
-}
-
 fn run(args: &[&str], url: Option<&str>) -> Output {
-    let mut c = pgwake();
+    let mut c = pgwake_cmd();
     if let Some(u) = url {
         c.env("DATABASE_URL", u);
     }
@@ -162,7 +155,7 @@ async fn migrate_enqueue_stats_and_dead_work_from_the_command_line() {
         .map(|i| format!(r#"{{"task":"bulk","payload":{{"i":{i}}},"queue":"bulk"}}"#))
         .collect::<Vec<_>>()
         .join("\n");
-    let mut child = pgwake()
+    let mut child = pgwake_cmd()
         .env("DATABASE_URL", &db.url)
         .args(["enqueue", "--ndjson"])
         .stdin(Stdio::piped())
@@ -182,7 +175,7 @@ async fn migrate_enqueue_stats_and_dead_work_from_the_command_line() {
     assert!(String::from_utf8_lossy(&o.stdout).contains("enqueued 2500 jobs"));
 
     let bad = "{\"task\":\"ok\"}\n{\"task\":\"\"}\n";
-    let mut child = pgwake()
+    let mut child = pgwake_cmd()
         .env("DATABASE_URL", &db.url)
         .args(["enqueue", "--ndjson"])
         .stdin(Stdio::piped())
@@ -259,71 +252,6 @@ async fn migrate_enqueue_stats_and_dead_work_from_the_command_line() {
     assert!(String::from_utf8_lossy(&o.stdout).contains("purged 0"));
 }
 
-fn spawn_worker(url: &str, args: &[&str]) -> Child {
-    pgwake()
-        .env("DATABASE_URL", url)
-        .args([
-            "run",
-            "--metrics-addr",
-            "127.0.0.1:0",
-            "--poll-interval",
-            "200ms",
-        ])
-        .args(args)
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap()
-}
-
-fn signal(child: &Child, sig: i32) {
-    // SAFETY: plain kill(2) on our own child.
-    unsafe {
-        libc::kill(child.id() as i32, sig);
-    }
-}
-
-async fn wait_exit(mut child: Child, within: Duration) -> Output {
-    let deadline = std::time::Instant::now() + within;
-    loop {
-        if child.try_wait().unwrap().is_some() {
-            return child.wait_with_output().unwrap();
-        }
-        if std::time::Instant::now() > deadline {
-            let _ = child.kill();
-            panic!("worker did not exit within {within:?}");
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-}
-
-async fn wait_files(dir: &Path, suffix: &str, n: usize) {
-    let dir = dir.to_path_buf();
-    let suffix = suffix.to_string();
-    eventually(
-        &format!("{n} *{suffix} files"),
-        Duration::from_secs(30),
-        move || {
-            let dir = dir.clone();
-            let suffix = suffix.clone();
-            async move {
-                std::fs::read_dir(&dir)
-                    .unwrap()
-                    .filter(|e| {
-                        e.as_ref()
-                            .unwrap()
-                            .file_name()
-                            .to_string_lossy()
-                            .ends_with(&suffix)
-                    })
-                    .count()
-                    >= n
-            }
-        },
-    )
-    .await;
-}
-
 #[tokio::test]
 async fn sigterm_lets_in_flight_jobs_finish_claims_nothing_more_and_exits_0() {
     let db = migrated_db().await;
@@ -333,16 +261,24 @@ async fn sigterm_lets_in_flight_jobs_finish_claims_nothing_more_and_exits_0() {
         "t=exec:sh -c 'touch {d}/$PGWAKE_JOB_ID.started; while [ ! -e {d}/go ]; do sleep 0.02; done; touch {d}/$PGWAKE_JOB_ID.finished'"
     );
     let ids = insert_jobs(&db, "t", 4).await;
-    let child = spawn_worker(
+    let child = spawn_pgwake_run(
         &db.url,
         &["--handler", &handler, "--concurrency", "2", "--batch", "1"],
     );
     wait_files(dir.path(), ".started", 2).await;
-    signal(&child, libc::SIGTERM);
-    // The two running jobs are released only after the signal.
+    let mut child = child;
+    let log = tail_stderr(&mut child);
+    send_signal(&child, libc::SIGTERM);
+    // The two running jobs are released only once the signal was handled.
+    let l = log.clone();
+    eventually("the signal was handled", Duration::from_secs(30), || {
+        let l = l.clone();
+        async move { l.lock().unwrap().contains("signal received") }
+    })
+    .await;
     std::fs::write(dir.path().join("go"), "").unwrap();
     let o = wait_exit(child, Duration::from_secs(30)).await;
-    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    assert_eq!(o.status.code(), Some(0), "{}", log.lock().unwrap());
     let finished = std::fs::read_dir(dir.path())
         .unwrap()
         .filter(|e| {
@@ -374,7 +310,7 @@ async fn a_second_signal_hands_running_jobs_back_without_using_an_attempt() {
     let d = dir.path().display();
     let handler = format!("t=exec:sh -c 'touch {d}/$PGWAKE_JOB_ID.started; sleep 3600'");
     let ids = insert_jobs(&db, "t", 2).await;
-    let child = spawn_worker(
+    let child = spawn_pgwake_run(
         &db.url,
         &[
             "--handler",
@@ -388,8 +324,8 @@ async fn a_second_signal_hands_running_jobs_back_without_using_an_attempt() {
         ],
     );
     wait_files(dir.path(), ".started", 2).await;
-    signal(&child, libc::SIGTERM);
-    signal(&child, libc::SIGINT);
+    send_signal(&child, libc::SIGTERM);
+    send_signal(&child, libc::SIGINT);
     let o = wait_exit(child, Duration::from_secs(30)).await;
     assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
     let back: Vec<(i64, i32)> = db
@@ -413,9 +349,9 @@ async fn grace_period_exceeded_hands_jobs_back_and_exits_0() {
     let d = dir.path().display();
     let handler = format!("t=exec:sh -c 'touch {d}/$PGWAKE_JOB_ID.started; sleep 3600'");
     let ids = insert_jobs(&db, "t", 1).await;
-    let child = spawn_worker(&db.url, &["--handler", &handler, "--grace-period", "300ms"]);
+    let child = spawn_pgwake_run(&db.url, &["--handler", &handler, "--grace-period", "300ms"]);
     wait_files(dir.path(), ".started", 1).await;
-    signal(&child, libc::SIGTERM);
+    send_signal(&child, libc::SIGTERM);
     let o = wait_exit(child, Duration::from_secs(30)).await;
     assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
     assert!(stderr(&o).contains("grace period over"), "{}", stderr(&o));

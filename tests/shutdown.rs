@@ -3,76 +3,9 @@
 
 mod common;
 
-use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use common::*;
-
-fn pgwake_run(db: &TestDb, args: &[&str]) -> std::process::Child {
-    Command::new(env!("CARGO_BIN_EXE_pgwake"))
-        .env("DATABASE_URL", &db.url)
-        .env("RUST_LOG", "info")
-        .args([
-            "run",
-            "--metrics-addr",
-            "127.0.0.1:0",
-            "--poll-interval",
-            "200ms",
-        ])
-        .args(args)
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap()
-}
-
-fn kill(child: &std::process::Child, sig: i32) {
-    // SAFETY: kill(2) on our own child.
-    unsafe {
-        libc::kill(child.id() as i32, sig);
-    }
-}
-
-async fn wait_exit(mut child: std::process::Child, within: Duration) -> std::process::Output {
-    let deadline = Instant::now() + within;
-    while child.try_wait().unwrap().is_none() {
-        assert!(Instant::now() < deadline, "did not exit within {within:?}");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    child.wait_with_output().unwrap()
-}
-
-/// Collect the child's stderr as it is written.
-fn tail_stderr(child: &mut std::process::Child) -> std::sync::Arc<std::sync::Mutex<String>> {
-    use std::io::BufRead;
-    let log = std::sync::Arc::new(std::sync::Mutex::new(String::new()));
-    let l = log.clone();
-    let stderr = child.stderr.take().unwrap();
-    std::thread::spawn(move || {
-        for line in std::io::BufReader::new(stderr)
-            .lines()
-            .map_while(Result::ok)
-        {
-            let mut l = l.lock().unwrap();
-            l.push_str(&line);
-            l.push('\n');
-        }
-    });
-    log
-}
-
-async fn count_files(dir: &std::path::Path, suffix: &str) -> usize {
-    std::fs::read_dir(dir)
-        .unwrap()
-        .filter(|e| {
-            e.as_ref()
-                .unwrap()
-                .file_name()
-                .to_string_lossy()
-                .ends_with(suffix)
-        })
-        .count()
-}
 
 #[tokio::test]
 async fn lease_mode_sigterm_finishes_in_flight_jobs_and_returns_unstarted_ones() {
@@ -83,8 +16,8 @@ async fn lease_mode_sigterm_finishes_in_flight_jobs_and_returns_unstarted_ones()
         "t=exec:sh -c 'touch {d}/$PGWAKE_JOB_ID.started; while [ ! -e {d}/go ]; do sleep 0.02; done; touch {d}/$PGWAKE_JOB_ID.finished'"
     );
     insert_jobs(&db, "t", 4).await;
-    let child = pgwake_run(
-        &db,
+    let child = spawn_pgwake_run(
+        &db.url,
         &[
             "--handler",
             &handler,
@@ -97,10 +30,10 @@ async fn lease_mode_sigterm_finishes_in_flight_jobs_and_returns_unstarted_ones()
     let p = dir.path().to_path_buf();
     eventually("two jobs running", Duration::from_secs(30), || {
         let p = p.clone();
-        async move { count_files(&p, ".started").await == 2 }
+        async move { count_files(&p, ".started") == 2 }
     })
     .await;
-    kill(&child, libc::SIGTERM);
+    send_signal(&child, libc::SIGTERM);
     std::fs::write(dir.path().join("go"), "").unwrap();
     let o = wait_exit(child, Duration::from_secs(30)).await;
     assert_eq!(
@@ -109,7 +42,7 @@ async fn lease_mode_sigterm_finishes_in_flight_jobs_and_returns_unstarted_ones()
         "{}",
         String::from_utf8_lossy(&o.stderr)
     );
-    assert_eq!(count_files(dir.path(), ".finished").await, 2);
+    assert_eq!(count_files(dir.path(), ".finished"), 2);
     let client = db.client().await;
     let left: Vec<i32> = client
         .query("SELECT attempts FROM pgwake.jobs", &[])
@@ -130,8 +63,8 @@ async fn lease_mode_second_signal_hands_running_jobs_back_with_their_attempt_ref
     let d = dir.path().display();
     let handler = format!("t=exec:sh -c 'touch {d}/$PGWAKE_JOB_ID.started; exec sleep 3600'");
     insert_jobs(&db, "t", 2).await;
-    let child = pgwake_run(
-        &db,
+    let child = spawn_pgwake_run(
+        &db.url,
         &[
             "--handler",
             &handler,
@@ -146,12 +79,12 @@ async fn lease_mode_second_signal_hands_running_jobs_back_with_their_attempt_ref
     let p = dir.path().to_path_buf();
     eventually("two jobs running", Duration::from_secs(30), || {
         let p = p.clone();
-        async move { count_files(&p, ".started").await == 2 }
+        async move { count_files(&p, ".started") == 2 }
     })
     .await;
     let mut child = child;
     let log = tail_stderr(&mut child);
-    kill(&child, libc::SIGTERM);
+    send_signal(&child, libc::SIGTERM);
     // Two signals sent back to back are one to the kernel; send the second
     // once the first was seen.
     let l = log.clone();
@@ -164,7 +97,7 @@ async fn lease_mode_second_signal_hands_running_jobs_back_with_their_attempt_ref
         },
     )
     .await;
-    kill(&child, libc::SIGTERM);
+    send_signal(&child, libc::SIGTERM);
     let o = wait_exit(child, Duration::from_secs(30)).await;
     assert_eq!(o.status.code(), Some(0), "{}", log.lock().unwrap());
     let back: Vec<i32> = db
@@ -211,8 +144,8 @@ async fn a_sql_handler_stuck_in_the_database_is_abandoned_at_the_hard_deadline()
         .await
         .unwrap();
     let id = insert_jobs(&db, "t", 1).await[0];
-    let child = pgwake_run(
-        &db,
+    let child = spawn_pgwake_run(
+        &db.url,
         &[
             "--handler",
             "t=sql:stuck",
@@ -235,7 +168,7 @@ async fn a_sql_handler_stuck_in_the_database_is_abandoned_at_the_hard_deadline()
         }
     })
     .await;
-    kill(&child, libc::SIGTERM);
+    send_signal(&child, libc::SIGTERM);
     let o = wait_exit(child, Duration::from_secs(60)).await;
     assert_eq!(
         o.status.code(),

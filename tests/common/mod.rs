@@ -4,11 +4,16 @@
 //! run in parallel.
 #![allow(dead_code)]
 
+pub mod process;
+
 use std::collections::HashMap;
 use std::future::Future;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
+
+#[allow(unused_imports)]
+pub use process::*;
 
 use pgwake::embedded::Cluster;
 use pgwake::{
@@ -411,17 +416,30 @@ impl Notifications {
     }
 }
 
-/// The `chaos_worker` example binary (built by `cargo test`).
+/// The `chaos_worker` example binary. A plain `cargo test` builds the
+/// examples; a run of single test files (`cargo test --test crash`) may not
+/// have, so build them here once if they are missing.
 pub fn chaos_worker_bin() -> std::path::PathBuf {
+    static BUILT: std::sync::Once = std::sync::Once::new();
     let exe = std::env::current_exe().unwrap();
     // target/<profile>/deps/<test> → target/<profile>/examples/chaos_worker
-    let dir = exe.parent().unwrap().parent().unwrap();
-    let bin = dir.join("examples").join("chaos_worker");
-    assert!(
-        bin.exists(),
-        "{} missing: run the tests with `cargo test`, which builds the examples",
-        bin.display()
-    );
+    let profile_dir = exe.parent().unwrap().parent().unwrap();
+    let bin = profile_dir.join("examples").join("chaos_worker");
+    BUILT.call_once(|| {
+        if bin.exists() && profile_dir.join("examples").join("soak").exists() {
+            return;
+        }
+        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+        let mut cmd = std::process::Command::new(cargo);
+        cmd.args(["build", "--example", "chaos_worker", "--example", "soak"])
+            .current_dir(env!("CARGO_MANIFEST_DIR"));
+        if profile_dir.file_name().is_some_and(|n| n == "release") {
+            cmd.arg("--release");
+        }
+        let status = cmd.status().expect("run cargo build --examples");
+        assert!(status.success(), "building the examples failed");
+    });
+    assert!(bin.exists(), "{} missing", bin.display());
     bin
 }
 
