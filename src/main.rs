@@ -284,10 +284,12 @@ fn exit_code(e: &Error) -> ExitCode {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     // The demo prints every outcome itself; its logs would repeat them.
-    let level = if matches!(cli.command, Command::Demo { .. }) {
-        "error"
-    } else {
-        "info"
+    let level = match cli.command {
+        Command::Demo { .. } => "error",
+        // The bench starts dozens of in-process workers; their start/stop
+        // lines would bury its progress.
+        Command::Bench(_) => "warn",
+        _ => "info",
     };
     init_logging(&cli.log_format, level);
     let runtime = match tokio::runtime::Builder::new_multi_thread()
