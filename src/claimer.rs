@@ -70,6 +70,8 @@ pub(crate) struct Shared {
     pub lease_queues: Vec<String>,
     /// This worker's id in `leased_jobs.worker_id`.
     pub worker_id: String,
+    /// Rotates the order in which a worker's queues are claimed.
+    pub queue_cursor: std::sync::atomic::AtomicUsize,
     /// Idle/draining state for the waiting registration.
     pub wait_state: Arc<crate::waiting::WaitState>,
 }

@@ -43,18 +43,27 @@ pub(crate) async fn claim_and_run(shared: &Shared, trigger: Trigger) -> Result<u
             .prepare_cached(CLAIM)
             .await
             .map_err(Error::db("lease claim: prepare"))?;
-        let r = conn
-            .query(
-                &stmt,
-                &[
-                    &shared.lease_queues,
-                    &1i64,
-                    &shared.worker_id,
-                    &shared.config.lease_duration.as_secs_f64(),
-                ],
-            )
-            .await;
-        conn.check(r).map_err(Error::db("lease claim"))?
+        // One queue at a time (scalar `queue = $1`: an ordered index scan),
+        // from a rotating start, until one has a job.
+        let mut rows = Vec::new();
+        for queue in crate::txmode::rotated(&shared.lease_queues, &shared.queue_cursor) {
+            let r = conn
+                .query(
+                    &stmt,
+                    &[
+                        queue,
+                        &1i64,
+                        &shared.worker_id,
+                        &shared.config.lease_duration.as_secs_f64(),
+                    ],
+                )
+                .await;
+            rows = conn.check(r).map_err(Error::db("lease claim"))?;
+            if !rows.is_empty() {
+                break;
+            }
+        }
+        rows
         // The connection goes back to the pool here: nothing is held while
         // the handler runs.
     };

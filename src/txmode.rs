@@ -33,7 +33,7 @@ use crate::metrics;
 use crate::wake::Trigger;
 
 const CLAIM_ALL: &str = include_str!("sql/claim_tx_all.sql");
-const CLAIM_QUEUES: &str = include_str!("sql/claim_tx_queues.sql");
+const CLAIM_QUEUE: &str = include_str!("sql/claim_tx_queue.sql");
 const RECORD_ATTEMPTS: &str = include_str!("sql/record_attempts.sql");
 const CLEAR_ATTEMPTS: &str = include_str!("sql/clear_attempts.sql");
 const REQUEUE: &str = include_str!("sql/requeue.sql");
@@ -84,8 +84,8 @@ pub(crate) async fn claim_and_run(shared: &Shared, trigger: Trigger) -> Result<u
         .map_err(Error::pool("claim: no connection"))?;
     let limit = shared.config.batch as i64;
     let stmt = conn
-        .prepare_cached(if shared.config.queues.is_some() {
-            CLAIM_QUEUES
+        .prepare_cached(if shared.tx_queues.is_some() {
+            CLAIM_QUEUE
         } else {
             CLAIM_ALL
         })
@@ -93,16 +93,33 @@ pub(crate) async fn claim_and_run(shared: &Shared, trigger: Trigger) -> Result<u
         .map_err(Error::db("claim: prepare"))?;
     let tx = OpenTx { conn: Some(conn) };
     let c = tx.conn();
-    let claim = async {
-        match &shared.tx_queues {
-            None => c.query(&stmt, &[&limit, &shared.lease_queues]).await,
-            Some(q) => c.query(&stmt, &[&limit, q]).await,
-        }
+    // With --queues, each queue is claimed with a scalar `queue = $2`, which
+    // the (queue, priority, run_at, id) index serves in claim order whatever
+    // the statistics (`queue = ANY($2)` lets the planner sort every ready row
+    // instead). Queues are tried in turn from a rotating start, inside the
+    // same transaction, until one has jobs.
+    let queues: Vec<Option<&String>> = match &shared.tx_queues {
+        None => vec![None],
+        Some(q) => rotated(q, &shared.queue_cursor)
+            .into_iter()
+            .map(Some)
+            .collect(),
     };
-    // Pipelined: BEGIN and the claim go out together.
-    let (begun, rows) = tokio::join!(c.batch_execute(&shared.begin_sql), claim);
+    // Pipelined: BEGIN and the first claim go out together.
+    let (begun, first) = tokio::join!(
+        c.batch_execute(&shared.begin_sql),
+        claim_rows(c, &stmt, limit, queues[0], &shared.lease_queues)
+    );
     begun.map_err(Error::db("claim: begin"))?;
-    let rows = rows.map_err(Error::db("claim"))?;
+    let mut rows = first.map_err(Error::db("claim"))?;
+    for queue in &queues[1..] {
+        if !rows.is_empty() {
+            break;
+        }
+        rows = claim_rows(c, &stmt, limit, *queue, &shared.lease_queues)
+            .await
+            .map_err(Error::db("claim"))?;
+    }
     let hit = if rows.is_empty() { "empty" } else { "hit" };
     ::metrics::counter!(metrics::CLAIMS, "trigger" => trigger.as_str(), "result" => hit)
         .increment(1);
@@ -353,4 +370,32 @@ async fn connection_closed(c: &Object) {
             return;
         }
     }
+}
+
+/// One claim statement: over every queue but the lease queues, or from one
+/// queue.
+async fn claim_rows(
+    c: &Object,
+    stmt: &tokio_postgres::Statement,
+    limit: i64,
+    queue: Option<&String>,
+    lease_queues: &[String],
+) -> std::result::Result<Vec<tokio_postgres::Row>, tokio_postgres::Error> {
+    match queue {
+        None => c.query(stmt, &[&limit, &lease_queues]).await,
+        Some(q) => c.query(stmt, &[&limit, q]).await,
+    }
+}
+
+/// `queues` starting at a position that advances on every call, so no queue
+/// is always tried first.
+pub(crate) fn rotated<'a>(
+    queues: &'a [String],
+    cursor: &std::sync::atomic::AtomicUsize,
+) -> Vec<&'a String> {
+    if queues.is_empty() {
+        return Vec::new();
+    }
+    let start = cursor.fetch_add(1, std::sync::atomic::Ordering::Relaxed) % queues.len();
+    queues[start..].iter().chain(&queues[..start]).collect()
 }

@@ -14,16 +14,18 @@
 //!
 //! While any task keeps finding jobs (gaps under [`LINGER`]) the worker
 //! stays unregistered: new rows are seen by its next claim, no NOTIFY
-//! needed. After registering it always re-checks the queue once, so a job
-//! committed before the registration is not left waiting.
+//! needed. After registering it waits until every transaction that was in
+//! progress at that moment has ended (at most [`SETTLE_MAX`]; with durable
+//! commits an insert's trigger runs about a WAL flush before its commit),
+//! then re-checks the queue once, so a job whose trigger ran just before the
+//! registration is not left waiting.
 //!
 //! The one window: a job whose inserting transaction ran the trigger
-//! *before* the registration committed but itself commits *after* the
-//! re-check (e.g. `BEGIN; INSERT …; <other work>; COMMIT` spanning the
-//! moment a worker goes idle). Such a job waits for the next wake-up: a
-//! notification for a later insert, or the fallback poll (at most
-//! `poll_interval` × 1.25). Autocommit inserts close that window to the
-//! microseconds between the trigger and the commit.
+//! *before* the registration committed and stays open more than
+//! [`SETTLE_MAX`] after it (e.g. `BEGIN; INSERT …; <other work>; COMMIT`
+//! spanning the moment a worker goes idle). Such a job waits for the next
+//! wake-up: a notification for a later insert, or the fallback poll (at
+//! most `poll_interval` × 1.25).
 
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -44,6 +46,11 @@ pub const LINGER: Duration = Duration::from_millis(5);
 /// Registrations expire unless renewed; a crashed worker's row stops
 /// attracting notifications after this long.
 pub const REGISTRATION_TTL: Duration = Duration::from_secs(30);
+/// Longest wait, after registering, for producer transactions that were in
+/// progress to end before the re-check claim.
+pub const SETTLE_MAX: Duration = Duration::from_millis(100);
+/// How often that wait looks again.
+pub const SETTLE_POLL: Duration = Duration::from_millis(1);
 /// How often a registration is renewed.
 pub const RENEW_EVERY: Duration = Duration::from_secs(10);
 
@@ -153,8 +160,15 @@ impl Registration {
                 match self.apply(want).await {
                     Ok(()) => {
                         if want && !registered {
-                            // Re-check: a job committed before the
-                            // registration sent no NOTIFY.
+                            // Re-check: a job whose transaction ran the
+                            // trigger before the registration committed sent
+                            // no NOTIFY. Wait (briefly) for the transactions
+                            // in progress at registration to end — with
+                            // durable commits that is at least a WAL flush —
+                            // then claim once.
+                            if let Err(e) = self.settle().await {
+                                tracing::debug!(error = %e, "waiting registration: settle failed");
+                            }
                             self.wake.wake_one(Trigger::Poll);
                         }
                         registered = want;
@@ -187,6 +201,34 @@ impl Registration {
         }
         if registered {
             let _ = self.apply(false).await;
+        }
+    }
+
+    /// Wait until the transactions in progress right after the
+    /// registration have ended, polling every [`SETTLE_POLL`], for at most
+    /// [`SETTLE_MAX`] (a long producer transaction is the documented window).
+    async fn settle(&self) -> Result<()> {
+        let conn = crate::connect::PooledConn::get(&self.pool, "waiting registration").await?;
+        let snapshot: String = conn
+            .query_one(include_str!("sql/waiting_snapshot.sql"), &[])
+            .await
+            .map_err(Error::db("waiting registration: snapshot"))?
+            .get(0);
+        let stmt = conn
+            .prepare_cached(include_str!("sql/waiting_settled.sql"))
+            .await
+            .map_err(Error::db("waiting registration: settle"))?;
+        let deadline = Instant::now() + SETTLE_MAX;
+        loop {
+            let settled: bool = conn
+                .query_one(&stmt, &[&snapshot])
+                .await
+                .map_err(Error::db("waiting registration: settle"))?
+                .get(0);
+            if settled || Instant::now() >= deadline {
+                return Ok(());
+            }
+            tokio::time::sleep(SETTLE_POLL).await;
         }
     }
 

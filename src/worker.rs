@@ -280,6 +280,7 @@ impl Worker {
             lease_queues: self.config.lease_queues.clone(),
             worker_id: self.worker_id.clone(),
             wait_state: self.wait_state.clone(),
+            queue_cursor: Default::default(),
         }
     }
 

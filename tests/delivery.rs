@@ -308,7 +308,9 @@ async fn listener_pid(admin: &tokio_postgres::Client, db: &str) -> Option<i32> {
 
 #[tokio::test]
 async fn jobs_inserted_while_the_worker_flips_between_draining_and_waiting_are_never_stranded() {
-    let db = migrated_db().await;
+    // Durable commits: the trigger runs a WAL flush before the commit, the
+    // window a registration must wait out.
+    let (_cluster, db) = private_cluster_db().await;
     let ledger = Ledger::default();
     // No poll to fall back on: every job must be found by a claim that a
     // NOTIFY, a drain or the registration's re-check started.

@@ -115,7 +115,7 @@ async fn a_running_lease_job_holds_no_transaction() {
     let id = insert_jobs(&db, "t", 1).await[0];
     started.acquire().await.unwrap().forget();
     let in_tx: i64 = db
-        .scalar("SELECT count(*) FROM pg_stat_activity WHERE application_name LIKE 'pgwake-lease-idle%' AND xact_start IS NOT NULL")
+        .scalar("SELECT count(*) FROM pg_stat_activity WHERE application_name LIKE 'pgwake-lease-idle%' AND state LIKE 'idle in transaction%'")
         .await;
     assert_eq!(
         in_tx, 0,

@@ -1,11 +1,11 @@
--- lease-mode claim: move ready jobs of the lease queues ($1) into
+-- lease-mode claim: move ready jobs of one lease queue ($1) into
 -- pgwake.leased_jobs in one statement, counting the attempt, and commit at
 -- once (autocommit). $2: limit, $3: worker id, $4: lease seconds.
 WITH claimed AS (
     DELETE FROM pgwake.jobs
     WHERE id = ANY(ARRAY(
         SELECT id FROM pgwake.jobs
-        WHERE queue = ANY($1::text[]) AND run_at <= now()
+        WHERE queue = $1 AND run_at <= now()
         ORDER BY priority, run_at, id
         LIMIT $2
         FOR UPDATE SKIP LOCKED))

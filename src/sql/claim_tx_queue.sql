@@ -1,11 +1,12 @@
--- tx-mode claim restricted to the worker's queues ($2). Runs inside the claim transaction: the
+-- tx-mode claim from one of the worker's queues ($2), in claim order on
+-- jobs_queue_claim_idx. Runs inside the claim transaction: the
 -- rows stay locked (deleted, uncommitted) while their handlers run, and come
 -- back by themselves if the worker dies. `= ANY(ARRAY(...))` evaluates the
 -- locking subquery exactly once.
 DELETE FROM pgwake.jobs
 WHERE id = ANY(ARRAY(
     SELECT id FROM pgwake.jobs
-    WHERE queue = ANY($2::text[]) AND run_at <= now()
+    WHERE queue = $2 AND run_at <= now()
     ORDER BY priority, run_at, id
     LIMIT $1
     FOR UPDATE SKIP LOCKED))
