@@ -85,9 +85,9 @@ impl Mode {
             },
             Mode::Lease => RawClaim {
                 sql: CLAIM_LEASE,
-                // $1 the lease queues, $2 limit, $3 worker id, $4 lease seconds.
+                // $1 the lease queue, $2 limit, $3 worker id, $4 lease seconds.
                 params: vec![
-                    Box::new(vec![QUEUE.to_string()]),
+                    Box::new(QUEUE.to_string()),
                     Box::new(batch),
                     Box::new("pgwake-bench-raw".to_string()),
                     Box::new(RAW_LEASE_S),
