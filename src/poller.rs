@@ -35,7 +35,7 @@ impl Schedule {
         }
     }
 
-    fn take_until(&self) -> Option<SystemTime> {
+    fn next_due(&self) -> Option<SystemTime> {
         *self.next.lock().unwrap_or_else(|e| e.into_inner())
     }
 
@@ -88,7 +88,7 @@ impl Poller {
     pub async fn run(self, shutdown: CancellationToken) {
         loop {
             let tick = jitter(self.interval);
-            let until_due = self.schedule.take_until().map(|at| {
+            let until_due = self.schedule.next_due().map(|at| {
                 at.duration_since(SystemTime::now())
                     .unwrap_or(Duration::ZERO)
             });

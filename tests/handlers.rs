@@ -65,14 +65,7 @@ async fn a_failing_command_fails_the_attempt_with_its_stderr_tail() {
     let ev = w.next_events(1, Duration::from_secs(30), |_| true).await;
     w.shutdown().await;
     assert_eq!(ev[0].resolution, Resolution::Dead);
-    let err: String = client
-        .query_one(
-            "SELECT last_error FROM pgwake.dead_jobs WHERE id = $1",
-            &[&id],
-        )
-        .await
-        .unwrap()
-        .get(0);
+    let err = dead_reason(&client, id).await;
     assert!(err.contains("exit status 3: disk full"), "{err}");
 }
 
@@ -197,14 +190,7 @@ async fn sql_handler_runs_the_function_inside_the_claim_transaction() {
         vec![5],
         "the raising call's write was rolled back, the good one committed"
     );
-    let err: String = client
-        .query_one(
-            "SELECT last_error FROM pgwake.dead_jobs WHERE id = $1",
-            &[&bad],
-        )
-        .await
-        .unwrap()
-        .get(0);
+    let err = dead_reason(&client, bad).await;
     assert!(
         err.contains("negative n: -1") && err.contains("P0001"),
         "{err}"

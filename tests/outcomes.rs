@@ -137,14 +137,7 @@ async fn a_panicking_handler_counts_as_a_failed_attempt() {
     w.shutdown().await;
     assert_eq!(evs[0].resolution, Resolution::Retry);
     assert_eq!(evs[1].resolution, Resolution::Dead);
-    let err: String = client
-        .query_one(
-            "SELECT last_error FROM pgwake.dead_jobs WHERE id = $1",
-            &[&id],
-        )
-        .await
-        .unwrap()
-        .get(0);
+    let err = dead_reason(&client, id).await;
     assert!(err.contains("handler panicked: handler exploded"), "{err}");
 }
 
@@ -180,14 +173,7 @@ async fn a_handler_past_its_timeout_is_cancelled_and_counts_as_a_failure() {
     let ev = w.next_events(1, Duration::from_secs(30), |_| true).await;
     w.shutdown().await;
     assert_eq!(ev[0].resolution, Resolution::Dead);
-    let err: String = client
-        .query_one(
-            "SELECT last_error FROM pgwake.dead_jobs WHERE id = $1",
-            &[&id],
-        )
-        .await
-        .unwrap()
-        .get(0);
+    let err = dead_reason(&client, id).await;
     assert!(err.contains("timed out after 200ms"), "{err}");
 }
 
@@ -256,14 +242,7 @@ async fn a_job_without_a_handler_goes_dead_with_a_clear_reason() {
     let ev = w.next_events(1, Duration::from_secs(30), |_| true).await;
     w.shutdown().await;
     assert_eq!(ev[0].resolution, Resolution::Dead);
-    let err: String = client
-        .query_one(
-            "SELECT last_error FROM pgwake.dead_jobs WHERE id = $1",
-            &[&id],
-        )
-        .await
-        .unwrap()
-        .get(0);
+    let err = dead_reason(&client, id).await;
     assert!(err.contains("no handler for task"), "{err}");
     assert_eq!(
         remaining(&db).await,
@@ -308,14 +287,7 @@ async fn fail_outcome_goes_dead_at_once_and_retry_after_sets_the_delay() {
     let mut w = Running::start(worker);
     w.next_events(2, Duration::from_secs(30), |_| true).await;
     w.shutdown().await;
-    let err: String = client
-        .query_one(
-            "SELECT last_error FROM pgwake.dead_jobs WHERE id = $1",
-            &[&fail],
-        )
-        .await
-        .unwrap()
-        .get(0);
+    let err = dead_reason(&client, fail).await;
     assert_eq!(err, "bad input");
     let row = client
         .query_one("SELECT run_at BETWEEN now() + interval '119 minutes' AND now() + interval '121 minutes' FROM pgwake.jobs WHERE id = $1", &[&later])

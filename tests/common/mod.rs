@@ -566,3 +566,15 @@ pub async fn private_cluster_db() -> (Cluster, TestDb) {
     pgwake::schema::migrate(&mut client).await.unwrap();
     (cluster, db)
 }
+
+/// The `last_error` of dead job `id`.
+pub async fn dead_reason(client: &tokio_postgres::Client, id: i64) -> String {
+    client
+        .query_one(
+            "SELECT last_error FROM pgwake.dead_jobs WHERE id = $1",
+            &[&id],
+        )
+        .await
+        .unwrap()
+        .get(0)
+}
