@@ -14,7 +14,11 @@ use std::collections::HashMap;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use pgwake::embedded::{Cluster, ClusterOptions};
+#[path = "../src/embedded.rs"]
+#[allow(dead_code)]
+mod embedded;
+
+use embedded::{Cluster, ClusterOptions};
 
 fn arg<T: std::str::FromStr>(args: &[String], name: &str, default: T) -> T {
     args.iter()

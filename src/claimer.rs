@@ -1,14 +1,16 @@
-//! Claim tasks: the pool of `concurrency` tasks that wait for a wake-up,
-//! claim a batch, run it (through [`crate::txmode`]) and drain until the
-//! queue is empty.
+//! Claim tasks: `concurrency` tasks that wait for a wake-up, take a free
+//! slot, claim, and drain until the queue is empty. A slot is one running
+//! job (a lease-mode job, or a tx-mode batch, which runs its jobs one after
+//! another in its transaction).
 //!
 //! ```text
-//!            ┌──────── wake (notify | poll | drain | reconnect) ◀─────┐
-//!            ▼                                                        │
-//!   idle ──▶ claim ≤ batch ──empty──▶ idle                            │
-//!              │ hit (full batch → wake one more task: drain) ────────┘
-//!              ▼
-//!            run jobs one by one ──▶ write outcomes ──▶ commit ──▶ claim again
+//!            ┌──────── wake (notify | poll | drain | reconnect) ◀──────────┐
+//!            ▼                                                             │
+//!   idle ──▶ take a free slot ──▶ claim (specs in turn) ──empty──▶ idle    │
+//!                                   │ full → wake one more task: drain ────┘
+//!                  tx: run the batch here, commit ──▶ claim again
+//!               lease: take every free slot, claim that many, start each
+//!                      job on its slot (leasemode::spawn_run) ──▶ claim again
 //! ```
 //!
 //! Database errors never end a task: it backs off (capped, jittered) and
@@ -18,88 +20,53 @@ use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 
 use futures::FutureExt;
+use tokio::sync::OwnedSemaphorePermit;
 
-use tokio::sync::broadcast;
-use tokio_util::sync::CancellationToken;
+use crate::context::ClaimContext;
+use crate::error::Result;
+use crate::handler::Delivery;
+use crate::txmode::BatchSizer;
+use crate::wake::Trigger;
 
-use crate::config::WorkerConfig;
-use crate::handler::Registry;
-use crate::health::Health;
-use crate::job::Resolution;
-use crate::poller::Schedule;
-use crate::wake::{Trigger, Wakeup};
-
-/// What became of one job; sent to [`crate::Worker::subscribe`]rs after the
-/// outcome is committed.
-#[derive(Debug, Clone, PartialEq)]
-pub struct JobEvent {
-    /// The job's id.
-    pub id: i64,
-    /// Its queue.
-    pub queue: String,
-    /// Its task.
-    pub task: String,
-    /// The attempt that ended (1-based).
-    pub attempt: i32,
-    /// What happened.
-    pub resolution: Resolution,
-    /// The failure reason, for retries and dead jobs.
-    pub error: Option<String>,
-}
-
-/// State shared by a worker's claim tasks.
-pub(crate) struct Shared {
-    pub config: WorkerConfig,
-    pub pool: deadpool_postgres::Pool,
-    /// Pool for the crash-attempt ledger (`synchronous_commit = off`).
-    pub attempts_pool: deadpool_postgres::Pool,
-    pub registry: Registry,
-    pub wake: Arc<Wakeup>,
-    pub schedule: Arc<Schedule>,
-    pub health: Arc<Health>,
-    pub events: broadcast::Sender<JobEvent>,
-    /// Cancelled at shutdown: claim nothing more, start no more jobs.
-    pub stop: CancellationToken,
-    /// Cancelled when the grace period is over: interrupt running jobs.
-    pub abort: CancellationToken,
-    /// `BEGIN` plus the claim transaction's `SET LOCAL`s.
-    pub begin_sql: String,
-    /// Queues claimed in tx mode (`None`: all but the lease queues).
-    pub tx_queues: Option<Vec<String>>,
-    /// Queues claimed in lease mode.
-    pub lease_queues: Vec<String>,
-    /// This worker's id in `leased_jobs.worker_id`.
-    pub worker_id: String,
-    /// Rotates the order in which a worker's queues are claimed.
-    pub queue_cursor: std::sync::atomic::AtomicUsize,
-    /// Idle/draining state for the waiting registration.
-    pub wait_state: Arc<crate::waiting::WaitState>,
-}
-
-/// Which delivery mode a claim round tries first.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Mode {
-    Tx,
-    Lease,
-}
-
-/// One claim: in each mode this worker has, starting with `first` (the
-/// modes alternate between rounds so neither starves the other), until one
-/// finds jobs. Returns how many were claimed.
-async fn claim_round(shared: &Shared, trigger: Trigger, first: Mode) -> crate::Result<usize> {
-    let order = match first {
-        Mode::Tx => [Mode::Tx, Mode::Lease],
-        Mode::Lease => [Mode::Lease, Mode::Tx],
-    };
-    for mode in order {
-        let claimed = match mode {
-            Mode::Tx if shared.tx_queues.as_ref().is_none_or(|q| !q.is_empty()) => {
-                crate::txmode::claim_and_run(shared, trigger).await?
+/// One claim round holding `permit`: each spec of the plan in turn, until
+/// one finds jobs. Returns how many were claimed.
+pub(crate) async fn claim_round(
+    ctx: &Arc<ClaimContext>,
+    trigger: Trigger,
+    permit: OwnedSemaphorePermit,
+    sizer: &mut BatchSizer,
+) -> Result<usize> {
+    let mut permits = vec![permit];
+    for spec in crate::plan::rotated(&ctx.plan, &ctx.cursor) {
+        let claimed = match spec.mode {
+            Delivery::Tx => {
+                // A batch holds one slot while it runs.
+                permits.truncate(1);
+                crate::txmode::claim_and_run(ctx, spec, sizer.size(), sizer, trigger).await?
             }
-            Mode::Lease if !shared.lease_queues.is_empty() => {
-                crate::leasemode::claim_and_run(shared, trigger).await?
+            Delivery::Lease => {
+                // Claim as many jobs as there are free slots, one statement.
+                while permits.len() < ctx.config.batch {
+                    match ctx.slots.clone().try_acquire_owned() {
+                        Ok(p) => permits.push(p),
+                        Err(_) => break,
+                    }
+                }
+                let (claimed, sent) =
+                    crate::leasemode::claim(ctx, spec, permits.len(), trigger).await?;
+                let n = claimed.len();
+                if n == permits.len() {
+                    ctx.wake.wake_one(Trigger::Drain);
+                }
+                for c in claimed {
+                    let permit = permits.pop().expect("one permit per claimed job");
+                    crate::leasemode::spawn_run(ctx.clone(), c, sent, permit);
+                }
+                if permits.is_empty() {
+                    return Ok(n);
+                }
+                n
             }
-            _ => 0,
         };
         if claimed > 0 {
             return Ok(claimed);
@@ -108,61 +75,53 @@ async fn claim_round(shared: &Shared, trigger: Trigger, first: Mode) -> crate::R
     Ok(0)
 }
 
-/// One claim round, tx mode first (see [`crate::Worker::claim_once`]).
-pub(crate) async fn claim_round_once(shared: &Shared) -> crate::Result<usize> {
-    claim_round(shared, Trigger::Poll, Mode::Tx).await
-}
-
 /// One claim task: wait, claim, run, drain; until `stop`.
-pub(crate) async fn run_task(shared: Arc<Shared>) {
-    let mut first = Mode::Tx;
+pub(crate) async fn run_task(ctx: Arc<ClaimContext>) {
+    let mut sizer = BatchSizer::new(ctx.config.batch);
     loop {
-        shared.wait_state.enter_idle();
+        ctx.wait_state.enter_idle();
         let woke = tokio::select! {
             biased;
-            _ = shared.stop.cancelled() => None,
-            t = shared.wake.wait() => Some(t),
+            _ = ctx.stop.cancelled() => None,
+            t = ctx.wake.wait() => Some(t),
         };
-        shared.wait_state.leave_idle();
+        ctx.wait_state.leave_idle();
         let Some(mut trigger) = woke else { return };
-        let mut backoff = shared.config.reconnect_backoff();
+        let mut backoff = ctx.config.reconnect_backoff();
         loop {
-            if shared.stop.is_cancelled() {
-                return;
-            }
+            let permit = tokio::select! {
+                biased;
+                _ = ctx.stop.cancelled() => return,
+                p = ctx.slots.clone().acquire_owned() => p.expect("the slot semaphore is never closed"),
+            };
             // A bug in a claim round must not take the task down with it:
             // the round's claim transaction rolls back (its jobs return), and
             // the task carries on.
-            let round = AssertUnwindSafe(claim_round(&shared, trigger, first))
+            let round = AssertUnwindSafe(claim_round(&ctx, trigger, permit, &mut sizer))
                 .catch_unwind()
                 .await
                 .unwrap_or_else(|panic| {
                     tracing::error!(panic = ?panic.downcast_ref::<&str>().copied().or(panic.downcast_ref::<String>().map(|s| s.as_str())), "claim round panicked; its jobs return to the queue");
-                    Err(crate::Error::Config("claim round panicked".into()))
+                    Err(crate::Error::Panicked("a claim round"))
                 });
-            first = if first == Mode::Tx {
-                Mode::Lease
-            } else {
-                Mode::Tx
-            };
             match round {
                 Ok(claimed) => {
-                    shared.health.set_db(true);
+                    ctx.health.set_db(true);
                     if claimed == 0 {
                         break;
                     }
-                    shared.wait_state.hit();
-                    backoff = shared.config.reconnect_backoff();
+                    ctx.wait_state.hit();
+                    backoff = ctx.config.reconnect_backoff();
                     trigger = Trigger::Drain;
                 }
                 Err(e) => {
                     if e.is_transient() {
-                        shared.health.set_db(false);
+                        ctx.health.set_db(false);
                     }
-                    let delay = backoff.next().unwrap_or(shared.config.reconnect_max);
+                    let delay = backoff.next().unwrap_or(ctx.config.reconnect_max);
                     tracing::warn!(error = %e, retry_in = ?delay, "claim failed");
                     tokio::select! {
-                        _ = shared.stop.cancelled() => return,
+                        _ = ctx.stop.cancelled() => return,
                         _ = tokio::time::sleep(delay) => {}
                     }
                     trigger = Trigger::Poll;

@@ -13,7 +13,7 @@
 //! # Ok(()) }
 //! ```
 
-use std::time::SystemTime;
+use std::time::{Duration, SystemTime};
 
 use serde::Deserialize;
 use tokio_postgres::GenericClient;
@@ -43,6 +43,15 @@ pub struct NewJob {
     /// Attempts before the job moves to `dead_jobs`. Default 25.
     #[serde(default)]
     pub max_attempts: Option<i32>,
+    /// This job's timeout, e.g. `"90s"` or `"2h 30m"` (`None`: the worker's
+    /// `--job-timeout`).
+    #[serde(default)]
+    pub timeout: Option<String>,
+    /// Run this long after the database's `now()` (not this machine's
+    /// clock, which may be off). Ignored when `run_at` is set. Not read from
+    /// NDJSON (use `run_at` there).
+    #[serde(skip)]
+    pub delay: Option<Duration>,
 }
 
 impl NewJob {
@@ -55,6 +64,8 @@ impl NewJob {
             run_at: None,
             priority: None,
             max_attempts: None,
+            timeout: None,
+            delay: None,
         }
     }
 
@@ -64,7 +75,16 @@ impl NewJob {
         self
     }
 
-    /// Not before `at`.
+    /// Not before `after` from now, by the database's clock (`now() +
+    /// after`): right even when this machine's clock is off.
+    pub fn delay(mut self, after: Duration) -> NewJob {
+        self.delay = Some(after);
+        self
+    }
+
+    /// Not before `at`, an absolute time (compared with the database's
+    /// clock; for "in 30 seconds" use [`NewJob::delay`], which does not
+    /// depend on this machine's clock).
     pub fn run_at(mut self, at: SystemTime) -> NewJob {
         self.run_at = Some(humantime::format_rfc3339_micros(at).to_string());
         self
@@ -82,8 +102,32 @@ impl NewJob {
         self
     }
 
+    /// Give this job its own timeout, overriding the worker's
+    /// `job_timeout` (in both delivery modes).
+    pub fn timeout(mut self, timeout: std::time::Duration) -> NewJob {
+        self.timeout = Some(humantime::format_duration(timeout).to_string());
+        self
+    }
+
+    /// The timeout in seconds, if any.
+    fn timeout_secs(&self) -> Result<Option<f64>> {
+        let Some(t) = &self.timeout else {
+            return Ok(None);
+        };
+        let d = humantime::parse_duration(t).map_err(|e| {
+            Error::Config(format!(
+                "timeout {t:?} is not a duration like \"90s\" or \"2h 30m\": {e}"
+            ))
+        })?;
+        if d.is_zero() {
+            return Err(Error::Config("timeout must be greater than 0".into()));
+        }
+        Ok(Some(d.as_secs_f64()))
+    }
+
     /// Check what the database would reject, with a message naming the field.
     pub fn validate(&self) -> Result<()> {
+        self.timeout_secs()?;
         if self.task.is_empty() {
             return Err(Error::Config("task must not be empty".into()));
         }
@@ -105,7 +149,7 @@ pub async fn enqueue<C: GenericClient>(client: &C, job: &NewJob) -> Result<i64> 
     let ids = enqueue_many(client, std::slice::from_ref(job)).await?;
     ids.into_iter()
         .next()
-        .ok_or_else(|| Error::Config("enqueue returned no id".into()))
+        .ok_or(Error::Unexpected("enqueue returned no id"))
 }
 
 /// Enqueue many jobs in one statement; returns their ids in input order.
@@ -123,10 +167,27 @@ pub async fn enqueue_many<C: GenericClient>(client: &C, jobs: &[NewJob]) -> Resu
     let run_at: Vec<Option<&str>> = jobs.iter().map(|j| j.run_at.as_deref()).collect();
     let priority: Vec<Option<i32>> = jobs.iter().map(|j| j.priority).collect();
     let max_attempts: Vec<Option<i32>> = jobs.iter().map(|j| j.max_attempts).collect();
+    let timeout: Vec<Option<f64>> = jobs
+        .iter()
+        .map(|j| j.timeout_secs())
+        .collect::<Result<_>>()?;
+    let delay: Vec<Option<f64>> = jobs
+        .iter()
+        .map(|j| j.delay.map(|d| d.as_secs_f64()))
+        .collect();
     let rows = client
         .query(
             include_str!("sql/enqueue.sql"),
-            &[&task, &payload, &queue, &run_at, &priority, &max_attempts],
+            &[
+                &task,
+                &payload,
+                &queue,
+                &run_at,
+                &priority,
+                &max_attempts,
+                &delay,
+                &timeout,
+            ],
         )
         .await
         .map_err(|source| Error::Db {

@@ -1,10 +1,26 @@
 //! Worker configuration: every setting with its unit and default, and
 //! [`WorkerConfig::validate`], which names the bad setting and the fix.
 
+use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
 use std::time::Duration;
 
 use crate::error::{Error, Result};
 
+/// Queue of a job enqueued without one (the `pgwake.jobs` column default).
+pub const QUEUE_DEFAULT: &str = "default";
+/// Priority of a job enqueued without one; lower runs first (the column
+/// default).
+pub const PRIORITY_DEFAULT: i32 = 0;
+/// Attempts a job gets before it moves to `pgwake.dead_jobs`, unless it was
+/// enqueued with its own (the column default).
+pub const MAX_ATTEMPTS_DEFAULT: i32 = 25;
+
+/// Default `application_name` of the worker's connections.
+pub const APPLICATION_NAME_DEFAULT: &str = "pgwake";
+/// Default address of the `/metrics`, `/health` and `/ready` endpoint:
+/// loopback, so exposing it is a deliberate choice.
+pub const METRICS_ADDR_DEFAULT: SocketAddr =
+    SocketAddr::V4(SocketAddrV4::new(Ipv4Addr::LOCALHOST, 9187));
 /// Default number of claim tasks (jobs in flight at once).
 pub const CONCURRENCY_DEFAULT: usize = 8;
 /// Default jobs per claim.
@@ -35,8 +51,6 @@ pub const RECONNECT_MAX_DEFAULT: Duration = Duration::from_secs(10);
 pub const SAMPLE_INTERVAL_DEFAULT: Duration = Duration::from_secs(5);
 /// Default lease of a lease-mode job; a heartbeat renews it every third.
 pub const LEASE_DURATION_DEFAULT: Duration = Duration::from_secs(30);
-/// Default timeout of a lease-mode job (they are the long ones).
-pub const LEASE_JOB_TIMEOUT_DEFAULT: Duration = Duration::from_secs(3600);
 /// Default interval at which every worker moves expired leases back.
 pub const RESCUE_INTERVAL_DEFAULT: Duration = Duration::from_secs(5);
 
@@ -57,16 +71,21 @@ pub struct WorkerConfig {
     pub queues: Option<Vec<String>>,
     /// Claim tasks, i.e. jobs in flight at once. Default 8.
     pub concurrency: usize,
-    /// Jobs claimed per claim query; a task runs its batch one job after
-    /// another inside one transaction. Default 10. Use 1 for slow jobs.
+    /// Most jobs one claim statement takes. In `tx` mode a batch runs its
+    /// jobs one after another in one transaction, and its size adapts below
+    /// this cap so a batch runs about 100 ms (`txmode::TX_BATCH_TARGET`); in
+    /// `lease` mode a claim takes one job per free slot, at most this many.
+    /// Default 10.
     pub batch: usize,
     /// Fallback poll interval, jittered by ±25%. Default 2 s.
     pub poll_interval: Duration,
     /// LISTEN for wake-ups (false: poll only, e.g. behind PgBouncer in
     /// transaction mode). Default true.
     pub listen: bool,
-    /// A job running longer is cancelled and counts as a failed attempt.
-    /// Default 60 s.
+    /// A job running longer is cancelled and counts as a failed attempt,
+    /// in either mode. A job's own `timeout` column overrides it, and a Rust
+    /// handler may extend its run (`JobContext::extend_timeout`). Default
+    /// 60 s.
     pub job_timeout: Duration,
     /// First retry delay; attempt n waits `retry_base * 2^(n-1)`, capped at
     /// `retry_max`, with equal jitter. Default 1 s.
@@ -86,23 +105,26 @@ pub struct WorkerConfig {
     pub reconnect_min: Duration,
     /// Reconnect delay cap. Default 10 s.
     pub reconnect_max: Duration,
-    /// Queues whose jobs are claimed in `lease` mode (no transaction held
-    /// while they run). Every worker that may claim these queues must list
-    /// them: a worker that does not would claim them in `tx` mode. Default
-    /// none.
+    /// Queues whose jobs are all claimed in `lease` mode, whatever their
+    /// handlers declare. Default none (the mode follows the handler).
     pub lease_queues: Vec<String>,
+    /// Queues whose jobs are all claimed in `tx` mode, whatever their
+    /// handlers declare. Default none.
+    pub tx_queues: Vec<String>,
     /// Lease of a lease-mode job; renewed by a heartbeat every third of it.
     /// A worker that stops heartbeating loses its jobs after this long.
     /// Default 30 s.
     pub lease_duration: Duration,
-    /// Timeout of a lease-mode job. Default 1 h.
-    pub lease_job_timeout: Duration,
     /// How often this worker moves expired leases back to the queue.
     /// Default 5 s.
     pub rescue_interval: Duration,
     /// Interval of the database sampling query (queue depth, pressure
     /// gauges); `None` turns sampling off. Default 5 s.
     pub sample_interval: Option<Duration>,
+    /// The recurring-job scheduler (`crate::scheduler`); `None` turns it off
+    /// on this worker (the other workers still serve every schedule).
+    /// Default on, with `SchedulerConfig::default()`.
+    pub scheduler: Option<crate::scheduler::SchedulerConfig>,
 }
 
 impl Default for WorkerConfig {
@@ -117,16 +139,17 @@ impl Default for WorkerConfig {
             retry_base: RETRY_BASE_DEFAULT,
             retry_max: RETRY_MAX_DEFAULT,
             grace_period: GRACE_PERIOD_DEFAULT,
-            application_name: "pgwake".into(),
+            application_name: APPLICATION_NAME_DEFAULT.into(),
             listener_ping_interval: LISTENER_PING_INTERVAL_DEFAULT,
             listener_ping_timeout: LISTENER_PING_TIMEOUT_DEFAULT,
             reconnect_min: RECONNECT_MIN_DEFAULT,
             reconnect_max: RECONNECT_MAX_DEFAULT,
             lease_queues: Vec::new(),
             lease_duration: LEASE_DURATION_DEFAULT,
-            lease_job_timeout: LEASE_JOB_TIMEOUT_DEFAULT,
+            tx_queues: Vec::new(),
             rescue_interval: RESCUE_INTERVAL_DEFAULT,
             sample_interval: Some(SAMPLE_INTERVAL_DEFAULT),
+            scheduler: Some(crate::scheduler::SchedulerConfig::default()),
         }
     }
 }
@@ -153,7 +176,8 @@ pub fn validate_queue_name(name: &str) -> Result<()> {
 
 impl WorkerConfig {
     /// Reject settings the worker cannot run with; the message names the
-    /// flag and the accepted range.
+    /// setting (as the `pgwake run` flag where there is one, else as the
+    /// field) and the accepted range.
     pub fn validate(&self) -> Result<()> {
         let bad = |msg: String| Err(Error::Config(msg));
         if self.concurrency == 0 || self.concurrency > CONCURRENCY_MAX {
@@ -179,23 +203,37 @@ impl WorkerConfig {
         for q in &self.lease_queues {
             validate_queue_name(q).map_err(|e| Error::Config(format!("--lease-queues: {e}")))?;
         }
+        for q in &self.tx_queues {
+            validate_queue_name(q).map_err(|e| Error::Config(format!("--tx-queues: {e}")))?;
+            if self.lease_queues.contains(q) {
+                return bad(format!(
+                    "queue {q:?} is in both --tx-queues and --lease-queues; pick one mode"
+                ));
+            }
+        }
         if self.lease_duration < Duration::from_secs(1) {
             return bad("--lease-duration must be at least 1s".into());
         }
-        for (flag, d) in [
-            ("--lease-job-timeout", self.lease_job_timeout),
+        for (setting, d) in [
             ("--rescue-interval", self.rescue_interval),
             ("--poll-interval", self.poll_interval),
             ("--job-timeout", self.job_timeout),
             ("--retry-base", self.retry_base),
             ("--retry-max", self.retry_max),
-            ("--listener-ping-interval", self.listener_ping_interval),
-            ("--listener-ping-timeout", self.listener_ping_timeout),
-            ("--reconnect-min", self.reconnect_min),
-            ("--reconnect-max", self.reconnect_max),
+            // Library-only settings: no flag, so the field is named.
+            (
+                "WorkerConfig::listener_ping_interval",
+                self.listener_ping_interval,
+            ),
+            (
+                "WorkerConfig::listener_ping_timeout",
+                self.listener_ping_timeout,
+            ),
+            ("WorkerConfig::reconnect_min", self.reconnect_min),
+            ("WorkerConfig::reconnect_max", self.reconnect_max),
         ] {
             if d.is_zero() {
-                return bad(format!("{flag} must be greater than 0"));
+                return bad(format!("{setting} must be greater than 0"));
             }
         }
         if self.job_timeout < Duration::from_millis(10) {
@@ -205,13 +243,18 @@ impl WorkerConfig {
             return bad("--retry-max must not be below --retry-base".into());
         }
         if self.reconnect_max < self.reconnect_min {
-            return bad("--reconnect-max must not be below --reconnect-min".into());
+            return bad(
+                "WorkerConfig::reconnect_max must not be below WorkerConfig::reconnect_min".into(),
+            );
         }
         if matches!(self.sample_interval, Some(d) if d.is_zero()) {
             return bad("--sample-interval must be greater than 0".into());
         }
         if self.application_name.is_empty() || self.application_name.len() > 48 {
             return bad("--application-name must be 1 to 48 bytes".into());
+        }
+        if let Some(scheduler) = &self.scheduler {
+            scheduler.validate()?;
         }
         Ok(())
     }
@@ -220,30 +263,33 @@ impl WorkerConfig {
     /// failed: exponential, capped, with equal jitter (half fixed, half
     /// random) so a burst of failures does not retry in lockstep.
     pub fn retry_delay(&self, attempt: i32) -> Duration {
-        let exp = (attempt.max(1) - 1).min(30) as u32;
-        let full = self
-            .retry_base
-            .saturating_mul(1u32 << exp.min(31))
-            .min(self.retry_max);
+        let full = self.retry_delay_max(attempt);
         let half = full / 2;
         half + half.mul_f64(rand::random::<f64>())
     }
 
-    /// Queues claimed in `tx` mode: `None` for "every queue but the lease
-    /// queues", else the listed queues minus the lease queues.
-    pub fn tx_queues(&self) -> Option<Vec<String>> {
-        self.queues.as_ref().map(|q| {
-            q.iter()
-                .filter(|q| !self.lease_queues.contains(q))
-                .cloned()
-                .collect()
-        })
+    /// The longest backoff after failed attempt `attempt`:
+    /// `retry_base · 2^(attempt-1)`, capped at `retry_max`. The jittered
+    /// delay lies between half of it and all of it.
+    pub fn retry_delay_max(&self, attempt: i32) -> Duration {
+        let exp = (attempt.max(1) - 1).min(30) as u32;
+        self.retry_base
+            .saturating_mul(1u32 << exp)
+            .min(self.retry_max)
+    }
+
+    /// The queues as a person writes them, for logs: `all`, or `a,b`.
+    pub fn queues_label(&self) -> String {
+        match &self.queues {
+            None => "all".into(),
+            Some(q) => q.join(","),
+        }
     }
 
     /// Delays between reconnect or retry attempts after a database error:
     /// exponential from `reconnect_min`, capped at `reconnect_max`, jittered,
     /// unbounded in count.
-    pub fn reconnect_backoff(&self) -> impl Iterator<Item = Duration> {
+    pub(crate) fn reconnect_backoff(&self) -> impl Iterator<Item = Duration> {
         reconnect_backoff(self.reconnect_min, self.reconnect_max)
     }
 
@@ -254,7 +300,7 @@ impl WorkerConfig {
 }
 
 /// Exponential backoff from `min` to `max`, jittered, never giving up.
-pub fn reconnect_backoff(min: Duration, max: Duration) -> impl Iterator<Item = Duration> {
+pub(crate) fn reconnect_backoff(min: Duration, max: Duration) -> impl Iterator<Item = Duration> {
     use backon::BackoffBuilder;
     backon::ExponentialBuilder::default()
         .with_min_delay(min)
@@ -281,6 +327,37 @@ mod tests {
             let d3 = c.retry_delay(3);
             assert!(d3 >= Duration::from_secs(2) && d3 <= Duration::from_secs(4));
             assert!(c.retry_delay(40) <= Duration::from_secs(10));
+        }
+    }
+
+    /// `1 h 5 min`, as the README writes durations.
+    fn hours_minutes(d: Duration) -> String {
+        let m = d.as_secs() / 60;
+        format!("{} h {} min", m / 60, m % 60)
+    }
+
+    #[test]
+    fn the_readme_states_how_long_a_failing_job_takes_to_die_at_the_defaults() {
+        let c = WorkerConfig::default();
+        let waits: Vec<Duration> = (1..MAX_ATTEMPTS_DEFAULT)
+            .map(|a| c.retry_delay_max(a))
+            .collect();
+        let max: Duration = waits.iter().sum();
+        assert_eq!(max, Duration::from_secs(47_295));
+        let readme = include_str!("../README.md");
+        for figure in [
+            "47,295 s".to_string(),
+            hours_minutes(max / 2),
+            hours_minutes(max),
+            hours_minutes(max.mul_f64(0.75)),
+        ] {
+            assert!(readme.contains(&figure), "README lacks {figure}");
+        }
+        for _ in 0..10 {
+            for a in 1..MAX_ATTEMPTS_DEFAULT {
+                let d = c.retry_delay(a);
+                assert!(d >= c.retry_delay_max(a) / 2 && d <= c.retry_delay_max(a));
+            }
         }
     }
 

@@ -1,41 +1,182 @@
-//! Connecting to PostgreSQL: parsing the database URL without ever echoing
-//! it (it may hold a password), the claim pool, and single connections for
-//! the listener.
-//!
-//! TLS: this build connects without TLS (`sslmode=disable` or `prefer`
-//! falling back to plain). A URL with `sslmode=require` is refused at start-up
-//! with a message saying so, rather than failing on the first connection.
+//! Connecting to PostgreSQL: the connection string and libpq environment
+//! ([`crate::conninfo`]) without ever echoing them (they may hold a
+//! password), TLS ([`crate::tls`]) for every connection, the claim pool, and
+//! single connections for the listener and the CLI commands.
 
 use std::time::Duration;
 
 use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod, Runtime};
-use tokio_postgres::config::{Host, SslMode};
-use tokio_postgres::{Config, NoTls};
+use tokio_postgres::config::Host;
+use tokio_postgres::tls::MakeTlsConnect;
+use tokio_postgres_rustls::MakeRustlsConnect;
 
 use crate::error::{Error, Result};
+use crate::tls::TlsSettings;
 
 /// How long a new connection may take before it counts as failed.
 pub const CONNECT_TIMEOUT_DEFAULT: Duration = Duration::from_secs(5);
 
-/// Parse a `postgres://` URL or `key=value` connection string. The error
-/// names the problem, never the URL.
-pub fn parse_url(url: &str) -> Result<Config> {
-    let mut config: Config = url.parse().map_err(|e: tokio_postgres::Error| {
-        // The driver's parse errors name the offending key, not its value.
-        Error::DatabaseUrl(format!(
-            "{e}; expected postgres://USER[:PASSWORD]@HOST[:PORT]/DATABASE"
-        ))
-    })?;
-    if config.get_hosts().is_empty() {
-        return Err(Error::DatabaseUrl(
-            "no host given; expected postgres://USER[:PASSWORD]@HOST[:PORT]/DATABASE".into(),
+/// A connection opened by [`DbConfig::open`], plain or TLS.
+pub type Connection = tokio_postgres::Connection<
+    tokio_postgres::Socket,
+    <MakeRustlsConnect as MakeTlsConnect<tokio_postgres::Socket>>::Stream,
+>;
+
+/// The rustls connector, accepting Unix-socket hosts: tokio-postgres asks
+/// for a connector with an empty host name there, which rustls refuses. No
+/// handshake happens on a socket (the server answers a TLS request on a
+/// socket with "no", and `sslmode` is ignored for sockets, as in libpq).
+#[derive(Clone)]
+pub struct Tls(MakeRustlsConnect);
+
+impl MakeTlsConnect<tokio_postgres::Socket> for Tls {
+    type Stream = <MakeRustlsConnect as MakeTlsConnect<tokio_postgres::Socket>>::Stream;
+    type TlsConnect = <MakeRustlsConnect as MakeTlsConnect<tokio_postgres::Socket>>::TlsConnect;
+    type Error = <MakeRustlsConnect as MakeTlsConnect<tokio_postgres::Socket>>::Error;
+
+    fn make_tls_connect(
+        &mut self,
+        host: &str,
+    ) -> std::result::Result<Self::TlsConnect, Self::Error> {
+        let host = if host.is_empty() { "localhost" } else { host };
+        MakeTlsConnect::<tokio_postgres::Socket>::make_tls_connect(&mut self.0, host)
+    }
+}
+
+/// libpq ignores `sslmode` for Unix sockets; so does pgwake when every host
+/// is a socket.
+fn driver_mode(pg: &tokio_postgres::Config, tls: &TlsSettings) -> tokio_postgres::config::SslMode {
+    let all_sockets =
+        !pg.get_hosts().is_empty() && pg.get_hosts().iter().all(|h| matches!(h, Host::Unix(_)));
+    if all_sockets {
+        tokio_postgres::config::SslMode::Disable
+    } else {
+        tls.driver_mode()
+    }
+}
+
+/// Where and how to connect: the driver's settings plus TLS. Dereferences
+/// to [`tokio_postgres::Config`], so its getters and setters work as before.
+#[derive(Clone)]
+pub struct DbConfig {
+    pg: tokio_postgres::Config,
+    tls: TlsSettings,
+    connector: Tls,
+}
+
+impl std::fmt::Debug for DbConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // Never the password.
+        f.debug_struct("DbConfig")
+            .field("target", &describe(self))
+            .field("tls", &self.tls)
+            .finish()
+    }
+}
+
+impl std::ops::Deref for DbConfig {
+    type Target = tokio_postgres::Config;
+
+    fn deref(&self) -> &tokio_postgres::Config {
+        &self.pg
+    }
+}
+
+impl std::ops::DerefMut for DbConfig {
+    fn deref_mut(&mut self) -> &mut tokio_postgres::Config {
+        &mut self.pg
+    }
+}
+
+impl From<tokio_postgres::Config> for DbConfig {
+    /// A driver configuration as it is: its `sslmode` (disable, prefer or
+    /// require, certificates unchecked), no client certificate.
+    fn from(mut pg: tokio_postgres::Config) -> DbConfig {
+        use tokio_postgres::config::SslMode as D;
+        let mode = match pg.get_ssl_mode() {
+            D::Disable => crate::tls::SslMode::Disable,
+            D::Require => crate::tls::SslMode::Require,
+            _ => crate::tls::SslMode::Prefer,
+        };
+        let tls = TlsSettings {
+            mode,
+            ..TlsSettings::default()
+        };
+        let connector = Tls(tls
+            .connector()
+            .expect("an unverified connector reads no files and cannot fail"));
+        let mode = driver_mode(&pg, &tls);
+        pg.ssl_mode(mode);
+        DbConfig { pg, tls, connector }
+    }
+}
+
+impl DbConfig {
+    /// Assemble from driver settings and TLS settings (reads the certificate
+    /// files now).
+    pub fn new(mut pg: tokio_postgres::Config, tls: TlsSettings) -> Result<DbConfig> {
+        let mode = driver_mode(&pg, &tls);
+        pg.ssl_mode(mode);
+        let connector = Tls(tls.connector()?);
+        Ok(DbConfig { pg, tls, connector })
+    }
+
+    /// The TLS settings.
+    pub fn tls(&self) -> &TlsSettings {
+        &self.tls
+    }
+
+    /// The driver settings.
+    pub fn pg(&self) -> &tokio_postgres::Config {
+        &self.pg
+    }
+
+    /// Open one connection; the caller drives it (the listener polls its
+    /// messages). TLS errors come back as [`Error::Tls`], one line naming
+    /// the host and the fix.
+    pub async fn open(&self) -> Result<(tokio_postgres::Client, Connection)> {
+        self.pg
+            .connect(self.connector.clone())
+            .await
+            .map_err(|e| self.connect_error(e, "cannot connect to the database"))
+    }
+
+    /// Turn a connection error into pgwake's error, recognising TLS failures.
+    pub fn connect_error(&self, e: tokio_postgres::Error, context: &'static str) -> Error {
+        match crate::tls::explain(&e, &hosts(self)) {
+            Some(line) => Error::Tls(line),
+            None => Error::Db { context, source: e },
+        }
+    }
+}
+
+/// Parse a `postgres://` URL or `key=value` connection string, filling what
+/// it leaves out from the libpq environment (`PGHOST`, `PGUSER`,
+/// `PGPASSWORD`, `PGSSLMODE`, …). The error names the problem, never the URL.
+pub fn parse_url(url: &str) -> Result<DbConfig> {
+    from_parts(Some(url), &|k| std::env::var(k).ok())
+}
+
+/// The database to use: `url` (e.g. `DATABASE_URL`) if given, else the libpq
+/// environment alone. With neither, the error says what to set.
+pub fn resolve(url: Option<&str>) -> Result<DbConfig> {
+    let env = |k: &str| std::env::var(k).ok();
+    if url.is_none()
+        && !crate::conninfo::LOCATION_VARS
+            .iter()
+            .any(|v| env(v).is_some_and(|s| !s.is_empty()))
+    {
+        return Err(Error::Config(
+            "no database: set DATABASE_URL (or pass --database-url postgres://USER@HOST/DB), or the libpq variables PGHOST, PGUSER, PGDATABASE, …".into(),
         ));
     }
-    if config.get_ssl_mode() == SslMode::Require {
-        return Err(Error::DatabaseUrl(
-            "sslmode=require is not supported by this build of pgwake (no TLS); use sslmode=disable or prefer".into(),
-        ));
-    }
+    from_parts(url, &env)
+}
+
+/// [`parse_url`] with an explicit environment (tests).
+pub fn from_parts(url: Option<&str>, env: &dyn Fn(&str) -> Option<String>) -> Result<DbConfig> {
+    let parsed = crate::conninfo::parse(url.unwrap_or(""))?;
+    let (mut config, tls) = crate::conninfo::apply_env(parsed, env)?;
     if config.get_connect_timeout().is_none() {
         config.connect_timeout(CONNECT_TIMEOUT_DEFAULT);
     }
@@ -46,28 +187,39 @@ pub fn parse_url(url: &str) -> Result<Config> {
     // Sent data unacknowledged this long (the peer vanished mid-request)
     // fails the connection instead of hanging on TCP retransmits for ~15 min.
     config.tcp_user_timeout(Duration::from_secs(30));
-    Ok(config)
+    DbConfig::new(config, tls)
+}
+
+/// Every host of `config`, `host:port` comma-separated, for messages.
+pub fn hosts(config: &tokio_postgres::Config) -> String {
+    let ports = config.get_ports();
+    config
+        .get_hosts()
+        .iter()
+        .enumerate()
+        .map(|(i, h)| {
+            let port = ports.get(i).or(ports.first()).copied().unwrap_or(5432);
+            match h {
+                Host::Tcp(h) => format!("{h}:{port}"),
+                Host::Unix(p) => format!("{}/.s.PGSQL.{port}", p.display()),
+            }
+        })
+        .collect::<Vec<_>>()
+        .join(",")
 }
 
 /// `user@host:port/dbname`, for logs and errors. Never the password.
-pub fn describe(config: &Config) -> String {
-    let host = match config.get_hosts().first() {
-        Some(Host::Tcp(h)) => h.clone(),
-        Some(Host::Unix(p)) => p.display().to_string(),
-        None => "?".into(),
-    };
-    let port = config.get_ports().first().copied().unwrap_or(5432);
+pub fn describe(config: &tokio_postgres::Config) -> String {
     format!(
-        "{}@{}:{}/{}",
+        "{}@{}/{}",
         config.get_user().unwrap_or("?"),
-        host,
-        port,
-        config.get_dbname().unwrap_or("?")
+        hosts(config),
+        config.get_dbname().or(config.get_user()).unwrap_or("?")
     )
 }
 
 /// A copy of `config` whose connections carry `application_name`.
-pub fn with_application_name(config: &Config, name: &str) -> Config {
+pub fn with_application_name(config: &DbConfig, name: &str) -> DbConfig {
     let mut c = config.clone();
     c.application_name(name);
     c
@@ -78,10 +230,10 @@ pub fn with_application_name(config: &Config, name: &str) -> Config {
 /// would cost as much as a batch-1 claim, and a connection that fails anyway
 /// is discarded by the claim (never returned to the pool mid-transaction),
 /// so the next checkout gets a fresh one.
-pub fn pool(config: &Config, max_size: usize) -> Result<Pool> {
+pub fn pool(config: &DbConfig, max_size: usize) -> Result<Pool> {
     let manager = Manager::from_config(
-        config.clone(),
-        NoTls,
+        config.pg.clone(),
+        config.connector.clone(),
         ManagerConfig {
             recycling_method: RecyclingMethod::Fast,
         },
@@ -103,11 +255,8 @@ pub fn pool(config: &Config, max_size: usize) -> Result<Pool> {
 
 /// Open one connection and drive it on a background task; for one-shot
 /// commands (`migrate`, `enqueue`, `stats`).
-pub async fn connect(config: &Config) -> Result<tokio_postgres::Client> {
-    let (client, connection) = config
-        .connect(NoTls)
-        .await
-        .map_err(Error::db("cannot connect to the database"))?;
+pub async fn connect(config: &DbConfig) -> Result<tokio_postgres::Client> {
+    let (client, connection) = config.open().await?;
     tokio::spawn(async move {
         if let Err(e) = connection.await {
             tracing::debug!(error = %crate::error::PgDisplay(&e), "connection closed");
@@ -120,7 +269,7 @@ pub async fn connect(config: &Config) -> Result<tokio_postgres::Client> {
 /// error saying the connection or the node is unusable (lost connection,
 /// server shutting down, read-only standby after a failover): the next
 /// checkout then opens a fresh connection, possibly to the new primary.
-pub struct PooledConn(Option<deadpool_postgres::Object>);
+pub(crate) struct PooledConn(Option<deadpool_postgres::Object>);
 
 impl PooledConn {
     /// Check a connection out of `pool`.

@@ -7,6 +7,10 @@ use tokio_postgres::GenericClient;
 
 use crate::error::{Error, Result};
 
+/// How many dead jobs [`list`] shows when not told otherwise (`pgwake dead
+/// list --limit`).
+pub const LIST_LIMIT_DEFAULT: i64 = 50;
+
 /// A row of `pgwake.dead_jobs`.
 #[derive(Debug, Clone, Serialize, PartialEq)]
 pub struct DeadJob {
@@ -16,8 +20,11 @@ pub struct DeadJob {
     pub queue: String,
     /// Task.
     pub task: String,
-    /// Payload.
-    pub payload: serde_json::Value,
+    /// The payload exactly as stored (`payload::text`). In JSON output it is
+    /// embedded as JSON, or as a string when it is too deeply nested to
+    /// re-read (more than 128 levels).
+    #[serde(serialize_with = "raw_or_text")]
+    pub payload: String,
     /// Attempts used.
     pub attempts: i32,
     /// Attempts allowed.
@@ -77,6 +84,19 @@ pub async fn list<C: GenericClient>(
         .collect())
 }
 
+/// The ids of `sel` that name no dead job (of `sel.queue`, if set), e.g. to
+/// refuse a retry of a job that is not dead before changing anything.
+pub async fn missing<C: GenericClient>(db: &C, sel: &Selection) -> Result<Vec<i64>> {
+    let Some(ids) = &sel.ids else {
+        return Ok(Vec::new());
+    };
+    let rows = db
+        .query(include_str!("sql/dead_missing.sql"), &[ids, &sel.queue])
+        .await
+        .map_err(Error::db("cannot look up dead jobs"))?;
+    Ok(rows.iter().map(|r| r.get(0)).collect())
+}
+
 /// Move selected dead jobs back into the queue (attempts reset, ready now);
 /// returns their ids.
 pub async fn retry<C: GenericClient>(db: &C, sel: &Selection) -> Result<Vec<i64>> {
@@ -105,4 +125,42 @@ pub async fn purge<C: GenericClient>(
     )
     .await
     .map_err(Error::db("cannot purge dead jobs"))
+}
+
+/// Serialize stored JSON text as JSON when it can be re-read, else as a
+/// string: `dead list --json` never fails on a payload PostgreSQL accepted.
+fn raw_or_text<S: serde::Serializer>(text: &str, s: S) -> Result<S::Ok, S::Error> {
+    use serde::Serialize;
+    match serde_json::value::RawValue::from_string(text.to_string()) {
+        Ok(raw) => raw.serialize(s),
+        Err(_) => s.serialize_str(text),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn job(payload: &str) -> DeadJob {
+        DeadJob {
+            id: 1,
+            queue: "q".into(),
+            task: "t".into(),
+            payload: payload.into(),
+            attempts: 1,
+            max_attempts: 1,
+            last_error: None,
+            failed_at: "2026-01-01T00:00:00Z".into(),
+        }
+    }
+
+    #[test]
+    fn json_output_embeds_payloads_exactly() {
+        let out =
+            serde_json::to_string_pretty(&[job(r#"{"n": 12345678901234567890123}"#)]).unwrap();
+        assert!(out.contains(r#""n": 12345678901234567890123"#), "{out}");
+        let deep = format!("{}1{}", "[".repeat(300), "]".repeat(300));
+        let out = serde_json::to_string(&[job(&deep)]).unwrap();
+        assert!(out.contains(&format!(":{}1]", "[".repeat(300))), "{out}");
+    }
 }

@@ -1,31 +1,33 @@
-//! `pgwake demo`: the whole product in one command. Starts a throwaway
-//! PostgreSQL (unless a database URL is given), migrates it, enqueues a mix
-//! of jobs (most succeed, some fail once and retry, one ends dead, some are
-//! scheduled a few seconds ahead), runs a worker with metrics on
-//! `127.0.0.1:9187`, prints each outcome as it happens, and removes the
-//! cluster when every job is resolved or on Ctrl-C.
+//! `pgwake demo`: the whole product in one command, and a place to look
+//! around. Starts a throwaway PostgreSQL (unless a database URL is given),
+//! migrates it, enqueues a mix of jobs (most succeed, some fail once and
+//! retry, one ends dead, some are scheduled a few seconds ahead), runs a
+//! worker with metrics, prints each outcome as it happens and a per-queue
+//! summary, then keeps the database and the worker up — printing the
+//! `DATABASE_URL` and commands to try from another terminal — until one
+//! Ctrl-C (or SIGTERM), and removes the cluster.
 
+use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::time::{Duration, SystemTime};
 
+use tokio::signal::unix::{signal, SignalKind};
 use tokio_util::sync::CancellationToken;
 
-use crate::client::{enqueue_many, NewJob};
-use crate::error::{Error, Result};
-use crate::handler::{BoxError, Handler, JobContext};
-use crate::job::{Job, Outcome, Resolution};
-use crate::{async_trait, Worker, WorkerConfig};
+use pgwake::client::{enqueue_many, NewJob};
+use pgwake::error::{Error, Result};
+use pgwake::handler::{BoxError, Handler, JobContext};
+use pgwake::job::{Job, Outcome, Resolution};
+use pgwake::{async_trait, Worker, WorkerConfig};
 
 /// Demo settings.
 #[derive(Debug, Clone)]
 pub struct DemoOptions {
     /// Use this database instead of a throwaway cluster.
     pub database_url: Option<String>,
-    /// Where to serve metrics.
-    pub metrics_addr: SocketAddr,
-    /// Keep the worker (and metrics) running after the jobs are done, until
-    /// Ctrl-C.
-    pub keep_running: bool,
+    /// Where to serve metrics; `None`: the default address, or a free port
+    /// if that is taken.
+    pub metrics_addr: Option<SocketAddr>,
 }
 
 struct Resize;
@@ -36,8 +38,8 @@ impl Handler for Resize {
         tokio::time::sleep(Duration::from_millis(ms)).await;
         Ok(Outcome::Done)
     }
-    fn uses_transaction(&self) -> bool {
-        false
+    fn delivery(&self) -> pgwake::Delivery {
+        pgwake::Delivery::Lease
     }
 }
 
@@ -50,8 +52,8 @@ impl Handler for SendEmail {
         }
         Ok(Outcome::Done)
     }
-    fn uses_transaction(&self) -> bool {
-        false
+    fn delivery(&self) -> pgwake::Delivery {
+        pgwake::Delivery::Lease
     }
 }
 
@@ -61,8 +63,8 @@ impl Handler for SyncCrm {
     async fn handle(&self, _job: &Job, _ctx: JobContext<'_>) -> Result<Outcome, BoxError> {
         Err("CRM API answered 500 Internal Server Error".into())
     }
-    fn uses_transaction(&self) -> bool {
-        false
+    fn delivery(&self) -> pgwake::Delivery {
+        pgwake::Delivery::Lease
     }
 }
 
@@ -71,7 +73,7 @@ struct Remind;
 impl Handler for Remind {
     async fn handle(&self, job: &Job, ctx: JobContext<'_>) -> Result<Outcome, BoxError> {
         // Written in the claim transaction: commits with the job's removal.
-        if let Some(tx) = ctx.transaction() {
+        if let Some(tx) = ctx.transaction().await? {
             tx.execute(
                 "SELECT pg_notify('pgwake_demo', $1)",
                 &[&job.id.to_string()],
@@ -107,8 +109,61 @@ fn demo_jobs() -> Vec<NewJob> {
     jobs
 }
 
-/// Run the demo.
+/// Resolves on the first SIGINT (Ctrl-C) or SIGTERM. Both streams are
+/// installed up front, so a signal that arrives while the demo is busy is
+/// not lost, and one is enough.
+struct StopSignal {
+    int: tokio::signal::unix::Signal,
+    term: tokio::signal::unix::Signal,
+}
+
+impl StopSignal {
+    fn install() -> Result<StopSignal> {
+        let io = |source| Error::Io {
+            context: "cannot install signal handlers".into(),
+            source,
+        };
+        Ok(StopSignal {
+            int: signal(SignalKind::interrupt()).map_err(io)?,
+            term: signal(SignalKind::terminate()).map_err(io)?,
+        })
+    }
+
+    async fn recv(&mut self) {
+        tokio::select! {
+            _ = self.int.recv() => {}
+            _ = self.term.recv() => {}
+        }
+    }
+}
+
+/// Bind the metrics address before any start-up work. An address the user
+/// chose must be free; the default falls back to a free port.
+async fn bind_metrics(addr: Option<SocketAddr>) -> Result<tokio::net::TcpListener> {
+    match addr {
+        Some(addr) => crate::cli::run::bind_metrics(addr).await,
+        None => {
+            let default = pgwake::config::METRICS_ADDR_DEFAULT;
+            match pgwake::endpoint::bind(default).await {
+                Ok(l) => Ok(l),
+                Err(_) => {
+                    let l = crate::cli::run::bind_metrics(SocketAddr::new(default.ip(), 0)).await?;
+                    if let Ok(a) = l.local_addr() {
+                        println!(
+                            "{default} is taken (another pgwake?); serving metrics on {a} instead"
+                        );
+                    }
+                    Ok(l)
+                }
+            }
+        }
+    }
+}
+
+/// Run the demo until a signal.
 pub async fn run(opts: DemoOptions) -> Result<()> {
+    let mut stop_signal = StopSignal::install()?;
+    let metrics = bind_metrics(opts.metrics_addr).await?;
     let mut cluster = None;
     let url = match &opts.database_url {
         Some(url) => url.clone(),
@@ -118,15 +173,15 @@ pub async fn run(opts: DemoOptions) -> Result<()> {
                 .await
                 .map_err(|e| Error::Embedded(e.to_string()))??;
             println!(
-                "PostgreSQL is up on 127.0.0.1:{} (data in a temp dir, removed on exit)",
-                c.port()
+                "PostgreSQL is up on a Unix socket in {} (a private directory, no TCP; removed when the demo stops)",
+                c.socket_dir().display()
             );
             let url = c.url("postgres");
             cluster = Some(c);
             url
         }
     };
-    let result = run_on(&url, &opts).await;
+    let result = run_on(&url, metrics, &mut stop_signal, cluster.is_some()).await;
     if let Some(mut c) = cluster {
         tokio::task::spawn_blocking(move || c.shutdown()).await.ok();
         println!("throwaway PostgreSQL stopped and removed");
@@ -134,10 +189,78 @@ pub async fn run(opts: DemoOptions) -> Result<()> {
     result
 }
 
-async fn run_on(url: &str, opts: &DemoOptions) -> Result<()> {
-    let db = crate::connect::parse_url(url)?;
-    let mut client = crate::connect::connect(&db).await?;
-    crate::schema::migrate(&mut client).await?;
+/// Outcomes of one queue so far.
+#[derive(Default)]
+struct QueueTally {
+    done: u32,
+    retries: u32,
+    dead: u32,
+}
+
+fn print_summary(tally: &BTreeMap<String, QueueTally>) {
+    let total: u32 = tally.values().map(|t| t.done + t.dead).sum();
+    println!("\nall {total} jobs resolved; per queue:");
+    println!(
+        "  {:<10} {:>5} {:>8} {:>5}",
+        "queue", "done", "retries", "dead"
+    );
+    for (queue, t) in tally {
+        println!(
+            "  {:<10} {:>5} {:>8} {:>5}",
+            queue, t.done, t.retries, t.dead
+        );
+    }
+}
+
+/// How to run this binary from another terminal: `pgwake` when that is
+/// this program on PATH, else its full path.
+fn pgwake_command() -> String {
+    let me = std::env::current_exe().and_then(std::fs::canonicalize).ok();
+    let on_path = std::env::var_os("PATH").and_then(|path| {
+        std::env::split_paths(&path)
+            .map(|d| d.join("pgwake"))
+            .find(|p| p.is_file())
+            .and_then(|p| std::fs::canonicalize(p).ok())
+    });
+    match (me, on_path) {
+        (Some(me), Some(found)) if me == found => "pgwake".into(),
+        (Some(me), _) => me.display().to_string(),
+        (None, _) => "pgwake".into(),
+    }
+}
+
+fn print_look_around(url: &str, metrics: SocketAddr, keeps_cluster: bool) {
+    let pgwake = pgwake_command();
+    println!(
+        "\n{} up until Ctrl-C. From another terminal, try:\n",
+        if keeps_cluster {
+            "The worker and the database stay"
+        } else {
+            "The worker stays"
+        }
+    );
+    // Quoted: a socket URL carries `&`, which a shell would take as a command end.
+    println!("  export DATABASE_URL='{url}'");
+    println!("  {pgwake} stats");
+    println!("  {pgwake} dead list");
+    println!("  {pgwake} enqueue --task send_email --queue email --payload '{{\"to\": \"you@example.com\"}}'");
+    println!("  curl -s http://{metrics}/metrics | grep '^pgwake_jobs_total'");
+    println!("  psql \"$DATABASE_URL\" -c 'TABLE pgwake.dead_jobs'");
+    println!("\n(Ctrl-C to stop)");
+}
+
+async fn run_on(
+    url: &str,
+    metrics: tokio::net::TcpListener,
+    stop_signal: &mut StopSignal,
+    own_cluster: bool,
+) -> Result<()> {
+    let db = pgwake::connect::parse_url(url)?;
+    let mut client = pgwake::connect::connect(&db).await?;
+    if !own_cluster {
+        refuse_a_database_with_jobs(&client).await?;
+    }
+    pgwake::schema::migrate(&mut client).await?;
     let jobs = demo_jobs();
     let total = jobs.len();
     enqueue_many(&client, &jobs).await?;
@@ -159,49 +282,77 @@ async fn run_on(url: &str, opts: &DemoOptions) -> Result<()> {
         .handler("send_reminder", Remind)
         .build()?;
     let mut events = worker.subscribe();
-    let handle = crate::metrics::install();
+    let handle = pgwake::metrics::install();
     let stop = CancellationToken::new();
     let abort = CancellationToken::new();
-    let (addr, http) =
-        crate::endpoint::serve(opts.metrics_addr, handle, worker.health(), stop.clone()).await?;
-    println!("worker running; metrics at http://{addr}/metrics (Ctrl-C to stop)\n");
+    let (addr, http) = pgwake::endpoint::serve_on(metrics, handle, worker.health(), stop.clone())?;
+    println!("worker running; metrics at http://{addr}/metrics\n");
     let run = tokio::spawn(worker.run(stop.clone(), abort.clone()));
 
     let mut resolved = 0;
-    let (mut done, mut retried, mut dead) = (0, 0, 0);
+    let mut tally: BTreeMap<String, QueueTally> = BTreeMap::new();
+    let mut summarised = false;
     loop {
         tokio::select! {
-            _ = tokio::signal::ctrl_c() => { println!("\ninterrupted"); break; }
+            _ = stop_signal.recv() => break,
             ev = events.recv() => {
                 let Ok(ev) = ev else { continue };
+                let t = tally.entry(ev.queue.clone()).or_default();
                 let mark = match ev.resolution {
-                    Resolution::Done => { done += 1; resolved += 1; "done " }
-                    Resolution::Retry => { retried += 1; "retry" }
-                    Resolution::Dead => { dead += 1; resolved += 1; "dead " }
-                    Resolution::Returned => "back ",
+                    Resolution::Done => { t.done += 1; resolved += 1; "done " }
+                    Resolution::Retry { .. } => { t.retries += 1; "retry" }
+                    Resolution::Dead { .. } => { t.dead += 1; resolved += 1; "dead " }
+                    Resolution::Returned | Resolution::Lost => "back ",
                 };
+                // Jobs enqueued from another terminal show up here too.
                 println!(
                     "{mark} job {:>3} {:<14} queue={:<8} attempt={} {}",
-                    ev.id, ev.task, ev.queue, ev.attempt, ev.error.as_deref().unwrap_or("")
+                    ev.id, ev.task, ev.queue, ev.attempt, ev.resolution.reason().unwrap_or("")
                 );
-                if resolved == total && !opts.keep_running {
-                    break;
+                if resolved == total && !summarised {
+                    summarised = true;
+                    print_summary(&tally);
+                    print_look_around(url, addr, own_cluster);
                 }
             }
         }
     }
-    println!("\n{done} done, {retried} retries, {dead} dead (see `pgwake dead list`)");
-    if let Ok(stats) =
-        crate::stats::read(&crate::connect::pool(&crate::connect::parse_url(url)?, 1)?).await
-    {
-        print!("{}", crate::stats::render_table(&stats));
-    }
-    if opts.keep_running && resolved == total {
-        println!("keeping the worker running; Ctrl-C to stop");
-        let _ = tokio::signal::ctrl_c().await;
-    }
+    println!("\nstopping …");
     stop.cancel();
-    run.await.map_err(|e| Error::Embedded(e.to_string()))??;
+    run.await
+        .map_err(|_| Error::Panicked("the demo worker"))??;
     let _ = http.await;
+    Ok(())
+}
+
+/// The demo's fake handlers would "complete" real jobs: on a database that
+/// already has pgwake jobs (waiting, leased or dead), refuse to start.
+async fn refuse_a_database_with_jobs(client: &tokio_postgres::Client) -> Result<()> {
+    let tables: Vec<String> = client
+        .query(
+            "SELECT c.relname::text FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+             WHERE n.nspname = 'pgwake' AND c.relname IN ('jobs', 'leased_jobs', 'dead_jobs')",
+            &[],
+        )
+        .await
+        .map_err(Error::db("demo: cannot check the database for jobs"))?
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    let mut has_jobs = false;
+    for table in tables {
+        // Names from the fixed list above, never from input.
+        let sql = format!("SELECT EXISTS (SELECT 1 FROM pgwake.{table})");
+        has_jobs |= client
+            .query_one(&sql, &[])
+            .await
+            .map_err(Error::db("demo: cannot check the database for jobs"))?
+            .get::<_, bool>(0);
+    }
+    if has_jobs {
+        return Err(Error::Config(
+            "--database-url: this database already has pgwake jobs; the demo's fake handlers would run them. Use an empty database, or omit --database-url for a throwaway one".into(),
+        ));
+    }
     Ok(())
 }

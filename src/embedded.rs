@@ -1,6 +1,10 @@
 //! A throwaway PostgreSQL cluster for `pgwake demo`, `pgwake bench` and the
-//! test suite: `initdb` into a temporary directory, `pg_ctl start` on a free
-//! loopback port with trust authentication, removed again on drop.
+//! test suite: `initdb` into a private temporary directory (mode 0700) and
+//! `pg_ctl start`, removed again on drop. It accepts connections only on a
+//! Unix socket inside that directory (`trust` there: only the directory's
+//! owner can reach it); TCP is off unless a caller asks for it
+//! ([`ClusterOptions::tcp`]), and then loopback only, with a random
+//! password (`scram-sha-256`), never `trust`.
 //!
 //! The server binaries are found through `pg_config --bindir`, then `PATH`,
 //! then `/usr/lib/postgresql/*/bin` (newest first). PostgreSQL refuses to run
@@ -11,7 +15,7 @@ use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
-use crate::error::{Error, Result};
+use pgwake::error::{Error, Result};
 
 /// What the user should do when no server binaries are installed.
 pub const INSTALL_HINT: &str = "no PostgreSQL server binaries found (looked at `pg_config --bindir`, PATH and /usr/lib/postgresql/*/bin); install them, e.g. `apt-get install postgresql`, or pass --database-url";
@@ -25,6 +29,15 @@ pub struct ClusterOptions {
     /// speed matters and the data is thrown away; on for benchmarks, which
     /// must measure what production pays.
     pub durable: bool,
+    /// Also listen on 127.0.0.1 (password authentication). Default off:
+    /// the socket in the private directory is the only way in.
+    pub tcp: bool,
+    /// Replace `pg_hba.conf` with this text (tests of TLS-only or
+    /// certificate authentication).
+    pub hba: Option<String>,
+    /// Files written into the data directory before the server starts
+    /// (mode 0600, owned by the server's user), e.g. TLS keys.
+    pub data_files: Vec<(String, Vec<u8>)>,
 }
 
 impl Default for ClusterOptions {
@@ -32,6 +45,9 @@ impl Default for ClusterOptions {
         ClusterOptions {
             settings: vec![("max_connections".into(), "300".into())],
             durable: false,
+            tcp: false,
+            hba: None,
+            data_files: Vec::new(),
         }
     }
 }
@@ -45,6 +61,7 @@ pub struct Cluster {
     port: u16,
     run_as: Option<String>,
     options: ClusterOptions,
+    password: String,
 }
 
 /// Find the directory holding `initdb`, `pg_ctl` and `postgres`.
@@ -104,6 +121,39 @@ impl Cluster {
 
     /// Create and start a cluster.
     pub fn start_with(options: ClusterOptions) -> Result<Cluster> {
+        let mut cluster = Cluster::new_dir(options)?;
+        let pwfile = cluster.dir_path().join("pwfile");
+        cluster.write_private(&pwfile, cluster.password.as_bytes())?;
+        cluster.run(
+            "initdb",
+            &[
+                "-D",
+                &cluster.data.display().to_string(),
+                "-U",
+                "postgres",
+                "--auth-local=trust",
+                "--auth-host=scram-sha-256",
+                &format!("--pwfile={}", pwfile.display()),
+                "-E",
+                "UTF8",
+                "--locale=C",
+                "--no-sync",
+            ],
+        )?;
+        let _ = std::fs::remove_file(&pwfile);
+        if let Some(hba) = cluster.options.hba.clone() {
+            cluster.write_private(&cluster.data.join("pg_hba.conf"), hba.as_bytes())?;
+        }
+        for (name, bytes) in cluster.options.data_files.clone() {
+            cluster.write_private(&cluster.data.join(name), &bytes)?;
+        }
+        cluster.start_server()?;
+        Ok(cluster)
+    }
+
+    /// A cluster value with its private directory (owned by the server's
+    /// user), nothing in it yet.
+    fn new_dir(options: ClusterOptions) -> Result<Cluster> {
         let bindir = find_bindir().ok_or_else(|| Error::Embedded(INSTALL_HINT.into()))?;
         let run_as = is_root().then(|| "postgres".to_string());
         let dir = tempfile::Builder::new()
@@ -114,13 +164,14 @@ impl Cluster {
                 source,
             })?;
         let data = dir.path().join("data");
-        let mut cluster = Cluster {
+        let cluster = Cluster {
             bindir,
             data,
             dir: Some(dir),
             port: 0,
             run_as,
             options,
+            password: format!("{:032x}", rand::random::<u128>()),
         };
         if let Some(user) = &cluster.run_as {
             let status = Command::new("chown")
@@ -137,22 +188,38 @@ impl Cluster {
                 )));
             }
         }
-        cluster.run(
-            "initdb",
-            &[
-                "-D",
-                &cluster.data.display().to_string(),
-                "-U",
-                "postgres",
-                "--auth=trust",
-                "-E",
-                "UTF8",
-                "--locale=C",
-                "--no-sync",
-            ],
-        )?;
-        cluster.start_server()?;
         Ok(cluster)
+    }
+
+    /// Write a file only the server's user can read.
+    fn write_private(&self, path: &Path, bytes: &[u8]) -> Result<()> {
+        use std::os::unix::fs::PermissionsExt;
+        let io = |source| Error::Io {
+            context: format!("cannot write {}", path.display()),
+            source,
+        };
+        std::fs::write(path, bytes).map_err(io)?;
+        std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600)).map_err(io)?;
+        if let Some(user) = &self.run_as {
+            let ok = Command::new("chown")
+                .arg(user)
+                .arg(path)
+                .status()
+                .map(|s| s.success())
+                .unwrap_or(false);
+            if !ok {
+                return Err(Error::Embedded(format!(
+                    "cannot chown {} to {user}",
+                    path.display()
+                )));
+            }
+        }
+        Ok(())
+    }
+
+    /// The private directory holding the data directory and the socket.
+    pub fn socket_dir(&self) -> &Path {
+        self.dir_path()
     }
 
     fn dir_path(&self) -> &Path {
@@ -164,8 +231,9 @@ impl Cluster {
 
     fn server_options(&self) -> String {
         let mut opts = format!(
-            "-p {} -c listen_addresses=127.0.0.1 -c unix_socket_directories='{}'",
+            "-p {} -c listen_addresses={} -c unix_socket_directories='{}' -c unix_socket_permissions=0700",
             self.port,
+            if self.options.tcp { "127.0.0.1" } else { "''" },
             self.dir_path().display()
         );
         if !self.options.durable {
@@ -234,14 +302,83 @@ impl Cluster {
         }
     }
 
-    /// The port the server listens on (127.0.0.1).
+    /// A URL for database `db` as the superuser `postgres`, through the
+    /// socket in the private directory.
+    pub fn url(&self, db: &str) -> String {
+        format!(
+            "postgres://postgres@/{db}?host={}&port={}",
+            self.dir_path().display(),
+            self.port
+        )
+    }
+
+    /// Stop the server and delete its files now (also done on drop).
+    pub fn shutdown(&mut self) {
+        if self.dir.is_some() {
+            let _ = self.pg_ctl(&["stop", "-w", "-t", "30", "-m", "immediate"]);
+            self.dir.take();
+        }
+    }
+}
+
+/// For the test suite: fault injection for the outage tests (the binary
+/// itself never restarts its clusters), TCP access for the TLS tests, and
+/// streaming standbys for the failover test.
+#[allow(dead_code)]
+impl Cluster {
+    /// A streaming standby of this cluster (`pg_basebackup -R` through the
+    /// primary's socket), started in its own private directory.
+    pub fn start_standby(&self) -> Result<Cluster> {
+        let mut standby = Cluster::new_dir(self.options.clone())?;
+        standby.password = self.password.clone();
+        let port = self.port.to_string();
+        let socket = self.dir_path().display().to_string();
+        let data = standby.data.display().to_string();
+        standby.run(
+            "pg_basebackup",
+            &[
+                "-D",
+                &data,
+                "-R",
+                "-X",
+                "stream",
+                "-h",
+                &socket,
+                "-p",
+                &port,
+                "-U",
+                "postgres",
+                "--no-sync",
+            ],
+        )?;
+        standby.start_server()?;
+        Ok(standby)
+    }
+
+    /// Promote a standby to primary and wait until it accepts writes.
+    pub fn promote(&self) -> Result<()> {
+        let data = self.data.display().to_string();
+        self.run("pg_ctl", &["promote", "-w", "-t", "60", "-D", &data])
+    }
+
+    /// The server's port: it names the socket (`.s.PGSQL.PORT`) and, with
+    /// [`ClusterOptions::tcp`], the loopback port.
     pub fn port(&self) -> u16 {
         self.port
     }
 
-    /// A URL for database `db` as the superuser `postgres`.
-    pub fn url(&self, db: &str) -> String {
-        format!("postgres://postgres@127.0.0.1:{}/{db}", self.port)
+    /// A URL over TCP (127.0.0.1, with the superuser's password); only
+    /// reachable with [`ClusterOptions::tcp`].
+    pub fn tcp_url(&self, db: &str) -> String {
+        format!(
+            "postgres://postgres:{}@127.0.0.1:{}/{db}",
+            self.password, self.port
+        )
+    }
+
+    /// The superuser's password (TCP connections need it).
+    pub fn password(&self) -> &str {
+        &self.password
     }
 
     /// The server's data directory.
@@ -264,14 +401,6 @@ impl Cluster {
     /// Start a stopped server again on its port.
     pub fn start_again(&self) -> Result<()> {
         self.pg_ctl(&["start", "-w", "-t", "60"])
-    }
-
-    /// Stop the server and delete its files now (also done on drop).
-    pub fn shutdown(&mut self) {
-        if self.dir.is_some() {
-            let _ = self.pg_ctl(&["stop", "-w", "-t", "30", "-m", "immediate"]);
-            self.dir.take();
-        }
     }
 }
 

@@ -57,12 +57,32 @@ pub async fn serve(
     health: Arc<Health>,
     shutdown: CancellationToken,
 ) -> Result<(SocketAddr, tokio::task::JoinHandle<()>)> {
-    let listener = tokio::net::TcpListener::bind(&addr)
+    let listener = bind(addr).await?;
+    serve_on(listener, handle, health, shutdown)
+}
+
+/// Bind the endpoint's address without serving yet, so that a program can
+/// find out that the port is taken before its start-up work, and serve
+/// later with [`serve_on`].
+pub async fn bind(
+    addr: impl tokio::net::ToSocketAddrs + std::fmt::Display,
+) -> Result<tokio::net::TcpListener> {
+    tokio::net::TcpListener::bind(&addr)
         .await
         .map_err(|source| Error::Io {
-            context: format!("cannot listen on --metrics-addr {addr}"),
+            context: format!("cannot listen on {addr}"),
             source,
-        })?;
+        })
+}
+
+/// Serve `/metrics`, `/health` and `/ready` on a bound `listener` until
+/// `shutdown`. Returns the bound address.
+pub fn serve_on(
+    listener: tokio::net::TcpListener,
+    handle: PrometheusHandle,
+    health: Arc<Health>,
+    shutdown: CancellationToken,
+) -> Result<(SocketAddr, tokio::task::JoinHandle<()>)> {
     let bound = listener.local_addr().map_err(|source| Error::Io {
         context: "metrics listener".into(),
         source,

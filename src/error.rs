@@ -30,7 +30,7 @@ pub enum Error {
     #[error("{0}")]
     ConnectionLost(&'static str),
     /// No connection could be taken from the pool.
-    #[error("{context}: {source}")]
+    #[error("{context}: {}", PoolDisplay(source))]
     Pool {
         /// What pgwake was doing.
         context: &'static str,
@@ -38,9 +38,28 @@ pub enum Error {
         #[source]
         source: deadpool_postgres::PoolError,
     },
-    /// An embedded (throwaway) PostgreSQL could not be started.
-    #[error("embedded PostgreSQL: {0}")]
+    /// The request is well-formed but cannot be done as asked (e.g. adding a
+    /// schedule whose name is taken, removing one that does not exist); the
+    /// message says what to do instead.
+    #[error("{0}")]
+    Refused(String),
+    /// A TLS problem: bad certificate settings, or a server certificate or
+    /// handshake refused. One line naming TLS, the host and the fix.
+    #[error("{0}")]
+    Tls(String),
+    /// A throwaway PostgreSQL (started by the command line's `demo` and
+    /// `bench`, and by the test suite) could not be started.
+    #[error("throwaway PostgreSQL: {0}")]
     Embedded(String),
+    /// The database answered something pgwake's statements rule out (e.g.
+    /// an INSERT … RETURNING without a row): a bug, or a schema changed by
+    /// hand.
+    #[error("unexpected answer from the database: {0}")]
+    Unexpected(&'static str),
+    /// A task of the worker panicked: a bug, in pgwake or in code it runs.
+    /// Not a configuration problem; the log has the panic message.
+    #[error("{0} panicked (a bug; the log above has the panic message)")]
+    Panicked(&'static str),
     /// An I/O error outside the database.
     #[error("{context}: {source}")]
     Io {
@@ -52,52 +71,72 @@ pub enum Error {
     },
 }
 
-/// SQLSTATE classes that mean "this connection or node is unusable right now,
-/// try again elsewhere or later" rather than "this statement is wrong".
-const TRANSIENT_SQLSTATES: &[&str] = &[
-    "08",    // connection exception
-    "25006", // read_only_sql_transaction: a standby / read-only node
-    "40001", // serialization_failure
-    "40P01", // deadlock_detected
-    "53",    // insufficient resources (too many connections, disk full, ...)
-    "57P01", // admin_shutdown
-    "57P02", // crash_shutdown
-    "57P03", // cannot_connect_now (starting up, in recovery)
-    "55P03", // lock_not_available
-    "57014", // query_canceled (statement_timeout)
-    "25P03", // idle_in_transaction_session_timeout
-];
+/// What a driver error means to pgwake. This is the one place where
+/// SQLSTATEs are interpreted; everything else asks [`Error`]'s accessors.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    /// The connection is gone or unusable, or the node is the wrong one
+    /// (read-only standby after a failover): reconnect, then retry.
+    ConnectionLost,
+    /// The statement lost a race or hit a limit that a retry can win.
+    Retryable,
+    /// The server refused the user or password.
+    AuthFailed,
+    /// The database named in the URL does not exist.
+    UnknownDatabase,
+    /// The role lacks a privilege the statement needs.
+    PermissionDenied,
+    /// The statement itself is wrong (or the data): retrying will not help.
+    Other,
+}
+
+fn classify(e: &tokio_postgres::Error) -> Kind {
+    if e.is_closed() {
+        return Kind::ConnectionLost;
+    }
+    // No SQLSTATE: an I/O, TLS or protocol error on the connection.
+    let Some(code) = e.code() else {
+        return Kind::ConnectionLost;
+    };
+    match code.code() {
+        // connection exception; admin/crash shutdown, cannot connect now
+        // (starting up, in recovery), idle session timeout
+        c if c.starts_with("08") || c.starts_with("57P") => Kind::ConnectionLost,
+        // read_only_sql_transaction: a standby, e.g. after a failover;
+        // idle_in_transaction_session_timeout: the server ended the session
+        "25006" | "25P03" => Kind::ConnectionLost,
+        // insufficient resources (too many connections, disk full, …)
+        c if c.starts_with("53") => Kind::Retryable,
+        // serialization_failure, deadlock_detected, lock_not_available,
+        // query_canceled (statement_timeout)
+        "40001" | "40P01" | "55P03" | "57014" => Kind::Retryable,
+        // invalid_password, invalid_authorization_specification
+        "28P01" | "28000" => Kind::AuthFailed,
+        // invalid_catalog_name: no such database
+        "3D000" => Kind::UnknownDatabase,
+        // insufficient_privilege
+        "42501" => Kind::PermissionDenied,
+        _ => Kind::Other,
+    }
+}
 
 /// Whether a driver error is transient: the connection was lost, the server
 /// is shutting down or in recovery, or the statement lost a race that a retry
 /// can win.
 pub fn pg_is_transient(e: &tokio_postgres::Error) -> bool {
-    if e.is_closed() {
-        return true;
-    }
-    match e.code() {
-        Some(code) => {
-            let code = code.code();
-            TRANSIENT_SQLSTATES.iter().any(|p| code.starts_with(p))
-        }
-        // No SQLSTATE: an I/O or protocol error on the connection.
-        None => true,
-    }
+    matches!(classify(e), Kind::ConnectionLost | Kind::Retryable)
+}
+
+/// Whether a driver error says the role lacks a privilege (e.g. CHECKPOINT
+/// without superuser or `pg_checkpoint`).
+pub fn pg_is_permission_denied(e: &tokio_postgres::Error) -> bool {
+    classify(e) == Kind::PermissionDenied
 }
 
 /// Whether a driver error means the connection is gone (or the node is the
 /// wrong one, e.g. a read-only standby after a failover): reconnect.
 pub fn pg_is_connection_lost(e: &tokio_postgres::Error) -> bool {
-    if e.is_closed() {
-        return true;
-    }
-    match e.code() {
-        Some(code) => {
-            let code = code.code();
-            code.starts_with("08") || code.starts_with("57P") || code == "25006" || code == "25P03"
-        }
-        None => true,
-    }
+    classify(e) == Kind::ConnectionLost
 }
 
 impl Error {
@@ -111,17 +150,39 @@ impl Error {
         move |source| Error::Pool { context, source }
     }
 
+    /// The driver error inside, if this is a database error.
+    fn driver(&self) -> Option<&tokio_postgres::Error> {
+        match self {
+            Error::Db { source, .. }
+            | Error::Pool {
+                source: deadpool_postgres::PoolError::Backend(source),
+                ..
+            } => Some(source),
+            _ => None,
+        }
+    }
+
+    fn kind(&self) -> Option<Kind> {
+        self.driver().map(classify)
+    }
+
     /// Whether retrying later can succeed (lost connection, server restart,
     /// read-only node, pool exhausted).
     pub fn is_transient(&self) -> bool {
         match self {
             Error::ConnectionLost(_) => true,
-            Error::Db { source, .. } => pg_is_transient(source),
-            Error::Pool { source, .. } => match source {
-                deadpool_postgres::PoolError::Backend(e) => pg_is_transient(e),
-                deadpool_postgres::PoolError::Closed => false,
-                _ => true,
-            },
+            Error::Pool {
+                source: deadpool_postgres::PoolError::Closed,
+                ..
+            } => false,
+            Error::Pool {
+                source: deadpool_postgres::PoolError::Backend(_),
+                ..
+            }
+            | Error::Db { .. } => {
+                matches!(self.kind(), Some(Kind::ConnectionLost | Kind::Retryable))
+            }
+            Error::Pool { .. } => true,
             _ => false,
         }
     }
@@ -130,14 +191,40 @@ impl Error {
     pub fn is_connection_lost(&self) -> bool {
         match self {
             Error::ConnectionLost(_) => true,
-            Error::Db { source, .. } => pg_is_connection_lost(source),
-            Error::Pool { source, .. } => match source {
-                deadpool_postgres::PoolError::Backend(e) => pg_is_connection_lost(e),
-                deadpool_postgres::PoolError::Closed => false,
-                _ => true,
-            },
+            Error::Pool {
+                source: deadpool_postgres::PoolError::Closed,
+                ..
+            } => false,
+            Error::Pool {
+                source: deadpool_postgres::PoolError::Backend(_),
+                ..
+            }
+            | Error::Db { .. } => self.kind() == Some(Kind::ConnectionLost),
+            Error::Pool { .. } => true,
             _ => false,
         }
+    }
+
+    /// Whether the server could not be reached at all (no server answer:
+    /// refused, unresolvable host, timeout, TLS or protocol failure).
+    pub fn is_unreachable(&self) -> bool {
+        self.driver().is_some_and(|e| e.as_db_error().is_none())
+    }
+
+    /// Whether the server refused the user or the password.
+    pub fn is_auth_failure(&self) -> bool {
+        self.kind() == Some(Kind::AuthFailed)
+    }
+
+    /// Whether the database named in the connection settings does not exist.
+    pub fn is_unknown_database(&self) -> bool {
+        self.kind() == Some(Kind::UnknownDatabase)
+    }
+
+    /// Whether this is a usage error: invalid configuration or input, fixed
+    /// by changing what was asked for (the command line exits 2).
+    pub fn is_usage(&self) -> bool {
+        matches!(self, Error::Config(_) | Error::DatabaseUrl(_))
     }
 
     /// Prefix the message of a configuration error with where it occurred
@@ -151,14 +238,7 @@ impl Error {
 
     /// The SQLSTATE of a database error, if there is one.
     pub fn sqlstate(&self) -> Option<&str> {
-        match self {
-            Error::Db { source, .. } => source.code().map(|c| c.code()),
-            Error::Pool {
-                source: deadpool_postgres::PoolError::Backend(e),
-                ..
-            } => e.code().map(|c| c.code()),
-            _ => None,
-        }
+        self.driver().and_then(|e| e.code()).map(|c| c.code())
     }
 }
 
@@ -184,5 +264,30 @@ impl fmt::Display for PgDisplay<'_> {
     }
 }
 
+/// A pool error rendered like [`PgDisplay`] when the server answered.
+struct PoolDisplay<'a>(&'a deadpool_postgres::PoolError);
+
+impl fmt::Display for PoolDisplay<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.0 {
+            deadpool_postgres::PoolError::Backend(e) => PgDisplay(e).fmt(f),
+            other => other.fmt(f),
+        }
+    }
+}
+
 /// Shorthand for results with [`Error`].
 pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_panic_is_a_bug_not_a_usage_error() {
+        assert!(!Error::Panicked("a claim round").is_usage());
+        assert!(!Error::Panicked("a claim round").is_transient());
+        assert!(Error::Config("--batch".into()).is_usage());
+        assert!(Error::DatabaseUrl("bad".into()).is_usage());
+    }
+}

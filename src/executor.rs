@@ -1,6 +1,6 @@
-//! Running one handler for one job: the timeout, panics and cancellation
-//! turned into a typed [`Execution`]. Knows nothing of transactions or of
-//! how the outcome is stored.
+//! Running one handler for one job: its deadline (which the handler may
+//! extend), panics and interruption turned into an [`Outcome`]. Knows
+//! nothing of transactions or of how the outcome is stored.
 
 use std::any::Any;
 use std::panic::AssertUnwindSafe;
@@ -9,20 +9,24 @@ use std::time::{Duration, Instant};
 use futures::FutureExt;
 use tokio_util::sync::CancellationToken;
 
-use crate::handler::{Handler, JobContext};
+use crate::handler::{Deadline, Handler, JobContext};
 use crate::job::{Job, Outcome};
 
 /// How a handler run ended.
 #[derive(Debug, Clone, PartialEq)]
-pub enum Execution {
-    /// The handler returned an outcome (an `Err` is already a retry).
-    Finished(Outcome),
-    /// The handler panicked or ran past its timeout: a failed attempt.
-    Failed(String),
-    /// The worker aborted it (shutdown past its grace period): hand the job
-    /// back without using an attempt.
+pub(crate) enum Ended {
+    /// The handler returned (an `Err` is already a retry), panicked, or ran
+    /// past its deadline (both retries).
+    Outcome(Outcome),
+    /// `interrupt` fired first (shutdown past its grace period, lease lost,
+    /// claim connection gone): no outcome, no attempt used.
     Interrupted,
 }
+
+/// Whether the run was stopped by its deadline (so its query, if any, must
+/// be cancelled on the server).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct TimedOut(pub bool);
 
 fn panic_message(panic: &(dyn Any + Send)) -> String {
     panic
@@ -32,33 +36,56 @@ fn panic_message(panic: &(dyn Any + Send)) -> String {
         .unwrap_or_else(|| "non-string panic payload".into())
 }
 
-/// Run `handler` on `job` within `timeout`, stopping early if `abort` fires.
-/// Returns the execution and how long the handler ran.
-pub async fn execute(
+/// Resolves when `deadline` has passed, following extensions.
+async fn expired(deadline: &Deadline) {
+    loop {
+        let at = deadline.at();
+        let extended = deadline.extended.notified();
+        tokio::select! {
+            _ = tokio::time::sleep_until(at.into()) => {
+                if deadline.at() <= Instant::now() {
+                    return;
+                }
+            }
+            _ = extended => {}
+        }
+    }
+}
+
+/// Run `handler` on `job` until it returns, its deadline passes, or
+/// `interrupt` fires. Returns how it ended and how long it ran.
+pub(crate) async fn execute(
     handler: &dyn Handler,
     job: &Job,
     ctx: JobContext<'_>,
-    timeout: Duration,
-    abort: &CancellationToken,
-) -> (Execution, Duration) {
+    interrupt: &CancellationToken,
+) -> (Ended, TimedOut, Duration) {
     let started = Instant::now();
     let cancel = ctx.cancel.clone();
+    let deadline = ctx.deadline;
     let run = AssertUnwindSafe(handler.handle(job, ctx)).catch_unwind();
-    let execution = tokio::select! {
+    let (ended, timed_out) = tokio::select! {
         biased;
-        _ = abort.cancelled() => {
-            cancel.cancel();
-            Execution::Interrupted
+        _ = interrupt.cancelled() => (Ended::Interrupted, false),
+        _ = expired(deadline) => {
+            // The timeout as set (and extended), not the time it took to
+            // notice: "timed out after 200ms".
+            let limit = deadline.at().saturating_duration_since(started);
+            let ms = (limit.as_secs_f64() * 1000.0).round() as u64;
+            (
+                Ended::Outcome(Outcome::retry(format!(
+                    "timed out after {}",
+                    humantime::format_duration(Duration::from_millis(ms))
+                ))),
+                true,
+            )
         }
-        r = tokio::time::timeout(timeout, run) => match r {
-            Err(_) => {
-                cancel.cancel();
-                Execution::Failed(format!("timed out after {}", humantime::format_duration(timeout)))
-            }
-            Ok(Err(panic)) => Execution::Failed(format!("handler panicked: {}", panic_message(&*panic))),
-            Ok(Ok(Err(e))) => Execution::Finished(Outcome::retry(e.to_string())),
-            Ok(Ok(Ok(outcome))) => Execution::Finished(outcome),
+        r = run => match r {
+            Err(panic) => (Ended::Outcome(Outcome::retry(format!("handler panicked: {}", panic_message(&*panic)))), false),
+            Ok(Err(e)) => (Ended::Outcome(Outcome::retry(e.to_string())), false),
+            Ok(Ok(outcome)) => (Ended::Outcome(outcome), false),
         },
     };
-    (execution, started.elapsed())
+    cancel.cancel();
+    (ended, TimedOut(timed_out), started.elapsed())
 }

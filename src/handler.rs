@@ -1,9 +1,11 @@
 //! Handlers: what runs a job. Rust code implements [`Handler`]; everyone else
-//! configures an [`exec`](crate::handlers::exec) command or a
-//! [`sql`](crate::handlers::sql) function per task name.
+//! configures an `exec` command or a `sql` function per task name
+//! (`pgwake run --handler`).
 
 use std::collections::HashMap;
-use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use tokio_postgres::Client;
@@ -15,20 +17,93 @@ use crate::job::{Job, Outcome};
 /// attempt (retried with backoff, dead at `max_attempts`).
 pub type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;
 
+/// How the jobs of a task are delivered (see the README's "Delivery
+/// modes").
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Delivery {
+    /// The claim transaction stays open while the handler runs; the handler
+    /// may write through it ([`JobContext::transaction`]) and its writes
+    /// commit atomically with the job's removal. For short jobs and for work
+    /// in the same database.
+    Tx,
+    /// The claim commits at once and the job is leased to this worker; the
+    /// handler runs outside any transaction while a heartbeat renews the
+    /// lease. For work outside the database and for long jobs: no connection
+    /// is held and no vacuum horizon pinned while it runs.
+    Lease,
+}
+
+impl Delivery {
+    /// `tx` or `lease`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Delivery::Tx => "tx",
+            Delivery::Lease => "lease",
+        }
+    }
+}
+
+/// The claim transaction as a handler may use it: a `SAVEPOINT` is sent
+/// the first time the handler asks for the connection, so a handler that
+/// never writes pays nothing, and one that fails is rolled back alone.
+pub(crate) struct ClaimTx<'a> {
+    pub client: &'a Client,
+    pub savepoint: AtomicBool,
+}
+
+/// The job's deadline, which the handler may push back
+/// ([`JobContext::extend_timeout`]).
+#[derive(Debug)]
+pub(crate) struct Deadline {
+    at: Mutex<Instant>,
+    pub(crate) extended: tokio::sync::Notify,
+}
+
+impl Deadline {
+    pub(crate) fn new(timeout: Duration) -> Deadline {
+        Deadline {
+            at: Mutex::new(Instant::now() + timeout),
+            extended: tokio::sync::Notify::new(),
+        }
+    }
+
+    pub(crate) fn at(&self) -> Instant {
+        *self.at.lock().expect("deadline lock")
+    }
+
+    fn extend_to(&self, at: Instant) {
+        let mut cur = self.at.lock().expect("deadline lock");
+        if at > *cur {
+            *cur = at;
+        }
+        drop(cur);
+        self.extended.notify_waiters();
+    }
+}
+
 /// What a handler gets besides the job.
 pub struct JobContext<'a> {
-    pub(crate) transaction: Option<&'a Client>,
+    pub(crate) transaction: Option<&'a ClaimTx<'a>>,
     pub(crate) pool: &'a deadpool_postgres::Pool,
     pub(crate) cancel: CancellationToken,
+    pub(crate) deadline: &'a Deadline,
 }
 
 impl<'a> JobContext<'a> {
     /// In `tx` mode, the connection that holds the claim transaction: what a
     /// handler writes through it commits atomically with the job's removal,
-    /// and is rolled back (to a savepoint) if the handler fails. Never send
-    /// `COMMIT`/`ROLLBACK` on it. `None` in `lease` mode.
-    pub fn transaction(&self) -> Option<&'a Client> {
-        self.transaction
+    /// and is rolled back (to a savepoint taken by this call) if the handler
+    /// fails. Never send `COMMIT`/`ROLLBACK` on it. `Ok(None)` in `lease`
+    /// mode. The first call costs one round trip (the savepoint).
+    pub async fn transaction(&self) -> Result<Option<&'a Client>, tokio_postgres::Error> {
+        let Some(tx) = self.transaction else {
+            return Ok(None);
+        };
+        if !tx.savepoint.load(Ordering::Acquire) {
+            tx.client.batch_execute("SAVEPOINT pgwake_job").await?;
+            tx.savepoint.store(true, Ordering::Release);
+        }
+        Ok(Some(tx.client))
     }
 
     /// The worker's pool, for work that must not be part of the claim
@@ -37,11 +112,34 @@ impl<'a> JobContext<'a> {
         self.pool
     }
 
-    /// Cancelled when the job must stop: its timeout passed or the worker is
-    /// shutting down past its grace period. A handler that awaits is simply
-    /// dropped at that point; this is for handlers that poll or spawn.
+    /// Cancelled when the job must stop: its timeout passed, its lease was
+    /// lost, or the worker is shutting down past its grace period. A handler
+    /// that awaits is simply dropped at that point; this is for handlers
+    /// that poll or spawn.
     pub fn cancelled(&self) -> &CancellationToken {
         &self.cancel
+    }
+
+    /// Push this run's deadline back to `by` from now (never earlier than it
+    /// already is). In `lease` mode the heartbeat keeps the lease for as long
+    /// as the job runs; in `tx` mode the server's idle and statement limits
+    /// of the claim transaction follow the new deadline.
+    pub async fn extend_timeout(&self, by: Duration) -> Result<(), tokio_postgres::Error> {
+        let at = Instant::now() + by;
+        if let Some(tx) = self.transaction {
+            let ms = (by + crate::config::IDLE_TIMEOUT_MARGIN)
+                .as_millis()
+                .to_string();
+            tx.client
+                .execute(
+                    "SELECT set_config('idle_in_transaction_session_timeout', $1, true), \
+                            set_config('statement_timeout', $1, true)",
+                    &[&ms],
+                )
+                .await?;
+        }
+        self.deadline.extend_to(at);
+        Ok(())
     }
 }
 
@@ -52,12 +150,42 @@ pub trait Handler: Send + Sync + 'static {
     /// attempt. A panic is caught and also counts as a failed attempt.
     async fn handle(&self, job: &Job, ctx: JobContext<'_>) -> Result<Outcome, BoxError>;
 
-    /// Whether this handler may write through [`JobContext::transaction`].
-    /// When true, each job runs inside its own savepoint so a failure undoes
-    /// only its own writes; handlers that never touch the transaction return
-    /// false and save that round trip.
-    fn uses_transaction(&self) -> bool {
+    /// How this task's jobs are delivered. Default [`Delivery::Tx`]: for a
+    /// short job it is the cheapest mode (one claim statement and one commit
+    /// per batch, no per-job writes; see the README's figures) and it lets the
+    /// handler write exactly once through the claim transaction. Return
+    /// [`Delivery::Lease`] for work outside the database that may take long
+    /// (HTTP calls, commands): no connection is held while it runs.
+    fn delivery(&self) -> Delivery {
+        Delivery::Tx
+    }
+
+    /// Whether this handler reads [`Job::payload`] (the decoded value).
+    /// Handlers that only read [`Job::payload_text`] return false and also
+    /// get payloads too deeply nested to decode; for the others such a job
+    /// goes to `dead_jobs` with the reason, payload intact. Default true.
+    fn decodes_payload(&self) -> bool {
         true
+    }
+
+    /// Run a whole `tx`-mode batch of this task's jobs at once, inside the
+    /// claim transaction (e.g. one statement over every payload). Return
+    /// `Some(outcomes)` (one per job, in order) when it worked; `None` to have
+    /// the jobs run one by one with [`Handler::handle`] (each in its own
+    /// savepoint). An error is handled like `None`: everything the batch
+    /// attempt wrote is rolled back first. Default: `None` without any I/O.
+    async fn handle_batch(
+        &self,
+        _jobs: &[Job],
+        _tx: &Client,
+    ) -> Result<Option<Vec<Outcome>>, BoxError> {
+        Ok(None)
+    }
+
+    /// Whether [`Handler::handle_batch`] may return `Some`: lets the worker
+    /// skip the batch savepoint for handlers that never batch. Default false.
+    fn batches(&self) -> bool {
+        false
     }
 
     /// Checked once when the worker starts, against the database: a handler
@@ -70,7 +198,7 @@ pub trait Handler: Send + Sync + 'static {
 
 /// Handlers by task name, with an optional catch-all (`*`).
 #[derive(Clone, Default)]
-pub struct Registry {
+pub(crate) struct Registry {
     by_task: HashMap<String, Arc<dyn Handler>>,
     catch_all: Option<Arc<dyn Handler>>,
 }
@@ -87,13 +215,21 @@ impl std::fmt::Debug for Registry {
 }
 
 impl Registry {
-    /// Register `handler` for `task`; `*` registers the catch-all.
-    pub fn insert(&mut self, task: &str, handler: Arc<dyn Handler>) {
+    /// Register `handler` for `task`; `*` registers the catch-all. Returns
+    /// false (and changes nothing) if `task` already has a handler.
+    pub fn insert(&mut self, task: &str, handler: Arc<dyn Handler>) -> bool {
         if task == "*" {
+            if self.catch_all.is_some() {
+                return false;
+            }
             self.catch_all = Some(handler);
         } else {
+            if self.by_task.contains_key(task) {
+                return false;
+            }
             self.by_task.insert(task.to_string(), handler);
         }
+        true
     }
 
     /// The handler for `task`, falling back to the catch-all.
@@ -101,13 +237,24 @@ impl Registry {
         self.by_task.get(task).or(self.catch_all.as_ref())
     }
 
-    /// Task names with a handler (`*` for the catch-all).
+    /// Task names with a handler (`*` for the catch-all), sorted.
     pub fn tasks(&self) -> Vec<String> {
         let mut tasks: Vec<String> = self.by_task.keys().cloned().collect();
+        tasks.sort();
         if self.catch_all.is_some() {
             tasks.push("*".into());
         }
         tasks
+    }
+
+    /// The catch-all handler, if any.
+    pub fn catch_all(&self) -> Option<&Arc<dyn Handler>> {
+        self.catch_all.as_ref()
+    }
+
+    /// Named tasks and their handlers.
+    pub fn named(&self) -> impl Iterator<Item = (&String, &Arc<dyn Handler>)> {
+        self.by_task.iter()
     }
 
     /// Whether no handler at all is registered.

@@ -1,5 +1,5 @@
 //! Handlers configured on the command line: `--handler TASK=exec:COMMAND`
-//! and `--handler TASK=sql:FUNCTION`.
+//! and `--handler TASK=sql:[SCHEMA.]FUNCTION`.
 
 pub mod exec;
 pub mod sql;
@@ -11,7 +11,8 @@ use crate::handler::Handler;
 
 /// Parse one `--handler TASK=KIND:SPEC` flag into a task name and a handler.
 pub fn parse_flag(flag: &str) -> Result<(String, Arc<dyn Handler>)> {
-    let usage = "expected --handler TASK=exec:COMMAND or --handler TASK=sql:FUNCTION";
+    let usage =
+        "expected --handler TASK=exec:COMMAND [ARGS] or --handler TASK=sql:[SCHEMA.]FUNCTION";
     let (task, spec) = flag
         .split_once('=')
         .ok_or_else(|| Error::Config(format!("--handler {flag:?}: missing `=`; {usage}")))?;

@@ -1,4 +1,5 @@
-//! A claimed job, and the typed outcome a handler returns for it.
+//! A claimed job, the typed outcome a handler returns for it, and what that
+//! outcome makes of the job ([`Resolution`]).
 
 use std::time::{Duration, SystemTime};
 
@@ -11,8 +12,16 @@ pub struct Job {
     pub queue: String,
     /// The task name that selects its handler.
     pub task: String,
-    /// The payload, as enqueued.
+    /// The payload, decoded. Numbers keep their exact digits
+    /// (`12345678901234567890123` stays that, `1e400` stays `1e400`): pgwake
+    /// decodes with serde_json's arbitrary precision. `Null` when the stored
+    /// payload cannot be decoded (nested deeper than
+    /// [`PAYLOAD_DEPTH_LIMIT`] levels); such a job only reaches handlers
+    /// that read [`Job::payload_text`] (see [`crate::Handler::decodes_payload`]).
     pub payload: serde_json::Value,
+    /// The payload exactly as PostgreSQL stores it (`payload::text`). `exec`
+    /// writes this to stdin and `sql` binds it, untouched.
+    pub payload_text: String,
     /// Lower runs first.
     pub priority: i32,
     /// When it became (or becomes) due.
@@ -22,8 +31,25 @@ pub struct Job {
     pub attempt: i32,
     /// After this many attempts a failing job moves to `pgwake.dead_jobs`.
     pub max_attempts: i32,
+    /// The job's own timeout (the `timeout` column), if it has one; else the
+    /// worker's `job_timeout` applies.
+    pub timeout: Option<Duration>,
     /// When it was enqueued.
     pub created_at: SystemTime,
+}
+
+/// Most levels of nesting a payload may have to be decoded into
+/// [`Job::payload`] (serde_json's recursion limit). Deeper payloads are kept
+/// and passed intact as text.
+pub const PAYLOAD_DEPTH_LIMIT: usize = 128;
+
+/// Decode a stored payload exactly; `Err` says why it cannot be.
+pub(crate) fn decode_payload(text: &str) -> Result<serde_json::Value, String> {
+    serde_json::from_str(text).map_err(|e| {
+        format!(
+            "payload cannot be decoded ({e}); payloads nested deeper than {PAYLOAD_DEPTH_LIMIT} levels reach only handlers that take the payload as text (exec, sql)"
+        )
+    })
 }
 
 /// What a handler decided about a job.
@@ -72,28 +98,115 @@ impl Outcome {
     }
 }
 
-/// The label an outcome carries in metrics and logs once it is resolved
-/// against the job's remaining attempts.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// What becomes of a job once its run has ended: the handler's [`Outcome`]
+/// resolved against the job's remaining attempts, or the run not counted at
+/// all. This is what is written to the database and reported.
+#[derive(Debug, Clone, PartialEq)]
 pub enum Resolution {
     /// Completed and removed.
     Done,
-    /// Put back with a backoff.
-    Retry,
+    /// Put back, due again after `delay`, with this attempt counted.
+    Retry {
+        /// `last_error`.
+        reason: String,
+        /// Backoff before the next attempt.
+        delay: Duration,
+    },
     /// Moved to `dead_jobs`.
-    Dead,
-    /// Not run to an end (shutdown): put back without using an attempt.
+    Dead {
+        /// `last_error`.
+        reason: String,
+    },
+    /// Not run to an end (shutdown, or the worker lost its claim connection
+    /// before the handler started): put back without using an attempt.
     Returned,
+    /// lease mode: the lease was lost (expired and rescued, or could not be
+    /// renewed) while the handler ran; the job belongs to someone else now
+    /// and nothing is written.
+    Lost,
 }
 
 impl Resolution {
     /// The `outcome` label value.
-    pub fn as_str(self) -> &'static str {
+    pub fn label(&self) -> &'static str {
         match self {
             Resolution::Done => "done",
-            Resolution::Retry => "retry",
-            Resolution::Dead => "dead",
+            Resolution::Retry { .. } => "retry",
+            Resolution::Dead { .. } => "dead",
             Resolution::Returned => "returned",
+            Resolution::Lost => "lost",
         }
+    }
+
+    /// The failure reason, for retries and dead jobs.
+    pub fn reason(&self) -> Option<&str> {
+        match self {
+            Resolution::Retry { reason, .. } | Resolution::Dead { reason } => Some(reason),
+            _ => None,
+        }
+    }
+}
+
+/// Longest `last_error` kept, in bytes; longer reasons keep their end (where
+/// a stderr tail has the actual error) behind a marker.
+pub const LAST_ERROR_MAX_BYTES: usize = 4096;
+
+/// A failure reason that the database can always store: no NUL (PostgreSQL
+/// text cannot hold one), other control characters except tab and newline
+/// replaced, at most [`LAST_ERROR_MAX_BYTES`] bytes cut at a character
+/// boundary. An outcome write must never fail because of what a handler
+/// printed: that would take the job's batch with it.
+pub fn sanitize_reason(reason: &str) -> String {
+    let cleaned: String = reason
+        .chars()
+        .map(|c| match c {
+            '\0' => '\u{FFFD}',
+            '\t' | '\n' => c,
+            c if c.is_control() => '\u{FFFD}',
+            c => c,
+        })
+        .collect();
+    if cleaned.len() <= LAST_ERROR_MAX_BYTES {
+        return cleaned;
+    }
+    const MARK: &str = "…[cut] ";
+    let mut start = cleaned.len() - (LAST_ERROR_MAX_BYTES - MARK.len());
+    while !cleaned.is_char_boundary(start) {
+        start += 1;
+    }
+    format!("{MARK}{}", &cleaned[start..])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reasons_lose_nul_and_keep_their_tail() {
+        assert_eq!(
+            sanitize_reason("a\0b\tc\nd\x07"),
+            "a\u{FFFD}b\tc\nd\u{FFFD}"
+        );
+        let long = format!("{}END", "é".repeat(5000));
+        let s = sanitize_reason(&long);
+        assert!(s.len() <= LAST_ERROR_MAX_BYTES, "{}", s.len());
+        assert!(s.ends_with("END") && s.starts_with("…[cut]"));
+    }
+
+    #[test]
+    fn payload_numbers_stay_exact() {
+        for (text, exact) in [
+            (
+                r#"{"n": 12345678901234567890123}"#,
+                "12345678901234567890123",
+            ),
+            (r#"{"n": 0.10000000000000000001}"#, "0.10000000000000000001"),
+            (r#"{"n": 1e400}"#, "1e+400"),
+        ] {
+            let v = decode_payload(text).unwrap();
+            assert_eq!(v["n"].to_string(), exact);
+        }
+        let deep = format!("{}{}", "[".repeat(200), "]".repeat(200));
+        assert!(decode_payload(&deep).is_err());
     }
 }

@@ -1,261 +1,241 @@
-//! `lease` delivery mode, for long jobs (DESIGN.md §2).
+//! `lease` delivery mode: for work outside the database and long jobs
+//! (DESIGN.md §2).
 //!
 //! ```text
-//!  claim: WITH c AS (DELETE … SKIP LOCKED RETURNING *) INSERT INTO leased_jobs
-//!         (attempts + 1, worker_id, lease_until) … RETURNING   — autocommit
-//!  run the handler outside any transaction; heartbeat every lease/3
-//!     heartbeat finds no row → the lease was rescued: stop the handler
-//!  complete, fenced by (id, attempt):
-//!     done → DELETE   failed → back to jobs / dead   shutdown → back, attempt refunded
-//!  a fenced write that matches no row is a late worker: it changes nothing
+//!  claim ≤ free slots: WITH c AS (DELETE … SKIP LOCKED RETURNING *)
+//!        INSERT INTO leased_jobs (attempts + 1, token, lease_until) … — autocommit
+//!  each job on its own slot, concurrently, outside any transaction
+//!  heartbeat (one statement per worker): renew every token this worker holds
+//!     token missing → the lease was rescued: stop that run (Lost)
+//!     no renewal for lease − margin → stop every run before its lease ends
+//!  outcome → completer.rs: batched writes, each fenced by the claim token
 //! ```
 //!
 //! The attempt is committed with the claim, so a job that kills its worker
 //! uses up attempts and ends dead (the rescuer buries a lease that expires
-//! on the last attempt). No connection is held while the handler runs.
+//! on the last attempt). The claim token comes from a sequence and is never
+//! reused: a stalled worker that wakes up after its job was rescued, retried
+//! and claimed again cannot renew or complete the new run.
 
-use std::time::{Duration, Instant, SystemTime};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
 
+use tokio::sync::OwnedSemaphorePermit;
 use tokio_util::sync::CancellationToken;
 
-use crate::claimer::Shared;
-use crate::completion::{claimed_jobs, decide, precheck, report, Claimed, Verdict};
+use crate::claimed::{claimed_from_row, sort_claim_order, Claimed, CLAIM_COLUMNS};
 use crate::connect::PooledConn;
+use crate::context::ClaimContext;
 use crate::error::{Error, Result};
-use crate::executor::execute;
-use crate::handler::JobContext;
-use crate::job::Job;
+use crate::executor::{execute, Ended};
+use crate::handler::{Deadline, JobContext};
+use crate::job::Resolution;
+use crate::leases::{stop_margin, Finished};
 use crate::metrics;
+use crate::plan::ClaimSpec;
 use crate::wake::Trigger;
 
-const CLAIM: &str = include_str!("sql/lease_claim.sql");
+const CLAIM_ALL: &str = include_str!("sql/claim_lease_all.sql");
+const CLAIM_QUEUE: &str = include_str!("sql/claim_lease_queue.sql");
 const HEARTBEAT: &str = include_str!("sql/lease_heartbeat.sql");
-const COMPLETE: &str = include_str!("sql/lease_complete.sql");
-const REQUEUE: &str = include_str!("sql/lease_requeue.sql");
-const BURY: &str = include_str!("sql/lease_bury.sql");
 
-/// Claim one lease-mode job (a task has one free slot) and run it; returns
-/// how many were claimed.
-pub(crate) async fn claim_and_run(shared: &Shared, trigger: Trigger) -> Result<usize> {
-    let rows = {
-        let mut conn = PooledConn::get(&shared.pool, "lease claim: no connection").await?;
-        let stmt = conn
-            .prepare_cached(CLAIM)
-            .await
-            .map_err(Error::db("lease claim: prepare"))?;
-        // One queue at a time (scalar `queue = $1`: an ordered index scan),
-        // from a rotating start, until one has a job.
-        let mut rows = Vec::new();
-        for queue in crate::txmode::rotated(&shared.lease_queues, &shared.queue_cursor) {
-            let r = conn
-                .query(
+/// Claim up to `limit` jobs for `spec` (one per free slot), moving them
+/// into `pgwake.leased_jobs`. Returns them with the instant the claim was
+/// sent (the lease is secured from then).
+pub(crate) async fn claim(
+    ctx: &ClaimContext,
+    spec: &ClaimSpec,
+    limit: usize,
+    trigger: Trigger,
+) -> Result<(Vec<Claimed>, Instant)> {
+    let mut conn = PooledConn::get(&ctx.pool, "lease claim: no connection").await?;
+    let targets = spec.targets(&ctx.cursor);
+    let sql = if targets.listed {
+        CLAIM_QUEUE
+    } else {
+        CLAIM_ALL
+    };
+    let stmt = conn
+        .prepare_cached(sql)
+        .await
+        .map_err(Error::db("lease claim: prepare"))?;
+    let except = targets.except;
+    let limit = limit as i64;
+    let lease = ctx.config.lease_duration.as_secs_f64();
+    let mut rows = Vec::new();
+    let mut sent = Instant::now();
+    for queue in targets.queues {
+        sent = Instant::now();
+        let r = match queue {
+            None => {
+                conn.query(
                     &stmt,
                     &[
-                        queue,
-                        &1i64,
-                        &shared.worker_id,
-                        &shared.config.lease_duration.as_secs_f64(),
+                        &limit,
+                        &except,
+                        &spec.tasks_in,
+                        &spec.tasks_not_in,
+                        &ctx.worker_id,
+                        &lease,
                     ],
                 )
-                .await;
-            rows = conn.check(r).map_err(Error::db("lease claim"))?;
-            if !rows.is_empty() {
-                break;
+                .await
             }
+            Some(q) => {
+                conn.query(
+                    &stmt,
+                    &[
+                        &limit,
+                        q,
+                        &spec.tasks_in,
+                        &spec.tasks_not_in,
+                        &ctx.worker_id,
+                        &lease,
+                    ],
+                )
+                .await
+            }
+        };
+        rows = conn.check(r).map_err(Error::db("lease claim"))?;
+        if !rows.is_empty() {
+            break;
         }
-        rows
-        // The connection goes back to the pool here: nothing is held while
-        // the handler runs.
-    };
+    }
     let hit = if rows.is_empty() { "empty" } else { "hit" };
-    ::metrics::counter!(metrics::CLAIMS, "trigger" => trigger.as_str(), "result" => hit)
+    ::metrics::counter!(metrics::CLAIMS, "trigger" => trigger.as_str(), "result" => hit, "mode" => "lease")
         .increment(1);
-    let mut results = Vec::with_capacity(rows.len());
-    for row in claimed_jobs(&rows) {
-        let (verdict, duration) = match precheck(shared, &row) {
-            Ok(handler) => run_with_heartbeat(shared, &row.job, handler.as_ref()).await,
-            Err(verdict) => (verdict, Duration::ZERO),
-        };
-        let mut claimed = Claimed {
-            job: row.job,
-            raw_payload: row.raw_payload,
-            last_error: row.last_error,
-            verdict,
-            duration,
-        };
-        let run_at = match complete(shared, &claimed).await {
-            Some(run_at) => run_at,
-            // Fenced out: the job is someone else's now.
-            None => {
-                claimed.verdict = Verdict::LeaseLost;
-                Vec::new()
-            }
-        };
-        report(shared, std::slice::from_ref(&claimed), &run_at);
-        results.push(claimed);
-    }
-    Ok(results.len())
+    let mut claimed: Vec<Claimed> = rows
+        .iter()
+        .map(|row| {
+            let mut c = claimed_from_row(row);
+            c.token = row.get(CLAIM_COLUMNS);
+            c
+        })
+        .collect();
+    sort_claim_order(&mut claimed);
+    Ok((claimed, sent))
 }
 
-/// Run the handler while a heartbeat keeps the lease. If the heartbeat finds
-/// the lease gone (it expired and was rescued), the handler is stopped: the
-/// job may already be running elsewhere.
-async fn run_with_heartbeat(
-    shared: &Shared,
-    job: &Job,
-    handler: &dyn crate::handler::Handler,
-) -> (Verdict, Duration) {
-    let stop_job = shared.abort.child_token();
-    let lost = CancellationToken::new();
-    let gauge = ::metrics::gauge!(metrics::JOBS_IN_FLIGHT, "queue" => job.queue.clone());
-    gauge.increment(1.0);
-    let ctx = JobContext {
-        transaction: None,
-        pool: &shared.pool,
-        cancel: stop_job.child_token(),
-    };
-    let run = execute(
-        handler,
-        job,
-        ctx,
-        shared.config.lease_job_timeout,
-        &stop_job,
-    );
-    let heartbeat = heartbeat(shared, job, &lost, &stop_job);
-    let (execution, duration) = tokio::select! {
-        r = run => r,
-        () = heartbeat => unreachable!("the heartbeat only ends by cancelling the job"),
-    };
-    gauge.decrement(1.0);
-    if lost.is_cancelled() {
-        return (Verdict::LeaseLost, duration);
-    }
-    (decide(shared, job, execution), duration)
-}
-
-/// Renew the lease every third of its length until the job ends. Never
-/// returns on its own: when the lease is gone it cancels `stop_job` (the
-/// handler stops) and waits to be dropped.
-async fn heartbeat(
-    shared: &Shared,
-    job: &Job,
-    lost: &CancellationToken,
-    stop_job: &CancellationToken,
+/// Run one leased job on its own slot (`permit`), in the background; its
+/// resolution goes to the completer.
+pub(crate) fn spawn_run(
+    ctx: Arc<ClaimContext>,
+    claimed: Claimed,
+    secured_from: Instant,
+    permit: OwnedSemaphorePermit,
 ) {
-    let every = shared.config.lease_duration / 3;
-    loop {
-        tokio::time::sleep(every).await;
-        match renew(shared, job).await {
-            Ok(true) => {}
-            Ok(false) => {
-                tracing::warn!(
-                    job = job.id,
-                    attempt = job.attempt,
-                    "lease lost (expired and rescued): stopping this run"
-                );
-                lost.cancel();
-                stop_job.cancel();
-                std::future::pending::<()>().await;
-            }
-            // The database may be briefly away; the lease has two more
-            // heartbeats of slack.
-            Err(e) => tracing::warn!(job = job.id, error = %e, "lease heartbeat failed"),
-        }
-    }
+    let lost = ctx.leases.insert(
+        claimed.token,
+        secured_from + ctx.config.lease_duration,
+        &ctx.abort,
+    );
+    let tracker = ctx.jobs.clone();
+    tracker.spawn(async move {
+        let (resolution, duration) = run(&ctx, &claimed, &lost).await;
+        // The slot is free as soon as the handler is done; the outcome is
+        // written in the background (and the lease renewed until it is).
+        drop(permit);
+        ctx.completer.send(Finished {
+            claimed,
+            resolution,
+            duration,
+        });
+    });
 }
 
-async fn renew(shared: &Shared, job: &Job) -> Result<bool> {
-    let mut conn = PooledConn::get(&shared.pool, "heartbeat: no connection").await?;
+async fn run(
+    ctx: &ClaimContext,
+    claimed: &Claimed,
+    lost: &CancellationToken,
+) -> (Resolution, Duration) {
+    let handler = match ctx.precheck(claimed) {
+        Ok(handler) => handler,
+        Err(resolution) => return (resolution, Duration::ZERO),
+    };
+    let job = &claimed.job;
+    let deadline = Deadline::new(ctx.timeout_of(job));
+    let gauge =
+        ::metrics::gauge!(metrics::JOBS_IN_FLIGHT, "queue" => metrics::queue_label(&job.queue));
+    gauge.increment(1.0);
+    let job_ctx = JobContext {
+        transaction: None,
+        pool: &ctx.pool,
+        cancel: lost.child_token(),
+        deadline: &deadline,
+    };
+    let (ended, _, duration) = execute(handler.as_ref(), job, job_ctx, lost).await;
+    gauge.decrement(1.0);
+    let resolution = match ended {
+        Ended::Interrupted if !ctx.abort.is_cancelled() => Resolution::Lost,
+        ended => ctx.resolve(job, ended),
+    };
+    (resolution, duration)
+}
+
+/// The heartbeat service: renews every lease this worker holds in one
+/// statement every third of the lease, and stops runs whose lease is lost
+/// or could not be renewed in time. Runs until `stop`.
+pub(crate) async fn heartbeat(ctx: Arc<ClaimContext>, stop: CancellationToken) {
+    let lease = ctx.config.lease_duration;
+    // Two loops at once: a renewal that hangs (a black-holed connection)
+    // must not hold up the checks that stop runs whose lease runs out.
+    let watchdog = async {
+        let check = (lease / 12).max(Duration::from_millis(50));
+        loop {
+            tokio::select! {
+                _ = stop.cancelled() => return,
+                _ = tokio::time::sleep(check) => {}
+            }
+            let stopped = ctx.leases.stop_unsecured(stop_margin(lease));
+            if stopped > 0 {
+                tracing::error!(
+                    jobs = stopped,
+                    "cannot renew leases (database unreachable?): stopped their runs before the leases end; other workers will run them"
+                );
+            }
+        }
+    };
+    let renewals = async {
+        let every = lease / 3;
+        loop {
+            tokio::select! {
+                _ = stop.cancelled() => return,
+                _ = tokio::time::sleep(every) => {}
+            }
+            let tokens = ctx.leases.tokens();
+            if tokens.is_empty() {
+                continue;
+            }
+            let sent = Instant::now();
+            let renewal = tokio::time::timeout(every, renew(&ctx, &tokens)).await;
+            match renewal.unwrap_or(Err(Error::ConnectionLost("heartbeat timed out"))) {
+                Ok(renewed) => {
+                    let lost = ctx.leases.renewed(&tokens, &renewed, sent, lease);
+                    if lost > 0 {
+                        tracing::warn!(
+                            jobs = lost,
+                            "leases lost (expired and rescued): stopping those runs"
+                        );
+                    }
+                }
+                // The database may be briefly away; the watchdog stops the
+                // runs whose lease could end unrenewed.
+                Err(e) => tracing::warn!(error = %e, "lease heartbeat failed"),
+            }
+        }
+    };
+    tokio::join!(watchdog, renewals);
+}
+
+async fn renew(ctx: &ClaimContext, tokens: &[i64]) -> Result<Vec<i64>> {
+    let mut conn = PooledConn::get(&ctx.pool, "heartbeat: no connection").await?;
     let stmt = conn
         .prepare_cached(HEARTBEAT)
         .await
         .map_err(Error::db("heartbeat: prepare"))?;
     let r = conn
-        .query(
-            &stmt,
-            &[
-                &job.id,
-                &job.attempt,
-                &shared.config.lease_duration.as_secs_f64(),
-            ],
-        )
+        .query(&stmt, &[&tokens, &ctx.config.lease_duration.as_secs_f64()])
         .await;
     let rows = conn.check(r).map_err(Error::db("heartbeat"))?;
-    Ok(!rows.is_empty())
-}
-
-/// Write the outcome, fenced by (id, attempt), retrying a failed write with
-/// backoff for up to one lease length (after that the lease has expired and
-/// the rescuer owns the job; at worst it runs again). Returns the new run_at
-/// of a retried job, or `None` when the write was fenced out or abandoned.
-async fn complete(shared: &Shared, c: &Claimed) -> Option<Vec<SystemTime>> {
-    if matches!(c.verdict, Verdict::LeaseLost) {
-        return None;
-    }
-    let give_up = Instant::now() + shared.config.lease_duration;
-    let mut backoff = shared.config.reconnect_backoff();
-    loop {
-        match write_outcome(shared, c).await {
-            Ok((0, _)) => {
-                tracing::warn!(
-                    job = c.job.id,
-                    attempt = c.job.attempt,
-                    "late completion fenced: the lease was rescued, the job will run again"
-                );
-                return None;
-            }
-            Ok((_, run_at)) => return Some(run_at),
-            Err(e) if Instant::now() < give_up => {
-                let delay = backoff.next().unwrap_or(shared.config.reconnect_max);
-                tracing::warn!(job = c.job.id, error = %e, retry_in = ?delay, "writing a lease-mode outcome failed");
-                tokio::time::sleep(delay).await;
-            }
-            Err(e) => {
-                tracing::error!(job = c.job.id, error = %e, "giving up on writing the outcome; the lease will expire and the job run again");
-                return None;
-            }
-        }
-    }
-}
-
-/// One fenced write; returns rows matched and new run_at values.
-async fn write_outcome(shared: &Shared, c: &Claimed) -> Result<(u64, Vec<SystemTime>)> {
-    let mut conn = PooledConn::get(&shared.pool, "lease outcome: no connection").await?;
-    let result = write_fenced(&conn, c).await;
-    conn.check(result).map_err(Error::db("lease outcome"))
-}
-
-async fn write_fenced(
-    conn: &deadpool_postgres::Object,
-    c: &Claimed,
-) -> std::result::Result<(u64, Vec<SystemTime>), tokio_postgres::Error> {
-    let (id, attempt) = (c.job.id, c.job.attempt);
-    let none: Option<f64> = None;
-    let requeue = |attempts: i32, error: Option<String>, delay: Option<f64>| async move {
-        let stmt = conn.prepare_cached(REQUEUE).await?;
-        let rows = conn
-            .query(&stmt, &[&id, &attempt, &attempts, &error, &delay])
-            .await?;
-        let at: Vec<SystemTime> = rows.iter().map(|r| r.get(0)).collect();
-        Ok::<_, tokio_postgres::Error>((rows.len() as u64, at))
-    };
-    match &c.verdict {
-        Verdict::Done => {
-            let stmt = conn.prepare_cached(COMPLETE).await?;
-            conn.execute(&stmt, &[&id, &attempt])
-                .await
-                .map(|n| (n, Vec::new()))
-        }
-        Verdict::Retry { reason, delay } => {
-            requeue(attempt, Some(reason.clone()), Some(delay.as_secs_f64())).await
-        }
-        Verdict::Returned => requeue(attempt - 1, c.last_error.clone(), none).await,
-        Verdict::Dead { reason } => {
-            let stmt = conn.prepare_cached(BURY).await?;
-            conn.query(&stmt, &[&id, &attempt, reason])
-                .await
-                .map(|rows| (rows.len() as u64, Vec::new()))
-        }
-        Verdict::LeaseLost => Ok((0, Vec::new())),
-    }
+    Ok(rows.iter().map(|r| r.get(0)).collect())
 }

@@ -23,7 +23,7 @@ use std::time::Duration;
 
 use futures::StreamExt;
 use tokio::sync::mpsc;
-use tokio_postgres::{AsyncMessage, NoTls};
+use tokio_postgres::AsyncMessage;
 use tokio_util::sync::CancellationToken;
 
 use crate::error::PgDisplay;
@@ -38,7 +38,7 @@ pub const CHANNEL: &str = "pgwake";
 #[derive(Debug, Clone)]
 pub struct ListenerConfig {
     /// Connection settings (with the listener's `application_name`).
-    pub db: tokio_postgres::Config,
+    pub db: crate::connect::DbConfig,
     /// Queues whose notifications wake tasks (`None`: all).
     pub queues: Option<HashSet<String>>,
     /// Ping interval.
@@ -108,12 +108,12 @@ impl Listener {
     /// notifications and ping until the connection fails or `shutdown`.
     /// Returns how it ended and whether LISTEN was ever up.
     async fn run_once(&self, shutdown: &CancellationToken, reconnect: bool) -> (SessionEnd, bool) {
-        let connect = self.config.db.connect(NoTls);
+        let connect = self.config.db.open();
         let (client, mut connection) = tokio::select! {
             _ = shutdown.cancelled() => return (SessionEnd::Shutdown, false),
             r = connect => match r {
                 Ok(c) => c,
-                Err(e) => return (SessionEnd::Lost(PgDisplay(&e).to_string()), false),
+                Err(e) => return (SessionEnd::Lost(e.to_string()), false),
             },
         };
         let (tx, mut rx) = mpsc::unbounded_channel();

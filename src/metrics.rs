@@ -2,7 +2,8 @@
 //! here, and nowhere else. Histograms are real Prometheus histograms with
 //! the explicit buckets below.
 
-use std::sync::OnceLock;
+use std::collections::HashSet;
+use std::sync::{Mutex, OnceLock};
 
 use metrics::{describe_counter, describe_gauge, describe_histogram, Unit};
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
@@ -51,6 +52,109 @@ pub const READY: &str = "pgwake_ready";
 pub const BUILD_INFO: &str = "pgwake_build_info";
 /// Counter: expired leases moved back to the queue, label `queue`.
 pub const LEASES_RESCUED: &str = "pgwake_leases_rescued_total";
+/// Counter: schedule ticks, labels `schedule` (bounded, see
+/// `scheduler::SCHEDULE_LABELS_MAX`) and `result` (`enqueued`, `missed`,
+/// `waiting`).
+pub const SCHEDULE_TICKS: &str = "pgwake_schedule_ticks_total";
+/// Histogram: delay from a tick to its enqueue.
+pub const SCHEDULE_TICK_DELAY: &str = "pgwake_schedule_tick_delay_seconds";
+/// Gauge: schedules, label `state` (`active`, `invalid`).
+pub const SCHEDULES: &str = "pgwake_schedules";
+/// Gauge: how long the earliest unserved tick has been due.
+pub const SCHEDULE_OVERDUE: &str = "pgwake_schedule_overdue_seconds";
+/// Counter: failed scheduler rounds and schedules that could not be served.
+pub const SCHEDULER_ERRORS: &str = "pgwake_scheduler_errors_total";
+
+/// Most distinct values each of the `queue`, `task` and `application`
+/// labels takes in this process. Queue and task names are data anyone who can insert a job
+/// chooses; without a cap, a flood of distinct names would grow the metric
+/// series (and Prometheus) without bound. Values configured on the worker
+/// (`--queues`, `--lease-queues`, handler task names) take their places
+/// first; other values get a place while there is room, in the order they
+/// are first seen, and keep it; the rest are reported as [`OTHER_LABEL`].
+pub const LABEL_VALUES_MAX: usize = 200;
+/// The label value standing for every queue or task beyond the cap.
+pub const OTHER_LABEL: &str = "other";
+
+/// The values of one label that have a series of their own.
+struct LabelValues(OnceLock<Mutex<HashSet<String>>>);
+
+impl LabelValues {
+    fn set(&self) -> std::sync::MutexGuard<'_, HashSet<String>> {
+        self.0
+            .get_or_init(|| Mutex::new(HashSet::new()))
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn label(&self, value: &str) -> String {
+        let mut set = self.set();
+        if set.contains(value) {
+            return value.to_string();
+        }
+        if set.len() < LABEL_VALUES_MAX && value != OTHER_LABEL {
+            set.insert(value.to_string());
+            return value.to_string();
+        }
+        OTHER_LABEL.to_string()
+    }
+
+    fn reserve(&self, values: &[String]) {
+        let mut set = self.set();
+        for v in values {
+            if set.len() < LABEL_VALUES_MAX {
+                set.insert(v.clone());
+            }
+        }
+    }
+}
+
+static QUEUE_LABELS: LabelValues = LabelValues(OnceLock::new());
+static TASK_LABELS: LabelValues = LabelValues(OnceLock::new());
+static APPLICATION_LABELS: LabelValues = LabelValues(OnceLock::new());
+
+/// The `queue` label value for `queue`: itself, or [`OTHER_LABEL`] beyond
+/// the cap ([`LABEL_VALUES_MAX`]).
+pub fn queue_label(queue: &str) -> String {
+    QUEUE_LABELS.label(queue)
+}
+
+/// The `task` label value for `task`: itself, or [`OTHER_LABEL`] beyond the
+/// cap ([`LABEL_VALUES_MAX`]).
+pub fn task_label(task: &str) -> String {
+    TASK_LABELS.label(task)
+}
+
+/// The `application` label value for an `application_name` (which any
+/// client sets as it likes): itself, or [`OTHER_LABEL`] beyond the cap
+/// ([`LABEL_VALUES_MAX`]).
+pub fn application_label(application: &str) -> String {
+    APPLICATION_LABELS.label(application)
+}
+
+/// Give the worker's known queues and tasks their label places first, and
+/// create their counters at 0, so dashboards and alert rules (`rate()`,
+/// `increase()`) have series from the first scrape instead of "no data"
+/// until the first event. `queues`: the worker's queues (`--queues`, or
+/// `default` when it works every queue) and lease queues; `tasks`: the
+/// handlers' task names (`*` left out).
+pub fn init_known(queues: &[String], lease_queues: &[String], tasks: &[String]) {
+    let tasks: Vec<String> = tasks.iter().filter(|t| *t != "*").cloned().collect();
+    let mut all_queues: Vec<String> = queues.to_vec();
+    all_queues.extend(lease_queues.iter().cloned());
+    QUEUE_LABELS.reserve(&all_queues);
+    TASK_LABELS.reserve(&tasks);
+    for q in &all_queues {
+        let queue = queue_label(q);
+        metrics::counter!(LEASES_RESCUED, "queue" => queue.clone()).increment(0);
+        for t in &tasks {
+            for outcome in ["done", "retry", "dead", "returned", "lost"] {
+                metrics::counter!(JOBS, "queue" => queue.clone(), "task" => task_label(t), "outcome" => outcome)
+                    .increment(0);
+            }
+        }
+    }
+}
 
 /// Buckets of the pickup latency: sub-millisecond wake-ups up to jobs that
 /// waited minutes in a backlog.
@@ -146,6 +250,28 @@ pub fn describe() {
         LEASES_RESCUED,
         "Expired lease-mode jobs moved back to pgwake.jobs"
     );
+    describe_counter!(
+        SCHEDULE_TICKS,
+        "Schedule ticks served by this worker, by schedule (the first 50 this process serves; the rest as _other) and result (enqueued; missed: dropped by the catch-up policy; waiting: skipped because the previous job had not started)"
+    );
+    describe_histogram!(
+        SCHEDULE_TICK_DELAY,
+        Unit::Seconds,
+        "Delay from a schedule tick to the enqueue of its job, on the database clock (catch-up ticks count their full lateness)"
+    );
+    describe_gauge!(
+        SCHEDULES,
+        "Schedules in pgwake.schedules by state (active; invalid: a worker cannot evaluate its expression or zone)"
+    );
+    describe_gauge!(
+        SCHEDULE_OVERDUE,
+        Unit::Seconds,
+        "How long the earliest unserved schedule tick has been due (database clock); 0 when none is due"
+    );
+    describe_counter!(
+        SCHEDULER_ERRORS,
+        "Scheduler rounds that failed, and schedules that could not be served (retried)"
+    );
 }
 
 static HANDLE: OnceLock<PrometheusHandle> = OnceLock::new();
@@ -160,6 +286,12 @@ pub fn install() -> PrometheusHandle {
                 .and_then(|b| {
                     b.set_buckets_for_metric(Matcher::Full(JOB_DURATION.into()), DURATION_BUCKETS)
                 })
+                .and_then(|b| {
+                    b.set_buckets_for_metric(
+                        Matcher::Full(SCHEDULE_TICK_DELAY.into()),
+                        PICKUP_BUCKETS,
+                    )
+                })
                 .expect("bucket lists are non-empty constants");
             let handle = match builder.install_recorder() {
                 Ok(h) => h,
@@ -172,9 +304,16 @@ pub fn install() -> PrometheusHandle {
             for name in [LISTENER_CONNECTED, READY] {
                 metrics::gauge!(name).set(0.0);
             }
-            for name in [NOTIFICATIONS, LISTENER_RECONNECTS, SAMPLER_ERRORS] {
+            for name in [
+                NOTIFICATIONS,
+                LISTENER_RECONNECTS,
+                SAMPLER_ERRORS,
+                SCHEDULER_ERRORS,
+            ] {
                 metrics::counter!(name).increment(0);
             }
+            // The catch-all series exist from the start too.
+            metrics::counter!(LEASES_RESCUED, "queue" => OTHER_LABEL).increment(0);
             handle
         })
         .clone()

@@ -2,7 +2,9 @@
 //! lease-mode jobs whose lease expired back into `pgwake.jobs` (the insert
 //! trigger wakes everyone), or into `dead_jobs` when the expired run was
 //! the last attempt. Safe to run on any number of workers at once: each
-//! expired lease is moved exactly once (DELETE … SKIP LOCKED).
+//! expired lease is moved exactly once (DELETE … SKIP LOCKED). It also
+//! turns tx-mode batch marks that outlived their transaction into suspects
+//! (`txmode.rs`), and forgets crash charges of jobs that are gone.
 
 use std::time::Duration;
 
@@ -21,6 +23,9 @@ pub struct RescueReport {
     pub requeued: usize,
     /// Jobs moved to `dead_jobs` (their last attempt's lease expired).
     pub dead: usize,
+    /// tx-mode batches found never to have reported (their jobs now run one
+    /// at a time, each charged before it starts).
+    pub stale_batches: usize,
 }
 
 /// The rescuer service.
@@ -66,10 +71,22 @@ impl Rescuer {
         let r = conn.query(&stmt, &[&RESCUE_BATCH_DEFAULT]).await;
         let rows = conn.check(r).map_err(Error::db("rescuer"))?;
         let mut report = RescueReport::default();
+        let r = conn
+            .query_one(include_str!("sql/adopt_stale.sql"), &[])
+            .await;
+        report.stale_batches = conn
+            .check(r)
+            .map_err(Error::db("rescuer: adopt"))?
+            .get::<_, i64>(0) as usize;
+        let r = conn
+            .execute(include_str!("sql/cleanup_attempts.sql"), &[])
+            .await;
+        conn.check(r).map_err(Error::db("rescuer: cleanup"))?;
         for row in &rows {
             let queue: String = row.get(0);
             let what: &str = row.get(1);
-            ::metrics::counter!(metrics::LEASES_RESCUED, "queue" => queue).increment(1);
+            ::metrics::counter!(metrics::LEASES_RESCUED, "queue" => metrics::queue_label(&queue))
+                .increment(1);
             if what == "dead" {
                 report.dead += 1;
             } else {

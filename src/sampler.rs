@@ -7,7 +7,13 @@
 //!
 //! Cost: each count stops at [`DEPTH_CAP_DEFAULT`] and reads only index
 //! ranges (see `sql/sample_queues.sql`), so a table of millions of rows costs
-//! what the cap costs. The queries run in a read-only transaction with JIT
+//! what the cap costs, and the work is linear in the number of queues. Every
+//! sample runs under `statement_timeout` = [`TIME_LIMIT_DEFAULT`]: a sample
+//! that would take longer is cancelled by the server (its snapshot, which
+//! holds back the vacuum horizon the gauges report on, goes with it), counts
+//! in `pgwake_sampler_errors_total`, and the gauges keep their last values.
+//! Queue labels are capped ([`crate::metrics::LABEL_VALUES_MAX`]); queues
+//! beyond the cap are summed into `queue="other"`. The queries run in a read-only transaction with JIT
 //! off: their cost *estimates* are high (the planner cannot know the counts
 //! stop early), and on a server with `jit = on` (the default where LLVM is
 //! available) compiling them took 5 to 10 times longer than running them.
@@ -25,6 +31,10 @@ use crate::metrics;
 /// Per queue and state, rows are counted up to this many; a deeper queue
 /// reports this number. It bounds the sampling query's cost on huge backlogs.
 pub const DEPTH_CAP_DEFAULT: i64 = 100_000;
+
+/// Time limit of one sample (the server's `statement_timeout` for its
+/// queries). 5 s: the default sampling interval.
+pub const TIME_LIMIT_DEFAULT: Duration = Duration::from_secs(5);
 
 /// How many ready jobs of each queue, in claim order, are checked for a
 /// running tx-mode claim (see [`QueueSample::ready`]). Bounds the heap reads
@@ -75,6 +85,7 @@ pub struct Sampler {
     interval: Duration,
     health: Arc<Health>,
     depth_cap: i64,
+    time_limit: Duration,
     seen_queues: HashSet<String>,
     seen_apps: HashSet<String>,
 }
@@ -87,6 +98,7 @@ impl Sampler {
             interval,
             health,
             depth_cap: DEPTH_CAP_DEFAULT,
+            time_limit: TIME_LIMIT_DEFAULT,
             seen_queues: HashSet::new(),
             seen_apps: HashSet::new(),
         }
@@ -102,7 +114,7 @@ impl Sampler {
                 _ = tick.tick() => {}
             }
             self.publish_pool();
-            match sample(&self.pool, self.depth_cap).await {
+            match sample_with(&self.pool, self.depth_cap, Some(self.time_limit)).await {
                 Ok(s) => {
                     self.health.set_db(true);
                     self.publish(&s);
@@ -127,16 +139,27 @@ impl Sampler {
     }
 
     /// Publish a sample as gauges; label sets that vanished drop to 0.
+    /// Queues beyond the label cap are summed into `queue="other"` (the
+    /// oldest age is their maximum).
     pub fn publish(&mut self, s: &Sample) {
-        let mut now_queues = HashSet::new();
+        let mut by_label: std::collections::BTreeMap<String, (i64, i64, i64, f64)> =
+            Default::default();
         for q in &s.queues {
-            let name = q.queue.clone();
+            let e = by_label
+                .entry(metrics::queue_label(&q.queue))
+                .or_insert((0, 0, 0, 0.0));
+            e.0 += q.ready;
+            e.1 += q.scheduled;
+            e.2 += q.dead;
+            e.3 = e.3.max(q.oldest_ready_age);
+        }
+        let mut now_queues = HashSet::new();
+        for (name, (ready, scheduled, dead, age)) in by_label {
             ::metrics::gauge!(metrics::QUEUE_DEPTH, "queue" => name.clone(), "state" => "ready")
-                .set(q.ready as f64);
-            ::metrics::gauge!(metrics::QUEUE_DEPTH, "queue" => name.clone(), "state" => "scheduled").set(q.scheduled as f64);
-            ::metrics::gauge!(metrics::QUEUE_OLDEST_READY_AGE, "queue" => name.clone())
-                .set(q.oldest_ready_age);
-            ::metrics::gauge!(metrics::DEAD_JOBS, "queue" => name.clone()).set(q.dead as f64);
+                .set(ready as f64);
+            ::metrics::gauge!(metrics::QUEUE_DEPTH, "queue" => name.clone(), "state" => "scheduled").set(scheduled as f64);
+            ::metrics::gauge!(metrics::QUEUE_OLDEST_READY_AGE, "queue" => name.clone()).set(age);
+            ::metrics::gauge!(metrics::DEAD_JOBS, "queue" => name.clone()).set(dead as f64);
             now_queues.insert(name);
         }
         for gone in self.seen_queues.difference(&now_queues) {
@@ -147,11 +170,16 @@ impl Sampler {
             ::metrics::gauge!(metrics::DEAD_JOBS, "queue" => gone.clone()).set(0.0);
         }
         self.seen_queues.extend(now_queues);
-        let mut now_apps = HashSet::new();
+        // application_name is whatever a client sets: capped like queues.
+        let mut apps: std::collections::BTreeMap<String, i64> = Default::default();
         for (app, n) in &s.idle_in_transaction {
+            *apps.entry(metrics::application_label(app)).or_insert(0) += n;
+        }
+        let mut now_apps = HashSet::new();
+        for (app, n) in apps {
             ::metrics::gauge!(metrics::IDLE_IN_TX_SESSIONS, "application" => app.clone())
-                .set(*n as f64);
-            now_apps.insert(app.clone());
+                .set(n as f64);
+            now_apps.insert(app);
         }
         for gone in self.seen_apps.difference(&now_apps) {
             ::metrics::gauge!(metrics::IDLE_IN_TX_SESSIONS, "application" => gone.clone()).set(0.0);
@@ -165,10 +193,20 @@ impl Sampler {
     }
 }
 
-/// Read one sample: two pipelined queries in one read-only transaction on a
-/// pooled connection. Counts stop at `depth_cap` (`i64::MAX`: no cap, as
-/// `pgwake stats` reads them).
+/// Read one sample within [`TIME_LIMIT_DEFAULT`]; see [`sample_with`].
 pub async fn sample(pool: &deadpool_postgres::Pool, depth_cap: i64) -> Result<Sample> {
+    sample_with(pool, depth_cap, Some(TIME_LIMIT_DEFAULT)).await
+}
+
+/// Read one sample: two pipelined queries in one read-only transaction on a
+/// pooled connection, under `statement_timeout` = `time_limit` (`None`: no
+/// limit, as `pgwake stats` reads). Counts stop at `depth_cap` (`i64::MAX`:
+/// no cap).
+pub async fn sample_with(
+    pool: &deadpool_postgres::Pool,
+    depth_cap: i64,
+    time_limit: Option<Duration>,
+) -> Result<Sample> {
     let started = Instant::now();
     let mut conn = pool.get().await.map_err(Error::pool("sampler"))?;
     let tx = conn
@@ -185,13 +223,28 @@ pub async fn sample(pool: &deadpool_postgres::Pool, depth_cap: i64) -> Result<Sa
         tx.prepare_cached(include_str!("sql/sample_pressure.sql")),
     )
     .map_err(Error::db("sampler: prepare"))?;
+    // The limit covers the queries, not the (cached) prepare.
+    let limit_ms = time_limit.map_or(0, |d| d.as_millis().max(1) as u64);
+    tx.batch_execute(&format!("SET LOCAL statement_timeout = {limit_ms}"))
+        .await
+        .map_err(Error::db("sampler: set statement_timeout"))?;
     let window = depth_cap.min(RUNNING_CHECK_WINDOW);
     let params: [&(dyn tokio_postgres::types::ToSql + Sync); 2] = [&depth_cap, &window];
-    let (queues, pressure) = tokio::try_join!(
+    let (queues, pressure) = tokio::join!(
         tx.query(&queues_stmt, &params),
         tx.query_one(&pressure_stmt, &[]),
-    )
-    .map_err(Error::db("sampler"))?;
+    );
+    // Pipelined: when the first fails (e.g. statement_timeout), the second
+    // only says "transaction aborted"; report the first.
+    let (queues, pressure) = match (queues, pressure) {
+        (Ok(q), Ok(p)) => (q, p),
+        (Err(e), _) | (Ok(_), Err(e)) => {
+            return Err(Error::Db {
+                context: "sampler",
+                source: e,
+            })
+        }
+    };
     tx.commit().await.map_err(Error::db("sampler: commit"))?;
     let idle: serde_json::Value = pressure.get(0);
     let idle_in_transaction = idle

@@ -24,7 +24,8 @@ pub struct QueueStats {
 
 /// Read every queue's numbers.
 pub async fn read(pool: &deadpool_postgres::Pool) -> Result<Vec<QueueStats>> {
-    let sample = crate::sampler::sample(pool, i64::MAX).await?;
+    // Every queue, uncapped counts, no time limit: an on-demand command.
+    let sample = crate::sampler::sample_with(pool, i64::MAX, None).await?;
     Ok(sample
         .queues
         .into_iter()

@@ -2,54 +2,118 @@
 //! handlers run (DESIGN.md §2).
 //!
 //! ```text
-//!  BEGIN; SET LOCAL timeouts; DELETE … SKIP LOCKED RETURNING   (one round trip)
-//!  count an attempt per job in pgwake.tx_attempts (other connection, committed)
-//!  for each job:  [SAVEPOINT] handler [RELEASE | ROLLBACK TO SAVEPOINT]
-//!  requeue failed/unstarted, bury dead, clear attempt counts; COMMIT  (pipelined)
+//!  BEGIN; SET LOCAL limits; DELETE … SKIP LOCKED RETURNING (+ suspects)   one round trip
+//!  any suspect? ── yes ──▶ ROLLBACK; run each suspect alone (below)
+//!  mark the batch in pgwake.tx_batches (other connection, durable)
+//!  for each job, in claim order:  handler [lazy SAVEPOINT … RELEASE | ROLLBACK TO]
+//!  write requeues and buries (savepoint; per-job fallback), clear the mark; COMMIT
+//!
+//!  suspect (alone): BEGIN; claim it by id; charge it in pgwake.tx_attempts
+//!                   (durable); run; outcome + clear charges; COMMIT
 //! ```
 //!
 //! - success: the DELETE commits with whatever the handler wrote;
 //! - failure: rolled back to the job's savepoint (its siblings keep their
-//!   work) and re-inserted with `attempts + 1`, `last_error` and a backoff
-//!   `run_at`, or buried in `dead_jobs` at `max_attempts`;
-//! - crash / lost connection: the server rolls everything back and the jobs
-//!   are claimable at once; the attempt was already counted in
-//!   `pgwake.tx_attempts`, so a job that keeps killing its worker ends dead.
+//!   work) and put back with the attempt counted, or buried at
+//!   `max_attempts`;
+//! - crash / lost connection: the server rolls the batch back and its jobs
+//!   are claimable at once. The batch's mark outlives its transaction, so the
+//!   next claim of any of its jobs finds it a suspect: suspects run one at a
+//!   time, each charged an attempt before it starts. A job that crashes its
+//!   worker (or its server session) uses up its own attempts and ends dead;
+//!   its batch siblings are never charged for it.
+//!
+//! Batches are sized by time ([`BatchSizer`]): a batch grows while it
+//! finishes within [`TX_BATCH_TARGET`] and shrinks to fit it, so slow jobs
+//! run one per transaction and never wait behind their siblings.
 //!
 //! Any error before COMMIT drops the connection instead of returning it to
 //! the pool, so no pooled connection is ever left idle in a transaction.
 
-use std::collections::HashMap;
+use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant, SystemTime};
 
 use deadpool_postgres::Object;
+use tokio_postgres::types::ToSql;
 
-use crate::claimer::Shared;
-use crate::completion::{claimed_jobs, decide, precheck, report, Claimed, ClaimedRow, Verdict};
+use crate::claimed::{claimed_from_row, sort_claim_order, Claimed, CLAIM_COLUMNS};
+use crate::context::ClaimContext;
 use crate::error::{Error, Result};
-use crate::executor::execute;
-use crate::handler::JobContext;
+use crate::executor::{execute, Ended};
+use crate::handler::{ClaimTx, Deadline, JobContext};
+use crate::job::{Job, Resolution};
 use crate::metrics;
+use crate::plan::ClaimSpec;
 use crate::wake::Trigger;
 
 const CLAIM_ALL: &str = include_str!("sql/claim_tx_all.sql");
 const CLAIM_QUEUE: &str = include_str!("sql/claim_tx_queue.sql");
-const RECORD_ATTEMPTS: &str = include_str!("sql/record_attempts.sql");
+const CLAIM_ONE: &str = include_str!("sql/claim_tx_one.sql");
+const BATCH_MARK: &str = include_str!("sql/batch_mark.sql");
+const BATCH_CLEAR: &str = include_str!("sql/batch_clear.sql");
+const ADOPT_STALE: &str = include_str!("sql/adopt_stale.sql");
+const CHARGE: &str = include_str!("sql/charge.sql");
 const CLEAR_ATTEMPTS: &str = include_str!("sql/clear_attempts.sql");
+const SUSPECTS: &str = include_str!("sql/suspects.sql");
 const REQUEUE: &str = include_str!("sql/requeue.sql");
 const BURY: &str = include_str!("sql/bury.sql");
+
+/// How long a tx-mode batch should take to run. Batches grow (doubling, up
+/// to `--batch`) while they finish faster and shrink to fit it, so a batch
+/// pins the vacuum horizon and holds back its later jobs for about this
+/// long at most, and slow jobs run one per transaction.
+pub const TX_BATCH_TARGET: Duration = Duration::from_millis(100);
+
+/// How often a running tx-mode job checks that its claim connection is alive.
+const CONNECTION_CHECK: Duration = Duration::from_millis(20);
 
 /// The claim transaction's opening statements.
 pub(crate) fn begin_sql(config: &crate::config::WorkerConfig) -> String {
     format!(
         "BEGIN; SET LOCAL idle_in_transaction_session_timeout = {}; SET LOCAL statement_timeout = {}",
         config.idle_in_transaction_timeout().as_millis(),
-        config.job_timeout.as_millis() + crate::config::IDLE_TIMEOUT_MARGIN.as_millis()
+        config.idle_in_transaction_timeout().as_millis()
     )
 }
 
+/// Batch size by time (see [`TX_BATCH_TARGET`]); one per claim task.
+#[derive(Debug)]
+pub(crate) struct BatchSizer {
+    size: usize,
+    max: usize,
+}
+
+impl BatchSizer {
+    /// Starts at one job: the first batch of unknown jobs must not be a long
+    /// one.
+    pub fn new(max: usize) -> BatchSizer {
+        BatchSizer { size: 1, max }
+    }
+
+    /// Starts (and may stay) at `max`.
+    pub fn at(max: usize) -> BatchSizer {
+        BatchSizer { size: max, max }
+    }
+
+    pub fn size(&self) -> usize {
+        self.size
+    }
+
+    fn observe(&mut self, claimed: usize, ran_for: Duration) {
+        if claimed == 0 {
+            return;
+        }
+        if ran_for > TX_BATCH_TARGET {
+            let fit = claimed as f64 * TX_BATCH_TARGET.as_secs_f64() / ran_for.as_secs_f64();
+            self.size = (fit as usize).clamp(1, self.max);
+        } else if claimed >= self.size {
+            self.size = (self.size * 2).min(self.max);
+        }
+    }
+}
+
 /// A pooled connection with an open transaction. Dropped without
-/// [`OpenTx::committed`], it closes the connection (the server rolls back)
+/// [`OpenTx::release`], it closes the connection (the server rolls back)
 /// rather than returning it to the pool mid-transaction: this is what makes
 /// a claim future cancelled at any await point lose nothing.
 struct OpenTx {
@@ -61,8 +125,8 @@ impl OpenTx {
         self.conn.as_ref().expect("connection present until drop")
     }
 
-    fn committed(mut self) {
-        // Back to the pool, transaction closed.
+    /// The transaction is closed: the connection may go back to the pool.
+    fn release(mut self) {
         self.conn.take();
     }
 }
@@ -75,157 +139,414 @@ impl Drop for OpenTx {
     }
 }
 
-/// Claim up to `batch` jobs and run them; returns how many were claimed.
-pub(crate) async fn claim_and_run(shared: &Shared, trigger: Trigger) -> Result<usize> {
-    let conn = shared
+/// A job's run inside the claim transaction.
+struct Ran {
+    claimed: Claimed,
+    resolution: Resolution,
+    duration: Duration,
+}
+
+/// State of the claim connection across a batch.
+struct Session {
+    /// When we last sent a statement (the server's idle clock restarts).
+    last_sent: Instant,
+    /// The job timeout the server-side limits currently cover.
+    limits_for: Option<Duration>,
+    /// The claim connection's server process (to cancel a timed-out query).
+    backend_pid: i32,
+}
+
+/// Claim up to `limit` jobs for `spec` and run them; returns how many were
+/// claimed (suspects included).
+pub(crate) async fn claim_and_run(
+    ctx: &ClaimContext,
+    spec: &ClaimSpec,
+    limit: usize,
+    sizer: &mut BatchSizer,
+    trigger: Trigger,
+) -> Result<usize> {
+    let conn = ctx
         .pool
         .get()
         .await
         .map_err(Error::pool("claim: no connection"))?;
-    let limit = shared.config.batch as i64;
+    let targets = spec.targets(&ctx.cursor);
+    let (queues, except) = (&targets.queues, targets.except);
+    let sql = if targets.listed {
+        CLAIM_QUEUE
+    } else {
+        CLAIM_ALL
+    };
     let stmt = conn
-        .prepare_cached(if shared.tx_queues.is_some() {
-            CLAIM_QUEUE
-        } else {
-            CLAIM_ALL
-        })
+        .prepare_cached(sql)
         .await
         .map_err(Error::db("claim: prepare"))?;
     let tx = OpenTx { conn: Some(conn) };
     let c = tx.conn();
-    // With --queues, each queue is claimed with a scalar `queue = $2`, which
-    // the (queue, priority, run_at, id) index serves in claim order whatever
-    // the statistics (`queue = ANY($2)` lets the planner sort every ready row
-    // instead). Queues are tried in turn from a rotating start, inside the
-    // same transaction, until one has jobs.
-    let queues: Vec<Option<&String>> = match &shared.tx_queues {
-        None => vec![None],
-        Some(q) => rotated(q, &shared.queue_cursor)
-            .into_iter()
-            .map(Some)
-            .collect(),
-    };
-    // Pipelined: BEGIN and the first claim go out together.
-    let (begun, first) = tokio::join!(
-        c.batch_execute(&shared.begin_sql),
-        claim_rows(c, &stmt, limit, queues[0], &shared.lease_queues)
+    let limit = limit as i64;
+    // Pipelined: BEGIN, the first claim and the suspects check go out
+    // together. Queues are tried in turn (a scalar `queue = $2` is an
+    // ordered index scan) until one has jobs.
+    let (begun, first, suspects) = tokio::join!(
+        c.batch_execute(&ctx.begin_sql),
+        claim_rows(c, &stmt, limit, queues[0], except, spec),
+        c.query(SUSPECTS, &[])
     );
     begun.map_err(Error::db("claim: begin"))?;
     let mut rows = first.map_err(Error::db("claim"))?;
+    let mut suspects = suspects.map_err(Error::db("claim: suspects"))?;
     for queue in &queues[1..] {
         if !rows.is_empty() {
             break;
         }
-        rows = claim_rows(c, &stmt, limit, *queue, &shared.lease_queues)
+        rows = claim_rows(c, &stmt, limit, *queue, except, spec)
             .await
             .map_err(Error::db("claim"))?;
+        if !rows.is_empty() {
+            suspects = c
+                .query(SUSPECTS, &[])
+                .await
+                .map_err(Error::db("claim: suspects"))?;
+        }
     }
     let hit = if rows.is_empty() { "empty" } else { "hit" };
-    ::metrics::counter!(metrics::CLAIMS, "trigger" => trigger.as_str(), "result" => hit)
+    ::metrics::counter!(metrics::CLAIMS, "trigger" => trigger.as_str(), "result" => hit, "mode" => "tx")
         .increment(1);
     if rows.is_empty() {
         c.batch_execute("COMMIT")
             .await
             .map_err(Error::db("claim: commit"))?;
-        tx.committed();
+        tx.release();
         return Ok(0);
     }
-    if rows.len() == shared.config.batch {
+    let xid: String = rows[0].get(CLAIM_COLUMNS);
+    let backend_pid: i32 = rows[0].get(CLAIM_COLUMNS + 1);
+    let suspect_ids: std::collections::HashSet<i64> =
+        suspects.iter().map(|r| r.get::<_, i64>(0)).collect();
+    let suspects: Vec<i64> = rows
+        .iter()
+        .map(|r| r.get::<_, i64>(0))
+        .filter(|id| suspect_ids.contains(id))
+        .collect();
+    let count = rows.len();
+    if !suspects.is_empty() {
+        // Nothing has run: give every job back and run the suspects alone.
+        c.batch_execute("ROLLBACK")
+            .await
+            .map_err(Error::db("claim: rollback"))?;
+        tx.release();
+        run_suspects(ctx, suspects).await?;
+        return Ok(count);
+    }
+    if count as i64 == limit {
         // There is likely more: let one more task help drain.
-        shared.wake.wake_one(Trigger::Drain);
+        ctx.wake.wake_one(Trigger::Drain);
     }
-    let mut claimed = claimed_jobs(&rows);
-    let count = claimed.len();
-
-    // Count the attempt where a rollback cannot erase it.
-    let ids: Vec<i64> = claimed.iter().map(|r| r.job.id).collect();
-    let pending = record_attempts(shared, &ids).await?;
-    for row in &mut claimed {
-        row.job.attempt += pending.get(&row.job.id).copied().unwrap_or(1);
+    let mut claimed: Vec<Claimed> = rows.iter().map(claimed_from_row).collect();
+    for c in &mut claimed {
+        c.job.attempt += 1;
     }
+    sort_claim_order(&mut claimed);
+    let ids: Vec<i64> = claimed.iter().map(|c| c.job.id).collect();
+    let mark = mark_batch(ctx, &xid, &ids).await?;
 
-    let mut results = Vec::with_capacity(count);
-    let mut last_statement = Instant::now();
-    for row in claimed {
-        let (verdict, duration) = run_one(shared, c, &row, &mut last_statement).await?;
-        results.push(Claimed {
-            job: row.job,
-            raw_payload: row.raw_payload,
-            last_error: row.last_error,
-            verdict,
-            duration,
-        });
+    let started = Instant::now();
+    let mut session = Session {
+        last_sent: Instant::now(),
+        limits_for: Some(ctx.config.job_timeout),
+        backend_pid,
+    };
+    let results = run_batch(ctx, c, claimed, &mut session).await?;
+    sizer.observe(count, started.elapsed());
+    finish(c, &results, Some(mark), None).await?;
+    tx.release();
+    for r in results {
+        ctx.report(&r.claimed.job, r.resolution, r.duration);
     }
-
-    let retry_at = finish(c, &ids, &results).await?;
-    tx.committed();
-    report(shared, &results, &retry_at);
     Ok(count)
 }
 
-async fn record_attempts(shared: &Shared, ids: &[i64]) -> Result<HashMap<i64, i32>> {
-    let conn = shared
-        .attempts_pool
-        .get()
-        .await
-        .map_err(Error::pool("claim: no connection to record attempts"))?;
+/// One claim statement, over every queue but `except` or from `queue`.
+async fn claim_rows(
+    c: &Object,
+    stmt: &tokio_postgres::Statement,
+    limit: i64,
+    queue: Option<&String>,
+    except: &[String],
+    spec: &ClaimSpec,
+) -> std::result::Result<Vec<tokio_postgres::Row>, tokio_postgres::Error> {
+    match queue {
+        None => {
+            c.query(stmt, &[&limit, &except, &spec.tasks_in, &spec.tasks_not_in])
+                .await
+        }
+        Some(q) => {
+            c.query(stmt, &[&limit, q, &spec.tasks_in, &spec.tasks_not_in])
+                .await
+        }
+    }
+}
+
+/// Durably record "transaction `xid` holds `ids`" before any handler runs.
+async fn mark_batch(ctx: &ClaimContext, xid: &str, ids: &[i64]) -> Result<i64> {
+    let mut conn =
+        crate::connect::PooledConn::get(&ctx.ledger_pool, "claim: no connection to mark the batch")
+            .await?;
     let stmt = conn
-        .prepare_cached(RECORD_ATTEMPTS)
+        .prepare_cached(BATCH_MARK)
         .await
         .map_err(Error::db("claim: prepare"))?;
-    let rows = conn
-        .query(&stmt, &[&ids])
+    let r = conn.query_one(&stmt, &[&xid, &ids, &ctx.worker_id]).await;
+    Ok(conn
+        .check(r)
+        .map_err(Error::db("claim: mark batch"))?
+        .get(0))
+}
+
+/// Run each suspect alone, charged before it starts.
+async fn run_suspects(ctx: &ClaimContext, ids: Vec<i64>) -> Result<()> {
+    {
+        let mut conn =
+            crate::connect::PooledConn::get(&ctx.ledger_pool, "claim: no connection to adopt")
+                .await?;
+        let r = conn.query_one(ADOPT_STALE, &[]).await;
+        let adopted: i64 = conn.check(r).map_err(Error::db("claim: adopt"))?.get(0);
+        if adopted > 0 {
+            tracing::warn!(
+                batches = adopted,
+                "found batches that never reported (a worker or its database session crashed while running them); their jobs now run one at a time"
+            );
+        }
+    }
+    for id in ids {
+        if ctx.stop.is_cancelled() {
+            break;
+        }
+        run_suspect(ctx, id).await?;
+    }
+    Ok(())
+}
+
+async fn run_suspect(ctx: &ClaimContext, id: i64) -> Result<()> {
+    let conn = ctx
+        .pool
+        .get()
         .await
-        .map_err(Error::db("claim: record attempts"))?;
-    Ok(rows.iter().map(|r| (r.get(0), r.get(1))).collect())
+        .map_err(Error::pool("claim: no connection"))?;
+    let stmt = conn
+        .prepare_cached(CLAIM_ONE)
+        .await
+        .map_err(Error::db("claim: prepare"))?;
+    let tx = OpenTx { conn: Some(conn) };
+    let c = tx.conn();
+    let params: [&(dyn ToSql + Sync); 1] = [&id];
+    let (begun, rows) = tokio::join!(c.batch_execute(&ctx.begin_sql), c.query(&stmt, &params));
+    begun.map_err(Error::db("claim: begin"))?;
+    let rows = rows.map_err(Error::db("claim"))?;
+    let Some(row) = rows.first() else {
+        // Taken by another worker meanwhile, or not due.
+        c.batch_execute("COMMIT")
+            .await
+            .map_err(Error::db("claim: commit"))?;
+        tx.release();
+        return Ok(());
+    };
+    let mut claimed = claimed_from_row(row);
+    let backend_pid: i32 = row.get(CLAIM_COLUMNS + 1);
+    let charged: i32 = {
+        let mut conn =
+            crate::connect::PooledConn::get(&ctx.ledger_pool, "claim: no connection to charge")
+                .await?;
+        let r = conn.query_one(CHARGE, &[&id]).await;
+        conn.check(r).map_err(Error::db("claim: charge"))?.get(0)
+    };
+    claimed.job.attempt += charged;
+    tracing::info!(
+        job = id,
+        attempt = claimed.job.attempt,
+        "running a job alone: an earlier run of its batch never reported"
+    );
+    let mut session = Session {
+        last_sent: Instant::now(),
+        limits_for: Some(ctx.config.job_timeout),
+        backend_pid,
+    };
+    let results = run_batch(ctx, c, vec![claimed], &mut session).await?;
+    finish(c, &results, None, Some(&[id])).await?;
+    tx.release();
+    for r in results {
+        ctx.report(&r.claimed.job, r.resolution, r.duration);
+    }
+    Ok(())
+}
+
+/// Run a claimed batch in claim order: runs of one batching handler's task
+/// at once ([`crate::Handler::handle_batch`]), every other job alone.
+async fn run_batch(
+    ctx: &ClaimContext,
+    c: &Object,
+    claimed: Vec<Claimed>,
+    session: &mut Session,
+) -> Result<Vec<Ran>> {
+    let mut results = Vec::with_capacity(claimed.len());
+    let mut rest = claimed.into_iter().peekable();
+    while let Some(first) = rest.next() {
+        let mut group = vec![first];
+        let batching = ctx
+            .precheck(&group[0])
+            .map(|h| h.batches())
+            .unwrap_or(false);
+        if batching {
+            while let Some(next) = rest.peek() {
+                if next.job.task == group[0].job.task && ctx.precheck(next).is_ok() {
+                    group.push(rest.next().expect("peeked"));
+                } else {
+                    break;
+                }
+            }
+        }
+        if group.len() > 1 {
+            if let Some(done) = run_group(ctx, c, &group, session).await? {
+                results.extend(done);
+                continue;
+            }
+        }
+        for claimed in group {
+            let (resolution, duration) = run_one(ctx, c, &claimed, session).await?;
+            results.push(Ran {
+                claimed,
+                resolution,
+                duration,
+            });
+        }
+    }
+    Ok(results)
+}
+
+/// One statement for a group of jobs of a batching handler, in a savepoint.
+/// `None` (everything it wrote rolled back) to run them one by one.
+async fn run_group(
+    ctx: &ClaimContext,
+    c: &Object,
+    group: &[Claimed],
+    session: &mut Session,
+) -> Result<Option<Vec<Ran>>> {
+    let Ok(handler) = ctx.precheck(&group[0]) else {
+        return Ok(None);
+    };
+    let jobs: Vec<Job> = group.iter().map(|c| c.job.clone()).collect();
+    let timeout = group
+        .iter()
+        .map(|c| ctx.timeout_of(&c.job))
+        .max()
+        .unwrap_or(ctx.config.job_timeout);
+    set_limits(c, session, timeout).await?;
+    c.batch_execute("SAVEPOINT pgwake_batch")
+        .await
+        .map_err(Error::db("claim: savepoint"))?;
+    let started = Instant::now();
+    let run = tokio::time::timeout(timeout, handler.handle_batch(&jobs, c));
+    let result = tokio::select! {
+        r = run => r,
+        () = connection_closed(c) => return Err(Error::ConnectionLost("claim connection closed while a handler ran; its claim was rolled back")),
+    };
+    let duration = started.elapsed();
+    let outcomes = match result {
+        Ok(Ok(Some(outcomes))) if outcomes.len() == group.len() => Some(outcomes),
+        Err(_) => {
+            cancel_backend(ctx, session.backend_pid).await;
+            None
+        }
+        _ => None,
+    };
+    let end = if outcomes.is_some() {
+        "RELEASE SAVEPOINT pgwake_batch"
+    } else {
+        "ROLLBACK TO SAVEPOINT pgwake_batch"
+    };
+    c.batch_execute(end)
+        .await
+        .map_err(Error::db("claim: end of savepoint"))?;
+    session.last_sent = Instant::now();
+    let Some(outcomes) = outcomes else {
+        return Ok(None);
+    };
+    let share = duration / group.len() as u32;
+    Ok(Some(
+        group
+            .iter()
+            .zip(outcomes)
+            .map(|(claimed, outcome)| Ran {
+                claimed: claimed.clone(),
+                resolution: ctx.resolve(&claimed.job, Ended::Outcome(outcome)),
+                duration: share,
+            })
+            .collect(),
+    ))
+}
+
+/// The server's idle and statement limits cover a job of `timeout`, and
+/// its idle clock has restarted recently enough for the job to run its
+/// full time (a batch of jobs that never touch the connection must not be
+/// cut off by a limit meant for one job).
+async fn set_limits(c: &Object, session: &mut Session, timeout: Duration) -> Result<()> {
+    if session.limits_for != Some(timeout) {
+        let ms = (timeout + crate::config::IDLE_TIMEOUT_MARGIN)
+            .as_millis()
+            .to_string();
+        c.execute(
+            "SELECT set_config('idle_in_transaction_session_timeout', $1, true), \
+                    set_config('statement_timeout', $1, true)",
+            &[&ms],
+        )
+        .await
+        .map_err(Error::db("claim: limits"))?;
+        session.limits_for = Some(timeout);
+        session.last_sent = Instant::now();
+    } else if session.last_sent.elapsed() > crate::config::IDLE_TIMEOUT_MARGIN / 2 {
+        c.simple_query("")
+            .await
+            .map_err(Error::db("claim: keepalive"))?;
+        session.last_sent = Instant::now();
+    }
+    Ok(())
 }
 
 /// Decide and run one job inside the claim transaction.
 async fn run_one(
-    shared: &Shared,
+    ctx: &ClaimContext,
     c: &Object,
-    row: &ClaimedRow,
-    last_statement: &mut Instant,
-) -> Result<(Verdict, Duration)> {
-    let job = &row.job;
-    let handler = match precheck(shared, row) {
+    claimed: &Claimed,
+    session: &mut Session,
+) -> Result<(Resolution, Duration)> {
+    let job = &claimed.job;
+    let handler = match ctx.precheck(claimed) {
         Ok(handler) => handler,
-        Err(verdict) => return Ok((verdict, Duration::ZERO)),
+        Err(resolution) => return Ok((resolution, Duration::ZERO)),
     };
-    let savepoint = handler.uses_transaction();
-    if savepoint {
-        c.batch_execute("SAVEPOINT pgwake_job")
-            .await
-            .map_err(Error::db("claim: savepoint"))?;
-        *last_statement = Instant::now();
-    } else if last_statement.elapsed() > crate::config::IDLE_TIMEOUT_MARGIN / 2 {
-        // Earlier jobs of this batch ran without a statement on the
-        // connection: restart the server's idle-in-transaction clock so the
-        // whole batch is not cut off by a limit meant for one job.
-        c.simple_query("")
-            .await
-            .map_err(Error::db("claim: keepalive"))?;
-        *last_statement = Instant::now();
-    }
-    let gauge = ::metrics::gauge!(metrics::JOBS_IN_FLIGHT, "queue" => job.queue.clone());
+    let timeout = ctx.timeout_of(job);
+    set_limits(c, session, timeout).await?;
+    let claim_tx = ClaimTx {
+        client: c,
+        savepoint: Default::default(),
+    };
+    let deadline = Deadline::new(timeout);
+    let interrupt = ctx.abort.child_token();
+    let gauge =
+        ::metrics::gauge!(metrics::JOBS_IN_FLIGHT, "queue" => metrics::queue_label(&job.queue));
     gauge.increment(1.0);
-    let ctx = JobContext {
-        transaction: Some(&***c),
-        pool: &shared.pool,
-        cancel: shared.abort.child_token(),
+    let job_ctx = JobContext {
+        transaction: Some(&claim_tx),
+        pool: &ctx.pool,
+        cancel: interrupt.child_token(),
+        deadline: &deadline,
     };
-    let run = execute(
-        handler.as_ref(),
-        job,
-        ctx,
-        shared.config.job_timeout,
-        &shared.abort,
-    );
+    let run = execute(handler.as_ref(), job, job_ctx, &interrupt);
     // If the claim connection dies under a running handler (server restart,
     // pg_terminate_backend), the claim is already rolled back and another
     // worker may take the job: stop this run now rather than let it go on
     // beside the next one, and let the claim fail.
-    let (execution, duration) = tokio::select! {
+    let (ended, timed_out, duration) = tokio::select! {
         r = run => r,
         () = connection_closed(c) => {
             gauge.decrement(1.0);
@@ -233,18 +554,43 @@ async fn run_one(
         }
     };
     gauge.decrement(1.0);
-    let verdict = decide(shared, job, execution);
-    if savepoint {
-        let sql = match verdict {
-            Verdict::Done => "RELEASE SAVEPOINT pgwake_job",
+    let used = claim_tx.savepoint.load(Ordering::Acquire);
+    if deadline.at() > Instant::now() + timeout {
+        // The handler extended its deadline (and the server's limits).
+        session.limits_for = None;
+    }
+    if used && timed_out.0 {
+        // The handler's statement may still be running on the server: stop
+        // it, or the savepoint rollback would wait behind it.
+        cancel_backend(ctx, session.backend_pid).await;
+    }
+    let resolution = ctx.resolve(job, ended);
+    if used {
+        let sql = match resolution {
+            Resolution::Done => "RELEASE SAVEPOINT pgwake_job",
             _ => "ROLLBACK TO SAVEPOINT pgwake_job",
         };
         c.batch_execute(sql)
             .await
             .map_err(Error::db("claim: end of savepoint"))?;
+        session.last_sent = Instant::now();
     }
-    *last_statement = Instant::now();
-    Ok((verdict, duration))
+    Ok((resolution, duration))
+}
+
+/// Cancel whatever the claim connection's server process is running (a
+/// timed-out handler's statement), from another connection.
+async fn cancel_backend(ctx: &ClaimContext, pid: i32) {
+    let result = async {
+        let conn = ctx.pool.get().await.map_err(|e| e.to_string())?;
+        conn.execute("SELECT pg_cancel_backend($1)", &[&pid])
+            .await
+            .map_err(|e| e.to_string())
+    }
+    .await;
+    if let Err(e) = result {
+        tracing::warn!(error = %e, "could not cancel a timed-out job's statement; the server's statement_timeout will");
+    }
 }
 
 /// Columns of jobs being written back (requeue) or buried.
@@ -261,6 +607,7 @@ struct Columns {
     max_attempts: Vec<i32>,
     last_error: Vec<Option<String>>,
     created_at: Vec<SystemTime>,
+    timeout: Vec<Option<f64>>,
 }
 
 impl Columns {
@@ -269,7 +616,7 @@ impl Columns {
         self.id.push(job.id);
         self.queue.push(job.queue.clone());
         self.task.push(job.task.clone());
-        self.payload.push(c.raw_payload.clone());
+        self.payload.push(job.payload_text.clone());
         self.priority.push(job.priority);
         self.run_at.push(job.run_at);
         self.delay.push(delay);
@@ -277,90 +624,179 @@ impl Columns {
         self.max_attempts.push(job.max_attempts);
         self.last_error.push(last_error);
         self.created_at.push(job.created_at);
+        self.timeout.push(job.timeout.map(|t| t.as_secs_f64()));
+    }
+
+    fn is_empty(&self) -> bool {
+        self.id.is_empty()
+    }
+
+    fn requeue_params(&self) -> [&(dyn ToSql + Sync); 12] {
+        [
+            &self.id,
+            &self.queue,
+            &self.task,
+            &self.payload,
+            &self.priority,
+            &self.run_at,
+            &self.delay,
+            &self.attempts,
+            &self.max_attempts,
+            &self.last_error,
+            &self.created_at,
+            &self.timeout,
+        ]
+    }
+
+    fn bury_params(&self) -> [&(dyn ToSql + Sync); 11] {
+        [
+            &self.id,
+            &self.queue,
+            &self.task,
+            &self.payload,
+            &self.priority,
+            &self.run_at,
+            &self.attempts,
+            &self.max_attempts,
+            &self.last_error,
+            &self.created_at,
+            &self.timeout,
+        ]
     }
 }
 
-/// Write every outcome and commit, pipelined. Returns the new run_at of
-/// retried jobs.
-async fn finish(c: &Object, ids: &[i64], results: &[Claimed]) -> Result<Vec<SystemTime>> {
+/// Sort results into the rows to write back and to bury.
+fn columns<'a>(results: impl Iterator<Item = (&'a Claimed, &'a Resolution)>) -> (Columns, Columns) {
     let mut back = Columns::default();
     let mut dead = Columns::default();
-    for r in results {
-        match &r.verdict {
-            Verdict::Done => {}
-            Verdict::Retry { reason, delay } => back.push(
-                r,
-                Some(delay.as_secs_f64()),
-                r.job.attempt,
+    for (c, resolution) in results {
+        let attempt = c.job.attempt;
+        match resolution {
+            Resolution::Done => {}
+            Resolution::Retry { reason, delay } => {
+                back.push(c, Some(delay.as_secs_f64()), attempt, Some(reason.clone()))
+            }
+            // The run does not count (crash charges of a suspect are kept).
+            Resolution::Returned | Resolution::Lost => {
+                back.push(c, None, attempt - 1, c.last_error.clone())
+            }
+            // A job found out of attempts before it ran did not run again.
+            Resolution::Dead { reason } => dead.push(
+                c,
+                None,
+                attempt.min(c.job.max_attempts),
                 Some(reason.clone()),
             ),
-            // (LeaseLost cannot happen in tx mode; treated as handed back.)
-            Verdict::Returned | Verdict::LeaseLost => {
-                back.push(r, None, r.job.attempt - 1, r.last_error.clone())
-            }
-            Verdict::Dead { reason } => dead.push(r, None, r.job.attempt, Some(reason.clone())),
         }
     }
-    let (requeue_stmt, bury_stmt, clear_stmt) = tokio::try_join!(
-        c.prepare_cached(REQUEUE),
-        c.prepare_cached(BURY),
-        c.prepare_cached(CLEAR_ATTEMPTS)
-    )
-    .map_err(Error::db("claim: prepare"))?;
-    let requeue = async {
-        if back.id.is_empty() {
-            return Ok(Vec::new());
-        }
-        c.query(
-            &requeue_stmt,
-            &[
-                &back.id,
-                &back.queue,
-                &back.task,
-                &back.payload,
-                &back.priority,
-                &back.run_at,
-                &back.delay,
-                &back.attempts,
-                &back.max_attempts,
-                &back.last_error,
-                &back.created_at,
-            ],
-        )
-        .await
-        .map(|rows| rows.iter().map(|r| r.get::<_, SystemTime>(1)).collect())
-    };
-    let bury = async {
-        if dead.id.is_empty() {
-            return Ok(0);
-        }
-        c.execute(
-            &bury_stmt,
-            &[
-                &dead.id,
-                &dead.queue,
-                &dead.task,
-                &dead.payload,
-                &dead.priority,
-                &dead.run_at,
-                &dead.attempts,
-                &dead.max_attempts,
-                &dead.last_error,
-                &dead.created_at,
-            ],
-        )
-        .await
-    };
-    let clear_params: [&(dyn tokio_postgres::types::ToSql + Sync); 1] = [&ids];
-    let clear = c.execute(&clear_stmt, &clear_params);
-    let commit = c.batch_execute("COMMIT");
-    let (run_at, _, _, ()) = tokio::try_join!(requeue, bury, clear, commit)
-        .map_err(Error::db("claim: writing outcomes"))?;
-    Ok(run_at)
+    (back, dead)
 }
 
-/// How often a running tx-mode job checks that its claim connection is alive.
-const CONNECTION_CHECK: Duration = Duration::from_millis(20);
+/// Write every outcome and commit. An all-done batch commits in the same
+/// round trip. Otherwise the outcome writes run in a savepoint first: if
+/// they fail for a reason of data (never expected: reasons are sanitised,
+/// delays bounded), each job's outcome is written alone, so one job's write
+/// can never undo its siblings' work.
+async fn finish(
+    c: &Object,
+    results: &[Ran],
+    mark: Option<i64>,
+    clear: Option<&[i64]>,
+) -> Result<()> {
+    let (back, dead) = columns(results.iter().map(|r| (&r.claimed, &r.resolution)));
+    let bookkeeping = async {
+        if let Some(token) = mark {
+            c.execute(BATCH_CLEAR, &[&token]).await?;
+        }
+        if let Some(ids) = clear {
+            c.execute(CLEAR_ATTEMPTS, &[&ids]).await?;
+        }
+        Ok::<_, tokio_postgres::Error>(())
+    };
+    if back.is_empty() && dead.is_empty() {
+        let (b, commit) = tokio::join!(bookkeeping, c.batch_execute("COMMIT"));
+        b.and(commit).map_err(Error::db("claim: commit"))?;
+        return Ok(());
+    }
+    let (savepoint, requeue_stmt, bury_stmt) = tokio::join!(
+        c.batch_execute("SAVEPOINT pgwake_outcomes"),
+        c.prepare_cached(REQUEUE),
+        c.prepare_cached(BURY)
+    );
+    savepoint.map_err(Error::db("claim: savepoint"))?;
+    let (requeue_stmt, bury_stmt) = (
+        requeue_stmt.map_err(Error::db("claim: prepare"))?,
+        bury_stmt.map_err(Error::db("claim: prepare"))?,
+    );
+    let stmts = (&requeue_stmt, &bury_stmt);
+    if let Err(e) = write_outcomes(c, stmts, &back, &dead).await {
+        if crate::error::pg_is_connection_lost(&e) {
+            return Err(Error::db("claim: writing outcomes")(e));
+        }
+        tracing::error!(error = %crate::error::PgDisplay(&e), "writing a batch's outcomes failed; writing them one by one");
+        c.batch_execute("ROLLBACK TO SAVEPOINT pgwake_outcomes")
+            .await
+            .map_err(Error::db("claim: writing outcomes"))?;
+        for r in results {
+            write_alone(c, stmts, r).await?;
+        }
+    }
+    let (b, commit) = tokio::join!(bookkeeping, c.batch_execute("COMMIT"));
+    b.and(commit).map_err(Error::db("claim: commit"))?;
+    Ok(())
+}
+
+/// The requeue and bury statements (prepared on the claim connection).
+type OutcomeStatements<'a> = (&'a tokio_postgres::Statement, &'a tokio_postgres::Statement);
+
+/// Requeue `back` and bury `dead`, pipelined.
+async fn write_outcomes(
+    c: &Object,
+    (requeue, bury): OutcomeStatements<'_>,
+    back: &Columns,
+    dead: &Columns,
+) -> std::result::Result<(), tokio_postgres::Error> {
+    let requeue = async {
+        if back.is_empty() {
+            return Ok(0);
+        }
+        c.execute(requeue, &back.requeue_params()).await
+    };
+    let bury = async {
+        if dead.is_empty() {
+            return Ok(0);
+        }
+        c.execute(bury, &dead.bury_params()).await
+    };
+    tokio::try_join!(requeue, bury).map(|_| ())
+}
+
+/// One job's outcome in its own savepoint; if even that fails, the job is
+/// handed back unchanged (and if that fails too, the batch fails: every job
+/// returns to the queue, nothing is lost).
+async fn write_alone(c: &Object, stmts: OutcomeStatements<'_>, r: &Ran) -> Result<()> {
+    if r.resolution == Resolution::Done {
+        return Ok(());
+    }
+    c.batch_execute("SAVEPOINT pgwake_outcome")
+        .await
+        .map_err(Error::db("claim: savepoint"))?;
+    let (back, dead) = columns(std::iter::once((&r.claimed, &r.resolution)));
+    if let Err(e) = write_outcomes(c, stmts, &back, &dead).await {
+        tracing::error!(job = r.claimed.job.id, error = %crate::error::PgDisplay(&e), "writing a job's outcome failed; handing it back unchanged");
+        c.batch_execute("ROLLBACK TO SAVEPOINT pgwake_outcome")
+            .await
+            .map_err(Error::db("claim: writing outcomes"))?;
+        let (back, dead) = columns(std::iter::once((&r.claimed, &Resolution::Returned)));
+        write_outcomes(c, stmts, &back, &dead)
+            .await
+            .map_err(Error::db("claim: handing a job back"))?;
+    }
+    c.batch_execute("RELEASE SAVEPOINT pgwake_outcome")
+        .await
+        .map_err(Error::db("claim: savepoint"))?;
+    Ok(())
+}
 
 /// Resolves once `c`'s connection is closed.
 async fn connection_closed(c: &Object) {
@@ -372,30 +808,22 @@ async fn connection_closed(c: &Object) {
     }
 }
 
-/// One claim statement: over every queue but the lease queues, or from one
-/// queue.
-async fn claim_rows(
-    c: &Object,
-    stmt: &tokio_postgres::Statement,
-    limit: i64,
-    queue: Option<&String>,
-    lease_queues: &[String],
-) -> std::result::Result<Vec<tokio_postgres::Row>, tokio_postgres::Error> {
-    match queue {
-        None => c.query(stmt, &[&limit, &lease_queues]).await,
-        Some(q) => c.query(stmt, &[&limit, q]).await,
-    }
-}
+#[cfg(test)]
+mod tests {
+    use super::*;
 
-/// `queues` starting at a position that advances on every call, so no queue
-/// is always tried first.
-pub(crate) fn rotated<'a>(
-    queues: &'a [String],
-    cursor: &std::sync::atomic::AtomicUsize,
-) -> Vec<&'a String> {
-    if queues.is_empty() {
-        return Vec::new();
+    #[test]
+    fn batches_grow_while_fast_and_shrink_to_the_target() {
+        let mut s = BatchSizer::new(100);
+        assert_eq!(s.size(), 1);
+        for _ in 0..10 {
+            let n = s.size();
+            s.observe(n, Duration::from_millis(1));
+        }
+        assert_eq!(s.size(), 100);
+        s.observe(100, Duration::from_secs(1));
+        assert_eq!(s.size(), 10);
+        s.observe(10, Duration::from_secs(7));
+        assert_eq!(s.size(), 1);
     }
-    let start = cursor.fetch_add(1, std::sync::atomic::Ordering::Relaxed) % queues.len();
-    queues[start..].iter().chain(&queues[..start]).collect()
 }

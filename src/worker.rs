@@ -13,13 +13,14 @@ use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::sync::broadcast;
+use tokio::sync::{broadcast, Semaphore};
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
 
-use crate::claimer::{JobEvent, Shared};
 use crate::config::WorkerConfig;
 use crate::connect;
+use crate::context::{ClaimContext, JobEvent};
 use crate::error::{Error, Result};
 use crate::handler::{Handler, Registry};
 use crate::health::Health;
@@ -35,10 +36,11 @@ pub const HARD_DEADLINE: Duration = Duration::from_secs(5);
 
 /// Builds a [`Worker`].
 pub struct WorkerBuilder {
-    db: tokio_postgres::Config,
-    listen_db: Option<tokio_postgres::Config>,
+    db: connect::DbConfig,
+    listen_db: Option<connect::DbConfig>,
     config: WorkerConfig,
     registry: Registry,
+    duplicates: Vec<String>,
 }
 
 impl WorkerBuilder {
@@ -49,28 +51,36 @@ impl WorkerBuilder {
     }
 
     /// Run jobs of `task` with `handler`; `*` is the catch-all.
-    pub fn handler(mut self, task: &str, handler: impl Handler) -> Self {
-        self.registry.insert(task, Arc::new(handler));
-        self
+    /// Registering a second handler for the same task makes
+    /// [`WorkerBuilder::build`] fail.
+    pub fn handler(self, task: &str, handler: impl Handler) -> Self {
+        self.handler_arc(task, Arc::new(handler))
     }
 
     /// Same as [`WorkerBuilder::handler`] for a shared handler.
     pub fn handler_arc(mut self, task: &str, handler: Arc<dyn Handler>) -> Self {
-        self.registry.insert(task, handler);
+        if !self.registry.insert(task, handler) {
+            self.duplicates.push(task.to_string());
+        }
         self
     }
 
     /// LISTEN through a different connection than the claims use: e.g.
     /// claims through PgBouncer in transaction mode (which cannot LISTEN)
     /// and LISTEN directly to the server. Default: the same database.
-    pub fn listen_database(mut self, db: tokio_postgres::Config) -> Self {
-        self.listen_db = Some(db);
+    pub fn listen_database(mut self, db: impl Into<connect::DbConfig>) -> Self {
+        self.listen_db = Some(db.into());
         self
     }
 
     /// Validate the configuration and build the worker (no I/O yet).
     pub fn build(self) -> Result<Worker> {
         self.config.validate()?;
+        if let Some(task) = self.duplicates.first() {
+            return Err(Error::Config(format!(
+                "--handler: task {task:?} has more than one handler; give each task exactly one"
+            )));
+        }
         if self.registry.is_empty() {
             return Err(Error::Config(
                 "no handlers: register at least one (--handler TASK=exec:COMMAND, TASK=sql:FUNCTION, or `*`)".into(),
@@ -81,18 +91,17 @@ impl WorkerBuilder {
         let db = connect::with_application_name(&self.db, app);
         // Pools connect lazily: building them does no I/O.
         let pool = connect::pool(&db, self.config.concurrency + 2)?;
-        let mut attempts_db = connect::with_application_name(&self.db, &format!("{app}-ledger"));
-        // Losing a pending attempt count in a server crash is harmless (see
-        // migrations/0001); not waiting for its fsync keeps claims fast.
-        attempts_db.options("-c synchronous_commit=off");
-        let attempts_pool = connect::pool(&attempts_db, 2)?;
+        // Batch marks and crash charges (txmode.rs): committed durably, on
+        // connections outside any claim transaction.
+        let ledger_db = connect::with_application_name(&self.db, &format!("{app}-ledger"));
+        let ledger_pool = connect::pool(&ledger_db, 2)?;
         let listen_db = self.listen_db.unwrap_or_else(|| self.db.clone());
         Ok(Worker {
             health: Arc::new(Health::new(self.config.listen)),
             db,
             listen_db,
             pool,
-            attempts_pool,
+            ledger_pool,
             config: self.config,
             registry: self.registry,
             events,
@@ -104,10 +113,10 @@ impl WorkerBuilder {
 
 /// A pgwake worker.
 pub struct Worker {
-    db: tokio_postgres::Config,
-    listen_db: tokio_postgres::Config,
+    db: connect::DbConfig,
+    listen_db: connect::DbConfig,
     pool: deadpool_postgres::Pool,
-    attempts_pool: deadpool_postgres::Pool,
+    ledger_pool: deadpool_postgres::Pool,
     worker_id: String,
     wait_state: Arc<crate::waiting::WaitState>,
     config: WorkerConfig,
@@ -118,12 +127,13 @@ pub struct Worker {
 
 impl Worker {
     /// Start building a worker for the database `db`.
-    pub fn builder(db: tokio_postgres::Config) -> WorkerBuilder {
+    pub fn builder(db: impl Into<connect::DbConfig>) -> WorkerBuilder {
         WorkerBuilder {
-            db,
+            db: db.into(),
             listen_db: None,
             config: WorkerConfig::default(),
             registry: Registry::default(),
+            duplicates: Vec::new(),
         }
     }
 
@@ -149,14 +159,32 @@ impl Worker {
     pub async fn run(self, stop: CancellationToken, abort: CancellationToken) -> Result<()> {
         self.check().await?;
         self.health.set_db(true);
+        crate::metrics::init_known(
+            &self
+                .config
+                .queues
+                .clone()
+                .unwrap_or_else(|| vec!["default".into()]),
+            &[
+                self.config.lease_queues.clone(),
+                self.config.tx_queues.clone(),
+            ]
+            .concat(),
+            &self.registry.tasks(),
+        );
         let pool = self.pool.clone();
-        let attempts_pool = self.attempts_pool.clone();
         let app = &self.config.application_name;
         let wake = Arc::new(Wakeup::default());
         let schedule = Arc::new(Schedule::default());
         let service_stop = CancellationToken::new();
-        let shared =
-            Arc::new(self.shared(wake.clone(), schedule.clone(), stop.clone(), abort.clone()));
+        let (completer, completions) = crate::leases::channel();
+        let ctx = Arc::new(self.context(
+            wake.clone(),
+            schedule.clone(),
+            stop.clone(),
+            abort.clone(),
+            completer,
+        ));
 
         let mut services = JoinSet::new();
         if self.config.listen {
@@ -198,46 +226,71 @@ impl Worker {
         services.spawn(poller.run(service_stop.clone()));
         let rescuer = Rescuer::new(pool.clone(), self.config.rescue_interval);
         services.spawn(rescuer.run(service_stop.clone()));
+        if let Some(config) = &self.config.scheduler {
+            let scheduler = crate::scheduler::Scheduler::new(pool.clone(), config.clone());
+            services.spawn(scheduler.run(service_stop.clone()));
+        }
         if let Some(interval) = self.config.sample_interval {
             let sampler = Sampler::new(pool.clone(), interval, self.health.clone());
             services.spawn(sampler.run(service_stop.clone()));
         }
+        // The completer and the heartbeat outlive the claim tasks and the
+        // lease-mode runs: outcomes are written, and leases kept until then.
+        let lease_stop = CancellationToken::new();
+        let completer_done = CancellationToken::new();
+        let mut lease_services = JoinSet::new();
+        lease_services.spawn(crate::completer::run(
+            ctx.clone(),
+            completions,
+            completer_done.clone(),
+        ));
+        lease_services.spawn(crate::leasemode::heartbeat(ctx.clone(), lease_stop.clone()));
 
         let mut claimers = JoinSet::new();
         for _ in 0..self.config.concurrency {
-            claimers.spawn(crate::claimer::run_task(shared.clone()));
+            claimers.spawn(crate::claimer::run_task(ctx.clone()));
         }
         tracing::info!(
             database = %connect::describe(&self.db),
             concurrency = self.config.concurrency,
             batch = self.config.batch,
             listen = self.config.listen,
-            queues = ?self.config.queues,
+            queues = %self.config.queues_label(),
+            modes = %crate::plan::describe(&self.config, &self.registry),
             "worker started"
         );
 
         stop.cancelled().await;
         tracing::info!(grace = ?self.config.grace_period, "shutting down: no new claims, waiting for running jobs");
+        ctx.jobs.close();
+        let running = async {
+            join_all(&mut claimers).await;
+            ctx.jobs.wait().await;
+        };
         let drained = tokio::select! {
-            _ = join_all(&mut claimers) => true,
+            _ = running => true,
             _ = tokio::time::sleep(self.config.grace_period) => false,
             _ = abort.cancelled() => false,
         };
         if !drained {
             tracing::warn!("grace period over: interrupting running jobs and handing them back");
             abort.cancel();
-            if tokio::time::timeout(HARD_DEADLINE, join_all(&mut claimers))
-                .await
-                .is_err()
-            {
-                tracing::error!("claim tasks did not stop within the hard deadline; leaving them to the server's rollback");
+            let running = async {
+                join_all(&mut claimers).await;
+                ctx.jobs.wait().await;
+            };
+            if tokio::time::timeout(HARD_DEADLINE, running).await.is_err() {
+                tracing::error!("jobs did not stop within the hard deadline; leaving them to the server's rollback and the lease rescuer");
                 claimers.abort_all();
             }
         }
+        completer_done.cancel();
+        lease_stop.cancel();
+        join_all(&mut lease_services).await;
         service_stop.cancel();
         join_all(&mut services).await;
         pool.close();
-        attempts_pool.close();
+        self.ledger_pool.close();
         tracing::info!("worker stopped");
         Ok(())
     }
@@ -257,30 +310,34 @@ impl Worker {
         Ok(())
     }
 
-    fn shared(
+    fn context(
         &self,
         wake: Arc<Wakeup>,
         schedule: Arc<Schedule>,
         stop: CancellationToken,
         abort: CancellationToken,
-    ) -> Shared {
-        Shared {
+        completer: crate::leases::CompleterHandle,
+    ) -> ClaimContext {
+        ClaimContext {
             begin_sql: crate::txmode::begin_sql(&self.config),
             config: self.config.clone(),
             pool: self.pool.clone(),
-            attempts_pool: self.attempts_pool.clone(),
+            ledger_pool: self.ledger_pool.clone(),
             registry: self.registry.clone(),
+            plan: crate::plan::build(&self.config, &self.registry),
             wake,
             schedule,
             health: self.health.clone(),
             events: self.events.clone(),
             stop,
             abort,
-            tx_queues: self.config.tx_queues(),
-            lease_queues: self.config.lease_queues.clone(),
             worker_id: self.worker_id.clone(),
             wait_state: self.wait_state.clone(),
-            queue_cursor: Default::default(),
+            cursor: Default::default(),
+            slots: Arc::new(Semaphore::new(self.config.concurrency)),
+            leases: Default::default(),
+            completer,
+            jobs: TaskTracker::new(),
         }
     }
 
@@ -290,13 +347,37 @@ impl Worker {
     /// the future at any point loses no job and leaves no pooled connection
     /// in a transaction. For tests and tools; `run` is the service.
     pub async fn claim_once(&self) -> Result<usize> {
-        let shared = self.shared(
+        let (completer, completions) = crate::leases::channel();
+        let ctx = Arc::new(self.context(
             Arc::new(Wakeup::default()),
             Arc::new(Schedule::default()),
             CancellationToken::new(),
             CancellationToken::new(),
-        );
-        crate::claimer::claim_round_once(&shared).await
+            completer,
+        ));
+        let done = CancellationToken::new();
+        let completer = tokio::spawn(crate::completer::run(
+            ctx.clone(),
+            completions,
+            done.clone(),
+        ));
+        let heartbeat = tokio::spawn(crate::leasemode::heartbeat(ctx.clone(), done.clone()));
+        let permit = ctx
+            .slots
+            .clone()
+            .acquire_owned()
+            .await
+            .expect("fresh semaphore");
+        // One full batch, as configured (the service sizes batches by time).
+        let mut sizer = crate::txmode::BatchSizer::at(self.config.batch);
+        let claimed =
+            crate::claimer::claim_round(&ctx, crate::wake::Trigger::Poll, permit, &mut sizer).await;
+        ctx.jobs.close();
+        ctx.jobs.wait().await;
+        done.cancel();
+        let _ = completer.await;
+        let _ = heartbeat.await;
+        claimed
     }
 
     /// The claim pool (for embedding applications and tests).
@@ -308,7 +389,12 @@ impl Worker {
     fn worked_queues(&self) -> Option<Vec<String>> {
         self.config.queues.as_ref().map(|q| {
             let mut all = q.clone();
-            for l in &self.config.lease_queues {
+            for l in self
+                .config
+                .lease_queues
+                .iter()
+                .chain(&self.config.tx_queues)
+            {
                 if !all.contains(l) {
                     all.push(l.clone());
                 }

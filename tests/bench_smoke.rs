@@ -47,23 +47,42 @@ fn quick_bench_reports_every_phase_and_target_as_finite_numbers() {
 
     let modes = array(&report, "/modes");
     let targets = array(&report, "/targets");
-    // tx mode compares batch 1 and the configured batch; lease-mode claim
-    // tasks take one job per claim, so it compares batch 1 only.
-    for (mode, batches) in [("tx", vec![1.0, 100.0]), ("lease", vec![1.0])] {
+    // Both modes compare batch 1 and the configured batch.
+    for (mode, batches) in [("tx", vec![1.0, 100.0]), ("lease", vec![1.0, 100.0])] {
         let m = modes
             .iter()
             .find(|m| m["mode"] == mode)
             .unwrap_or_else(|| panic!("mode {mode} was not measured"));
         check_mode(m, &batches);
         let mut names: Vec<String> = MODE_TARGETS.iter().map(|n| n.to_string()).collect();
-        if mode == "tx" {
-            names.push("burn_down_vs_raw_batch_100".into());
-        }
+        names.push("burn_down_vs_raw_batch_100".into());
         for name in &names {
             check_target(targets, name, Some(mode));
         }
     }
     check_target(targets, "peak_rss", None);
+    // Phase 0: each handler kind against its baseline, in the same run.
+    let kinds = array(&report, "/handler_kinds");
+    assert_eq!(kinds.len(), 5, "{kinds:#?}");
+    for k in kinds {
+        for f in [
+            "/jobs",
+            "/jobs_per_s/median",
+            "/baseline_jobs_per_s/median",
+            "/ratio/median",
+        ] {
+            assert!(number(k, f) > 0.0, "handler kind {}: {f}", k["kind"]);
+        }
+    }
+    for name in [
+        "rust_noop_default_vs_raw",
+        "rust_noop_using_tx_vs_raw",
+        "rust_noop_lease_vs_raw",
+        "sql_noop_vs_raw",
+        "exec_true_vs_xargs",
+    ] {
+        check_target(targets, name, None);
+    }
     assert!(report["all_targets_pass"].is_boolean());
 }
 

@@ -33,7 +33,19 @@ async fn poll_n<F: Future>(fut: F, polls: usize) -> bool {
 }
 
 #[tokio::test]
-async fn a_claim_cancelled_at_every_await_point_loses_nothing() {
+async fn tx_mode_a_claim_cancelled_at_every_await_point_loses_nothing() {
+    claim_cancelled_at_every_await_point_loses_nothing(false).await;
+}
+
+/// A lease claim commits by itself: dropped after that, its jobs stay
+/// leased (or run on their slots) until their leases expire and the rescuer
+/// puts them back.
+#[tokio::test]
+async fn lease_mode_a_claim_cancelled_at_every_await_point_loses_nothing() {
+    claim_cancelled_at_every_await_point_loses_nothing(true).await;
+}
+
+async fn claim_cancelled_at_every_await_point_loses_nothing(lease: bool) {
     let db = migrated_db().await;
     let ids = {
         let client = db.client().await;
@@ -53,6 +65,12 @@ async fn a_claim_cancelled_at_every_await_point_loses_nothing() {
         .config(WorkerConfig {
             batch: 2,
             application_name: "pgwake-cancel".into(),
+            lease_queues: if lease {
+                vec!["default".into()]
+            } else {
+                vec![]
+            },
+            lease_duration: Duration::from_secs(1),
             ..test_config()
         })
         .handler("t", ok_handler(&ledger))
@@ -89,8 +107,24 @@ async fn a_claim_cancelled_at_every_await_point_loses_nothing() {
         cancelled > 0 && completed > 0,
         "both cases were exercised: {cancelled} cancelled, {completed} completed"
     );
-    // Drain what is left with uncancelled claims.
-    while worker.claim_once().await.unwrap() > 0 {}
+    // Drain what is left with uncancelled claims; in lease mode, leases a
+    // dropped claim left behind expire and are rescued first.
+    let rescuer = pgwake::rescuer::Rescuer::new(worker.pool().clone(), Duration::from_secs(1));
+    // Leases expire by the clock (1 s here): drain, rescue, check again.
+    wait_for(
+        "every lease rescued and run",
+        Duration::from_secs(60),
+        async || {
+            while worker.claim_once().await.unwrap() > 0 {}
+            let leased: i64 = db.scalar("SELECT count(*) FROM pgwake.leased_jobs").await;
+            if leased == 0 {
+                return Ok(());
+            }
+            rescuer.run_once().await.unwrap();
+            Err(format!("{leased} leases left"))
+        },
+    )
+    .await;
     let left: i64 = db.scalar("SELECT count(*) FROM pgwake.jobs").await;
     let dead: i64 = db.scalar("SELECT count(*) FROM pgwake.dead_jobs").await;
     assert_eq!((left, dead), (0, 0));

@@ -2,22 +2,11 @@
 
 mod common;
 
-use std::process::{Output, Stdio};
+use std::process::Stdio;
 use std::time::Duration;
 
 use common::*;
-
-fn run(args: &[&str], url: Option<&str>) -> Output {
-    let mut c = pgwake_cmd();
-    if let Some(u) = url {
-        c.env("DATABASE_URL", u);
-    }
-    c.args(args).output().unwrap()
-}
-
-fn stderr(o: &Output) -> String {
-    String::from_utf8_lossy(&o.stderr).to_string()
-}
+use common::{run_pgwake as run, stderr_of as stderr};
 
 #[test]
 fn a_malformed_database_url_exits_2_without_echoing_the_password() {

@@ -78,24 +78,22 @@ async fn a_job_that_kills_every_worker_ends_dead(mode: &[&str]) {
         w.kill9();
     }
     let w = ChaosWorker::spawn(&db, mode);
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
-    let reason: String = loop {
-        if let Some(row) = client
-            .query_opt(
-                "SELECT last_error FROM pgwake.dead_jobs WHERE id = $1",
-                &[&id],
-            )
-            .await
-            .unwrap()
-        {
-            break row.get(0);
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "poison job never reached dead_jobs"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    };
+    let reason: String = wait_for(
+        "the poison job to reach dead_jobs",
+        Duration::from_secs(60),
+        async || {
+            client
+                .query_opt(
+                    "SELECT last_error FROM pgwake.dead_jobs WHERE id = $1",
+                    &[&id],
+                )
+                .await
+                .unwrap()
+                .map(|row| row.get(0))
+                .ok_or_else(|| "not dead yet".to_string())
+        },
+    )
+    .await;
     assert!(w.terminate().await.success());
     let attempts: Vec<i32> = ledger_runs(&db).await.iter().map(|r| r.1).collect();
     assert_eq!(attempts, vec![1, 2, 3], "no fourth run");

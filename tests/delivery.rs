@@ -7,7 +7,7 @@ use std::time::{Duration, SystemTime};
 
 use common::*;
 use pgwake::client::{enqueue, NewJob};
-use pgwake::{Resolution, Worker, WorkerConfig};
+use pgwake::{Worker, WorkerConfig};
 
 #[tokio::test]
 async fn a_job_inserted_while_the_worker_idles_runs_because_of_notify() {
@@ -27,7 +27,7 @@ async fn a_job_inserted_while_the_worker_idles_runs_because_of_notify() {
     let id = insert_jobs(&db, "t", 1).await[0];
     let ev = w.next_events(1, Duration::from_secs(20), |_| true).await;
     assert_eq!(ev[0].id, id);
-    assert_eq!(ev[0].resolution, Resolution::Done);
+    assert_eq!(ev[0].outcome(), "done");
     // And again, once it is idle once more.
     w.until_waiting(&db).await;
     let id2 = insert_jobs(&db, "t", 1).await[0];
@@ -56,16 +56,12 @@ async fn poll_only_mode_processes_everything() {
         .build()
         .unwrap();
     let mut w = Running::start(worker);
-    w.next_events(300, Duration::from_secs(60), |e| {
-        e.resolution == Resolution::Done
-    })
-    .await;
+    w.next_events(300, Duration::from_secs(60), |e| e.outcome() == "done")
+        .await;
     // Jobs inserted later are found by the poll too.
     let more = insert_jobs(&db, "t", 5).await;
-    w.next_events(5, Duration::from_secs(30), |e| {
-        e.resolution == Resolution::Done
-    })
-    .await;
+    w.next_events(5, Duration::from_secs(30), |e| e.outcome() == "done")
+        .await;
     w.shutdown().await;
     let all: Vec<i64> = ids.into_iter().chain(more).collect();
     assert_eq!(ledger.check(&all), vec![], "no job ran twice");
@@ -88,10 +84,8 @@ async fn ten_thousand_jobs_at_concurrency_8_batch_50_each_run_exactly_once() {
         .unwrap();
     let started = std::time::Instant::now();
     let mut w = Running::start(worker);
-    w.next_events(10_000, Duration::from_secs(300), |e| {
-        e.resolution == Resolution::Done
-    })
-    .await;
+    w.next_events(10_000, Duration::from_secs(300), |e| e.outcome() == "done")
+        .await;
     let took = started.elapsed();
     w.shutdown().await;
     println!("10,000 jobs, concurrency 8, batch 50: {took:?}");

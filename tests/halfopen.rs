@@ -10,9 +10,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use common::*;
-use pgwake::{Resolution, Worker, WorkerConfig};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::{TcpListener, TcpStream};
+use pgwake::{Worker, WorkerConfig};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, ReadHalf, WriteHalf};
+use tokio::net::{TcpListener, TcpStream, UnixStream};
 
 /// A loopback TCP proxy. `blackhole()` silently stops forwarding on every
 /// connection open at that moment; later connections work normally.
@@ -23,7 +23,9 @@ struct Proxy {
 }
 
 impl Proxy {
-    async fn start(upstream: u16) -> Proxy {
+    /// Forward to the server's socket (`upstream`: a Unix socket path, as the
+    /// throwaway cluster listens on no TCP port, or `host:port`).
+    async fn start(upstream: String) -> Proxy {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let port = listener.local_addr().unwrap().port();
         let cut = Arc::new(AtomicU64::new(0));
@@ -35,12 +37,20 @@ impl Proxy {
                 let Ok((client, _)) = listener.accept().await else {
                     return;
                 };
-                let Ok(server) = TcpStream::connect(("127.0.0.1", upstream)).await else {
-                    continue;
+                let server: Box<dyn Stream> = if upstream.starts_with('/') {
+                    match UnixStream::connect(&upstream).await {
+                        Ok(s) => Box::new(s),
+                        Err(_) => continue,
+                    }
+                } else {
+                    match TcpStream::connect(&upstream).await {
+                        Ok(s) => Box::new(s),
+                        Err(_) => continue,
+                    }
                 };
                 let gen = g.fetch_add(1, Ordering::SeqCst) + 1;
-                let (cr, cw) = client.into_split();
-                let (sr, sw) = server.into_split();
+                let (cr, cw) = tokio::io::split(Box::new(client) as Box<dyn Stream>);
+                let (sr, sw) = tokio::io::split(server);
                 tokio::spawn(pipe(cr, sw, gen, c.clone()));
                 tokio::spawn(pipe(sr, cw, gen, c.clone()));
             }
@@ -58,9 +68,12 @@ impl Proxy {
     }
 }
 
+trait Stream: AsyncRead + AsyncWrite + Unpin + Send {}
+impl<T: AsyncRead + AsyncWrite + Unpin + Send> Stream for T {}
+
 async fn pipe(
-    mut from: tokio::net::tcp::OwnedReadHalf,
-    mut to: tokio::net::tcp::OwnedWriteHalf,
+    mut from: ReadHalf<Box<dyn Stream>>,
+    mut to: WriteHalf<Box<dyn Stream>>,
     gen: u64,
     cut: Arc<AtomicU64>,
 ) {
@@ -83,9 +96,15 @@ async fn pipe(
 #[tokio::test]
 async fn a_black_holed_listener_is_detected_by_ping_reconnects_and_catches_up() {
     let db = migrated_db().await;
-    let upstream = db.config().get_ports()[0];
-    let proxy = Proxy::start(upstream).await;
     let real = db.config();
+    let port = real.get_ports()[0];
+    let upstream = match &real.get_hosts()[0] {
+        tokio_postgres::config::Host::Unix(dir) => {
+            dir.join(format!(".s.PGSQL.{port}")).display().to_string()
+        }
+        tokio_postgres::config::Host::Tcp(h) => format!("{h}:{port}"),
+    };
+    let proxy = Proxy::start(upstream).await;
     let mut listen_db = tokio_postgres::Config::new();
     listen_db
         .host("127.0.0.1")
@@ -136,8 +155,8 @@ async fn a_black_holed_listener_is_detected_by_ping_reconnects_and_catches_up() 
     let lost = insert_jobs(&db, "t", 1).await[0];
     let ev = w.next_events(1, Duration::from_secs(30), |_| true).await;
     assert_eq!(
-        (ev[0].id, ev[0].resolution),
-        (lost, Resolution::Done),
+        (ev[0].id, ev[0].outcome()),
+        (lost, "done"),
         "the catch-up claim after the reconnect ran it"
     );
     // The old session is still there on the server (half-open), and a new
@@ -153,6 +172,107 @@ async fn a_black_holed_listener_is_detected_by_ping_reconnects_and_catches_up() 
     assert_eq!(ev[0].id, next);
     w.shutdown().await;
     assert_eq!(ledger.check(&[lost, next]), vec![]);
+}
+
+/// Blocks until it is stopped; when stopped, sends the wall-clock time.
+struct BlocksUntilStopped {
+    started: Arc<tokio::sync::Notify>,
+    stopped: std::sync::Mutex<Option<tokio::sync::oneshot::Sender<std::time::SystemTime>>>,
+}
+
+struct SendOnDrop(Option<tokio::sync::oneshot::Sender<std::time::SystemTime>>);
+
+impl Drop for SendOnDrop {
+    fn drop(&mut self) {
+        if let Some(tx) = self.0.take() {
+            let _ = tx.send(std::time::SystemTime::now());
+        }
+    }
+}
+
+#[pgwake::async_trait]
+impl pgwake::Handler for BlocksUntilStopped {
+    async fn handle(
+        &self,
+        _job: &pgwake::Job,
+        _ctx: pgwake::JobContext<'_>,
+    ) -> Result<pgwake::Outcome, pgwake::BoxError> {
+        let _guard = SendOnDrop(self.stopped.lock().unwrap().take());
+        self.started.notify_one();
+        std::future::pending::<()>().await;
+        Ok(pgwake::Outcome::Done)
+    }
+}
+
+/// Issue repro: a lease-mode worker cut off from the database kept running
+/// its job (a failed heartbeat only warned) while, once the lease expired,
+/// another worker could run it too. It must stop the run before its lease
+/// ends.
+#[tokio::test]
+async fn a_lease_worker_cut_off_from_the_database_stops_its_job_before_the_lease_ends() {
+    let db = migrated_db().await;
+    let real = db.config();
+    let port = real.get_ports()[0];
+    let upstream = match &real.get_hosts()[0] {
+        tokio_postgres::config::Host::Unix(dir) => {
+            dir.join(format!(".s.PGSQL.{port}")).display().to_string()
+        }
+        tokio_postgres::config::Host::Tcp(h) => format!("{h}:{port}"),
+    };
+    let proxy = Proxy::start(upstream).await;
+    let mut via_proxy = tokio_postgres::Config::new();
+    via_proxy
+        .host("127.0.0.1")
+        .port(proxy.port)
+        .dbname(real.get_dbname().unwrap());
+    via_proxy.user(real.get_user().unwrap());
+    if let Some(pw) = real.get_password() {
+        via_proxy.password(pw);
+    }
+    let id = insert_jobs(&db, "t", 1).await[0];
+    let started = Arc::new(tokio::sync::Notify::new());
+    let (tx, stopped) = tokio::sync::oneshot::channel();
+    let worker = Worker::builder(via_proxy)
+        .config(WorkerConfig {
+            lease_queues: vec!["default".into()],
+            lease_duration: Duration::from_secs(3),
+            poll_interval: Duration::from_millis(200),
+            ..test_config()
+        })
+        .handler(
+            "t",
+            BlocksUntilStopped {
+                started: started.clone(),
+                stopped: std::sync::Mutex::new(Some(tx)),
+            },
+        )
+        .build()
+        .unwrap();
+    let w = Running::start(worker);
+    started.notified().await;
+    // Every connection, open or new, goes silent.
+    proxy.blackhole(u64::MAX);
+    let stopped_at = tokio::time::timeout(Duration::from_secs(60), stopped)
+        .await
+        .expect("the run was stopped")
+        .unwrap();
+    let lease_until: std::time::SystemTime = db
+        .client()
+        .await
+        .query_one(
+            "SELECT lease_until FROM pgwake.leased_jobs WHERE id = $1",
+            &[&id],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert!(
+        stopped_at < lease_until,
+        "the run stopped before its lease ended ({stopped_at:?} vs {lease_until:?})"
+    );
+    w.abort.cancel();
+    w.stop.cancel();
+    drop(w);
 }
 
 /// Sum of a metric's samples in a Prometheus text exposition.

@@ -7,7 +7,7 @@ use std::time::Duration;
 use common::*;
 use pgwake::client::{enqueue, NewJob};
 use pgwake::handlers::parse_flag;
-use pgwake::{Resolution, Worker, WorkerConfig};
+use pgwake::{Worker, WorkerConfig};
 
 fn worker_with(db: &TestDb, flags: &[&str], config: WorkerConfig) -> Worker {
     let mut b = Worker::builder(db.config()).config(config);
@@ -38,7 +38,7 @@ async fn exec_handler_gets_the_payload_on_stdin_and_the_job_in_its_environment()
     let mut w = Running::start(worker_with(&db, &[&flag], test_config()));
     let ev = w.next_events(1, Duration::from_secs(30), |_| true).await;
     w.shutdown().await;
-    assert_eq!(ev[0].resolution, Resolution::Done, "{:?}", ev[0].error);
+    assert_eq!(ev[0].outcome(), "done", "{:?}", ev[0].error());
     let stdin: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(format!("{}.stdin", out.display())).unwrap())
             .unwrap();
@@ -64,7 +64,7 @@ async fn a_failing_command_fails_the_attempt_with_its_stderr_tail() {
     let mut w = Running::start(worker_with(&db, &[flag], test_config()));
     let ev = w.next_events(1, Duration::from_secs(30), |_| true).await;
     w.shutdown().await;
-    assert_eq!(ev[0].resolution, Resolution::Dead);
+    assert_eq!(ev[0].outcome(), "dead");
     let err = dead_reason(&client, id).await;
     assert!(err.contains("exit status 3: disk full"), "{err}");
 }
@@ -96,8 +96,8 @@ async fn a_command_past_the_job_timeout_is_killed_with_its_children() {
     ));
     let ev = w.next_events(1, Duration::from_secs(30), |_| true).await;
     w.shutdown().await;
-    assert_eq!((ev[0].id, ev[0].resolution), (id, Resolution::Dead));
-    assert!(ev[0].error.as_deref().unwrap_or("").contains("timed out"));
+    assert_eq!((ev[0].id, ev[0].outcome()), (id, "dead"));
+    assert!(ev[0].error().unwrap_or("").contains("timed out"));
     let pid: i32 = std::fs::read_to_string(&pidfile)
         .unwrap()
         .trim()
@@ -175,9 +175,9 @@ async fn sql_handler_runs_the_function_inside_the_claim_transaction() {
     ));
     let evs = w.next_events(2, Duration::from_secs(30), |_| true).await;
     w.shutdown().await;
-    let by_id = |id| evs.iter().find(|e| e.id == id).unwrap().resolution;
-    assert_eq!(by_id(good), Resolution::Done);
-    assert_eq!(by_id(bad), Resolution::Dead);
+    let by_id = |id| evs.iter().find(|e| e.id == id).unwrap().outcome();
+    assert_eq!(by_id(good), "done");
+    assert_eq!(by_id(bad), "dead");
     let totals: Vec<i32> = client
         .query("SELECT n FROM app.totals", &[])
         .await
@@ -221,8 +221,5 @@ async fn the_catch_all_handler_takes_every_task() {
     let mut w = Running::start(worker_with(&db, &["*=exec:true"], test_config()));
     let evs = w.next_events(3, Duration::from_secs(30), |_| true).await;
     w.shutdown().await;
-    assert!(
-        evs.iter().all(|e| e.resolution == Resolution::Done),
-        "{evs:?}"
-    );
+    assert!(evs.iter().all(|e| e.outcome() == "done"), "{evs:?}");
 }

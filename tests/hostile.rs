@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use common::*;
 use pgwake::client::{enqueue, enqueue_many, NewJob};
-use pgwake::{Resolution, Worker, WorkerConfig};
+use pgwake::{Worker, WorkerConfig};
 
 const QUEUES: &[&str] = &[
     "it's \"quoted\"",
@@ -57,7 +57,7 @@ async fn queue_names_with_quotes_spaces_and_unicode_are_data_not_sql() {
         .next_events(QUEUES.len(), Duration::from_secs(30), |_| true)
         .await;
     w.shutdown().await;
-    assert!(evs.iter().all(|e| e.resolution == Resolution::Done));
+    assert!(evs.iter().all(|e| e.outcome() == "done"));
     assert_eq!(ledger.check(&ids), vec![]);
     assert_eq!(remaining(&db).await, 0);
 }
@@ -276,20 +276,16 @@ async fn a_payload_nested_too_deep_to_decode_goes_dead_intact_and_the_worker_car
         .unwrap();
     let mut w = Running::start(worker);
     let ev = w.next_events(1, Duration::from_secs(30), |_| true).await;
-    assert_eq!((ev[0].id, ev[0].resolution), (id, Resolution::Dead));
+    assert_eq!((ev[0].id, ev[0].outcome()), (id, "dead"));
     assert!(
-        ev[0]
-            .error
-            .as_deref()
-            .unwrap()
-            .contains("payload cannot be decoded"),
+        ev[0].error().unwrap().contains("payload cannot be decoded"),
         "{:?}",
-        ev[0].error
+        ev[0].error()
     );
     // The worker still works.
     let next = insert_jobs(&db, "t", 1).await[0];
     let ev = w.next_events(1, Duration::from_secs(30), |_| true).await;
-    assert_eq!((ev[0].id, ev[0].resolution), (next, Resolution::Done));
+    assert_eq!((ev[0].id, ev[0].outcome()), (next, "done"));
     w.shutdown().await;
     let depth_kept: bool = client
         .query_one("SELECT payload #> '{d,d,d,d,d,d,d,d,d,d}' IS NOT NULL FROM pgwake.dead_jobs WHERE id = $1", &[&id])

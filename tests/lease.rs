@@ -9,9 +9,7 @@ use std::time::Duration;
 use common::*;
 use pgwake::client::{enqueue, NewJob};
 use pgwake::rescuer::Rescuer;
-use pgwake::{
-    async_trait, BoxError, Handler, Job, JobContext, Outcome, Resolution, Worker, WorkerConfig,
-};
+use pgwake::{async_trait, BoxError, Handler, Job, JobContext, Outcome, Worker, WorkerConfig};
 use tokio::sync::{Notify, Semaphore};
 
 fn lease_config(lease: Duration) -> WorkerConfig {
@@ -35,7 +33,7 @@ struct Gate {
 impl Handler for Gate {
     async fn handle(&self, job: &Job, ctx: JobContext<'_>) -> Result<Outcome, BoxError> {
         assert!(
-            ctx.transaction().is_none(),
+            ctx.transaction().await.unwrap().is_none(),
             "lease mode runs outside any transaction"
         );
         self.started.add_permits(1);
@@ -140,7 +138,7 @@ async fn a_running_lease_job_holds_no_transaction() {
     );
     release.notify_one();
     let ev = w.next_events(1, Duration::from_secs(20), |_| true).await;
-    assert_eq!(ev[0].resolution, Resolution::Done);
+    assert_eq!(ev[0].outcome(), "done");
     w.shutdown().await;
     let left: i64 = db
         .scalar(
@@ -198,10 +196,7 @@ async fn the_heartbeat_keeps_a_long_job_leased() {
     .await;
     release.notify_one();
     let ev = w.next_events(1, Duration::from_secs(20), |_| true).await;
-    assert_eq!(
-        (ev[0].id, ev[0].attempt, ev[0].resolution),
-        (id, 1, Resolution::Done)
-    );
+    assert_eq!((ev[0].id, ev[0].attempt, ev[0].outcome()), (id, 1, "done"));
     w.shutdown().await;
 }
 
@@ -233,19 +228,12 @@ async fn a_late_completion_after_a_rescue_is_fenced_and_does_not_resurrect_the_j
         .unwrap();
     let mut b = Running::start(b);
     let ev = b.next_events(1, Duration::from_secs(20), |_| true).await;
-    assert_eq!(
-        (ev[0].id, ev[0].attempt, ev[0].resolution),
-        (id, 2, Resolution::Done)
-    );
+    assert_eq!((ev[0].id, ev[0].attempt, ev[0].outcome()), (id, 2, "done"));
     // Now A's attempt 1 ends with a failure; its requeue is fenced out.
     release.notify_one();
     let ev = a.next_events(1, Duration::from_secs(20), |_| true).await;
     assert_eq!((ev[0].id, ev[0].attempt), (id, 1));
-    assert_eq!(
-        ev[0].resolution,
-        Resolution::Returned,
-        "reported as not written: {ev:?}"
-    );
+    assert_eq!(ev[0].outcome(), "lost", "reported as not written: {ev:?}");
     a.shutdown().await;
     b.shutdown().await;
     let left: i64 = db
@@ -280,8 +268,7 @@ async fn a_heartbeat_that_finds_its_lease_gone_stops_the_handler() {
     let ev = a
         .next_events(1, Duration::from_secs(20), |e| e.attempt == 1)
         .await;
-    assert_eq!((ev[0].id, ev[0].resolution), (id, Resolution::Returned));
-    assert_eq!(ev[0].error.as_deref(), Some("lease lost"));
+    assert_eq!((ev[0].id, ev[0].outcome()), (id, "lost"));
     a.abort.cancel();
     a.shutdown().await;
     let back: i32 = db
@@ -367,7 +354,7 @@ async fn lease_mode_failure_retries_then_goes_dead_and_tx_queues_stay_in_tx_mode
     impl Handler for InTx {
         async fn handle(&self, _job: &Job, ctx: JobContext<'_>) -> Result<Outcome, BoxError> {
             assert!(
-                ctx.transaction().is_some(),
+                ctx.transaction().await.unwrap().is_some(),
                 "queue `short` is a tx-mode queue"
             );
             Ok(Outcome::Done)
@@ -391,12 +378,9 @@ async fn lease_mode_failure_retries_then_goes_dead_and_tx_queues_stay_in_tx_mode
     let of = |id: i64| {
         evs.iter()
             .filter(|e| e.id == id)
-            .map(|e| (e.attempt, e.resolution))
+            .map(|e| (e.attempt, e.outcome()))
             .collect::<Vec<_>>()
     };
-    assert_eq!(
-        of(lease_job),
-        vec![(1, Resolution::Retry), (2, Resolution::Dead)]
-    );
-    assert_eq!(of(tx_job), vec![(1, Resolution::Done)]);
+    assert_eq!(of(lease_job), vec![(1, "retry"), (2, "dead")]);
+    assert_eq!(of(tx_job), vec![(1, "done")]);
 }

@@ -8,9 +8,9 @@ mod common;
 use std::sync::Arc;
 use std::time::Duration;
 
+use common::embedded::Cluster;
 use common::*;
-use pgwake::embedded::Cluster;
-use pgwake::{Resolution, Worker, WorkerConfig};
+use pgwake::{Worker, WorkerConfig};
 
 fn outage_worker(db: &TestDb, ledger: &Ledger) -> Worker {
     Worker::builder(db.config())
@@ -55,10 +55,8 @@ async fn restart_under_load(mode: &'static str) {
     let ledger = Ledger::default();
     let mut w = Running::start(outage_worker(&db, &ledger));
     // Restart once a third of the jobs are done, with claims in flight.
-    w.next_events(1000, Duration::from_secs(60), |e| {
-        e.resolution == Resolution::Done
-    })
-    .await;
+    w.next_events(1000, Duration::from_secs(60), |e| e.outcome() == "done")
+        .await;
     let c = cluster.clone();
     tokio::task::spawn_blocking(move || c.restart(mode))
         .await
@@ -125,10 +123,8 @@ async fn database_down_for_over_30_seconds_backs_off_reports_not_ready_and_recov
         .unwrap();
     wait_ready(&w, true).await;
     let after = insert_jobs(&db, "t", 10).await;
-    w.next_events(10, Duration::from_secs(60), |e| {
-        e.resolution == Resolution::Done
-    })
-    .await;
+    w.next_events(10, Duration::from_secs(60), |e| e.outcome() == "done")
+        .await;
     w.shutdown().await;
     let all: Vec<i64> = before.into_iter().chain(after).collect();
     assert_eq!(ledger.check(&all), vec![]);
@@ -173,10 +169,8 @@ async fn a_database_switched_to_read_only_is_a_reconnect_not_a_job_failure() {
         .batch_execute("ALTER DATABASE postgres RESET default_transaction_read_only")
         .await
         .unwrap();
-    w.next_events(50, Duration::from_secs(60), |e| {
-        e.resolution == Resolution::Done
-    })
-    .await;
+    w.next_events(50, Duration::from_secs(60), |e| e.outcome() == "done")
+        .await;
     wait_ready(&w, true).await;
     w.shutdown().await;
     assert_eq!(ledger.check(&ids), vec![]);

@@ -7,9 +7,7 @@ use std::time::{Duration, Instant};
 
 use common::*;
 use pgwake::client::{enqueue, NewJob};
-use pgwake::{
-    async_trait, BoxError, Handler, Job, JobContext, Outcome, Resolution, Worker, WorkerConfig,
-};
+use pgwake::{async_trait, BoxError, Handler, Job, JobContext, Outcome, Worker, WorkerConfig};
 
 fn failing(
     ledger: &Ledger,
@@ -54,15 +52,8 @@ async fn failure_retries_with_backoff_then_goes_dead_at_max_attempts() {
         evs.push(ev);
     }
     w.shutdown().await;
-    let kinds: Vec<(i32, Resolution)> = evs.iter().map(|e| (e.attempt, e.resolution)).collect();
-    assert_eq!(
-        kinds,
-        vec![
-            (1, Resolution::Retry),
-            (2, Resolution::Retry),
-            (3, Resolution::Dead)
-        ]
-    );
+    let kinds: Vec<(i32, &str)> = evs.iter().map(|e| (e.attempt, e.outcome())).collect();
+    assert_eq!(kinds, vec![(1, "retry"), (2, "retry"), (3, "dead")]);
     // Equal jitter: attempt n waits at least half of base * 2^(n-1).
     assert!(times[1] - times[0] >= retry_base / 2);
     assert!(times[2] - times[1] >= retry_base);
@@ -100,7 +91,7 @@ async fn a_failed_attempt_is_written_back_with_attempts_last_error_and_a_future_
         .unwrap();
     let mut w = Running::start(worker);
     let ev = w.next_events(1, Duration::from_secs(30), |_| true).await;
-    assert_eq!(ev[0].resolution, Resolution::Retry);
+    assert_eq!(ev[0].outcome(), "retry");
     w.shutdown().await;
     let row = client
         .query_one("SELECT attempts, last_error, run_at > now() + interval '25 minutes' FROM pgwake.jobs WHERE id = $1", &[&id])
@@ -135,8 +126,8 @@ async fn a_panicking_handler_counts_as_a_failed_attempt() {
     let mut w = Running::start(worker);
     let evs = w.next_events(2, Duration::from_secs(30), |_| true).await;
     w.shutdown().await;
-    assert_eq!(evs[0].resolution, Resolution::Retry);
-    assert_eq!(evs[1].resolution, Resolution::Dead);
+    assert_eq!(evs[0].outcome(), "retry");
+    assert_eq!(evs[1].outcome(), "dead");
     let err = dead_reason(&client, id).await;
     assert!(err.contains("handler panicked: handler exploded"), "{err}");
 }
@@ -172,7 +163,7 @@ async fn a_handler_past_its_timeout_is_cancelled_and_counts_as_a_failure() {
     let mut w = Running::start(worker);
     let ev = w.next_events(1, Duration::from_secs(30), |_| true).await;
     w.shutdown().await;
-    assert_eq!(ev[0].resolution, Resolution::Dead);
+    assert_eq!(ev[0].outcome(), "dead");
     let err = dead_reason(&client, id).await;
     assert!(err.contains("timed out after 200ms"), "{err}");
 }
@@ -185,6 +176,7 @@ struct SqlSleeper;
 impl Handler for SqlSleeper {
     async fn handle(&self, _job: &Job, ctx: JobContext<'_>) -> Result<Outcome, BoxError> {
         ctx.transaction()
+            .await?
             .unwrap()
             .execute("SELECT pg_sleep(3600)", &[])
             .await?;
@@ -215,11 +207,11 @@ async fn a_handler_hung_in_a_query_times_out_and_the_connection_recovers() {
         .unwrap();
     let mut w = Running::start(worker);
     let ev = w.next_events(1, Duration::from_secs(60), |_| true).await;
-    assert_eq!((ev[0].id, ev[0].resolution), (hung, Resolution::Dead));
+    assert_eq!((ev[0].id, ev[0].outcome()), (hung, "dead"));
     // The single claim task is usable again.
     let next = insert_jobs(&db, "t", 1).await[0];
     let ev = w.next_events(1, Duration::from_secs(60), |_| true).await;
-    assert_eq!((ev[0].id, ev[0].resolution), (next, Resolution::Done));
+    assert_eq!((ev[0].id, ev[0].outcome()), (next, "done"));
     w.shutdown().await;
 }
 
@@ -241,7 +233,7 @@ async fn a_job_without_a_handler_goes_dead_with_a_clear_reason() {
     let mut w = Running::start(worker);
     let ev = w.next_events(1, Duration::from_secs(30), |_| true).await;
     w.shutdown().await;
-    assert_eq!(ev[0].resolution, Resolution::Dead);
+    assert_eq!(ev[0].outcome(), "dead");
     let err = dead_reason(&client, id).await;
     assert!(err.contains("no handler for task"), "{err}");
     assert_eq!(
@@ -302,7 +294,7 @@ struct WriteThenMaybeFail;
 #[async_trait]
 impl Handler for WriteThenMaybeFail {
     async fn handle(&self, job: &Job, ctx: JobContext<'_>) -> Result<Outcome, BoxError> {
-        let tx = ctx.transaction().expect("tx mode");
+        let tx = ctx.transaction().await?.expect("tx mode");
         tx.execute("INSERT INTO results (job_id) VALUES ($1)", &[&job.id])
             .await?;
         if job.payload["n"].as_i64().unwrap_or(0) % 2 == 1 {
@@ -342,7 +334,7 @@ async fn one_failure_does_not_undo_its_batch_siblings_and_writes_commit_with_the
     w.shutdown().await;
     let done: Vec<i64> = evs
         .iter()
-        .filter(|e| e.resolution == Resolution::Done)
+        .filter(|e| e.outcome() == "done")
         .map(|e| e.id)
         .collect();
     let mut results: Vec<i64> = client

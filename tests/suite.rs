@@ -8,9 +8,7 @@ use std::time::Duration;
 
 use common::*;
 use pgwake::client::{enqueue, enqueue_many, NewJob};
-use pgwake::{
-    async_trait, BoxError, Handler, Job, JobContext, Outcome, Resolution, Worker, WorkerConfig,
-};
+use pgwake::{async_trait, BoxError, Handler, Job, JobContext, Outcome, Worker, WorkerConfig};
 
 /// Fails the first attempt of every third job, for ever jobs whose
 /// payload says `dead`.
@@ -60,7 +58,7 @@ async fn mixed_workload(listen: bool) {
     let mut w = Running::start(worker);
     // 600 jobs resolve as done or dead.
     w.next_events(600, Duration::from_secs(120), |e| {
-        matches!(e.resolution, Resolution::Done | Resolution::Dead)
+        matches!(e.outcome(), "done" | "dead")
     })
     .await;
     // More arrive while it runs.
@@ -73,7 +71,7 @@ async fn mixed_workload(listen: bool) {
     .await
     .unwrap();
     w.next_events(50, Duration::from_secs(60), |e| {
-        late.contains(&e.id) && e.resolution == Resolution::Done
+        late.contains(&e.id) && e.outcome() == "done"
     })
     .await;
     w.shutdown().await;
@@ -148,7 +146,7 @@ struct LoseTheCommit {
 impl Handler for LoseTheCommit {
     async fn handle(&self, job: &Job, ctx: JobContext<'_>) -> Result<Outcome, BoxError> {
         self.ledger.record(job);
-        let tx = ctx.transaction().unwrap();
+        let tx = ctx.transaction().await?.unwrap();
         tx.execute(
             "INSERT INTO effects (job_id, attempt) VALUES ($1, $2)",
             &[&job.id, &job.attempt],
@@ -194,10 +192,7 @@ async fn a_completion_that_fails_after_the_handler_succeeded_runs_the_job_again_
     let mut w = Running::start(worker);
     let ev = w.next_events(1, Duration::from_secs(30), |_| true).await;
     w.shutdown().await;
-    assert_eq!(
-        (ev[0].id, ev[0].attempt, ev[0].resolution),
-        (id, 2, Resolution::Done)
-    );
+    assert_eq!((ev[0].id, ev[0].attempt, ev[0].outcome()), (id, 2, "done"));
     assert_eq!(
         ledger.runs(),
         vec![(id, 1), (id, 2)],
@@ -225,9 +220,6 @@ impl Handler for Sleeps {
     async fn handle(&self, _job: &Job, _ctx: JobContext<'_>) -> Result<Outcome, BoxError> {
         tokio::time::sleep(self.0).await;
         Ok(Outcome::Done)
-    }
-    fn uses_transaction(&self) -> bool {
-        false
     }
 }
 
@@ -259,8 +251,8 @@ async fn idle_timeout_one_second_and_a_three_second_job(lease: bool) {
     let evs = w.next_events(1, Duration::from_secs(60), |_| true).await;
     w.shutdown().await;
     assert_eq!(
-        (evs[0].id, evs[0].attempt, evs[0].resolution),
-        (id, 1, Resolution::Done),
+        (evs[0].id, evs[0].attempt, evs[0].outcome()),
+        (id, 1, "done"),
         "ran once, to completion"
     );
     assert_eq!(remaining(&db).await, 0);

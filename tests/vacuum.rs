@@ -6,7 +6,7 @@ mod common;
 use std::time::Duration;
 
 use common::*;
-use pgwake::{Resolution, Worker, WorkerConfig};
+use pgwake::{Worker, WorkerConfig};
 
 /// Pages a claim-sized index scan touches (EXPLAIN ANALYZE BUFFERS); a
 /// deterministic stand-in for "claim speed" that no machine load can skew.
@@ -52,10 +52,8 @@ async fn after_100000_cycles_a_plain_vacuum_reclaims_dead_tuples_and_claims_stay
             )
             .await
             .unwrap();
-        w.next_events(10_000, Duration::from_secs(300), |e| {
-            e.resolution == Resolution::Done
-        })
-        .await;
+        w.next_events(10_000, Duration::from_secs(300), |e| e.outcome() == "done")
+            .await;
     }
     w.shutdown().await;
     assert_eq!(ledger.runs().len(), 100_000);

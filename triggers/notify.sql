@@ -32,8 +32,17 @@ BEGIN
 END
 $$;
 
-DROP TRIGGER IF EXISTS jobs_notify ON pgwake.jobs;
-CREATE TRIGGER jobs_notify
-    AFTER INSERT ON pgwake.jobs
-    REFERENCING NEW TABLE AS pgwake_new_jobs
-    FOR EACH STATEMENT EXECUTE FUNCTION pgwake.notify_jobs_inserted();
+-- Created only when missing: CREATE/DROP TRIGGER lock pgwake.jobs against
+-- every insert and claim, and the definition above is all that ever
+-- changes. A change to the trigger itself belongs in a numbered migration.
+DO $$
+BEGIN
+    IF NOT EXISTS (SELECT 1 FROM pg_trigger
+                   WHERE tgname = 'jobs_notify' AND tgrelid = 'pgwake.jobs'::regclass) THEN
+        CREATE TRIGGER jobs_notify
+            AFTER INSERT ON pgwake.jobs
+            REFERENCING NEW TABLE AS pgwake_new_jobs
+            FOR EACH STATEMENT EXECUTE FUNCTION pgwake.notify_jobs_inserted();
+    END IF;
+END
+$$;

@@ -14,7 +14,7 @@ use super::database::{Load, QUEUE};
 use super::harness::{drain_timeout, Probe, RunningWorker};
 use super::stats::{rate, ratio, Measure};
 use super::Bench;
-use crate::error::Result;
+use pgwake::error::Result;
 
 /// Burn-down rate by backlog.
 #[derive(Debug, Clone, Serialize)]

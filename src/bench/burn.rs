@@ -20,7 +20,7 @@ use super::harness::{drain_timeout, Probe, RunningWorker, WORKER_APP};
 use super::resources::{process_cpu, MachineCpu};
 use super::stats::{rate, ratio, Measure};
 use super::Bench;
-use crate::error::Result;
+use pgwake::error::Result;
 
 /// Raw ceiling and worker burn-down at one batch size.
 #[derive(Debug, Clone, Serialize)]

@@ -1,17 +1,18 @@
 //! The bench's own database: a throwaway durable cluster (fsync on: commits
 //! cost what they cost in production) or a fresh `pgwake_bench_<random>`
 //! database on the server of `--database-url`; migrated with
-//! [`crate::schema::migrate`], reset before every measured run, and removed
+//! [`pgwake::schema::migrate`], reset before every measured run, and removed
 //! at the end.
 
 use std::time::Duration;
 
+use pgwake::connect::DbConfig as Config;
 use serde::Serialize;
-use tokio_postgres::{Client, Config};
+use tokio_postgres::Client;
 
-use crate::connect;
 use crate::embedded::{Cluster, ClusterOptions};
-use crate::error::{Error, Result};
+use pgwake::connect;
+use pgwake::error::{Error, Result};
 
 /// Queue of every bench job but the producer phase's.
 pub(crate) const QUEUE: &str = "bench";
@@ -104,6 +105,7 @@ impl BenchDb {
                     Cluster::start_with(ClusterOptions {
                         durable: true,
                         settings: vec![("max_connections".into(), "300".into())],
+                        ..ClusterOptions::default()
                     })
                 })
                 .await
@@ -301,7 +303,7 @@ async fn open(
 ) -> Result<(Client, String, ServerInfo)> {
     let mut control =
         connect::connect(&connect::with_application_name(config, CONTROL_APP)).await?;
-    crate::schema::migrate(&mut control).await?;
+    pgwake::schema::migrate(&mut control).await?;
     let row = control
         .query_one(
             "SELECT current_setting('server_version'), current_setting('fsync'),
@@ -321,9 +323,7 @@ async fn open(
     }
     let checkpoint_on_reset = match control.batch_execute("CHECKPOINT").await {
         Ok(()) => true,
-        Err(e) if e.code() == Some(&tokio_postgres::error::SqlState::INSUFFICIENT_PRIVILEGE) => {
-            false
-        }
+        Err(e) if pgwake::error::pg_is_permission_denied(&e) => false,
         Err(e) => return Err(Error::db("bench: checkpoint")(e)),
     };
     let server = ServerInfo {

@@ -16,7 +16,7 @@ use super::database::Load;
 use super::harness::{Probe, RunningWorker};
 use super::stats::{rate, ratio};
 use super::Bench;
-use crate::error::{Error, Result};
+use pgwake::error::{Error, Result};
 
 /// Longest drain, in `--duration`s.
 const LENGTH: u32 = 6;

@@ -9,14 +9,14 @@
 
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
+use pgwake::connect::DbConfig as Config;
 use tokio::sync::{broadcast, mpsc, watch};
 use tokio::task::JoinHandle;
-use tokio_postgres::Config;
 use tokio_util::sync::CancellationToken;
 
 use super::mode::Mode;
-use crate::error::{Error, Result};
-use crate::{
+use pgwake::error::{Error, Result};
+use pgwake::{
     async_trait, BoxError, Handler, Job, JobContext, JobEvent, Outcome, Worker, WorkerConfig,
 };
 
@@ -61,7 +61,37 @@ impl Probe {
     }
 }
 
-struct Noop(Probe);
+struct Noop(Probe, pgwake::Delivery);
+
+/// A no-op that declares it writes through the claim transaction: it asks
+/// for it (which takes its savepoint) and sends nothing.
+struct NoopInTx;
+
+#[async_trait]
+impl Handler for NoopInTx {
+    async fn handle(&self, _job: &Job, ctx: JobContext<'_>) -> Result<Outcome, BoxError> {
+        ctx.transaction().await?;
+        Ok(Outcome::Done)
+    }
+}
+
+/// The SQL function the `sql` handler kind calls (it does nothing).
+pub(crate) const SQL_NOOP: &str =
+    "CREATE OR REPLACE FUNCTION pgwake_bench_noop(p jsonb) RETURNS void LANGUAGE sql AS $$ $$";
+
+/// Which handler the bench's worker runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum HandlerKind {
+    /// A Rust no-op in its default mode (tx), never touching the claim
+    /// transaction.
+    Noop,
+    /// A Rust no-op that asks for the claim transaction.
+    NoopInTx,
+    /// `--handler noop=sql:pgwake_bench_noop` (see [`SQL_NOOP`]).
+    Sql,
+    /// `--handler noop=exec:true`.
+    ExecTrue,
+}
 
 #[async_trait]
 impl Handler for Noop {
@@ -83,8 +113,8 @@ impl Handler for Noop {
         Ok(Outcome::Done)
     }
 
-    fn uses_transaction(&self) -> bool {
-        false
+    fn delivery(&self) -> pgwake::Delivery {
+        self.1
     }
 }
 
@@ -107,6 +137,8 @@ pub(crate) struct WorkerSpec {
     pub batch: usize,
     /// Queues to work (`None`: all).
     pub queues: Option<Vec<String>>,
+    /// The handler.
+    pub handler: HandlerKind,
 }
 
 impl WorkerSpec {
@@ -133,10 +165,19 @@ pub(crate) struct RunningWorker {
 impl RunningWorker {
     /// Start a worker and wait until it listens and has settled.
     pub async fn start(db: &Config, spec: &WorkerSpec, probe: Probe) -> Result<RunningWorker> {
-        let worker = Worker::builder(db.clone())
-            .config(spec.config())
-            .handler(TASK, Noop(probe))
-            .build()?;
+        let builder = Worker::builder(db.clone()).config(spec.config());
+        let builder = match spec.handler {
+            HandlerKind::Noop => builder.handler(TASK, Noop(probe, pgwake::Delivery::Tx)),
+            HandlerKind::NoopInTx => builder.handler(TASK, NoopInTx),
+            HandlerKind::Sql => builder.handler_arc(
+                TASK,
+                pgwake::handlers::parse_flag("noop=sql:pgwake_bench_noop")?.1,
+            ),
+            HandlerKind::ExecTrue => {
+                builder.handler_arc(TASK, pgwake::handlers::parse_flag("noop=exec:true")?.1)
+            }
+        };
+        let worker = builder.build()?;
         let (count, committed) = watch::channel(0);
         tokio::spawn(count_committed(worker.subscribe(), count));
         let health = worker.health();

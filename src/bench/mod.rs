@@ -4,9 +4,9 @@
 //!
 //! ```text
 //!  database: throwaway durable cluster | fresh pgwake_bench_<random> on --database-url
+//!   ├─ 0     handler kinds at batch B vs the raw ceiling (exec:true vs xargs)  handlers.rs
 //!   └─ per delivery mode (Mode)
 //!       1+2  raw claim loop vs Worker burn-down, batch 1 and B   burn.rs, raw.rs
-//!            (lease mode: batch 1; its tasks claim one job each)
 //!       7    costs of those burn-downs (WAL, dead tuples, CPU)   burn.rs, resources.rs
 //!       3    idle pickup latency, one job at a time              pickup.rs
 //!       4    steady state, open loop at 50% / 90% of (2)         steady.rs
@@ -25,6 +25,7 @@ mod backlog;
 mod burn;
 mod database;
 mod drain;
+mod handlers;
 mod harness;
 mod mode;
 mod pickup;
@@ -37,9 +38,9 @@ mod steady;
 
 use std::time::{Duration, Instant};
 
-use crate::error::{Error, Result};
 use database::BenchDb;
 pub use mode::Mode;
+use pgwake::error::{Error, Result};
 use report::{ModeReport, Report};
 
 /// `pgwake bench` flags. Sizes left unset take the full defaults, or the
@@ -160,10 +161,10 @@ impl Plan {
         if self.runs == 0 {
             return bad("--runs must be at least 1");
         }
-        if self.concurrency == 0 || self.concurrency > crate::config::CONCURRENCY_MAX {
+        if self.concurrency == 0 || self.concurrency > pgwake::config::CONCURRENCY_MAX {
             return bad("--concurrency must be between 1 and 1000");
         }
-        if self.batch == 0 || self.batch > crate::config::BATCH_MAX {
+        if self.batch == 0 || self.batch > pgwake::config::BATCH_MAX {
             return bad("--batch must be between 1 and 1000");
         }
         if self.jobs < 5 {
@@ -225,6 +226,7 @@ impl Bench<'_> {
             concurrency: self.plan.concurrency,
             batch,
             queues: None,
+            handler: harness::HandlerKind::Noop,
         }
     }
 
@@ -246,20 +248,36 @@ pub async fn run(args: BenchArgs) -> Result<()> {
     eprintln!("pgwake bench: preparing the database …");
     let db = BenchDb::create(args.database_url.as_deref(), plan.connections_needed()).await?;
     let outcome = tokio::select! {
-        r = run_modes(&db, &plan, started) => r,
+        r = run_all(&db, &plan, started) => r,
         e = interrupted() => Err(e),
     };
     let server = db.server.clone();
     let removed = db.remove().await;
-    let modes = outcome?;
+    let (kinds, modes) = outcome?;
     removed?;
-    let report = Report::new(&plan, server, modes, started.elapsed())?;
+    let report = Report::new(&plan, server, kinds, modes, started.elapsed())?;
     if args.json {
         println!("{}", report.to_json()?);
     } else {
         print!("{}", report.render());
     }
     Ok(())
+}
+
+/// Phase 0 (handler kinds), then every mode's phases.
+async fn run_all(
+    db: &BenchDb,
+    plan: &Plan,
+    started: Instant,
+) -> Result<(Vec<handlers::KindRun>, Vec<ModeReport>)> {
+    let kinds = handlers::run(&Bench {
+        db,
+        plan,
+        mode: Mode::Tx,
+        started,
+    })
+    .await?;
+    Ok((kinds, run_modes(db, plan, started).await?))
 }
 
 async fn run_modes(db: &BenchDb, plan: &Plan, started: Instant) -> Result<Vec<ModeReport>> {

@@ -7,13 +7,14 @@
 use tokio_postgres::types::ToSql;
 
 use super::database::QUEUE;
-use crate::config::WorkerConfig;
+use pgwake::config::WorkerConfig;
 
-/// The worker's own tx-mode claim statement (autocommit in the raw loop).
-const CLAIM_TX: &str = include_str!("../sql/claim_tx_all.sql");
+/// The textbook claim (the raw ceiling of both modes: what a bare loop of
+/// `DELETE … SKIP LOCKED RETURNING` drains).
+const CLAIM_RAW: &str = include_str!("../sql/bench_raw_claim.sql");
 /// The worker's own lease-mode claim statement (autocommit, as the worker
-/// runs it).
-const CLAIM_LEASE: &str = include_str!("../sql/lease_claim.sql");
+/// runs it): the lease ceiling, printed beside the raw one.
+const CLAIM_LEASE: &str = include_str!("../sql/claim_lease_queue.sql");
 /// Lease length the raw lease claims record (the worker's default).
 const RAW_LEASE_S: f64 = 30.0;
 
@@ -79,16 +80,18 @@ impl Mode {
     pub(crate) fn raw_claim(self, batch: i64) -> RawClaim {
         match self {
             Mode::Tx => RawClaim {
-                sql: CLAIM_TX,
-                // $1 limit, $2 the lease-mode queues to skip: none.
-                params: vec![Box::new(batch), Box::new(Vec::<String>::new())],
+                sql: CLAIM_RAW,
+                params: vec![Box::new(batch), Box::new(QUEUE.to_string())],
             },
             Mode::Lease => RawClaim {
                 sql: CLAIM_LEASE,
-                // $1 the lease queue, $2 limit, $3 worker id, $4 lease seconds.
+                // $1 limit, $2 queue, $3/$4 task filters (none), $5 worker
+                // id, $6 lease seconds.
                 params: vec![
-                    Box::new(QUEUE.to_string()),
                     Box::new(batch),
+                    Box::new(QUEUE.to_string()),
+                    Box::new(None::<Vec<String>>),
+                    Box::new(Vec::<String>::new()),
                     Box::new("pgwake-bench-raw".to_string()),
                     Box::new(RAW_LEASE_S),
                 ],
@@ -96,12 +99,12 @@ impl Mode {
         }
     }
 
-    /// Batches the burn-down compares: 1 and B in tx mode; 1 only in lease
-    /// mode, whose claim tasks take one job per claim whatever the batch.
+    /// Batches the burn-down compares: 1 and B.
     pub(crate) fn batches(self, batch: usize) -> Vec<usize> {
-        match self {
-            Mode::Tx if batch > 1 => vec![1, batch],
-            Mode::Tx | Mode::Lease => vec![1],
+        if batch > 1 {
+            vec![1, batch]
+        } else {
+            vec![1]
         }
     }
 }

@@ -23,14 +23,14 @@ use super::database::{INSERT_ONE, QUEUE};
 use super::harness::{Probe, RunningWorker, TASK};
 use super::stats::{signed_ms, LatencyMs, Percentiles};
 use super::Bench;
-use crate::error::{Error, Result};
+use pgwake::error::{Error, Result};
 
 /// Pause after a job's outcome commits before the next insert: long enough
 /// for the claim task's follow-up (empty) claim to end and for the worker
-/// to register as waiting (it lingers [`crate::waiting::LINGER`] after its
+/// to register as waiting (it lingers [`pgwake::internal::LINGER`] after its
 /// last hit), so every pickup starts from an idle, listening worker. 20 ms
 /// today.
-const IDLE_GAP: Duration = crate::waiting::LINGER.saturating_mul(4);
+const IDLE_GAP: Duration = pgwake::internal::LINGER.saturating_mul(4);
 /// Longest wait for one pickup.
 const PICKUP_TIMEOUT: Duration = Duration::from_secs(10);
 const PRODUCER_APP: &str = "pgwake-bench-producer";

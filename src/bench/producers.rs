@@ -19,7 +19,7 @@ use super::database::{Load, INSERT_ONE, QUEUE};
 use super::harness::{Probe, RunningWorker, TASK};
 use super::stats::{rate, ratio, Measure};
 use super::Bench;
-use crate::error::{Error, Result};
+use pgwake::error::{Error, Result};
 
 const PRODUCER_APP: &str = "pgwake-bench-producer";
 

@@ -10,7 +10,7 @@ use tokio_postgres::types::ToSql;
 use tokio_postgres::{Client, Statement};
 
 use super::Bench;
-use crate::error::{Error, Result};
+use pgwake::error::{Error, Result};
 
 const RAW_APP: &str = "pgwake-bench-raw";
 

@@ -15,7 +15,7 @@ use super::pickup::IdlePickup;
 use super::producers::Producers;
 use super::steady::SteadyLevel;
 use super::Plan;
-use crate::error::{Error, Result};
+use pgwake::error::{Error, Result};
 
 /// Everything measured for one delivery mode.
 #[derive(Debug, Clone, Serialize)]
@@ -121,6 +121,8 @@ pub(crate) struct Report {
     pgwake_version: &'static str,
     server: ServerInfo,
     settings: Settings,
+    /// Each kind of handler against its baseline (phase 0).
+    handler_kinds: Vec<super::handlers::KindRun>,
     modes: Vec<ModeReport>,
     /// Peak RSS of this process (worker in-process + bench harness), MiB.
     peak_rss_mib: f64,
@@ -137,11 +139,13 @@ impl Report {
     pub fn new(
         plan: &Plan,
         server: ServerInfo,
+        handler_kinds: Vec<super::handlers::KindRun>,
         modes: Vec<ModeReport>,
         elapsed: Duration,
     ) -> Result<Report> {
         let peak_rss_mib = super::resources::peak_rss_mib()?;
-        let mut targets: Vec<Target> = modes.iter().flat_map(mode_targets).collect();
+        let mut targets: Vec<Target> = handler_targets(&handler_kinds);
+        targets.extend(modes.iter().flat_map(mode_targets));
         targets.push(Target::at_most(
             "peak_rss".into(),
             None,
@@ -165,6 +169,7 @@ impl Report {
                 producers: plan.producers.clone(),
                 quick: plan.quick,
             },
+            handler_kinds,
             modes,
             peak_rss_mib,
             all_targets_pass: targets.iter().all(|t| t.pass),
@@ -211,6 +216,7 @@ impl Report {
             if s.quick { ", --quick sizes" } else { "" },
             humantime::format_duration(Duration::from_secs(self.elapsed_s.round() as u64))
         )?;
+        write_kinds(out, &self.handler_kinds)?;
         for m in &self.modes {
             write_mode(out, m)?;
         }
@@ -221,6 +227,57 @@ impl Report {
         )?;
         write_targets(out, &self.targets)
     }
+}
+
+/// Delivery v2's targets: each handler kind against its baseline.
+const KIND_TARGETS: [(&str, &str, f64); 5] = [
+    ("rust no-op (tx, default)", "rust_noop_default_vs_raw", 80.0),
+    ("rust no-op using the tx", "rust_noop_using_tx_vs_raw", 60.0),
+    ("rust no-op, lease queue", "rust_noop_lease_vs_raw", 50.0),
+    ("sql no-op function", "sql_noop_vs_raw", 60.0),
+    ("exec:true (lease, default)", "exec_true_vs_xargs", 80.0),
+];
+
+fn handler_targets(kinds: &[super::handlers::KindRun]) -> Vec<Target> {
+    kinds
+        .iter()
+        .filter_map(|k| {
+            let (_, name, bound) = KIND_TARGETS.iter().find(|t| t.0 == k.kind)?;
+            Some(Target::at_least(
+                name.to_string(),
+                None,
+                format!("{} vs {} in the same run", k.kind, k.baseline),
+                k.ratio.median * 100.0,
+                *bound,
+                "%",
+            ))
+        })
+        .collect()
+}
+
+fn write_kinds(out: &mut String, kinds: &[super::handlers::KindRun]) -> std::fmt::Result {
+    writeln!(
+        out,
+        "\nHandler kinds at batch B (concurrency C), against a baseline in the same run"
+    )?;
+    writeln!(
+        out,
+        "  {:<28} {:>8} {:>14} {:>8} {:>14} {:>7}",
+        "kind", "jobs", "jobs/s", "vs", "baseline/s", "ratio"
+    )?;
+    for k in kinds {
+        writeln!(
+            out,
+            "  {:<28} {:>8} {:>14.0} {:>8} {:>14.0} {:>6.0}%",
+            k.kind,
+            k.jobs,
+            k.jobs_per_s.median,
+            k.baseline,
+            k.baseline_jobs_per_s.median,
+            k.ratio.median * 100.0
+        )?;
+    }
+    Ok(())
 }
 
 fn mode_targets(m: &ModeReport) -> Vec<Target> {

@@ -6,7 +6,7 @@
 
 use std::time::Duration;
 
-use crate::error::{Error, Result};
+use pgwake::error::{Error, Result};
 
 /// CPU time (user + system) this process has used.
 pub(crate) fn process_cpu() -> Result<Duration> {

@@ -18,7 +18,7 @@ use super::database::QUEUE;
 use super::harness::{drain_timeout, unix_now, Probe, RunningWorker, TASK};
 use super::stats::{rate, LatencyMs, Measure, Percentiles};
 use super::Bench;
-use crate::error::{Error, Result};
+use pgwake::error::{Error, Result};
 
 /// Producer connections offering the load.
 pub(crate) const PRODUCERS: usize = 4;

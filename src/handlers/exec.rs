@@ -4,8 +4,15 @@
 //! backslashes work) but is **not** run by a shell: no globbing, pipes or
 //! variable expansion. Use `exec:sh -c '…'` when you want a shell.
 //!
-//! The payload JSON is written to the process's stdin; `PGWAKE_JOB_ID`,
-//! `PGWAKE_TASK`, `PGWAKE_QUEUE` and `PGWAKE_ATTEMPT` are in its environment.
+//! Runs in `lease` mode: no connection is held and no transaction stays
+//! open while the command runs (a claim queue can override this with
+//! `--tx-queues`).
+//!
+//! The payload is written to the process's stdin exactly as PostgreSQL
+//! stores it (`payload::text`: numbers keep every digit); `PGWAKE_JOB_ID`,
+//! `PGWAKE_TASK`, `PGWAKE_QUEUE` and `PGWAKE_ATTEMPT` are in its environment,
+//! which is explicit: a few inherited variables and `PGWAKE_EXEC_*`, never
+//! the worker's `DATABASE_URL` or `PGPASSWORD` (see `explicit_env`).
 //! Exit status 0 is success; anything else is a failed attempt whose stderr
 //! tail becomes `last_error`. stdout goes to the worker's stdout. At the job
 //! timeout (or a shutdown past its grace period) the whole process group is
@@ -22,8 +29,37 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::process::Command;
 
 use crate::error::{Error, Result};
-use crate::handler::{BoxError, Handler, JobContext};
+use crate::handler::{BoxError, Delivery, Handler, JobContext};
 use crate::job::{Job, Outcome};
+
+/// Variables of the worker's environment an exec command inherits. Nothing
+/// else is passed: the worker's own environment holds `DATABASE_URL`,
+/// `PGPASSWORD`, `PGWAKE_LISTEN_DATABASE_URL` and other secrets a job's
+/// command has no business reading.
+pub const EXEC_ENV_INHERITED: &[&str] = &[
+    "PATH", "HOME", "USER", "LOGNAME", "SHELL", "LANG", "LANGUAGE", "TZ", "TMPDIR", "TERM",
+];
+/// Variables named `PGWAKE_EXEC_<NAME>` in the worker's environment reach
+/// the command as `<NAME>` (e.g. `PGWAKE_EXEC_API_TOKEN` → `API_TOKEN`).
+pub const EXEC_ENV_PREFIX: &str = "PGWAKE_EXEC_";
+
+/// Give `cmd` the explicit, documented environment of an exec command
+/// ([`EXEC_ENV_INHERITED`], `LC_*`, `PGWAKE_EXEC_*` with the prefix removed)
+/// instead of the worker's whole environment. The job's `PGWAKE_*`
+/// variables are added by the caller.
+fn explicit_env(cmd: &mut Command) {
+    cmd.env_clear();
+    for (key, value) in std::env::vars_os() {
+        let Some(name) = key.to_str() else { continue };
+        if EXEC_ENV_INHERITED.contains(&name) || name.starts_with("LC_") {
+            cmd.env(&key, &value);
+        } else if let Some(stripped) = name.strip_prefix(EXEC_ENV_PREFIX) {
+            if !stripped.is_empty() {
+                cmd.env(stripped, &value);
+            }
+        }
+    }
+}
 
 /// How much of a failed command's stderr is kept as `last_error`.
 pub const STDERR_TAIL_BYTES: usize = 2048;
@@ -94,6 +130,7 @@ impl Drop for GroupGuard {
 impl Handler for ExecHandler {
     async fn handle(&self, job: &Job, _ctx: JobContext<'_>) -> Result<Outcome, BoxError> {
         let mut cmd = Command::new(&self.program);
+        explicit_env(&mut cmd);
         cmd.args(&self.args)
             .env("PGWAKE_JOB_ID", job.id.to_string())
             .env("PGWAKE_TASK", &job.task)
@@ -121,7 +158,7 @@ impl Handler for ExecHandler {
             pid: child.id().map(|p| p as i32),
         };
 
-        let payload = serde_json::to_vec(&job.payload)?;
+        let payload = job.payload_text.clone().into_bytes();
         let mut stdin = child.stdin.take().ok_or("no stdin")?;
         let mut stderr = child.stderr.take().ok_or("no stderr")?;
         let write = async move {
@@ -165,7 +202,11 @@ impl Handler for ExecHandler {
         }))
     }
 
-    fn uses_transaction(&self) -> bool {
+    fn delivery(&self) -> Delivery {
+        Delivery::Lease
+    }
+
+    fn decodes_payload(&self) -> bool {
         false
     }
 }

@@ -1,9 +1,18 @@
 //! `sql` handler: `SELECT FUNCTION($payload::jsonb)` inside the claim
-//! transaction (in `tx` mode), so what the function writes commits together
-//! with the job's removal. An exception raised by the function is a failed
-//! attempt with the server's message as `last_error`.
+//! transaction (`tx` mode), so what the function writes commits together
+//! with the job's removal. The payload is bound exactly as stored. A batch
+//! of jobs of one task runs as one statement over all payloads; if that
+//! fails, it is rolled back and each job runs alone in its own savepoint, so
+//! one failing job fails alone. An exception raised by the function is a
+//! failed attempt with the server's message as `last_error`.
+//!
+//! On a queue forced into `lease` mode the function runs on a pooled
+//! connection; if the job times out (or stops) while the function runs, the
+//! statement is cancelled on the server and that connection is closed, not
+//! returned to the pool.
 
 use async_trait::async_trait;
+use deadpool_postgres::{Object, Pool};
 
 use crate::error::{Error, Result};
 use crate::handler::{BoxError, Handler, JobContext};
@@ -13,6 +22,7 @@ use crate::job::{Job, Outcome};
 #[derive(Debug, Clone)]
 pub struct SqlHandler {
     statement: String,
+    batch_statement: String,
 }
 
 /// Quote one identifier part after checking it is a plain name.
@@ -45,7 +55,8 @@ impl SqlHandler {
             .collect::<Result<Vec<_>>>()?
             .join(".");
         Ok(SqlHandler {
-            statement: format!("SELECT {quoted}($1::jsonb)"),
+            statement: format!("SELECT {quoted}($1::text::jsonb)"),
+            batch_statement: format!("SELECT {quoted}(p::jsonb) FROM unnest($1::text[]) AS p"),
         })
     }
 
@@ -55,27 +66,100 @@ impl SqlHandler {
     }
 }
 
+fn outcome_of(
+    result: std::result::Result<u64, tokio_postgres::Error>,
+) -> Result<Outcome, BoxError> {
+    match result {
+        Ok(_) => Ok(Outcome::Done),
+        Err(e) => match e.as_db_error() {
+            Some(db) => Ok(Outcome::retry(format!(
+                "{} (SQLSTATE {})",
+                db.message(),
+                db.code().code()
+            ))),
+            // The connection itself failed: let the claim notice.
+            None => Err(e.into()),
+        },
+    }
+}
+
+/// A pooled connection running a statement. Dropped before
+/// [`Running::finished`] (the job timed out or was stopped), it cancels the
+/// statement on the server and closes the connection instead of returning a
+/// busy one to the pool.
+struct Running {
+    conn: Option<Object>,
+    pid: i32,
+    pool: Pool,
+}
+
+impl Running {
+    fn finished(mut self) -> Object {
+        self.conn.take().expect("present until finished or dropped")
+    }
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        let Some(conn) = self.conn.take() else { return };
+        drop(Object::take(conn));
+        let (pool, pid) = (self.pool.clone(), self.pid);
+        tokio::spawn(async move {
+            if let Ok(c) = pool.get().await {
+                let _ = c.execute("SELECT pg_cancel_backend($1)", &[&pid]).await;
+            }
+        });
+    }
+}
+
 #[async_trait]
 impl Handler for SqlHandler {
     async fn handle(&self, job: &Job, ctx: JobContext<'_>) -> Result<Outcome, BoxError> {
-        let result = match ctx.transaction() {
-            Some(tx) => tx.execute(self.statement.as_str(), &[&job.payload]).await,
-            None => {
-                let conn = ctx.pool().get().await?;
-                conn.execute(self.statement.as_str(), &[&job.payload]).await
-            }
+        if let Some(tx) = ctx.transaction().await? {
+            return outcome_of(
+                tx.execute(self.statement.as_str(), &[&job.payload_text])
+                    .await,
+            );
+        }
+        let conn = ctx.pool().get().await?;
+        let pid: i32 = conn.query_one("SELECT pg_backend_pid()", &[]).await?.get(0);
+        let running = Running {
+            conn: Some(conn),
+            pid,
+            pool: ctx.pool().clone(),
         };
-        match result {
-            Ok(_) => Ok(Outcome::Done),
-            Err(e) => match e.as_db_error() {
-                Some(db) => Ok(Outcome::retry(format!(
-                    "{} (SQLSTATE {})",
-                    db.message(),
-                    db.code().code()
-                ))),
-                // The connection itself failed: let the claim notice.
-                None => Err(e.into()),
-            },
+        let result = running
+            .conn
+            .as_ref()
+            .expect("present")
+            .execute(self.statement.as_str(), &[&job.payload_text])
+            .await;
+        drop(running.finished());
+        outcome_of(result)
+    }
+
+    fn decodes_payload(&self) -> bool {
+        false
+    }
+
+    fn batches(&self) -> bool {
+        true
+    }
+
+    async fn handle_batch(
+        &self,
+        jobs: &[Job],
+        tx: &tokio_postgres::Client,
+    ) -> Result<Option<Vec<Outcome>>, BoxError> {
+        let payloads: Vec<&str> = jobs.iter().map(|j| j.payload_text.as_str()).collect();
+        match tx
+            .execute(self.batch_statement.as_str(), &[&payloads])
+            .await
+        {
+            Ok(_) => Ok(Some(vec![Outcome::Done; jobs.len()])),
+            // One of them failed: run them one by one.
+            Err(e) if e.as_db_error().is_some() => Ok(None),
+            Err(e) => Err(e.into()),
         }
     }
 

@@ -1,15 +1,28 @@
--- tx-mode claim from one of the worker's queues ($2), in claim order on
--- jobs_queue_claim_idx. Runs inside the claim transaction: the
--- rows stay locked (deleted, uncommitted) while their handlers run, and come
--- back by themselves if the worker dies. `= ANY(ARRAY(...))` evaluates the
--- locking subquery exactly once.
-DELETE FROM pgwake.jobs
-WHERE id = ANY(ARRAY(
-    SELECT id FROM pgwake.jobs
-    WHERE queue = $2 AND run_at <= now()
-    ORDER BY priority, run_at, id
-    LIMIT $1
-    FOR UPDATE SKIP LOCKED))
-RETURNING id, queue, task, payload::text, priority, run_at, attempts, max_attempts,
-          last_error, created_at,
-          extract(epoch FROM clock_timestamp() - greatest(created_at, run_at))::float8
+-- tx-mode claim from one queue ($2), in claim order on jobs_queue_claim_idx.
+-- $1: limit, $3: only these tasks (NULL: any), $4: never these tasks.
+--
+-- Runs inside the claim transaction: the rows stay deleted-but-uncommitted
+-- (locked) while their handlers run and come back by themselves if the
+-- worker dies. `= ANY(ARRAY(...))` evaluates the locking subquery once.
+-- Returns the claim columns (context.rs), the claim transaction's xid (for
+-- the batch marker) and its server process (to cancel a timed-out
+-- handler's statement). Which claimed jobs are suspects is asked by the next
+-- statement (suspects.sql), whose snapshot is taken after these rows are
+-- locked.
+WITH c AS (
+    DELETE FROM pgwake.jobs
+    WHERE id = ANY(ARRAY(
+        SELECT id FROM pgwake.jobs
+        WHERE queue = $2::text AND run_at <= now()
+          AND ($3::text[] IS NULL OR task = ANY($3::text[])) AND task <> ALL($4::text[])
+        ORDER BY priority, run_at, id
+        LIMIT $1
+        FOR UPDATE SKIP LOCKED))
+    RETURNING *
+)
+SELECT id, queue, task, payload::text, priority, run_at, attempts, max_attempts, last_error,
+       created_at, extract(epoch FROM timeout)::float8,
+       extract(epoch FROM clock_timestamp() - greatest(created_at, run_at))::float8,
+       pg_current_xact_id()::text,
+       pg_backend_pid()
+FROM c

@@ -1,3 +1,3 @@
--- Outcomes are being written in the claim transaction: forget the pending
--- attempt counts of its jobs (atomically with those outcomes).
+-- Inside a suspect's claim transaction, with its outcome: its crash charges
+-- are folded into the outcome (or it is done); forget them.
 DELETE FROM pgwake.tx_attempts WHERE job_id = ANY($1::bigint[])

@@ -6,7 +6,9 @@ WITH revived AS (
     RETURNING *
 )
 INSERT INTO pgwake.jobs
-    (id, queue, task, payload, priority, run_at, attempts, max_attempts, last_error, created_at)
-SELECT id, queue, task, payload, priority, now(), 0, max_attempts, last_error, created_at
+    (id, queue, task, payload, priority, run_at, attempts, max_attempts, last_error, created_at,
+     timeout)
+SELECT id, queue, task, payload, priority, now(), 0, max_attempts, last_error, created_at,
+       timeout
 FROM revived
 RETURNING id

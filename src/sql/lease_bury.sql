@@ -1,11 +1,23 @@
--- Dead: move the leased row to pgwake.dead_jobs, fenced by (id, attempt).
-WITH mine AS (
-    DELETE FROM pgwake.leased_jobs WHERE id = $1 AND attempts = $2 RETURNING *
+-- Lease-mode jobs to dead_jobs, fenced by claim token. $1 tokens, $2
+-- last_error. Returns the tokens that matched.
+WITH u AS (
+    SELECT * FROM unnest($1::bigint[], $2::text[]) AS u(token, last_error)
+),
+mine AS (
+    DELETE FROM pgwake.leased_jobs l USING u WHERE l.token = u.token
+    RETURNING l.*, u.last_error AS new_error
+),
+buried AS (
+    INSERT INTO pgwake.dead_jobs
+        (id, queue, task, payload, priority, run_at, attempts, max_attempts, last_error,
+         created_at, timeout)
+    SELECT id, queue, task, payload, priority, run_at, least(attempts, max_attempts), max_attempts, new_error,
+           created_at, timeout
+    FROM mine
+    ON CONFLICT (id) DO UPDATE SET
+        queue = excluded.queue, task = excluded.task, payload = excluded.payload,
+        priority = excluded.priority, run_at = excluded.run_at, attempts = excluded.attempts,
+        max_attempts = excluded.max_attempts, last_error = excluded.last_error,
+        created_at = excluded.created_at, timeout = excluded.timeout, failed_at = now()
 )
-INSERT INTO pgwake.dead_jobs
-    (id, queue, task, payload, priority, run_at, attempts, max_attempts, last_error, created_at)
-SELECT id, queue, task, payload, priority, run_at, attempts, max_attempts, $3, created_at
-FROM mine
-ON CONFLICT (id) DO UPDATE SET
-    attempts = excluded.attempts, last_error = excluded.last_error, failed_at = now()
-RETURNING id
+SELECT token FROM mine

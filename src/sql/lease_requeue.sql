@@ -1,13 +1,23 @@
--- Failed attempt (or handed back at shutdown): move the leased row back to
--- pgwake.jobs, fenced by (id, attempt). $3: attempts to record, $4:
--- last_error, $5: delay in seconds (NULL keeps the original run_at).
-WITH mine AS (
-    DELETE FROM pgwake.leased_jobs WHERE id = $1 AND attempts = $2 RETURNING *
+-- Lease-mode jobs back to the queue, fenced by claim token: failed attempts
+-- (attempts counted, last_error, a backoff run_at) and runs handed back at
+-- shutdown (attempt refunded, run_at kept: $4 NULL). $1 tokens, $2 attempts
+-- to record, $3 last_error, $4 delay seconds. Returns the tokens that
+-- matched.
+WITH u AS (
+    SELECT * FROM unnest($1::bigint[], $2::int[], $3::text[], $4::float8[])
+        AS u(token, attempts, last_error, delay)
+),
+mine AS (
+    DELETE FROM pgwake.leased_jobs l USING u WHERE l.token = u.token
+    RETURNING l.*, u.attempts AS new_attempts, u.last_error AS new_error, u.delay
+),
+back AS (
+    INSERT INTO pgwake.jobs
+        (id, queue, task, payload, priority, run_at, attempts, max_attempts, last_error,
+         created_at, timeout)
+    SELECT id, queue, task, payload, priority,
+           coalesce(clock_timestamp() + make_interval(secs => delay), run_at),
+           new_attempts, max_attempts, new_error, created_at, timeout
+    FROM mine
 )
-INSERT INTO pgwake.jobs
-    (id, queue, task, payload, priority, run_at, attempts, max_attempts, last_error, created_at)
-SELECT id, queue, task, payload, priority,
-       coalesce(clock_timestamp() + make_interval(secs => $5::float8), run_at),
-       $3, max_attempts, $4, created_at
-FROM mine
-RETURNING run_at
+SELECT token FROM mine

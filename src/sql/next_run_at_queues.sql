@@ -1,2 +1,4 @@
--- The earliest future run_at among the worker's queues.
-SELECT min(run_at) FROM pgwake.jobs WHERE run_at > now() AND queue = ANY($1::text[])
+-- As next_run_at_all.sql, among the worker's queues.
+SELECT extract(epoch FROM min(run_at) - now())::float8,
+       extract(epoch FROM now())::float8
+FROM pgwake.jobs WHERE run_at > now() AND queue = ANY($1::text[])

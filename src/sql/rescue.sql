@@ -14,23 +14,28 @@ WITH expired AS (
 ),
 requeued AS (
     INSERT INTO pgwake.jobs
-        (id, queue, task, payload, priority, run_at, attempts, max_attempts, last_error, created_at)
+        (id, queue, task, payload, priority, run_at, attempts, max_attempts, last_error, created_at,
+         timeout)
     SELECT id, queue, task, payload, priority, now(), attempts, max_attempts,
            format('lease expired on attempt %s (worker %s stopped heartbeating)', attempts, worker_id),
-           created_at
+           created_at, timeout
     FROM expired WHERE attempts < max_attempts
     RETURNING queue
 ),
 buried AS (
     INSERT INTO pgwake.dead_jobs
-        (id, queue, task, payload, priority, run_at, attempts, max_attempts, last_error, created_at)
+        (id, queue, task, payload, priority, run_at, attempts, max_attempts, last_error, created_at,
+         timeout)
     SELECT id, queue, task, payload, priority, run_at, attempts, max_attempts,
            format('lease expired on the last attempt (%s of %s; worker %s stopped heartbeating)',
                   attempts, max_attempts, worker_id),
-           created_at
+           created_at, timeout
     FROM expired WHERE attempts >= max_attempts
     ON CONFLICT (id) DO UPDATE SET
-        attempts = excluded.attempts, last_error = excluded.last_error, failed_at = now()
+        queue = excluded.queue, task = excluded.task, payload = excluded.payload,
+        priority = excluded.priority, run_at = excluded.run_at, attempts = excluded.attempts,
+        max_attempts = excluded.max_attempts, last_error = excluded.last_error,
+        created_at = excluded.created_at, timeout = excluded.timeout, failed_at = now()
     RETURNING queue
 )
 SELECT queue, 'requeued' AS what FROM requeued

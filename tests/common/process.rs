@@ -3,13 +3,30 @@
 use std::path::Path;
 use std::process::{Child, Command, Output, Stdio};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+use super::wait::wait_for_every;
 
 /// `pgwake` with a clean environment (no inherited `DATABASE_URL`).
 pub fn pgwake_cmd() -> Command {
     let mut c = Command::new(env!("CARGO_BIN_EXE_pgwake"));
     c.env_remove("DATABASE_URL").env("RUST_LOG", "info");
     c
+}
+
+/// Run `pgwake args` to completion, with `DATABASE_URL` set to `url` if
+/// given.
+pub fn run_pgwake(args: &[&str], url: Option<&str>) -> Output {
+    let mut c = pgwake_cmd();
+    if let Some(u) = url {
+        c.env("DATABASE_URL", u);
+    }
+    c.args(args).output().unwrap()
+}
+
+/// A finished command's stderr as text.
+pub fn stderr_of(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).to_string()
 }
 
 /// `pgwake run` against `url` with metrics on a free port and a 200 ms
@@ -39,17 +56,32 @@ pub fn send_signal(child: &Child, sig: i32) {
     }
 }
 
-/// Wait for `child` to exit; kill it and fail after `within`.
-pub async fn wait_exit(mut child: Child, within: Duration) -> Output {
-    let deadline = Instant::now() + within;
-    while child.try_wait().unwrap().is_none() {
-        if Instant::now() > deadline {
+/// A child that is killed and reaped if the test fails while it runs.
+struct KillOnDrop(Option<Child>);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        if let Some(child) = &mut self.0 {
             let _ = child.kill();
-            panic!("did not exit within {within:?}");
+            let _ = child.wait();
         }
-        tokio::time::sleep(Duration::from_millis(20)).await;
     }
-    child.wait_with_output().unwrap()
+}
+
+/// Wait for `child` to exit; kill it and fail after `within`.
+pub async fn wait_exit(child: Child, within: Duration) -> Output {
+    let mut guard = KillOnDrop(Some(child));
+    wait_for_every(
+        "the child to exit",
+        within,
+        Duration::from_millis(20),
+        async || match guard.0.as_mut().map(|c| c.try_wait().unwrap()) {
+            Some(Some(_)) => Ok(()),
+            _ => Err("running".into()),
+        },
+    )
+    .await;
+    guard.0.take().unwrap().wait_with_output().unwrap()
 }
 
 /// Collect the child's stderr as it is written.
@@ -87,12 +119,14 @@ pub fn count_files(dir: &Path, suffix: &str) -> usize {
 
 /// Wait until `dir` holds at least `n` files ending with `suffix`.
 pub async fn wait_files(dir: &Path, suffix: &str, n: usize) {
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while count_files(dir, suffix) < n {
-        assert!(
-            Instant::now() < deadline,
-            "timed out waiting for {n} *{suffix} files"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    wait_for_every(
+        &format!("{n} *{suffix} files"),
+        Duration::from_secs(30),
+        Duration::from_millis(20),
+        async || match count_files(dir, suffix) {
+            have if have >= n => Ok(()),
+            have => Err(format!("{have} files")),
+        },
+    )
+    .await
 }

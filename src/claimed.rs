@@ -1,0 +1,67 @@
+//! Claimed rows as jobs: the columns every claim statement returns, the
+//! pickup latency they record, and claim order. Shared by both delivery
+//! modes; depends on nothing else of the claim path.
+
+use std::time::Duration;
+
+use tokio_postgres::Row;
+
+use crate::job::{decode_payload, Job};
+use crate::metrics;
+
+/// A claimed job with what the claim path needs beside it.
+#[derive(Clone)]
+pub(crate) struct Claimed {
+    pub job: Job,
+    /// Why the payload cannot be decoded, if so.
+    pub undecodable: Option<String>,
+    /// Its `last_error` before this run (kept when it is handed back).
+    pub last_error: Option<String>,
+    /// lease mode: the claim token that fences every write.
+    pub token: i64,
+}
+
+/// The columns every claim statement returns first, in this order:
+/// id, queue, task, payload::text, priority, run_at, attempts (including
+/// this run in lease mode), max_attempts, last_error, created_at,
+/// timeout seconds, seconds ready before the claim.
+pub(crate) const CLAIM_COLUMNS: usize = 12;
+
+/// A claimed row as a job (recording its pickup latency).
+pub(crate) fn claimed_from_row(row: &Row) -> Claimed {
+    let payload_text: String = row.get(3);
+    let (payload, undecodable) = match decode_payload(&payload_text) {
+        Ok(v) => (v, None),
+        Err(why) => (serde_json::Value::Null, Some(why)),
+    };
+    let timeout: Option<f64> = row.get(10);
+    let ready_for: f64 = row.get(11);
+    let job = Job {
+        id: row.get(0),
+        queue: row.get(1),
+        task: row.get(2),
+        payload,
+        payload_text,
+        priority: row.get(4),
+        run_at: row.get(5),
+        attempt: row.get(6),
+        max_attempts: row.get(7),
+        timeout: timeout.map(|s| Duration::from_secs_f64(s.clamp(0.001, 1e9))),
+        created_at: row.get(9),
+    };
+    ::metrics::histogram!(metrics::PICKUP_LATENCY, "queue" => metrics::queue_label(&job.queue))
+        .record(ready_for.max(0.0));
+    Claimed {
+        job,
+        undecodable,
+        last_error: row.get(8),
+        token: 0,
+    }
+}
+
+/// Claim order (RETURNING order is not the claim order).
+pub(crate) fn sort_claim_order(claimed: &mut [Claimed]) {
+    claimed.sort_by(|a, b| {
+        (a.job.priority, a.job.run_at, a.job.id).cmp(&(b.job.priority, b.job.run_at, b.job.id))
+    });
+}

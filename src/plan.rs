@@ -1,0 +1,247 @@
+//! The claim plan: which claim statements a worker runs, each in which
+//! delivery mode. The mode follows the handler ([`Handler::delivery`]);
+//! `--tx-queues` / `--lease-queues` override it per queue.
+//!
+//! A queue whose jobs all run in one mode (the usual case: one kind of
+//! handler, or one queue per kind) is claimed without any task filter. A
+//! queue that mixes modes is claimed once per mode, each claim filtered by
+//! task name; such a claim steps over the other mode's ready jobs, so it
+//! gets slower as they pile up ahead of it: give long jobs their own queue.
+//! Jobs of a task without a handler are claimed by the "rest" claim (the
+//! catch-all's mode, else tx if any handler is tx) and go to `dead_jobs`.
+
+use crate::config::WorkerConfig;
+use crate::handler::{Delivery, Registry};
+
+/// Which queues one claim statement reads.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Queues {
+    /// Every queue but these (claimed by another spec).
+    AllExcept(Vec<String>),
+    /// These queues, one claim statement each, tried in turn.
+    Listed(Vec<String>),
+}
+
+/// One claim: a mode, its queues, and which tasks it takes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct ClaimSpec {
+    pub mode: Delivery,
+    pub queues: Queues,
+    /// Only these tasks (`None`: any task not in `tasks_not_in`).
+    pub tasks_in: Option<Vec<String>>,
+    /// Never these tasks.
+    pub tasks_not_in: Vec<String>,
+}
+
+/// Where one claim round looks, resolved from a spec's [`Queues`].
+pub(crate) struct Targets<'a> {
+    /// Whether the queues are listed (one `queue = $2` statement each)
+    /// rather than "every queue but `except`" (one statement).
+    pub listed: bool,
+    /// The queues in the order to try them (`None`: the one all-queues
+    /// statement).
+    pub queues: Vec<Option<&'a String>>,
+    /// Queues the all-queues statement leaves to other specs.
+    pub except: &'a [String],
+}
+
+impl ClaimSpec {
+    /// Where to claim this round: listed queues start at a position that
+    /// advances with `cursor`, so no queue is always tried first.
+    pub fn targets(&self, cursor: &std::sync::atomic::AtomicUsize) -> Targets<'_> {
+        match &self.queues {
+            Queues::AllExcept(except) => Targets {
+                listed: false,
+                queues: vec![None],
+                except,
+            },
+            Queues::Listed(q) => Targets {
+                listed: true,
+                queues: rotated(q, cursor).into_iter().map(Some).collect(),
+                except: &[],
+            },
+        }
+    }
+}
+
+/// The mode of each named task, and of everything else.
+fn modes(registry: &Registry) -> (Vec<String>, Vec<String>, Delivery) {
+    let mut tx = Vec::new();
+    let mut lease = Vec::new();
+    for (task, handler) in registry.named() {
+        match handler.delivery() {
+            Delivery::Tx => tx.push(task.clone()),
+            Delivery::Lease => lease.push(task.clone()),
+        }
+    }
+    tx.sort();
+    lease.sort();
+    let rest = match registry.catch_all() {
+        Some(h) => h.delivery(),
+        None if !tx.is_empty() => Delivery::Tx,
+        None => Delivery::Lease,
+    };
+    (tx, lease, rest)
+}
+
+/// The claims a worker with `config` and `registry` makes.
+pub(crate) fn build(config: &WorkerConfig, registry: &Registry) -> Vec<ClaimSpec> {
+    let forced: Vec<String> = config
+        .lease_queues
+        .iter()
+        .chain(&config.tx_queues)
+        .cloned()
+        .collect();
+    let unforced = match &config.queues {
+        None => Some(Queues::AllExcept(forced.clone())),
+        Some(list) => {
+            let rest: Vec<String> = list
+                .iter()
+                .filter(|q| !forced.contains(q))
+                .cloned()
+                .collect();
+            (!rest.is_empty()).then_some(Queues::Listed(rest))
+        }
+    };
+    let mut specs = Vec::new();
+    if let Some(queues) = unforced {
+        let (tx, lease, rest) = modes(registry);
+        let has_tx = !tx.is_empty() || rest == Delivery::Tx;
+        let has_lease = !lease.is_empty() || rest == Delivery::Lease;
+        let spec = |mode, tasks_in, tasks_not_in| ClaimSpec {
+            mode,
+            queues: queues.clone(),
+            tasks_in,
+            tasks_not_in,
+        };
+        match (has_tx, has_lease) {
+            (true, true) => {
+                let (rest_tasks, other_tasks, other_mode) = match rest {
+                    Delivery::Tx => (lease.clone(), lease, Delivery::Lease),
+                    Delivery::Lease => (tx.clone(), tx, Delivery::Tx),
+                };
+                specs.push(spec(rest, None, rest_tasks));
+                specs.push(spec(other_mode, Some(other_tasks), Vec::new()));
+            }
+            (true, false) => specs.push(spec(Delivery::Tx, None, Vec::new())),
+            _ => specs.push(spec(Delivery::Lease, None, Vec::new())),
+        }
+    }
+    for (mode, queues) in [
+        (Delivery::Lease, &config.lease_queues),
+        (Delivery::Tx, &config.tx_queues),
+    ] {
+        if !queues.is_empty() {
+            specs.push(ClaimSpec {
+                mode,
+                queues: Queues::Listed(queues.clone()),
+                tasks_in: None,
+                tasks_not_in: Vec::new(),
+            });
+        }
+    }
+    specs
+}
+
+/// `items` starting at a position that advances on every call, so no queue
+/// (or claim spec) is always tried first.
+pub(crate) fn rotated<'a, T>(
+    items: &'a [T],
+    cursor: &std::sync::atomic::AtomicUsize,
+) -> Vec<&'a T> {
+    if items.is_empty() {
+        return Vec::new();
+    }
+    let start = cursor.fetch_add(1, std::sync::atomic::Ordering::Relaxed) % items.len();
+    items[start..].iter().chain(&items[..start]).collect()
+}
+
+/// One line per task for the start-up log: `task=mode`.
+pub(crate) fn describe(config: &WorkerConfig, registry: &Registry) -> String {
+    let mut parts: Vec<String> = registry
+        .tasks()
+        .iter()
+        .filter_map(|t| {
+            registry
+                .get(t)
+                .map(|h| format!("{t}={}", h.delivery().as_str()))
+        })
+        .collect();
+    if !config.lease_queues.is_empty() {
+        parts.push(format!("queues {:?}=lease", config.lease_queues));
+    }
+    if !config.tx_queues.is_empty() {
+        parts.push(format!("queues {:?}=tx", config.tx_queues));
+    }
+    parts.join(", ")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::handler::{BoxError, Handler, JobContext};
+    use crate::job::{Job, Outcome};
+    use std::sync::Arc;
+
+    struct H(Delivery);
+    #[async_trait::async_trait]
+    impl Handler for H {
+        async fn handle(&self, _: &Job, _: JobContext<'_>) -> Result<Outcome, BoxError> {
+            Ok(Outcome::Done)
+        }
+        fn delivery(&self) -> Delivery {
+            self.0
+        }
+    }
+
+    fn registry(entries: &[(&str, Delivery)]) -> Registry {
+        let mut r = Registry::default();
+        for (t, d) in entries {
+            r.insert(t, Arc::new(H(*d)));
+        }
+        r
+    }
+
+    #[test]
+    fn one_mode_claims_without_task_filter() {
+        let specs = build(
+            &WorkerConfig::default(),
+            &registry(&[("a", Delivery::Lease), ("b", Delivery::Lease)]),
+        );
+        assert_eq!(specs.len(), 1);
+        assert_eq!(specs[0].mode, Delivery::Lease);
+        assert_eq!(specs[0].tasks_in, None);
+        assert!(specs[0].tasks_not_in.is_empty());
+    }
+
+    #[test]
+    fn mixed_modes_split_by_task_and_unknown_tasks_go_to_the_rest() {
+        let specs = build(
+            &WorkerConfig::default(),
+            &registry(&[("a", Delivery::Tx), ("b", Delivery::Lease)]),
+        );
+        assert_eq!(specs.len(), 2);
+        assert_eq!(specs[0].mode, Delivery::Tx);
+        assert_eq!(specs[0].tasks_in, None);
+        assert_eq!(specs[0].tasks_not_in, vec!["b".to_string()]);
+        assert_eq!(specs[1].mode, Delivery::Lease);
+        assert_eq!(specs[1].tasks_in, Some(vec!["b".to_string()]));
+    }
+
+    #[test]
+    fn queue_flags_override_handlers() {
+        let config = WorkerConfig {
+            lease_queues: vec!["slow".into()],
+            tx_queues: vec!["db".into()],
+            ..WorkerConfig::default()
+        };
+        let specs = build(&config, &registry(&[("a", Delivery::Tx)]));
+        assert_eq!(
+            specs[0].queues,
+            Queues::AllExcept(vec!["slow".into(), "db".into()])
+        );
+        assert_eq!(specs[1].mode, Delivery::Lease);
+        assert_eq!(specs[1].queues, Queues::Listed(vec!["slow".into()]));
+        assert_eq!(specs[2].mode, Delivery::Tx);
+    }
+}

@@ -1,0 +1,28 @@
+-- lease-mode claim over every queue but those claimed by other specs ($2).
+-- $1: limit, $3: only these tasks (NULL: any), $4: never these tasks,
+-- $5: worker id, $6: lease seconds.
+--
+-- Moves the jobs into pgwake.leased_jobs in one autocommit statement, with
+-- this attempt counted and a fresh claim token (never reused: every later
+-- write of this run is fenced by it).
+WITH c AS (
+    DELETE FROM pgwake.jobs
+    WHERE id = ANY(ARRAY(
+        SELECT id FROM pgwake.jobs
+        WHERE run_at <= now() AND queue <> ALL($2::text[])
+          AND ($3::text[] IS NULL OR task = ANY($3::text[])) AND task <> ALL($4::text[])
+        ORDER BY priority, run_at, id
+        LIMIT $1
+        FOR UPDATE SKIP LOCKED))
+    RETURNING *
+)
+INSERT INTO pgwake.leased_jobs
+    (id, queue, task, payload, priority, run_at, attempts, max_attempts, last_error,
+     created_at, timeout, worker_id, leased_at, lease_until)
+SELECT id, queue, task, payload, priority, run_at, attempts + 1, max_attempts, last_error,
+       created_at, timeout, $5, now(), now() + make_interval(secs => $6)
+FROM c
+RETURNING id, queue, task, payload::text, priority, run_at, attempts, max_attempts, last_error,
+          created_at, extract(epoch FROM timeout)::float8,
+          extract(epoch FROM clock_timestamp() - greatest(created_at, run_at))::float8,
+          token

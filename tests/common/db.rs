@@ -1,0 +1,181 @@
+//! The test server and a fresh database per test: a throwaway cluster
+//! started on first use and removed at exit (unless `DATABASE_URL` names a
+//! server to use), databases created on it, and helpers to read and write
+//! their rows.
+
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Mutex, OnceLock};
+
+use super::embedded::{self, Cluster};
+
+static CLUSTER: Mutex<Option<Cluster>> = Mutex::new(None);
+static ADMIN_URL: OnceLock<String> = OnceLock::new();
+static DB_COUNTER: AtomicU32 = AtomicU32::new(0);
+
+extern "C" fn stop_cluster() {
+    if let Ok(mut c) = CLUSTER.lock() {
+        if let Some(mut c) = c.take() {
+            c.shutdown();
+        }
+    }
+}
+
+/// The URL of a database on the test server that may create databases.
+pub fn admin_url() -> &'static str {
+    ADMIN_URL.get_or_init(|| {
+        if let Ok(url) = std::env::var("DATABASE_URL") {
+            return url;
+        }
+        let cluster = Cluster::start().expect("start a throwaway PostgreSQL for the tests");
+        let url = cluster.url("postgres");
+        *CLUSTER.lock().unwrap() = Some(cluster);
+        // SAFETY: registering a plain extern "C" fn; it runs at process exit.
+        unsafe {
+            libc::atexit(stop_cluster);
+        }
+        url
+    })
+}
+
+/// A fresh database for one test.
+pub struct TestDb {
+    /// Its URL.
+    pub url: String,
+    /// Its name.
+    pub name: String,
+}
+
+impl TestDb {
+    /// Parsed connection settings.
+    pub fn config(&self) -> pgwake::connect::DbConfig {
+        pgwake::connect::parse_url(&self.url).unwrap()
+    }
+
+    /// A new connection.
+    pub async fn client(&self) -> tokio_postgres::Client {
+        pgwake::connect::connect(&self.config()).await.unwrap()
+    }
+
+    /// Run a statement and return the first column of the first row.
+    pub async fn scalar<T>(&self, sql: &str) -> T
+    where
+        T: for<'a> tokio_postgres::types::FromSql<'a>,
+    {
+        self.client()
+            .await
+            .query_one(sql, &[])
+            .await
+            .unwrap()
+            .get(0)
+    }
+}
+
+fn db_url(admin: &str, name: &str) -> String {
+    let cfg: tokio_postgres::Config = admin.parse().unwrap();
+    // Rebuild a URL from the parsed parts (admin URLs from DATABASE_URL may
+    // carry a password; keep it). The throwaway cluster is reached through a
+    // Unix socket in its private directory.
+    let port = cfg.get_ports().first().copied().unwrap_or(5432);
+    let user = cfg.get_user().unwrap_or("postgres");
+    let auth = match cfg.get_password() {
+        Some(p) => format!("{user}:{}", String::from_utf8_lossy(p)),
+        None => user.to_string(),
+    };
+    match cfg.get_hosts().first() {
+        Some(tokio_postgres::config::Host::Unix(dir)) => format!(
+            "postgres://{auth}@/{name}?host={}&port={port}",
+            dir.display()
+        ),
+        Some(tokio_postgres::config::Host::Tcp(h)) => {
+            format!("postgres://{auth}@{h}:{port}/{name}")
+        }
+        None => format!("postgres://{auth}@127.0.0.1:{port}/{name}"),
+    }
+}
+
+/// A fresh, empty database (no pgwake schema).
+pub async fn empty_db() -> TestDb {
+    let admin = admin_url().to_string();
+    let name = format!(
+        "pgwake_t{}_{}_{}",
+        std::process::id(),
+        DB_COUNTER.fetch_add(1, Ordering::Relaxed),
+        rand::random::<u32>()
+    );
+    let client = pgwake::connect::connect(&pgwake::connect::parse_url(&admin).unwrap())
+        .await
+        .unwrap();
+    client
+        .batch_execute(&format!("CREATE DATABASE {name}"))
+        .await
+        .unwrap();
+    TestDb {
+        url: db_url(&admin, &name),
+        name,
+    }
+}
+
+/// A fresh database with the pgwake schema.
+pub async fn migrated_db() -> TestDb {
+    let db = empty_db().await;
+    let mut client = db.client().await;
+    pgwake::schema::migrate(&mut client).await.unwrap();
+    db
+}
+
+/// Enqueue `n` jobs of `task` with a plain multi-row INSERT; returns ids.
+pub async fn insert_jobs(db: &TestDb, task: &str, n: usize) -> Vec<i64> {
+    let client = db.client().await;
+    let rows = client
+        .query(
+            "INSERT INTO pgwake.jobs (task, payload) SELECT $1, jsonb_build_object('n', g) FROM generate_series(1, $2::int) g RETURNING id",
+            &[&task, &(n as i32)],
+        )
+        .await
+        .unwrap();
+    rows.iter().map(|r| r.get(0)).collect()
+}
+
+/// Rows left in pgwake.jobs.
+pub async fn remaining(db: &TestDb) -> i64 {
+    db.scalar("SELECT count(*) FROM pgwake.jobs").await
+}
+
+/// A database on a private throwaway cluster, for tests that restart or stop
+/// the server (they must not disturb other tests). Durable commits, as in
+/// production: a crash loses nothing that was acknowledged.
+pub async fn private_cluster_db() -> (Cluster, TestDb) {
+    let options = embedded::ClusterOptions {
+        durable: true,
+        ..Default::default()
+    };
+    let cluster = tokio::task::spawn_blocking(move || Cluster::start_with(options))
+        .await
+        .unwrap()
+        .unwrap();
+    let db = TestDb {
+        url: cluster.url("postgres"),
+        name: "postgres".into(),
+    };
+    let mut client = db.client().await;
+    pgwake::schema::migrate(&mut client).await.unwrap();
+    (cluster, db)
+}
+
+/// The `last_error` of dead job `id`.
+pub async fn dead_reason(client: &tokio_postgres::Client, id: i64) -> String {
+    client
+        .query_one(
+            "SELECT last_error FROM pgwake.dead_jobs WHERE id = $1",
+            &[&id],
+        )
+        .await
+        .unwrap()
+        .get(0)
+}
+
+/// A connection to `db` with `application_name` set.
+pub async fn connect_as(db: &TestDb, application_name: &str) -> tokio_postgres::Client {
+    let config = pgwake::connect::with_application_name(&db.config(), application_name);
+    pgwake::connect::connect(&config).await.unwrap()
+}

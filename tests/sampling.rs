@@ -1,0 +1,202 @@
+//! Sampling and metrics stay bounded: a sample over 10,000 queues finishes
+//! within its time limit (and one that cannot is cancelled by the server),
+//! `pgwake stats` lists every queue, queue labels are capped with an `other`
+//! bucket, and counters of known label sets exist from the first scrape.
+
+mod common;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use common::*;
+use pgwake::sampler::{sample, sample_with, Sampler, DEPTH_CAP_DEFAULT, TIME_LIMIT_DEFAULT};
+
+const QUEUES: i64 = 10_000;
+
+/// 10,000 queues, each with a ready and a scheduled job, every tenth with a
+/// dead job.
+async fn many_queues() -> TestDb {
+    let db = migrated_db().await;
+    db.client()
+        .await
+        .batch_execute(&format!(
+            "INSERT INTO pgwake.jobs (queue, task, run_at)
+             SELECT 'q' || lpad(i::text, 5, '0'), 't', now() - interval '1 minute'
+             FROM generate_series(1, {QUEUES}) i;
+             INSERT INTO pgwake.jobs (queue, task, run_at)
+             SELECT 'q' || lpad(i::text, 5, '0'), 't', now() + interval '1 hour'
+             FROM generate_series(1, {QUEUES}) i;
+             INSERT INTO pgwake.dead_jobs (id, queue, task, payload, priority, run_at, attempts, max_attempts, created_at)
+             SELECT -i, 'q' || lpad(i::text, 5, '0'), 't', '{{}}', 0, now(), 1, 1, now()
+             FROM generate_series(1, {QUEUES}, 10) i;
+             ANALYZE pgwake.jobs; ANALYZE pgwake.dead_jobs;"
+        ))
+        .await
+        .unwrap();
+    db
+}
+
+#[tokio::test]
+async fn a_sample_over_10000_queues_reports_every_queue_within_its_time_limit() {
+    let db = many_queues().await;
+    let pool = pgwake::connect::pool(&db.config(), 1).unwrap();
+    // Warm the cache once, as a running sampler would be.
+    sample(&pool, DEPTH_CAP_DEFAULT).await.unwrap();
+    let s = sample(&pool, DEPTH_CAP_DEFAULT)
+        .await
+        .expect("the sample finishes within its statement_timeout");
+    eprintln!(
+        "sample over {} queues took {:?} (limit {:?})",
+        s.queues.len(),
+        s.duration,
+        TIME_LIMIT_DEFAULT
+    );
+    assert_eq!(s.queues.len() as i64, QUEUES);
+    assert!(s.queues.iter().all(|q| q.ready == 1 && q.scheduled == 1));
+    assert_eq!(s.queues.iter().map(|q| q.dead).sum::<i64>(), QUEUES / 10);
+
+    // `pgwake stats` lists every queue (it used to stop at 1,000).
+    let out = pgwake_cmd()
+        .env("DATABASE_URL", &db.url)
+        .args(["stats", "--json"])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let rows: Vec<serde_json::Value> = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(rows.len() as i64, QUEUES);
+}
+
+#[tokio::test]
+async fn a_sample_past_its_time_limit_is_cancelled_by_the_server() {
+    let db = many_queues().await;
+    let pool = pgwake::connect::pool(&db.config(), 1).unwrap();
+    let err = sample_with(&pool, DEPTH_CAP_DEFAULT, Some(Duration::from_millis(1)))
+        .await
+        .expect_err("10,000 queues cannot be sampled in 1 ms");
+    assert_eq!(err.sqlstate(), Some("57014"), "{err}");
+    // The connection is fine afterwards and no transaction is left open.
+    let open: i64 = db
+        .scalar(
+            "SELECT count(*) FROM pg_stat_activity
+             WHERE datname = current_database() AND state LIKE 'idle in transaction%'",
+        )
+        .await;
+    assert_eq!(open, 0);
+}
+
+#[tokio::test]
+async fn queue_labels_are_capped_and_the_rest_is_summed_into_other() {
+    let handle = pgwake::metrics::install();
+    let db = migrated_db().await;
+    let n = pgwake::metrics::LABEL_VALUES_MAX + 50;
+    db.client()
+        .await
+        .batch_execute(&format!(
+            "INSERT INTO pgwake.jobs (queue, task)
+             SELECT 'cap' || i, 't' FROM generate_series(1, {n}) i"
+        ))
+        .await
+        .unwrap();
+    let pool = pgwake::connect::pool(&db.config(), 1).unwrap();
+    let mut sampler = Sampler::new(
+        pool.clone(),
+        Duration::from_secs(60),
+        Arc::new(pgwake::Health::new(false)),
+    );
+    let s = sample(&pool, DEPTH_CAP_DEFAULT).await.unwrap();
+    sampler.publish(&s);
+    let text = handle.render();
+    let ready: Vec<&str> = text
+        .lines()
+        .filter(|l| l.starts_with("pgwake_queue_depth{") && l.contains("state=\"ready\""))
+        .collect();
+    assert!(
+        ready.len() <= pgwake::metrics::LABEL_VALUES_MAX + 1,
+        "{} series",
+        ready.len()
+    );
+    let total: f64 = ready
+        .iter()
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum();
+    assert_eq!(total, n as f64, "every ready job is counted once");
+    assert!(ready.iter().any(|l| l.contains("queue=\"other\"")));
+}
+
+#[tokio::test]
+async fn counters_of_known_label_sets_exist_from_the_first_scrape() {
+    let handle = pgwake::metrics::install();
+    let db = migrated_db().await;
+    let worker = pgwake::Worker::builder(db.config())
+        .config(pgwake::WorkerConfig {
+            lease_queues: vec!["long".into()],
+            ..test_config()
+        })
+        .handler("known_task", ok_handler(&Ledger::default()))
+        .build()
+        .unwrap();
+    let w = Running::start(worker);
+    w.until_listening().await;
+    let text = handle.render();
+    let has = |name: &str, parts: &[&str]| {
+        text.lines().any(|l| {
+            l.starts_with(&format!("{name}{{"))
+                && parts.iter().all(|p| l.contains(p))
+                && l.ends_with(" 0")
+        })
+    };
+    assert!(
+        has("pgwake_leases_rescued_total", &["queue=\"long\""]),
+        "{text}"
+    );
+    assert!(
+        has(
+            "pgwake_jobs_total",
+            &[
+                "queue=\"default\"",
+                "task=\"known_task\"",
+                "outcome=\"done\""
+            ]
+        ),
+        "{text}"
+    );
+    w.stop.cancel();
+    w.join.await.unwrap().unwrap();
+}
+
+#[tokio::test]
+async fn application_labels_of_idle_sessions_are_capped_too() {
+    let handle = pgwake::metrics::install();
+    let db = migrated_db().await;
+    let pool = pgwake::connect::pool(&db.config(), 1).unwrap();
+    let mut sampler = Sampler::new(
+        pool.clone(),
+        Duration::from_secs(60),
+        Arc::new(pgwake::Health::new(false)),
+    );
+    let mut s = sample(&pool, DEPTH_CAP_DEFAULT).await.unwrap();
+    // application_name is chosen by any client: a flood of distinct names.
+    let n = pgwake::metrics::LABEL_VALUES_MAX + 50;
+    s.idle_in_transaction = (0..n).map(|i| (format!("flood{i}"), 1)).collect();
+    sampler.publish(&s);
+    let text = handle.render();
+    let series: Vec<&str> = text
+        .lines()
+        .filter(|l| l.starts_with("pgwake_idle_in_transaction_sessions{"))
+        .collect();
+    assert!(
+        series.len() <= pgwake::metrics::LABEL_VALUES_MAX + 1,
+        "{}",
+        series.len()
+    );
+    let total: f64 = series
+        .iter()
+        .filter(|l| l.contains("flood") || l.contains("\"other\""))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum();
+    assert_eq!(total, n as f64);
+}

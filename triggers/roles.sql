@@ -1,0 +1,53 @@
+-- Least-privilege grants for the three kinds of role that use pgwake.
+-- Run as the owner of the pgwake schema (whoever ran `pgwake migrate`):
+--
+--   SELECT pgwake.grant_producer('app');         -- enqueue jobs
+--   SELECT pgwake.grant_worker('pgwake_worker'); -- run `pgwake run`, `pgwake dead retry|purge`
+--   SELECT pgwake.grant_monitor('grafana');      -- `pgwake stats`, `pgwake dead list`, dashboards
+--
+-- Idempotent; run them again after a `pgwake migrate` that added tables.
+-- Seeing other roles' sessions in the idle-in-transaction gauges also needs
+-- `GRANT pg_monitor TO <worker or monitor role>` (a superuser grants that).
+
+CREATE OR REPLACE FUNCTION pgwake.grant_producer(role regrole) RETURNS void
+LANGUAGE plpgsql AS $$
+BEGIN
+    EXECUTE format('GRANT USAGE ON SCHEMA pgwake TO %s', role);
+    -- INSERT … RETURNING id (the client, pgwake.enqueue) reads the id.
+    EXECUTE format('GRANT INSERT, SELECT (id) ON pgwake.jobs TO %s', role);
+    -- The insert trigger reads which workers are waiting.
+    EXECUTE format('GRANT SELECT ON pgwake.waiting_workers TO %s', role);
+    -- `pgwake enqueue` checks the schema version first.
+    EXECUTE format('GRANT SELECT ON pgwake.schema_migrations TO %s', role);
+    EXECUTE format('GRANT EXECUTE ON FUNCTION pgwake.enqueue(text, jsonb, text, timestamptz, integer, integer, interval) TO %s', role);
+END
+$$;
+
+CREATE OR REPLACE FUNCTION pgwake.grant_worker(role regrole) RETURNS void
+LANGUAGE plpgsql AS $$
+DECLARE
+    t text;
+BEGIN
+    EXECUTE format('GRANT USAGE ON SCHEMA pgwake TO %s', role);
+    -- Queue tables: claims delete, outcomes insert and update, registrations
+    -- come and go. The bookkeeping of migrations is read-only.
+    FOR t IN SELECT tablename FROM pg_tables
+             WHERE schemaname = 'pgwake' AND tablename NOT LIKE 'schema\_%'
+    LOOP
+        EXECUTE format('GRANT SELECT, INSERT, UPDATE, DELETE ON pgwake.%I TO %s', t, role);
+    END LOOP;
+    EXECUTE format('GRANT SELECT ON pgwake.schema_migrations TO %s', role);
+    -- Recurring jobs: `pgwake schedule …` and the view of them.
+    EXECUTE format('GRANT SELECT ON pgwake.schedule_list TO %s', role);
+    EXECUTE format('GRANT USAGE, SELECT ON ALL SEQUENCES IN SCHEMA pgwake TO %s', role);
+    EXECUTE format('GRANT EXECUTE ON FUNCTION pgwake.enqueue(text, jsonb, text, timestamptz, integer, integer, interval) TO %s', role);
+END
+$$;
+
+CREATE OR REPLACE FUNCTION pgwake.grant_monitor(role regrole) RETURNS void
+LANGUAGE plpgsql AS $$
+BEGIN
+    EXECUTE format('GRANT USAGE ON SCHEMA pgwake TO %s', role);
+    EXECUTE format('GRANT SELECT ON ALL TABLES IN SCHEMA pgwake TO %s', role);
+END
+$$;
