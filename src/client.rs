@@ -175,9 +175,9 @@ pub async fn enqueue_many<C: GenericClient>(client: &C, jobs: &[NewJob]) -> Resu
         .iter()
         .map(|j| j.delay.map(|d| d.as_secs_f64()))
         .collect();
-    let rows = client
+    let rows = crate::sql::Db::unnamed(client.client())
         .query(
-            include_str!("sql/enqueue.sql"),
+            &crate::sql::ENQUEUE,
             &[
                 &task,
                 &payload,

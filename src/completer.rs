@@ -24,9 +24,7 @@ use crate::error::{Error, Result};
 use crate::job::Resolution;
 use crate::leases::Finished;
 
-const DONE: &str = include_str!("sql/lease_done.sql");
-const REQUEUE: &str = include_str!("sql/lease_requeue.sql");
-const BURY: &str = include_str!("sql/lease_bury.sql");
+use crate::sql::{Db, LEASE_BURY as BURY, LEASE_DONE as DONE, LEASE_REQUEUE as REQUEUE};
 
 /// Most outcomes written by one flush.
 pub const FLUSH_MAX: usize = 2000;
@@ -101,21 +99,19 @@ impl Writes {
     async fn write(&self, ctx: &ClaimContext) -> Result<HashSet<i64>> {
         let mut conn = PooledConn::get(&ctx.pool, "completer: no connection").await?;
         let (done, back, dead) = {
-            let c = &*conn;
+            let c = Db::pooled(&conn, ctx.config.prepared_statements);
             let done = async {
                 if self.done.is_empty() {
                     return Ok(Vec::new());
                 }
-                let stmt = c.prepare_cached(DONE).await?;
-                c.query(&stmt, &[&self.done]).await
+                c.query(&DONE, &[&self.done]).await
             };
             let back = async {
                 if self.back_tokens.is_empty() {
                     return Ok(Vec::new());
                 }
-                let stmt = c.prepare_cached(REQUEUE).await?;
                 c.query(
-                    &stmt,
+                    &REQUEUE,
                     &[
                         &self.back_tokens,
                         &self.back_attempts,
@@ -129,8 +125,7 @@ impl Writes {
                 if self.dead_tokens.is_empty() {
                     return Ok(Vec::new());
                 }
-                let stmt = c.prepare_cached(BURY).await?;
-                c.query(&stmt, &[&self.dead_tokens, &self.dead_errors])
+                c.query(&BURY, &[&self.dead_tokens, &self.dead_errors])
                     .await
             };
             tokio::join!(done, back, dead)

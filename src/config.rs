@@ -6,6 +6,56 @@ use std::time::Duration;
 
 use crate::error::{Error, Result};
 
+/// How the worker's claim path sends its statements
+/// ([`WorkerConfig::prepared_statements`]; `--prepared-statements`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum PreparedStatements {
+    /// Prepare each statement once per pooled connection, as a named
+    /// statement, and reuse it (one plan per connection): the fastest, for
+    /// connections straight to the server or through session pooling.
+    #[default]
+    Cached,
+    /// Never create a named prepared statement: every statement is sent as
+    /// the unnamed statement (Parse, Bind, Execute in one round trip, planned
+    /// each time). For transaction-mode poolers (PgBouncer 1.18
+    /// `pool_mode=transaction`), which cannot carry a named statement from one
+    /// transaction to the next.
+    Unnamed,
+}
+
+impl PreparedStatements {
+    /// The flag's spelling: `cached` or `unnamed`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            PreparedStatements::Cached => "cached",
+            PreparedStatements::Unnamed => "unnamed",
+        }
+    }
+}
+
+impl std::fmt::Display for PreparedStatements {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl std::str::FromStr for PreparedStatements {
+    type Err = String;
+
+    fn from_str(s: &str) -> std::result::Result<Self, String> {
+        match s {
+            "cached" => Ok(PreparedStatements::Cached),
+            "unnamed" => Ok(PreparedStatements::Unnamed),
+            _ => Err(format!(
+                "{s:?} is not a prepared-statement mode: use `cached` (direct or session pooling) or `unnamed` (transaction pooling)"
+            )),
+        }
+    }
+}
+
+/// Default [`PreparedStatements`]: cached.
+pub const PREPARED_STATEMENTS_DEFAULT: PreparedStatements = PreparedStatements::Cached;
+
 /// Queue of a job enqueued without one (the `pgwake.jobs` column default).
 pub const QUEUE_DEFAULT: &str = "default";
 /// Priority of a job enqueued without one; lower runs first (the column
@@ -125,6 +175,12 @@ pub struct WorkerConfig {
     /// on this worker (the other workers still serve every schedule).
     /// Default on, with `SchedulerConfig::default()`.
     pub scheduler: Option<crate::scheduler::SchedulerConfig>,
+    /// How the claim path (claims, outcomes, heartbeats: the statements
+    /// that run per job) sends its statements: `Cached` named prepared
+    /// statements, or `Unnamed` ones for a transaction-mode pooler. The
+    /// other services and every command always send unnamed statements.
+    /// Default `Cached`.
+    pub prepared_statements: PreparedStatements,
 }
 
 impl Default for WorkerConfig {
@@ -150,6 +206,7 @@ impl Default for WorkerConfig {
             rescue_interval: RESCUE_INTERVAL_DEFAULT,
             sample_interval: Some(SAMPLE_INTERVAL_DEFAULT),
             scheduler: Some(crate::scheduler::SchedulerConfig::default()),
+            prepared_statements: PREPARED_STATEMENTS_DEFAULT,
         }
     }
 }

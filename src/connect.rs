@@ -304,3 +304,70 @@ impl std::ops::Deref for PooledConn {
             .expect("a discarded connection is not used again")
     }
 }
+
+/// Whether `pool`'s connections share server connections: a second client
+/// connection, opened while the first is still connected, was served by the
+/// same server process that served the first one's last statement. That is
+/// a pooler in transaction (or statement) mode — PgBouncer's
+/// `pool_mode=transaction` hands the server connection a client released at
+/// the end of a transaction to the next client (last in, first out). A
+/// direct connection or session pooling never does this. `true` is proof;
+/// `false` is not (a busy pooler may give the second client another server
+/// connection). Three round trips, simple query protocol only.
+pub async fn shares_server_connections(pool: &Pool) -> Result<bool> {
+    let first = pool
+        .get()
+        .await
+        .map_err(Error::pool("pooling check: no connection"))?;
+    let released = backend_pid(&first, "SELECT pg_backend_pid()").await?;
+    let second = pool
+        .get()
+        .await
+        .map_err(Error::pool("pooling check: no connection"))?;
+    let taken = backend_pid(&second, "BEGIN; SELECT pg_backend_pid(); COMMIT").await?;
+    Ok(released == taken)
+}
+
+async fn backend_pid(client: &tokio_postgres::Client, sql: &str) -> Result<String> {
+    let messages = client
+        .simple_query(sql)
+        .await
+        .map_err(Error::db("pooling check"))?;
+    messages
+        .iter()
+        .find_map(|m| match m {
+            tokio_postgres::SimpleQueryMessage::Row(r) => r.get(0).map(str::to_string),
+            _ => None,
+        })
+        .ok_or(Error::Unexpected("pg_backend_pid() returned no row"))
+}
+
+/// Refuse what cannot work through a transaction-mode pooler, before the
+/// worker starts: named prepared statements on the claim path
+/// ([`PreparedStatements::Cached`](crate::config::PreparedStatements)), and
+/// LISTEN through the same pooler (a notification is delivered to the
+/// session that listens; the pooler gives that server connection to other
+/// clients between transactions). `listen_through_pool`: the listener would
+/// connect where the claim pool does.
+pub async fn check_pooling(
+    pool: &Pool,
+    prepared: crate::config::PreparedStatements,
+    listen_through_pool: bool,
+) -> Result<()> {
+    if !shares_server_connections(pool).await? {
+        return Ok(());
+    }
+    const FOUND: &str = "--database-url goes through a pooler in transaction mode (two client connections were served by one server connection in turn: PgBouncer's pool_mode=transaction)";
+    if prepared == crate::config::PreparedStatements::Cached {
+        return Err(Error::Config(format!(
+            "{FOUND}, which cannot carry the worker's named prepared statements from one transaction to the next: set --prepared-statements unnamed (PGWAKE_PREPARED_STATEMENTS=unnamed), or point --database-url at the server or a session-mode pool"
+        )));
+    }
+    if listen_through_pool {
+        return Err(Error::Config(format!(
+            "{FOUND}, where LISTEN cannot receive notifications: set --listen-database-url (PGWAKE_LISTEN_DATABASE_URL) to the server itself, or --no-listen to poll"
+        )));
+    }
+    tracing::info!("claims go through a transaction-mode pooler; statements are sent unnamed");
+    Ok(())
+}

@@ -5,6 +5,8 @@ use std::time::{Duration, SystemTime};
 use serde::Serialize;
 use tokio_postgres::GenericClient;
 
+use crate::sql::{self, Db};
+
 use crate::error::{Error, Result};
 
 /// How many dead jobs [`list`] shows when not told otherwise (`pgwake dead
@@ -65,8 +67,8 @@ pub async fn list<C: GenericClient>(
     queue: Option<&str>,
     limit: i64,
 ) -> Result<Vec<DeadJob>> {
-    let rows = db
-        .query(include_str!("sql/dead_list.sql"), &[&queue, &limit])
+    let rows = Db::unnamed(db.client())
+        .query(&sql::DEAD_LIST, &[&queue, &limit])
         .await
         .map_err(Error::db("cannot list dead jobs"))?;
     Ok(rows
@@ -90,8 +92,8 @@ pub async fn missing<C: GenericClient>(db: &C, sel: &Selection) -> Result<Vec<i6
     let Some(ids) = &sel.ids else {
         return Ok(Vec::new());
     };
-    let rows = db
-        .query(include_str!("sql/dead_missing.sql"), &[ids, &sel.queue])
+    let rows = Db::unnamed(db.client())
+        .query(&sql::DEAD_MISSING, &[ids, &sel.queue])
         .await
         .map_err(Error::db("cannot look up dead jobs"))?;
     Ok(rows.iter().map(|r| r.get(0)).collect())
@@ -101,8 +103,8 @@ pub async fn missing<C: GenericClient>(db: &C, sel: &Selection) -> Result<Vec<i6
 /// returns their ids.
 pub async fn retry<C: GenericClient>(db: &C, sel: &Selection) -> Result<Vec<i64>> {
     sel.check()?;
-    let rows = db
-        .query(include_str!("sql/dead_retry.sql"), &[&sel.ids, &sel.queue])
+    let rows = Db::unnamed(db.client())
+        .query(&sql::DEAD_RETRY, &[&sel.ids, &sel.queue])
         .await
         .map_err(Error::db("cannot retry dead jobs"))?;
     Ok(rows.iter().map(|r| r.get(0)).collect())
@@ -119,12 +121,10 @@ pub async fn purge<C: GenericClient>(
         sel.check()?;
     }
     let secs = older_than.map(|d| d.as_secs_f64());
-    db.execute(
-        include_str!("sql/dead_purge.sql"),
-        &[&sel.ids, &sel.queue, &secs],
-    )
-    .await
-    .map_err(Error::db("cannot purge dead jobs"))
+    Db::unnamed(db.client())
+        .execute(&sql::DEAD_PURGE, &[&sel.ids, &sel.queue, &secs])
+        .await
+        .map_err(Error::db("cannot purge dead jobs"))
 }
 
 /// Serialize stored JSON text as JSON when it can be re-read, else as a

@@ -35,9 +35,10 @@ use crate::metrics;
 use crate::plan::ClaimSpec;
 use crate::wake::Trigger;
 
-const CLAIM_ALL: &str = include_str!("sql/claim_lease_all.sql");
-const CLAIM_QUEUE: &str = include_str!("sql/claim_lease_queue.sql");
-const HEARTBEAT: &str = include_str!("sql/lease_heartbeat.sql");
+use crate::sql::{
+    Db, CLAIM_LEASE_ALL as CLAIM_ALL, CLAIM_LEASE_QUEUE as CLAIM_QUEUE,
+    LEASE_HEARTBEAT as HEARTBEAT,
+};
 
 /// Claim up to `limit` jobs for `spec` (one per free slot), moving them
 /// into `pgwake.leased_jobs`. Returns them with the instant the claim was
@@ -50,15 +51,11 @@ pub(crate) async fn claim(
 ) -> Result<(Vec<Claimed>, Instant)> {
     let mut conn = PooledConn::get(&ctx.pool, "lease claim: no connection").await?;
     let targets = spec.targets(&ctx.cursor);
-    let sql = if targets.listed {
-        CLAIM_QUEUE
+    let stmt = if targets.listed {
+        &CLAIM_QUEUE
     } else {
-        CLAIM_ALL
+        &CLAIM_ALL
     };
-    let stmt = conn
-        .prepare_cached(sql)
-        .await
-        .map_err(Error::db("lease claim: prepare"))?;
     let except = targets.except;
     let limit = limit as i64;
     let lease = ctx.config.lease_duration.as_secs_f64();
@@ -68,32 +65,34 @@ pub(crate) async fn claim(
         sent = Instant::now();
         let r = match queue {
             None => {
-                conn.query(
-                    &stmt,
-                    &[
-                        &limit,
-                        &except,
-                        &spec.tasks_in,
-                        &spec.tasks_not_in,
-                        &ctx.worker_id,
-                        &lease,
-                    ],
-                )
-                .await
+                Db::pooled(&conn, ctx.config.prepared_statements)
+                    .query(
+                        stmt,
+                        &[
+                            &limit,
+                            &except,
+                            &spec.tasks_in,
+                            &spec.tasks_not_in,
+                            &ctx.worker_id,
+                            &lease,
+                        ],
+                    )
+                    .await
             }
             Some(q) => {
-                conn.query(
-                    &stmt,
-                    &[
-                        &limit,
-                        q,
-                        &spec.tasks_in,
-                        &spec.tasks_not_in,
-                        &ctx.worker_id,
-                        &lease,
-                    ],
-                )
-                .await
+                Db::pooled(&conn, ctx.config.prepared_statements)
+                    .query(
+                        stmt,
+                        &[
+                            &limit,
+                            q,
+                            &spec.tasks_in,
+                            &spec.tasks_not_in,
+                            &ctx.worker_id,
+                            &lease,
+                        ],
+                    )
+                    .await
             }
         };
         rows = conn.check(r).map_err(Error::db("lease claim"))?;
@@ -229,12 +228,11 @@ pub(crate) async fn heartbeat(ctx: Arc<ClaimContext>, stop: CancellationToken) {
 
 async fn renew(ctx: &ClaimContext, tokens: &[i64]) -> Result<Vec<i64>> {
     let mut conn = PooledConn::get(&ctx.pool, "heartbeat: no connection").await?;
-    let stmt = conn
-        .prepare_cached(HEARTBEAT)
-        .await
-        .map_err(Error::db("heartbeat: prepare"))?;
-    let r = conn
-        .query(&stmt, &[&tokens, &ctx.config.lease_duration.as_secs_f64()])
+    let r = Db::pooled(&conn, ctx.config.prepared_statements)
+        .query(
+            &HEARTBEAT,
+            &[&tokens, &ctx.config.lease_duration.as_secs_f64()],
+        )
         .await;
     let rows = conn.check(r).map_err(Error::db("heartbeat"))?;
     Ok(rows.iter().map(|r| r.get(0)).collect())

@@ -75,6 +75,8 @@ pub mod worker;
 pub mod rescuer;
 #[doc(hidden)]
 pub mod sampler;
+#[doc(hidden)]
+pub mod sql;
 
 /// Not part of the API: what the `pgwake` binary's bench needs from inside
 /// the worker.

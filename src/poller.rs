@@ -23,6 +23,7 @@ use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
 use crate::error::{Error, Result};
+use crate::sql::{self, Db};
 use crate::wake::{Trigger, Wakeup};
 
 /// The next moment a scheduled job falls due, as far as this worker knows,
@@ -144,18 +145,14 @@ impl Poller {
         let mut conn = crate::connect::PooledConn::get(&self.pool, "poller").await?;
         let r = match &self.queues {
             None => {
-                let stmt = conn
-                    .prepare_cached(include_str!("sql/next_run_at_all.sql"))
+                Db::unnamed(&conn)
+                    .query_one(&sql::NEXT_RUN_AT_ALL, &[])
                     .await
-                    .map_err(Error::db("poller"))?;
-                conn.query_one(&stmt, &[]).await
             }
             Some(q) => {
-                let stmt = conn
-                    .prepare_cached(include_str!("sql/next_run_at_queues.sql"))
+                Db::unnamed(&conn)
+                    .query_one(&sql::NEXT_RUN_AT_QUEUES, &[q])
                     .await
-                    .map_err(Error::db("poller"))?;
-                conn.query_one(&stmt, &[q]).await
             }
         };
         let row = conn.check(r).map_err(Error::db("poller"))?;

@@ -12,6 +12,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::error::{Error, Result};
 use crate::metrics;
+use crate::sql::{self, Db};
 
 /// Most expired leases moved per run.
 pub const RESCUE_BATCH_DEFAULT: i64 = 1000;
@@ -64,22 +65,18 @@ impl Rescuer {
     /// Move every expired lease (up to a batch) once.
     pub async fn run_once(&self) -> Result<RescueReport> {
         let mut conn = crate::connect::PooledConn::get(&self.pool, "rescuer").await?;
-        let stmt = conn
-            .prepare_cached(include_str!("sql/rescue.sql"))
-            .await
-            .map_err(Error::db("rescuer: prepare"))?;
-        let r = conn.query(&stmt, &[&RESCUE_BATCH_DEFAULT]).await;
+        let r = Db::unnamed(&conn)
+            .query(&sql::RESCUE, &[&RESCUE_BATCH_DEFAULT])
+            .await;
         let rows = conn.check(r).map_err(Error::db("rescuer"))?;
         let mut report = RescueReport::default();
-        let r = conn
-            .query_one(include_str!("sql/adopt_stale.sql"), &[])
-            .await;
+        let r = Db::unnamed(&conn).query_one(&sql::ADOPT_STALE, &[]).await;
         report.stale_batches = conn
             .check(r)
             .map_err(Error::db("rescuer: adopt"))?
             .get::<_, i64>(0) as usize;
-        let r = conn
-            .execute(include_str!("sql/cleanup_attempts.sql"), &[])
+        let r = Db::unnamed(&conn)
+            .execute(&sql::CLEANUP_ATTEMPTS, &[])
             .await;
         conn.check(r).map_err(Error::db("rescuer: cleanup"))?;
         for row in &rows {

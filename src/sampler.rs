@@ -27,6 +27,7 @@ use tokio_util::sync::CancellationToken;
 use crate::error::{Error, Result};
 use crate::health::Health;
 use crate::metrics;
+use crate::sql::{self, Db};
 
 /// Per queue and state, rows are counted up to this many; a deeper queue
 /// reports this number. It bounds the sampling query's cost on huge backlogs.
@@ -218,21 +219,16 @@ pub async fn sample_with(
     tx.batch_execute("SET LOCAL jit = off")
         .await
         .map_err(Error::db("sampler: set jit"))?;
-    let (queues_stmt, pressure_stmt) = tokio::try_join!(
-        tx.prepare_cached(include_str!("sql/sample_queues.sql")),
-        tx.prepare_cached(include_str!("sql/sample_pressure.sql")),
-    )
-    .map_err(Error::db("sampler: prepare"))?;
-    // The limit covers the queries, not the (cached) prepare.
     let limit_ms = time_limit.map_or(0, |d| d.as_millis().max(1) as u64);
     tx.batch_execute(&format!("SET LOCAL statement_timeout = {limit_ms}"))
         .await
         .map_err(Error::db("sampler: set statement_timeout"))?;
     let window = depth_cap.min(RUNNING_CHECK_WINDOW);
     let params: [&(dyn tokio_postgres::types::ToSql + Sync); 2] = [&depth_cap, &window];
+    let db = Db::unnamed(tx.client());
     let (queues, pressure) = tokio::join!(
-        tx.query(&queues_stmt, &params),
-        tx.query_one(&pressure_stmt, &[]),
+        db.query(&sql::SAMPLE_QUEUES, &params),
+        db.query_one(&sql::SAMPLE_PRESSURE, &[]),
     );
     // Pipelined: when the first fails (e.g. statement_timeout), the second
     // only says "transaction aborted"; report the first.

@@ -33,6 +33,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::error::{Error, Result};
 use crate::metrics;
+use crate::sql::{self, Db};
 
 mod round;
 
@@ -208,15 +209,16 @@ impl Scheduler {
     /// `max_sleep`.
     async fn observe(&self, counted: &mut Option<Instant>) -> Result<Duration> {
         let conn = self.pool.get().await.map_err(Error::pool("scheduler"))?;
-        let until_next: Option<f64> = conn
-            .query_one(include_str!("sql/schedule_next.sql"), &[])
+        let db = Db::unnamed(&conn);
+        let until_next: Option<f64> = db
+            .query_one(&sql::SCHEDULE_NEXT, &[])
             .await
             .map_err(Error::db("scheduler: next tick"))?
             .get(0);
         ::metrics::gauge!(metrics::SCHEDULE_OVERDUE).set(until_next.map_or(0.0, |s| (-s).max(0.0)));
         if counted.is_none_or(|at| at.elapsed() >= self.config.max_sleep) {
-            let row = conn
-                .query_one(include_str!("sql/schedule_counts.sql"), &[])
+            let row = db
+                .query_one(&sql::SCHEDULE_COUNTS, &[])
                 .await
                 .map_err(Error::db("scheduler: counts"))?;
             ::metrics::gauge!(metrics::SCHEDULES, "state" => "active")

@@ -30,6 +30,7 @@ use tokio_postgres::GenericClient;
 
 use crate::cron::{CronError, CronSchedule};
 use crate::error::Error;
+use crate::sql::{self, Db};
 
 /// Longest schedule name, in bytes (the schema's CHECK agrees).
 pub const NAME_MAX: usize = 128;
@@ -320,9 +321,9 @@ async fn put<C: GenericClient>(
     s.validate()?;
     let queue = s.queue.as_deref().unwrap_or("default");
     let catch_up = s.catch_up.to_string();
-    let r = client
+    let r = Db::unnamed(client.client())
         .execute(
-            include_str!("sql/schedule_add.sql"),
+            &sql::SCHEDULE_ADD,
             &[
                 &s.name,
                 &s.cron,
@@ -366,8 +367,8 @@ async fn put<C: GenericClient>(
 /// Remove the schedule `name`; [`ScheduleError::NotFound`] if there is none.
 /// Jobs it already enqueued stay in the queue.
 pub async fn remove<C: GenericClient>(client: &C, name: &str) -> Result<(), ScheduleError> {
-    let removed: bool = client
-        .query_one(include_str!("sql/schedule_remove.sql"), &[&name])
+    let removed: bool = Db::unnamed(client.client())
+        .query_one(&sql::SCHEDULE_REMOVE, &[&name])
         .await
         .map_err(Error::db("schedule remove failed"))?
         .get(0);
@@ -416,8 +417,8 @@ pub struct ScheduleInfo {
 
 /// Every schedule, by name.
 pub async fn list<C: GenericClient>(client: &C) -> Result<Vec<ScheduleInfo>, ScheduleError> {
-    let rows = client
-        .query(include_str!("sql/schedule_list.sql"), &[])
+    let rows = Db::unnamed(client.client())
+        .query(&sql::SCHEDULE_LIST, &[])
         .await
         .map_err(Error::db("schedule list failed"))?;
     Ok(rows

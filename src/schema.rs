@@ -309,9 +309,11 @@ where
 }
 
 /// The applied schema version, or `None` when pgwake was never migrated here.
+/// Unnamed statements (`query_typed`): the commands check the schema through
+/// whatever pooler `DATABASE_URL` names.
 pub async fn current_version(client: &Client) -> Result<Option<i32>> {
     let exists: bool = client
-        .query_one(
+        .query_typed_one(
             "SELECT to_regclass('pgwake.schema_migrations') IS NOT NULL",
             &[],
         )
@@ -322,7 +324,7 @@ pub async fn current_version(client: &Client) -> Result<Option<i32>> {
         return Ok(None);
     }
     let v: Option<i32> = client
-        .query_one("SELECT max(version) FROM pgwake.schema_migrations", &[])
+        .query_typed_one("SELECT max(version) FROM pgwake.schema_migrations", &[])
         .await
         .map_err(Error::db("cannot read the schema version"))?
         .get(0);

@@ -46,17 +46,11 @@ use crate::metrics;
 use crate::plan::ClaimSpec;
 use crate::wake::Trigger;
 
-const CLAIM_ALL: &str = include_str!("sql/claim_tx_all.sql");
-const CLAIM_QUEUE: &str = include_str!("sql/claim_tx_queue.sql");
-const CLAIM_ONE: &str = include_str!("sql/claim_tx_one.sql");
-const BATCH_MARK: &str = include_str!("sql/batch_mark.sql");
-const BATCH_CLEAR: &str = include_str!("sql/batch_clear.sql");
-const ADOPT_STALE: &str = include_str!("sql/adopt_stale.sql");
-const CHARGE: &str = include_str!("sql/charge.sql");
-const CLEAR_ATTEMPTS: &str = include_str!("sql/clear_attempts.sql");
-const SUSPECTS: &str = include_str!("sql/suspects.sql");
-const REQUEUE: &str = include_str!("sql/requeue.sql");
-const BURY: &str = include_str!("sql/bury.sql");
+use crate::sql::{
+    Db, Sql, ADOPT_STALE, BATCH_CLEAR, BATCH_MARK, BURY, CANCEL_BACKEND, CHARGE,
+    CLAIM_TX_ALL as CLAIM_ALL, CLAIM_TX_ONE as CLAIM_ONE, CLAIM_TX_QUEUE as CLAIM_QUEUE,
+    CLEAR_ATTEMPTS, REQUEUE, SET_LIMITS, SUSPECTS,
+};
 
 /// How long a tx-mode batch should take to run. Batches grow (doubling, up
 /// to `--batch`) while they finish faster and shrink to fit it, so a batch
@@ -172,25 +166,22 @@ pub(crate) async fn claim_and_run(
         .map_err(Error::pool("claim: no connection"))?;
     let targets = spec.targets(&ctx.cursor);
     let (queues, except) = (&targets.queues, targets.except);
-    let sql = if targets.listed {
-        CLAIM_QUEUE
+    let stmt = if targets.listed {
+        &CLAIM_QUEUE
     } else {
-        CLAIM_ALL
+        &CLAIM_ALL
     };
-    let stmt = conn
-        .prepare_cached(sql)
-        .await
-        .map_err(Error::db("claim: prepare"))?;
     let tx = OpenTx { conn: Some(conn) };
     let c = tx.conn();
+    let db = Db::pooled(c, ctx.config.prepared_statements);
     let limit = limit as i64;
     // Pipelined: BEGIN, the first claim and the suspects check go out
     // together. Queues are tried in turn (a scalar `queue = $2` is an
     // ordered index scan) until one has jobs.
     let (begun, first, suspects) = tokio::join!(
         c.batch_execute(&ctx.begin_sql),
-        claim_rows(c, &stmt, limit, queues[0], except, spec),
-        c.query(SUSPECTS, &[])
+        claim_rows(db, stmt, limit, queues[0], except, spec),
+        db.query(&SUSPECTS, &[])
     );
     begun.map_err(Error::db("claim: begin"))?;
     let mut rows = first.map_err(Error::db("claim"))?;
@@ -199,12 +190,12 @@ pub(crate) async fn claim_and_run(
         if !rows.is_empty() {
             break;
         }
-        rows = claim_rows(c, &stmt, limit, *queue, except, spec)
+        rows = claim_rows(db, stmt, limit, *queue, except, spec)
             .await
             .map_err(Error::db("claim"))?;
         if !rows.is_empty() {
-            suspects = c
-                .query(SUSPECTS, &[])
+            suspects = db
+                .query(&SUSPECTS, &[])
                 .await
                 .map_err(Error::db("claim: suspects"))?;
         }
@@ -258,7 +249,7 @@ pub(crate) async fn claim_and_run(
     };
     let results = run_batch(ctx, c, claimed, &mut session).await?;
     sizer.observe(count, started.elapsed());
-    finish(c, &results, Some(mark), None).await?;
+    finish(db, &results, Some(mark), None).await?;
     tx.release();
     for r in results {
         ctx.report(&r.claimed.job, r.resolution, r.duration);
@@ -268,8 +259,8 @@ pub(crate) async fn claim_and_run(
 
 /// One claim statement, over every queue but `except` or from `queue`.
 async fn claim_rows(
-    c: &Object,
-    stmt: &tokio_postgres::Statement,
+    c: Db<'_>,
+    stmt: &Sql,
     limit: i64,
     queue: Option<&String>,
     except: &[String],
@@ -292,11 +283,9 @@ async fn mark_batch(ctx: &ClaimContext, xid: &str, ids: &[i64]) -> Result<i64> {
     let mut conn =
         crate::connect::PooledConn::get(&ctx.ledger_pool, "claim: no connection to mark the batch")
             .await?;
-    let stmt = conn
-        .prepare_cached(BATCH_MARK)
-        .await
-        .map_err(Error::db("claim: prepare"))?;
-    let r = conn.query_one(&stmt, &[&xid, &ids, &ctx.worker_id]).await;
+    let r = Db::pooled(&conn, ctx.config.prepared_statements)
+        .query_one(&BATCH_MARK, &[&xid, &ids, &ctx.worker_id])
+        .await;
     Ok(conn
         .check(r)
         .map_err(Error::db("claim: mark batch"))?
@@ -309,7 +298,7 @@ async fn run_suspects(ctx: &ClaimContext, ids: Vec<i64>) -> Result<()> {
         let mut conn =
             crate::connect::PooledConn::get(&ctx.ledger_pool, "claim: no connection to adopt")
                 .await?;
-        let r = conn.query_one(ADOPT_STALE, &[]).await;
+        let r = Db::unnamed(&conn).query_one(&ADOPT_STALE, &[]).await;
         let adopted: i64 = conn.check(r).map_err(Error::db("claim: adopt"))?.get(0);
         if adopted > 0 {
             tracing::warn!(
@@ -333,14 +322,14 @@ async fn run_suspect(ctx: &ClaimContext, id: i64) -> Result<()> {
         .get()
         .await
         .map_err(Error::pool("claim: no connection"))?;
-    let stmt = conn
-        .prepare_cached(CLAIM_ONE)
-        .await
-        .map_err(Error::db("claim: prepare"))?;
     let tx = OpenTx { conn: Some(conn) };
     let c = tx.conn();
+    let db = Db::pooled(c, ctx.config.prepared_statements);
     let params: [&(dyn ToSql + Sync); 1] = [&id];
-    let (begun, rows) = tokio::join!(c.batch_execute(&ctx.begin_sql), c.query(&stmt, &params));
+    let (begun, rows) = tokio::join!(
+        c.batch_execute(&ctx.begin_sql),
+        db.query(&CLAIM_ONE, &params)
+    );
     begun.map_err(Error::db("claim: begin"))?;
     let rows = rows.map_err(Error::db("claim"))?;
     let Some(row) = rows.first() else {
@@ -357,7 +346,9 @@ async fn run_suspect(ctx: &ClaimContext, id: i64) -> Result<()> {
         let mut conn =
             crate::connect::PooledConn::get(&ctx.ledger_pool, "claim: no connection to charge")
                 .await?;
-        let r = conn.query_one(CHARGE, &[&id]).await;
+        let r = Db::pooled(&conn, ctx.config.prepared_statements)
+            .query_one(&CHARGE, &[&id])
+            .await;
         conn.check(r).map_err(Error::db("claim: charge"))?.get(0)
     };
     claimed.job.attempt += charged;
@@ -372,7 +363,7 @@ async fn run_suspect(ctx: &ClaimContext, id: i64) -> Result<()> {
         backend_pid,
     };
     let results = run_batch(ctx, c, vec![claimed], &mut session).await?;
-    finish(c, &results, None, Some(&[id])).await?;
+    finish(db, &results, None, Some(&[id])).await?;
     tx.release();
     for r in results {
         ctx.report(&r.claimed.job, r.resolution, r.duration);
@@ -440,7 +431,12 @@ async fn run_group(
         .map(|c| ctx.timeout_of(&c.job))
         .max()
         .unwrap_or(ctx.config.job_timeout);
-    set_limits(c, session, timeout).await?;
+    set_limits(
+        Db::pooled(c, ctx.config.prepared_statements),
+        session,
+        timeout,
+    )
+    .await?;
     c.batch_execute("SAVEPOINT pgwake_batch")
         .await
         .map_err(Error::db("claim: savepoint"))?;
@@ -489,22 +485,19 @@ async fn run_group(
 /// its idle clock has restarted recently enough for the job to run its
 /// full time (a batch of jobs that never touch the connection must not be
 /// cut off by a limit meant for one job).
-async fn set_limits(c: &Object, session: &mut Session, timeout: Duration) -> Result<()> {
+async fn set_limits(db: Db<'_>, session: &mut Session, timeout: Duration) -> Result<()> {
     if session.limits_for != Some(timeout) {
         let ms = (timeout + crate::config::IDLE_TIMEOUT_MARGIN)
             .as_millis()
             .to_string();
-        c.execute(
-            "SELECT set_config('idle_in_transaction_session_timeout', $1, true), \
-                    set_config('statement_timeout', $1, true)",
-            &[&ms],
-        )
-        .await
-        .map_err(Error::db("claim: limits"))?;
+        db.execute(&SET_LIMITS, &[&ms])
+            .await
+            .map_err(Error::db("claim: limits"))?;
         session.limits_for = Some(timeout);
         session.last_sent = Instant::now();
     } else if session.last_sent.elapsed() > crate::config::IDLE_TIMEOUT_MARGIN / 2 {
-        c.simple_query("")
+        db.client()
+            .simple_query("")
             .await
             .map_err(Error::db("claim: keepalive"))?;
         session.last_sent = Instant::now();
@@ -525,7 +518,12 @@ async fn run_one(
         Err(resolution) => return Ok((resolution, Duration::ZERO)),
     };
     let timeout = ctx.timeout_of(job);
-    set_limits(c, session, timeout).await?;
+    set_limits(
+        Db::pooled(c, ctx.config.prepared_statements),
+        session,
+        timeout,
+    )
+    .await?;
     let claim_tx = ClaimTx {
         client: c,
         savepoint: Default::default(),
@@ -583,7 +581,8 @@ async fn run_one(
 async fn cancel_backend(ctx: &ClaimContext, pid: i32) {
     let result = async {
         let conn = ctx.pool.get().await.map_err(|e| e.to_string())?;
-        conn.execute("SELECT pg_cancel_backend($1)", &[&pid])
+        Db::unnamed(&conn)
+            .execute(&CANCEL_BACKEND, &[&pid])
             .await
             .map_err(|e| e.to_string())
     }
@@ -698,7 +697,7 @@ fn columns<'a>(results: impl Iterator<Item = (&'a Claimed, &'a Resolution)>) -> 
 /// delays bounded), each job's outcome is written alone, so one job's write
 /// can never undo its siblings' work.
 async fn finish(
-    c: &Object,
+    db: Db<'_>,
     results: &[Ran],
     mark: Option<i64>,
     clear: Option<&[i64]>,
@@ -706,30 +705,23 @@ async fn finish(
     let (back, dead) = columns(results.iter().map(|r| (&r.claimed, &r.resolution)));
     let bookkeeping = async {
         if let Some(token) = mark {
-            c.execute(BATCH_CLEAR, &[&token]).await?;
+            db.execute(&BATCH_CLEAR, &[&token]).await?;
         }
         if let Some(ids) = clear {
-            c.execute(CLEAR_ATTEMPTS, &[&ids]).await?;
+            db.execute(&CLEAR_ATTEMPTS, &[&ids]).await?;
         }
         Ok::<_, tokio_postgres::Error>(())
     };
+    let c = db.client();
     if back.is_empty() && dead.is_empty() {
         let (b, commit) = tokio::join!(bookkeeping, c.batch_execute("COMMIT"));
         b.and(commit).map_err(Error::db("claim: commit"))?;
         return Ok(());
     }
-    let (savepoint, requeue_stmt, bury_stmt) = tokio::join!(
-        c.batch_execute("SAVEPOINT pgwake_outcomes"),
-        c.prepare_cached(REQUEUE),
-        c.prepare_cached(BURY)
-    );
-    savepoint.map_err(Error::db("claim: savepoint"))?;
-    let (requeue_stmt, bury_stmt) = (
-        requeue_stmt.map_err(Error::db("claim: prepare"))?,
-        bury_stmt.map_err(Error::db("claim: prepare"))?,
-    );
-    let stmts = (&requeue_stmt, &bury_stmt);
-    if let Err(e) = write_outcomes(c, stmts, &back, &dead).await {
+    c.batch_execute("SAVEPOINT pgwake_outcomes")
+        .await
+        .map_err(Error::db("claim: savepoint"))?;
+    if let Err(e) = write_outcomes(db, &back, &dead).await {
         if crate::error::pg_is_connection_lost(&e) {
             return Err(Error::db("claim: writing outcomes")(e));
         }
@@ -738,7 +730,7 @@ async fn finish(
             .await
             .map_err(Error::db("claim: writing outcomes"))?;
         for r in results {
-            write_alone(c, stmts, r).await?;
+            write_alone(db, r).await?;
         }
     }
     let (b, commit) = tokio::join!(bookkeeping, c.batch_execute("COMMIT"));
@@ -746,13 +738,9 @@ async fn finish(
     Ok(())
 }
 
-/// The requeue and bury statements (prepared on the claim connection).
-type OutcomeStatements<'a> = (&'a tokio_postgres::Statement, &'a tokio_postgres::Statement);
-
 /// Requeue `back` and bury `dead`, pipelined.
 async fn write_outcomes(
-    c: &Object,
-    (requeue, bury): OutcomeStatements<'_>,
+    db: Db<'_>,
     back: &Columns,
     dead: &Columns,
 ) -> std::result::Result<(), tokio_postgres::Error> {
@@ -760,13 +748,13 @@ async fn write_outcomes(
         if back.is_empty() {
             return Ok(0);
         }
-        c.execute(requeue, &back.requeue_params()).await
+        db.execute(&REQUEUE, &back.requeue_params()).await
     };
     let bury = async {
         if dead.is_empty() {
             return Ok(0);
         }
-        c.execute(bury, &dead.bury_params()).await
+        db.execute(&BURY, &dead.bury_params()).await
     };
     tokio::try_join!(requeue, bury).map(|_| ())
 }
@@ -774,21 +762,22 @@ async fn write_outcomes(
 /// One job's outcome in its own savepoint; if even that fails, the job is
 /// handed back unchanged (and if that fails too, the batch fails: every job
 /// returns to the queue, nothing is lost).
-async fn write_alone(c: &Object, stmts: OutcomeStatements<'_>, r: &Ran) -> Result<()> {
+async fn write_alone(db: Db<'_>, r: &Ran) -> Result<()> {
     if r.resolution == Resolution::Done {
         return Ok(());
     }
+    let c = db.client();
     c.batch_execute("SAVEPOINT pgwake_outcome")
         .await
         .map_err(Error::db("claim: savepoint"))?;
     let (back, dead) = columns(std::iter::once((&r.claimed, &r.resolution)));
-    if let Err(e) = write_outcomes(c, stmts, &back, &dead).await {
+    if let Err(e) = write_outcomes(db, &back, &dead).await {
         tracing::error!(job = r.claimed.job.id, error = %crate::error::PgDisplay(&e), "writing a job's outcome failed; handing it back unchanged");
         c.batch_execute("ROLLBACK TO SAVEPOINT pgwake_outcome")
             .await
             .map_err(Error::db("claim: writing outcomes"))?;
         let (back, dead) = columns(std::iter::once((&r.claimed, &Resolution::Returned)));
-        write_outcomes(c, stmts, &back, &dead)
+        write_outcomes(db, &back, &dead)
             .await
             .map_err(Error::db("claim: handing a job back"))?;
     }

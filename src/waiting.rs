@@ -36,6 +36,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::error::{Error, Result};
 use crate::health::Health;
+use crate::sql::{self, Db};
 use crate::wake::{Trigger, Wakeup};
 
 /// How long after the last claim that found jobs the worker still counts as
@@ -209,19 +210,16 @@ impl Registration {
     /// [`SETTLE_MAX`] (a long producer transaction is the documented window).
     async fn settle(&self) -> Result<()> {
         let conn = crate::connect::PooledConn::get(&self.pool, "waiting registration").await?;
-        let snapshot: String = conn
-            .query_one(include_str!("sql/waiting_snapshot.sql"), &[])
+        let db = Db::unnamed(&conn);
+        let snapshot: String = db
+            .query_one(&sql::WAITING_SNAPSHOT, &[])
             .await
             .map_err(Error::db("waiting registration: snapshot"))?
             .get(0);
-        let stmt = conn
-            .prepare_cached(include_str!("sql/waiting_settled.sql"))
-            .await
-            .map_err(Error::db("waiting registration: settle"))?;
         let deadline = Instant::now() + SETTLE_MAX;
         loop {
-            let settled: bool = conn
-                .query_one(&stmt, &[&snapshot])
+            let settled: bool = db
+                .query_one(&sql::WAITING_SETTLED, &[&snapshot])
                 .await
                 .map_err(Error::db("waiting registration: settle"))?
                 .get(0);
@@ -235,13 +233,9 @@ impl Registration {
     async fn apply(&self, register: bool) -> Result<()> {
         let mut conn = crate::connect::PooledConn::get(&self.pool, "waiting registration").await?;
         if register {
-            let stmt = conn
-                .prepare_cached(include_str!("sql/waiting_register.sql"))
-                .await
-                .map_err(Error::db("waiting registration"))?;
-            let r = conn
+            let r = Db::unnamed(&conn)
                 .execute(
-                    &stmt,
+                    &sql::WAITING_REGISTER,
                     &[
                         &self.worker_id,
                         &self.queues,
@@ -251,11 +245,9 @@ impl Registration {
                 .await;
             conn.check(r).map_err(Error::db("waiting registration"))?;
         } else {
-            let stmt = conn
-                .prepare_cached(include_str!("sql/waiting_unregister.sql"))
-                .await
-                .map_err(Error::db("waiting registration"))?;
-            let r = conn.execute(&stmt, &[&self.worker_id]).await;
+            let r = Db::unnamed(&conn)
+                .execute(&sql::WAITING_UNREGISTER, &[&self.worker_id])
+                .await;
             conn.check(r).map_err(Error::db("waiting registration"))?;
         }
         Ok(())

@@ -296,9 +296,16 @@ impl Worker {
     }
 
     /// Start-up checks: the database answers, the schema is this binary's,
-    /// every handler is usable.
+    /// every handler is usable, and a transaction-mode pooler in front of
+    /// the claims gets what it can carry (`connect::check_pooling`).
     pub async fn check(&self) -> Result<()> {
         let client = connect::connect(&self.db).await?;
+        // One transaction: through a transaction-mode pooler its statements
+        // (named ones among them) all run on one server connection.
+        client
+            .batch_execute("BEGIN")
+            .await
+            .map_err(Error::db("start-up check"))?;
         crate::schema::check(&client).await?;
         for task in self.registry.tasks() {
             if let Some(h) = self.registry.get(&task) {
@@ -307,7 +314,18 @@ impl Worker {
                     .map_err(|e| Error::Config(e.to_string()))?;
             }
         }
-        Ok(())
+        client
+            .batch_execute("ROLLBACK")
+            .await
+            .map_err(Error::db("start-up check"))?;
+        let listen_through_pool =
+            self.config.listen && connect::describe(&self.listen_db) == connect::describe(&self.db);
+        connect::check_pooling(
+            &self.pool,
+            self.config.prepared_statements,
+            listen_through_pool,
+        )
+        .await
     }
 
     fn context(

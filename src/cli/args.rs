@@ -122,6 +122,12 @@ pub struct RunArgs {
     /// claims go through PgBouncer in transaction mode (which cannot LISTEN).
     #[arg(long, env = "PGWAKE_LISTEN_DATABASE_URL", hide_env_values = true)]
     pub listen_database_url: Option<String>,
+    /// How the claim path sends statements: `cached` (named prepared statements, prepared once
+    /// per connection: direct or session pooling) or `unnamed` (never a named prepared statement:
+    /// PgBouncer in transaction mode).
+    #[arg(long, env = "PGWAKE_PREPARED_STATEMENTS", value_name = "cached|unnamed",
+          default_value_t = config::PREPARED_STATEMENTS_DEFAULT)]
+    pub prepared_statements: config::PreparedStatements,
     /// Handler per task: TASK=exec:COMMAND [ARGS] or TASK=sql:[SCHEMA.]FUNCTION; `*` matches
     /// every task. Repeatable, one per task.
     #[arg(long = "handler", value_name = "TASK=KIND:SPEC", required = true)]

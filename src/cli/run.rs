@@ -29,6 +29,7 @@ pub fn worker_config(args: &RunArgs) -> Result<WorkerConfig, Error> {
         lease_duration: args.lease_duration.into(),
         tx_queues: args.tx_queues.clone(),
         rescue_interval: args.rescue_interval.into(),
+        prepared_statements: args.prepared_statements,
         ..WorkerConfig::default()
     };
     config.validate()?;

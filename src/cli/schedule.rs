@@ -109,8 +109,8 @@ async fn add(args: AddArgs) -> Result<(), Error> {
         schedules::add(&client, &schedule).await
     }
     .map_err(cli_error)?;
-    let now: chrono::DateTime<chrono::Utc> = client
-        .query_one("SELECT now()", &[])
+    let now: chrono::DateTime<chrono::Utc> = pgwake::sql::Db::unnamed(&client)
+        .query_one(&pgwake::sql::SCHEDULE_NOW, &[])
         .await
         .map_err(Error::db("reading the database clock"))?
         .get(0);

@@ -7,16 +7,26 @@
 //! failed attempt with the server's message as `last_error`.
 //!
 //! On a queue forced into `lease` mode the function runs on a pooled
-//! connection; if the job times out (or stops) while the function runs, the
-//! statement is cancelled on the server and that connection is closed, not
-//! returned to the pool.
+//! connection, in a transaction of its own; if the job times out (or stops)
+//! while the function runs, the statement is cancelled on the server and
+//! that connection is closed, not returned to the pool. The transaction is
+//! what makes the cancel safe through a transaction-mode pooler: the server
+//! process whose pid is read first stays this connection's until COMMIT,
+//! where outside a transaction the next statement may run on another one
+//! and the cancel would hit another client's statement.
+//!
+//! Both statements are sent unnamed (one round trip, no prepared statement
+//! left on the connection), so they work through any pooler.
 
 use async_trait::async_trait;
 use deadpool_postgres::{Object, Pool};
 
+use tokio_postgres::types::Type;
+
 use crate::error::{Error, Result};
 use crate::handler::{BoxError, Handler, JobContext};
 use crate::job::{Job, Outcome};
+use crate::sql::{self, Db};
 
 /// Calls a SQL function per job.
 #[derive(Debug, Clone)]
@@ -106,7 +116,7 @@ impl Drop for Running {
         let (pool, pid) = (self.pool.clone(), self.pid);
         tokio::spawn(async move {
             if let Ok(c) = pool.get().await {
-                let _ = c.execute("SELECT pg_cancel_backend($1)", &[&pid]).await;
+                let _ = Db::unnamed(&c).execute(&sql::CANCEL_BACKEND, &[&pid]).await;
             }
         });
     }
@@ -117,25 +127,33 @@ impl Handler for SqlHandler {
     async fn handle(&self, job: &Job, ctx: JobContext<'_>) -> Result<Outcome, BoxError> {
         if let Some(tx) = ctx.transaction().await? {
             return outcome_of(
-                tx.execute(self.statement.as_str(), &[&job.payload_text])
+                Db::unnamed(tx)
+                    .execute_text(&self.statement, &[Type::TEXT], &[&job.payload_text])
                     .await,
             );
         }
         let conn = ctx.pool().get().await?;
-        let pid: i32 = conn.query_one("SELECT pg_backend_pid()", &[]).await?.get(0);
+        let (begun, pid) = tokio::join!(
+            conn.batch_execute("BEGIN"),
+            Db::unnamed(&conn).query_one(&sql::BACKEND_PID, &[])
+        );
+        begun?;
+        let pid: i32 = pid?.get(0);
         let running = Running {
             conn: Some(conn),
             pid,
             pool: ctx.pool().clone(),
         };
-        let result = running
-            .conn
-            .as_ref()
-            .expect("present")
-            .execute(self.statement.as_str(), &[&job.payload_text])
+        let c = running.conn.as_ref().expect("present");
+        let result = Db::unnamed(c)
+            .execute_text(&self.statement, &[Type::TEXT], &[&job.payload_text])
+            .await;
+        let end = c
+            .batch_execute(if result.is_ok() { "COMMIT" } else { "ROLLBACK" })
             .await;
         drop(running.finished());
-        outcome_of(result)
+        // A failed COMMIT undid the function's writes: a failed attempt.
+        outcome_of(result.and_then(|n| end.map(|()| n)))
     }
 
     fn decodes_payload(&self) -> bool {
@@ -152,8 +170,8 @@ impl Handler for SqlHandler {
         tx: &tokio_postgres::Client,
     ) -> Result<Option<Vec<Outcome>>, BoxError> {
         let payloads: Vec<&str> = jobs.iter().map(|j| j.payload_text.as_str()).collect();
-        match tx
-            .execute(self.batch_statement.as_str(), &[&payloads])
+        match Db::unnamed(tx)
+            .execute_text(&self.batch_statement, &[Type::TEXT_ARRAY], &[&payloads])
             .await
         {
             Ok(_) => Ok(Some(vec![Outcome::Done; jobs.len()])),

@@ -18,6 +18,7 @@ use super::{RoundReport, Served};
 use crate::cron::CronSchedule;
 use crate::error::{Error, Result};
 use crate::metrics;
+use crate::sql::{self, Db};
 
 /// Claim up to `batch` due schedules and serve them; returns what was done,
 /// per schedule for the metrics (to be recorded once committed).
@@ -29,8 +30,8 @@ pub(super) async fn serve(
         .transaction()
         .await
         .map_err(Error::db("scheduler: begin"))?;
-    let rows = tx
-        .query(include_str!("../sql/schedule_claim.sql"), &[&batch])
+    let rows = Db::unnamed(tx.client())
+        .query(&sql::SCHEDULE_CLAIM, &[&batch])
         .await
         .map_err(Error::db("scheduler: claim"))?;
     let plans: Vec<Plan> = rows.iter().map(Plan::of_row).collect();
@@ -148,15 +149,13 @@ async fn apply(tx: &tokio_postgres::Transaction<'_>, plans: &[Plan]) -> Result<V
     let waiting: HashSet<i64> = if previous.is_empty() {
         HashSet::new()
     } else {
-        tx.query(
-            include_str!("../sql/schedule_previous_waiting.sql"),
-            &[&previous],
-        )
-        .await
-        .map_err(Error::db("scheduler: previous jobs"))?
-        .iter()
-        .map(|r| r.get(0))
-        .collect()
+        Db::unnamed(tx.client())
+            .query(&sql::SCHEDULE_PREVIOUS_WAITING, &[&previous])
+            .await
+            .map_err(Error::db("scheduler: previous jobs"))?
+            .iter()
+            .map(|r| r.get(0))
+            .collect()
     };
 
     let mut served: Vec<Served> = Vec::with_capacity(plans.len());
@@ -201,15 +200,16 @@ async fn apply(tx: &tokio_postgres::Transaction<'_>, plans: &[Plan]) -> Result<V
     let mut ids = if tick.is_empty() {
         Vec::new()
     } else {
-        tx.query(
-            include_str!("../sql/schedule_enqueue.sql"),
-            &[&task, &payload, &queue, &priority, &tick],
-        )
-        .await
-        .map_err(Error::db("scheduler: enqueue"))?
-        .iter()
-        .map(|r| r.get::<_, i64>(0))
-        .collect::<Vec<_>>()
+        Db::unnamed(tx.client())
+            .query(
+                &sql::SCHEDULE_ENQUEUE,
+                &[&task, &payload, &queue, &priority, &tick],
+            )
+            .await
+            .map_err(Error::db("scheduler: enqueue"))?
+            .iter()
+            .map(|r| r.get::<_, i64>(0))
+            .collect::<Vec<_>>()
     }
     .into_iter();
 
@@ -230,28 +230,27 @@ async fn apply(tx: &tokio_postgres::Transaction<'_>, plans: &[Plan]) -> Result<V
         adv.waiting.push(s.waiting as i64);
     }
     if !adv.name.is_empty() {
-        tx.execute(
-            include_str!("../sql/schedule_advance.sql"),
-            &[
-                &adv.name,
-                &adv.next_tick,
-                &adv.last_tick,
-                &adv.last_job,
-                &adv.enqueued,
-                &adv.missed,
-                &adv.waiting,
-            ],
-        )
-        .await
-        .map_err(Error::db("scheduler: advance"))?;
+        Db::unnamed(tx.client())
+            .execute(
+                &sql::SCHEDULE_ADVANCE,
+                &[
+                    &adv.name,
+                    &adv.next_tick,
+                    &adv.last_tick,
+                    &adv.last_job,
+                    &adv.enqueued,
+                    &adv.missed,
+                    &adv.waiting,
+                ],
+            )
+            .await
+            .map_err(Error::db("scheduler: advance"))?;
     }
     if !bad_names.is_empty() {
-        tx.execute(
-            include_str!("../sql/schedule_invalid.sql"),
-            &[&bad_names, &bad_reasons],
-        )
-        .await
-        .map_err(Error::db("scheduler: mark invalid"))?;
+        Db::unnamed(tx.client())
+            .execute(&sql::SCHEDULE_INVALID, &[&bad_names, &bad_reasons])
+            .await
+            .map_err(Error::db("scheduler: mark invalid"))?;
     }
     Ok(served)
 }
