@@ -137,8 +137,14 @@ impl Handler for SqlHandler {
             conn.batch_execute("BEGIN"),
             Db::unnamed(&conn).query_one(&sql::BACKEND_PID, &[])
         );
-        begun?;
-        let pid: i32 = pid?.get(0);
+        let pid: i32 = match (begun, pid) {
+            (Ok(()), Ok(row)) => row.get(0),
+            (Err(e), _) | (_, Err(e)) => {
+                // Possibly inside a transaction: never back to the pool.
+                drop(Object::take(conn));
+                return Err(e.into());
+            }
+        };
         let running = Running {
             conn: Some(conn),
             pid,
