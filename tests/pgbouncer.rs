@@ -493,6 +493,8 @@ async fn a_full_workload_through_transaction_pooling_with_unnamed_statements_los
     let dead = pgwake_ok(&tx_url, &["dead", "list", "--json"], "");
     assert_eq!(dead.matches("always fails").count(), 10, "{dead}");
     w.shutdown().await;
+    let purged = pgwake_ok(&tx_url, &["dead", "purge", "--all"], "");
+    assert!(purged.contains("10"), "{purged}");
 
     // Nothing left behind: no job, no lease, no batch marker.
     let left: i64 = direct_client
@@ -506,6 +508,12 @@ async fn a_full_workload_through_transaction_pooling_with_unnamed_statements_los
         .unwrap()
         .get(0);
     assert_eq!(left, 0);
+    let dead_left: i64 = direct_client
+        .query_one("SELECT count(*) FROM pgwake.dead_jobs", &[])
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(dead_left, 0, "purged through the pooler");
     let errors = prepared_statement_errors(&bouncer);
     assert!(errors.is_empty(), "{errors:#?}");
 }
