@@ -163,7 +163,7 @@ impl<'a> Db<'a> {
         match self.cache {
             Some(cache) => {
                 let stmt = cache.prepare(self.client, sql.text).await?;
-                self.client.query(&stmt, params).await
+                self.client.query(&stmt, params).await.map_err(lost_named)
             }
             None => {
                 self.client
@@ -182,7 +182,10 @@ impl<'a> Db<'a> {
         match self.cache {
             Some(cache) => {
                 let stmt = cache.prepare(self.client, sql.text).await?;
-                self.client.query_one(&stmt, params).await
+                self.client
+                    .query_one(&stmt, params)
+                    .await
+                    .map_err(lost_named)
             }
             None => {
                 self.client
@@ -201,7 +204,7 @@ impl<'a> Db<'a> {
         match self.cache {
             Some(cache) => {
                 let stmt = cache.prepare(self.client, sql.text).await?;
-                self.client.execute(&stmt, params).await
+                self.client.execute(&stmt, params).await.map_err(lost_named)
             }
             None => {
                 self.client
@@ -224,6 +227,28 @@ impl<'a> Db<'a> {
             .execute_typed(text, &typed(text, types, params))
             .await
     }
+}
+
+/// A cached (named) statement the server does not have, or a name taken
+/// by another client's: the connection goes through a transaction-mode
+/// pooler the start-up check did not see (`connect::check_pooling`). Say
+/// once what to set; the error itself goes on to the caller (the claim
+/// rolls back, nothing is lost).
+fn lost_named(e: tokio_postgres::Error) -> tokio_postgres::Error {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use tokio_postgres::error::SqlState;
+    static SAID: AtomicBool = AtomicBool::new(false);
+    let lost = matches!(
+        e.code(),
+        Some(c) if *c == SqlState::INVALID_SQL_STATEMENT_NAME || *c == SqlState::DUPLICATE_PSTATEMENT
+    );
+    if lost && !SAID.swap(true, Ordering::Relaxed) {
+        tracing::error!(
+            error = %crate::error::PgDisplay(&e),
+            "a prepared statement was lost between transactions: --database-url goes through a transaction-mode pooler; set --prepared-statements unnamed (PGWAKE_PREPARED_STATEMENTS=unnamed)"
+        );
+    }
+    e
 }
 
 /// Pair each parameter with its declared type. A count that differs is a

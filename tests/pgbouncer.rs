@@ -614,3 +614,37 @@ async fn every_catalogued_statement_declares_the_parameter_types_the_server_infe
         assert_eq!(stmt.params(), sql.params, "statement {}", sql.name);
     }
 }
+
+#[tokio::test]
+async fn through_transaction_pooling_a_cached_statement_is_lost_and_an_unnamed_one_is_not() {
+    use pgwake::config::PreparedStatements;
+    use pgwake::sql::{Db, WAITING_SNAPSHOT};
+    let (cluster, _direct) = migrated_cluster().await;
+    let bouncer = Bouncer::start(&cluster, 5).await;
+    let pool = pgwake::connect::pool(
+        &pgwake::connect::parse_url(&bouncer.url("app_tx")).unwrap(),
+        2,
+    )
+    .unwrap();
+    let (c1, c2) = (pool.get().await.unwrap(), pool.get().await.unwrap());
+    // Prepared (named, cached) on the server connection c1 had then…
+    let cached = Db::pooled(&c1, PreparedStatements::Cached);
+    cached.query_one(&WAITING_SNAPSHOT, &[]).await.unwrap();
+    // …which c2's transaction now holds (PgBouncer reuses the last one).
+    c2.batch_execute("BEGIN").await.unwrap();
+    let err = cached
+        .query_one(&WAITING_SNAPSHOT, &[])
+        .await
+        .expect_err("the named statement stayed on the other server connection");
+    assert_eq!(
+        err.code(),
+        Some(&tokio_postgres::error::SqlState::INVALID_SQL_STATEMENT_NAME),
+        "{err:?}"
+    );
+    // The unnamed statement, in the same situation, works every time.
+    let unnamed = Db::pooled(&c1, PreparedStatements::Unnamed);
+    for _ in 0..3 {
+        unnamed.query_one(&WAITING_SNAPSHOT, &[]).await.unwrap();
+    }
+    c2.batch_execute("ROLLBACK").await.unwrap();
+}
