@@ -1,7 +1,9 @@
 //! The Rust producer API. Jobs are enqueued through any
 //! [`GenericClient`]: a plain client (autocommit) or **the caller's own
 //! transaction**, so a job is enqueued if and only if the caller's work
-//! commits. Bulk enqueues are one statement, not one round trip per job.
+//! commits. Bulk enqueues are one statement, not one round trip per job,
+//! sent as the unnamed statement (`query_typed`): one round trip, no named
+//! prepared statement, so it works through PgBouncer in transaction mode.
 //!
 //! ```no_run
 //! # async fn f(client: &mut tokio_postgres::Client) -> pgwake::Result<()> {
