@@ -90,8 +90,20 @@ impl Bouncer {
                 .unwrap()
                 .success();
             assert!(ok, "chown the PgBouncer directory");
-            let mut c = Command::new("runuser");
-            c.args(["-u", "postgres", "--"]).arg(pgbouncer_binary());
+            // The child is pgbouncer itself (not `runuser`, which a
+            // SIGKILL at the end of the test would leave it orphaned by).
+            // SAFETY: getpwnam with a NUL-terminated name; the record is
+            // read at once, before any other getpw* call.
+            let (uid, gid) = unsafe {
+                let pw = libc::getpwnam(c"postgres".as_ptr());
+                assert!(!pw.is_null(), "no postgres user (.ci/deps creates it)");
+                ((*pw).pw_uid, (*pw).pw_gid)
+            };
+            let mut c = Command::new(pgbouncer_binary());
+            {
+                use std::os::unix::process::CommandExt;
+                c.uid(uid).gid(gid);
+            }
             c
         } else {
             Command::new(pgbouncer_binary())
@@ -129,7 +141,6 @@ impl Bouncer {
 
 impl Drop for Bouncer {
     fn drop(&mut self) {
-        // runuser forwards the signal to pgbouncer.
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
