@@ -29,6 +29,7 @@ pub fn worker_config(args: &RunArgs) -> Result<WorkerConfig, Error> {
         lease_duration: args.lease_duration.into(),
         tx_queues: args.tx_queues.clone(),
         rescue_interval: args.rescue_interval.into(),
+        cancel_poll_interval: args.cancel_poll_interval.into(),
         ..WorkerConfig::default()
     };
     config.validate()?;
