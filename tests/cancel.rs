@@ -248,7 +248,7 @@ async fn assert_tx_cancelled(db: &TestDb, id: i64) {
     assert_eq!(dead_reason(&client, id).await, "cancelled");
     let effects: i64 = db.scalar("SELECT count(*) FROM effects").await;
     assert_eq!(effects, 0, "the handler's write was rolled back");
-    assert_eq!(counts(&db).await, (0, 0), "nothing left queued or leased");
+    assert_eq!(counts(db).await, (0, 0), "nothing left queued or leased");
     eventually("no statement of the job runs any more", LONG, || async {
         let n: i64 = db
             .scalar("SELECT count(*) FROM pg_stat_activity WHERE query LIKE '%\"slow\"(%' AND state = 'active' AND pid <> pg_backend_pid()")
@@ -333,7 +333,7 @@ async fn assert_lease_cancelled(db: &TestDb, id: i64, pid: i32) {
     .await;
     let client = db.client().await;
     assert_eq!(dead_reason(&client, id).await, "cancelled");
-    assert_eq!(counts(&db).await, (0, 0), "nothing left queued or leased");
+    assert_eq!(counts(db).await, (0, 0), "nothing left queued or leased");
     let renewed = client
         .query(
             include_str!("../src/sql/lease_heartbeat.sql"),
