@@ -666,3 +666,48 @@ async fn a_cancel_racing_tx_claims_never_loses_a_job() {
 async fn a_cancel_racing_lease_claims_never_loses_a_job() {
     a_cancel_racing_claims_never_loses_a_job(true).await;
 }
+
+#[tokio::test]
+async fn the_worker_role_may_cancel_and_the_producer_role_may_not() {
+    let db = migrated_db().await;
+    let c = db.client().await;
+    for role in ["cx_producer", "cx_worker"] {
+        c.batch_execute(&format!(
+            "DO $$ BEGIN
+                 IF NOT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = '{role}') THEN
+                     CREATE ROLE {role} LOGIN PASSWORD 'pw' NOSUPERUSER NOCREATEDB NOCREATEROLE;
+                 END IF;
+             END $$;
+             GRANT CONNECT ON DATABASE {} TO {role};",
+            db.name
+        ))
+        .await
+        .unwrap();
+    }
+    c.batch_execute(
+        "SELECT pgwake.grant_producer('cx_producer'); SELECT pgwake.grant_worker('cx_worker');",
+    )
+    .await
+    .unwrap();
+    let as_role = |role: &str| {
+        let mut cfg = db.config();
+        cfg.user(role);
+        cfg.password("pw");
+        cfg
+    };
+    let producer = pgwake::connect::connect(&as_role("cx_producer"))
+        .await
+        .unwrap();
+    let id = enqueue(&producer, &NewJob::new("t", serde_json::json!({})))
+        .await
+        .unwrap();
+    let refused = pgwake::cancel(&producer, id).await.unwrap_err();
+    assert!(refused.to_string().contains("permission denied"), "{refused}");
+    let worker = pgwake::connect::connect(&as_role("cx_worker"))
+        .await
+        .unwrap();
+    assert_eq!(
+        pgwake::cancel(&worker, id).await.unwrap(),
+        CancelOutcome::Cancelled
+    );
+}
