@@ -277,10 +277,17 @@ async fn a_running_tx_job_is_stopped_its_work_rolled_back_and_it_is_recorded_can
     w.until_listening().await;
     let id = running_tx_job(&db, "cancel_tx").await;
 
-    let client = db.client().await;
-    assert_eq!(
-        pgwake::cancel(&client, id).await.unwrap(),
-        CancelOutcome::Requested
+    // Through the command line, as an operator would.
+    let url = db.url.clone();
+    let out =
+        tokio::task::spawn_blocking(move || run_pgwake(&["cancel", &id.to_string()], Some(&url)))
+            .await
+            .unwrap();
+    assert!(out.status.success(), "{}", stderr_of(&out));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        stdout.contains(&format!("{id}: cancel requested (it is running")),
+        "{stdout}"
     );
     let ev = w.next_events(1, LONG, |e| e.id == id).await.remove(0);
     assert_eq!(ev.resolution, Resolution::Cancelled);
@@ -702,7 +709,10 @@ async fn the_worker_role_may_cancel_and_the_producer_role_may_not() {
         .await
         .unwrap();
     let refused = pgwake::cancel(&producer, id).await.unwrap_err();
-    assert!(refused.to_string().contains("permission denied"), "{refused}");
+    assert!(
+        refused.to_string().contains("permission denied"),
+        "{refused}"
+    );
     let worker = pgwake::connect::connect(&as_role("cx_worker"))
         .await
         .unwrap();
