@@ -7,7 +7,8 @@
 //!    locked by a claim (tx)  ──▶ (stays with its claim)                      ├ → Requested
 //!         both: INSERT cancel_requests + NOTIFY pgwake_control 'cancel <id>' ┘
 //!    in dead_jobs                                                            → Dead
-//!    nowhere (finished, unknown)                                             → NotFound
+//!    nowhere, id issued by the jobs' identity sequence                       → Finished
+//!    nowhere, never issued                                                   → NotFound
 //!
 //!  worker: listener ── notification ──▶ CancelBook::cancel(id) ─┐
 //!          Watcher  ── every cancel_poll_interval, and after    ├─▶ the run's token fires:
@@ -56,7 +57,10 @@ pub enum CancelOutcome {
     Requested,
     /// It is already in `pgwake.dead_jobs`; nothing changed.
     Dead,
-    /// No such job, or it has finished; nothing changed.
+    /// It existed and has finished (or was purged from `dead_jobs`):
+    /// nothing changed.
+    Finished,
+    /// No job ever had this id; nothing changed.
     NotFound,
 }
 
@@ -67,6 +71,7 @@ impl CancelOutcome {
             CancelOutcome::Cancelled => "cancelled",
             CancelOutcome::Requested => "cancel_requested",
             CancelOutcome::Dead => "dead",
+            CancelOutcome::Finished => "finished",
             CancelOutcome::NotFound => "not_found",
         }
     }
@@ -81,6 +86,7 @@ impl CancelOutcome {
             "cancelled" => CancelOutcome::Cancelled,
             "cancel_requested" => CancelOutcome::Requested,
             "dead" => CancelOutcome::Dead,
+            "finished" => CancelOutcome::Finished,
             "not_found" => CancelOutcome::NotFound,
             _ => return Err(Error::Unexpected(
                 "pgwake.cancel() returned an unknown value (is the schema newer than this pgwake?)",
@@ -300,6 +306,7 @@ mod tests {
             CancelOutcome::Cancelled,
             CancelOutcome::Requested,
             CancelOutcome::Dead,
+            CancelOutcome::Finished,
             CancelOutcome::NotFound,
         ] {
             assert_eq!(CancelOutcome::parse(o.as_str()).unwrap(), o);

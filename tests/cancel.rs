@@ -168,7 +168,7 @@ async fn cancelling_unknown_finished_or_dead_ids_says_so_and_exits_2() {
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(
         stdout.contains(&format!(
-            "{finished}: not cancelled: not found (finished, or no such job)"
+            "{finished}: not cancelled: finished (no longer queued, running or dead)"
         )),
         "{stdout}"
     );
@@ -181,13 +181,14 @@ async fn cancelling_unknown_finished_or_dead_ids_says_so_and_exits_2() {
         "{stdout}"
     );
     assert!(
-        stdout.contains(&format!("{unknown}: not cancelled: not found")),
+        stdout.contains(&format!("{unknown}: not cancelled: no such job")),
         "{stdout}"
     );
     let err = stderr_of(&out);
     assert!(
         err.contains("3 of 4 jobs could not be cancelled")
             && err.contains(&format!("{unknown} (not_found)"))
+            && err.contains(&format!("{finished} (finished)"))
             && err.contains(&format!("{dead} (dead)")),
         "{err}"
     );
@@ -201,6 +202,12 @@ async fn cancelling_unknown_finished_or_dead_ids_says_so_and_exits_2() {
         .unwrap()
         .get(0);
     assert_eq!(sql, "not_found");
+    let sql: String = client
+        .query_one("SELECT pgwake.cancel($1)", &[&finished])
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(sql, "finished");
     let sql: String = client
         .query_one("SELECT pgwake.cancel($1)", &[&dead])
         .await
@@ -647,7 +654,8 @@ async fn a_cancel_racing_claims_never_loses_a_job(lease: bool) {
                 assert!(is_dead, "job {id} was cancelled while waiting");
                 assert!(!effects.contains_key(&n), "job {id} never ran");
             }
-            CancelOutcome::NotFound => assert!(is_done, "job {id} had finished"),
+            CancelOutcome::Finished => assert!(is_done, "job {id} had finished"),
+            CancelOutcome::NotFound => panic!("job {id} exists"),
             CancelOutcome::Requested => {}
             CancelOutcome::Dead => panic!("job {id}: no job here was dead before its cancel"),
         }

@@ -10,7 +10,9 @@
 --                       gone, so the running worker can neither renew nor
 --                       complete it) and its worker stops the handler;
 --   'dead'              it is already in pgwake.dead_jobs: nothing to cancel;
---   'not_found'         no such job, or it has finished.
+--   'finished'          it existed (its id was issued) and is neither queued,
+--                       running nor dead: it finished (or was purged);
+--   'not_found'         no job ever had this id.
 --
 -- A claim and a cancel cannot both win: a waiting job is taken with
 -- FOR UPDATE SKIP LOCKED, the same lock a claim takes; a row that a claim
@@ -86,6 +88,12 @@ BEGIN
     END LOOP;
     IF EXISTS (SELECT 1 FROM pgwake.dead_jobs d WHERE d.id = cancel.job_id) THEN
         RETURN 'dead';
+    END IF;
+    -- Ids come from the table's identity sequence: one at or below its last
+    -- value was issued to a job that has since left every table.
+    IF cancel.job_id > 0 AND cancel.job_id <= coalesce(
+           pg_sequence_last_value(pg_get_serial_sequence('pgwake.jobs', 'id')::regclass), 0) THEN
+        RETURN 'finished';
     END IF;
     RETURN 'not_found';
 END

@@ -27,7 +27,10 @@ fn describe(outcome: CancelOutcome) -> &'static str {
             "cancel requested (it is running; its worker stops it and records it in dead_jobs as cancelled)"
         }
         CancelOutcome::Dead => "not cancelled: already dead (in dead_jobs)",
-        CancelOutcome::NotFound => "not cancelled: not found (finished, or no such job)",
+        CancelOutcome::Finished => {
+            "not cancelled: finished (no longer queued, running or dead)"
+        }
+        CancelOutcome::NotFound => "not cancelled: no such job",
     }
 }
 
@@ -55,8 +58,13 @@ pub async fn command(args: CancelArgs) -> Result<(), Error> {
     if refused.is_empty() {
         return Ok(());
     }
+    let others = if refused.len() < args.ids.len() {
+        "; the others were"
+    } else {
+        ""
+    };
     Err(Error::Config(format!(
-        "{} of {} jobs could not be cancelled: {}; the others were",
+        "{} of {} jobs could not be cancelled: {}{others}",
         refused.len(),
         args.ids.len(),
         refused.join(", ")
