@@ -729,3 +729,70 @@ async fn the_worker_role_may_cancel_and_the_producer_role_may_not() {
         CancelOutcome::Cancelled
     );
 }
+
+#[tokio::test]
+async fn a_cancel_outlives_a_worker_that_crashed_before_it_heard_of_it() {
+    // Worker A hears nothing (its listener points nowhere, it never polls)
+    // and is killed with -9 while the job runs: the server rolls the claim
+    // back and the job is queued again, its cancel request with it. Worker
+    // B claims it and stops it: the job ends cancelled, its work undone.
+    let db = migrated_db().await;
+    create_slow_sql_function(&db).await;
+    let mut a = spawn_pgwake_run(
+        &db.url,
+        &[
+            "--handler",
+            "slow=sql:slow",
+            "--job-timeout",
+            "10m",
+            "--cancel-poll-interval",
+            "1h",
+            "--listen-database-url",
+            "postgres://nobody@127.0.0.1:1/nowhere",
+        ],
+    );
+    let id = running_tx_job(&db, "crash_tx").await;
+    let client = db.client().await;
+    assert_eq!(
+        pgwake::cancel(&client, id).await.unwrap(),
+        CancelOutcome::Requested
+    );
+    send_signal(&a, libc::SIGKILL);
+    let _ = a.wait();
+    // A backend inside pg_sleep notices its client is gone only at its
+    // statement_timeout; end it as the server eventually would.
+    client
+        .execute(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity
+             WHERE datname = current_database() AND query LIKE '%\"slow\"(%' AND pid <> pg_backend_pid()",
+            &[],
+        )
+        .await
+        .unwrap();
+    eventually("the claim is rolled back", LONG, || async {
+        let n: i64 = db
+            .scalar("SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND query LIKE '%\"slow\"(%' AND state = 'active' AND pid <> pg_backend_pid()")
+            .await;
+        n == 0
+    })
+    .await;
+    let requests: i64 = db
+        .scalar("SELECT count(*) FROM pgwake.cancel_requests")
+        .await;
+    assert_eq!(requests, 1, "the request outlived the worker");
+
+    let worker = Worker::builder(db.config())
+        .config(WorkerConfig {
+            job_timeout: Duration::from_secs(600),
+            poll_interval: Duration::from_millis(200),
+            ..test_config()
+        })
+        .handler("slow", SqlHandler::parse("slow").unwrap())
+        .build()
+        .unwrap();
+    let mut b = Running::start(worker);
+    let ev = b.next_events(1, LONG, |e| e.id == id).await.remove(0);
+    assert_eq!(ev.resolution, Resolution::Cancelled);
+    assert_tx_cancelled(&db, id).await;
+    b.shutdown().await;
+}
