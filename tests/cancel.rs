@@ -241,7 +241,7 @@ async fn running_tx_job(db: &TestDb, queue: &str) -> i64 {
     .unwrap();
     eventually("the job's statement sleeps on the server", LONG, || async {
         let n: i64 = db
-            .scalar("SELECT count(*) FROM pg_stat_activity WHERE query LIKE '%\"slow\"(%' AND state = 'active' AND pid <> pg_backend_pid()")
+            .scalar("SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND query LIKE '%\"slow\"(%' AND state = 'active' AND pid <> pg_backend_pid()")
             .await;
         n == 1
     })
@@ -258,7 +258,7 @@ async fn assert_tx_cancelled(db: &TestDb, id: i64) {
     assert_eq!(counts(db).await, (0, 0), "nothing left queued or leased");
     eventually("no statement of the job runs any more", LONG, || async {
         let n: i64 = db
-            .scalar("SELECT count(*) FROM pg_stat_activity WHERE query LIKE '%\"slow\"(%' AND state = 'active' AND pid <> pg_backend_pid()")
+            .scalar("SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND query LIKE '%\"slow\"(%' AND state = 'active' AND pid <> pg_backend_pid()")
             .await;
         n == 0
     })
