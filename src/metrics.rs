@@ -198,7 +198,10 @@ pub fn describe() {
         CLAIMS,
         "Claim queries by what woke them (notify, poll, drain, reconnect) and result (hit, empty)"
     );
-    describe_counter!(NOTIFICATIONS, "NOTIFY messages received by the listener");
+    describe_counter!(
+        NOTIFICATIONS,
+        "NOTIFY messages received by the listener (wake-ups and cancel requests)"
+    );
     describe_gauge!(LISTENER_CONNECTED, "1 while the LISTEN connection is up");
     describe_counter!(
         LISTENER_RECONNECTS,
