@@ -78,8 +78,9 @@ BEGIN
             EXIT;
         END IF;
         -- Still there but skipped above: a claim holds it, so it is running
-        -- in tx mode. (A row that is there and free now went back to the
-        -- queue meanwhile: the next round takes it.)
+        -- in tx mode. (A row that is there and free went back to the queue
+        -- meanwhile; this transaction holds its lock now, so the next
+        -- round's first statement takes it.)
         IF NOT EXISTS (SELECT 1 FROM pgwake.jobs j WHERE j.id = cancel.job_id
                        FOR UPDATE SKIP LOCKED) THEN
             PERFORM pgwake.request_cancel(cancel.job_id);
