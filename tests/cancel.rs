@@ -382,6 +382,7 @@ async fn a_running_lease_job_has_its_process_killed_and_its_lease_fenced() {
         .await;
 
     let client = db.client().await;
+    let sent = std::time::Instant::now();
     assert_eq!(
         pgwake::cancel(&client, id).await.unwrap(),
         CancelOutcome::Requested
@@ -395,6 +396,11 @@ async fn a_running_lease_job_has_its_process_killed_and_its_lease_fenced() {
     assert!(done.is_empty(), "a cancelled lease cannot be completed");
 
     let ev = w.next_events(1, LONG, |e| e.id == id).await.remove(0);
+    // A figure for the record, not a threshold.
+    eprintln!(
+        "lease cancel by notification: stopped after {:?}",
+        sent.elapsed()
+    );
     assert_eq!(ev.resolution, Resolution::Cancelled);
     assert_lease_cancelled(&db, id, pid).await;
     let text = handle.render();
@@ -440,11 +446,17 @@ async fn a_cancel_sent_while_the_listener_is_down_still_stops_the_job(lease: boo
     };
     assert!(!health.listener_ok(), "the listener must be down");
     let client = db.client().await;
+    let sent = std::time::Instant::now();
     assert_eq!(
         pgwake::cancel(&client, id).await.unwrap(),
         CancelOutcome::Requested
     );
     let ev = w.next_events(1, LONG, |e| e.id == id).await.remove(0);
+    // A figure for the record, not a threshold.
+    eprintln!(
+        "lease={lease} cancel by poll (200ms interval): stopped after {:?}",
+        sent.elapsed()
+    );
     assert_eq!(ev.resolution, Resolution::Cancelled);
     assert!(!health.listener_ok(), "delivered without the listener");
     if lease {
