@@ -69,7 +69,10 @@ statements! {
     BATCH_MARK = "batch_mark" [TEXT, INT8_ARRAY, TEXT];
     BURY = "bury" [INT8_ARRAY, TEXT_ARRAY, TEXT_ARRAY, TEXT_ARRAY, INT4_ARRAY, TIMESTAMPTZ_ARRAY,
         INT4_ARRAY, INT4_ARRAY, TEXT_ARRAY, TIMESTAMPTZ_ARRAY, FLOAT8_ARRAY];
+    CANCEL = "cancel" [INT8];
     CANCEL_BACKEND = "cancel_backend" [INT4];
+    CANCEL_POLL = "cancel_poll" [INT8_ARRAY];
+    CANCEL_SWEEP = "cancel_sweep" [];
     CHARGE = "charge" [INT8];
     CLAIM_LEASE_ALL = "claim_lease_all" [INT8, TEXT_ARRAY, TEXT_ARRAY, TEXT_ARRAY, TEXT, FLOAT8];
     CLAIM_LEASE_QUEUE = "claim_lease_queue" [INT8, TEXT, TEXT_ARRAY, TEXT_ARRAY, TEXT, FLOAT8];

@@ -178,7 +178,9 @@ impl Worker {
         let schedule = Arc::new(Schedule::default());
         let service_stop = CancellationToken::new();
         let (completer, completions) = crate::leases::channel();
+        let cancels = Arc::new(crate::cancel::CancelBook::default());
         let ctx = Arc::new(self.context(
+            cancels.clone(),
             wake.clone(),
             schedule.clone(),
             stop.clone(),
@@ -201,6 +203,7 @@ impl Worker {
                 },
                 wake.clone(),
                 self.health.clone(),
+                cancels.clone(),
             );
             services.spawn(listener.run(service_stop.clone()));
             let registration = crate::waiting::Registration::new(
@@ -224,6 +227,11 @@ impl Worker {
             schedule.clone(),
         );
         services.spawn(poller.run(service_stop.clone()));
+        // Cancel requests: the fallback for notifications the listener
+        // missed. Stops with the services, after every job has ended.
+        let watcher =
+            crate::cancel::Watcher::new(pool.clone(), cancels, self.config.cancel_poll_interval);
+        services.spawn(watcher.run(service_stop.clone()));
         let rescuer = Rescuer::new(pool.clone(), self.config.rescue_interval);
         services.spawn(rescuer.run(service_stop.clone()));
         if let Some(config) = &self.config.scheduler {
@@ -330,6 +338,7 @@ impl Worker {
 
     fn context(
         &self,
+        cancels: Arc<crate::cancel::CancelBook>,
         wake: Arc<Wakeup>,
         schedule: Arc<Schedule>,
         stop: CancellationToken,
@@ -356,6 +365,7 @@ impl Worker {
             leases: Default::default(),
             completer,
             jobs: TaskTracker::new(),
+            cancels,
         }
     }
 
@@ -367,6 +377,7 @@ impl Worker {
     pub async fn claim_once(&self) -> Result<usize> {
         let (completer, completions) = crate::leases::channel();
         let ctx = Arc::new(self.context(
+            Default::default(),
             Arc::new(Wakeup::default()),
             Arc::new(Schedule::default()),
             CancellationToken::new(),

@@ -30,6 +30,7 @@ pub fn worker_config(args: &RunArgs) -> Result<WorkerConfig, Error> {
         tx_queues: args.tx_queues.clone(),
         rescue_interval: args.rescue_interval.into(),
         prepared_statements: args.prepared_statements,
+        cancel_poll_interval: args.cancel_poll_interval.into(),
         ..WorkerConfig::default()
     };
     config.validate()?;
