@@ -3,7 +3,8 @@
 //!
 //! - transaction pooling with a pool smaller than the clients, so server
 //!   connections are really shared: producers (`pgwake enqueue`, the Rust
-//!   client, `pgwake schedule`, `pgwake stats`, `pgwake dead`) and the
+//!   client, `pgwake schedule`, `pgwake stats`, `pgwake dead`, `pgwake
+//!   cancel`) and the
 //!   worker's claims in both delivery modes with `--prepared-statements
 //!   unnamed`; the default (named, cached statements) is refused at start
 //!   with the flag to set, and so is LISTEN through the pooler;
@@ -503,9 +504,13 @@ async fn a_full_workload_through_transaction_pooling_with_unnamed_statements_los
     assert!(stats.contains("\"dead\": 10"), "{stats}");
     let dead = pgwake_ok(&tx_url, &["dead", "list", "--json"], "");
     assert_eq!(dead.matches("always fails").count(), 10, "{dead}");
+    // `pgwake cancel` through the pooler: a job due in an hour leaves the
+    // queue for the dead jobs.
+    let later = pgwake_ok(&tx_url, &["enqueue", "--task", "ok", "--delay", "1h"], "");
+    pgwake_ok(&tx_url, &["cancel", later.trim()], "");
     w.shutdown().await;
     let purged = pgwake_ok(&tx_url, &["dead", "purge", "--all"], "");
-    assert!(purged.contains("10"), "{purged}");
+    assert!(purged.contains("11"), "{purged}");
 
     // Nothing left behind: no job, no lease, no batch marker.
     let left: i64 = direct_client
