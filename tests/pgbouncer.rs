@@ -4,9 +4,8 @@
 //! - transaction pooling with a pool smaller than the clients, so server
 //!   connections are really shared: producers (`pgwake enqueue`, the Rust
 //!   client, `pgwake schedule`, `pgwake stats`, `pgwake dead`, `pgwake
-//!   cancel`) and the
-//!   worker's claims in both delivery modes with `--prepared-statements
-//!   unnamed`; the default (named, cached statements) is refused at start
+//!   cancel`) and the worker's claims in both delivery modes with
+//!   `--prepared-statements unnamed`; the default (named, cached statements) is refused at start
 //!   with the flag to set, and so is LISTEN through the pooler;
 //! - session pooling: the worker with its default cached statements.
 //!
