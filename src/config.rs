@@ -125,6 +125,10 @@ pub struct WorkerConfig {
     /// on this worker (the other workers still serve every schedule).
     /// Default on, with `SchedulerConfig::default()`.
     pub scheduler: Option<crate::scheduler::SchedulerConfig>,
+    /// History of finished jobs and its retention (`crate::history`).
+    /// Default: leave the database's setting as it is (history is off
+    /// unless turned on).
+    pub history: crate::history::HistoryConfig,
 }
 
 impl Default for WorkerConfig {
@@ -150,6 +154,7 @@ impl Default for WorkerConfig {
             rescue_interval: RESCUE_INTERVAL_DEFAULT,
             sample_interval: Some(SAMPLE_INTERVAL_DEFAULT),
             scheduler: Some(crate::scheduler::SchedulerConfig::default()),
+            history: crate::history::HistoryConfig::default(),
         }
     }
 }
@@ -180,6 +185,7 @@ impl WorkerConfig {
     /// field) and the accepted range.
     pub fn validate(&self) -> Result<()> {
         let bad = |msg: String| Err(Error::Config(msg));
+        self.history.validate()?;
         if self.concurrency == 0 || self.concurrency > CONCURRENCY_MAX {
             return bad(format!(
                 "--concurrency must be between 1 and {CONCURRENCY_MAX} (got {})",

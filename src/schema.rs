@@ -59,6 +59,11 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "0005_delivery_v2.sql",
         sql: include_str!("../migrations/0005_delivery_v2.sql"),
     },
+    Migration {
+        version: 6,
+        name: "0006_history.sql",
+        sql: include_str!("../migrations/0006_history.sql"),
+    },
 ];
 
 /// Idempotent definitions re-applied by every migrate.

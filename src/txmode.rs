@@ -57,6 +57,7 @@ const CLEAR_ATTEMPTS: &str = include_str!("sql/clear_attempts.sql");
 const SUSPECTS: &str = include_str!("sql/suspects.sql");
 const REQUEUE: &str = include_str!("sql/requeue.sql");
 const BURY: &str = include_str!("sql/bury.sql");
+const HISTORY_DONE: &str = include_str!("sql/history_done.sql");
 
 /// How long a tx-mode batch should take to run. Batches grow (doubling, up
 /// to `--batch`) while they finish faster and shrink to fit it, so a batch
@@ -143,6 +144,8 @@ impl Drop for OpenTx {
 struct Ran {
     claimed: Claimed,
     resolution: Resolution,
+    /// The handler's result as JSON text, kept only while history is on.
+    result: Option<String>,
     duration: Duration,
 }
 
@@ -258,7 +261,7 @@ pub(crate) async fn claim_and_run(
     };
     let results = run_batch(ctx, c, claimed, &mut session).await?;
     sizer.observe(count, started.elapsed());
-    finish(c, &results, Some(mark), None).await?;
+    finish(ctx, c, &results, Some(mark), None).await?;
     tx.release();
     for r in results {
         ctx.report(&r.claimed.job, r.resolution, r.duration);
@@ -372,7 +375,7 @@ async fn run_suspect(ctx: &ClaimContext, id: i64) -> Result<()> {
         backend_pid,
     };
     let results = run_batch(ctx, c, vec![claimed], &mut session).await?;
-    finish(c, &results, None, Some(&[id])).await?;
+    finish(ctx, c, &results, None, Some(&[id])).await?;
     tx.release();
     for r in results {
         ctx.report(&r.claimed.job, r.resolution, r.duration);
@@ -412,10 +415,11 @@ async fn run_batch(
             }
         }
         for claimed in group {
-            let (resolution, duration) = run_one(ctx, c, &claimed, session).await?;
+            let (resolution, result, duration) = run_one(ctx, c, &claimed, session).await?;
             results.push(Ran {
                 claimed,
                 resolution,
+                result,
                 duration,
             });
         }
@@ -476,10 +480,14 @@ async fn run_group(
         group
             .iter()
             .zip(outcomes)
-            .map(|(claimed, outcome)| Ran {
-                claimed: claimed.clone(),
-                resolution: ctx.resolve(&claimed.job, Ended::Outcome(outcome)),
-                duration: share,
+            .map(|(claimed, outcome)| {
+                let ended = Ended::Outcome(outcome);
+                Ran {
+                    claimed: claimed.clone(),
+                    result: ctx.result_of(&ended),
+                    resolution: ctx.resolve(&claimed.job, ended),
+                    duration: share,
+                }
             })
             .collect(),
     ))
@@ -518,11 +526,11 @@ async fn run_one(
     c: &Object,
     claimed: &Claimed,
     session: &mut Session,
-) -> Result<(Resolution, Duration)> {
+) -> Result<(Resolution, Option<String>, Duration)> {
     let job = &claimed.job;
     let handler = match ctx.precheck(claimed) {
         Ok(handler) => handler,
-        Err(resolution) => return Ok((resolution, Duration::ZERO)),
+        Err(resolution) => return Ok((resolution, None, Duration::ZERO)),
     };
     let timeout = ctx.timeout_of(job);
     set_limits(c, session, timeout).await?;
@@ -564,6 +572,7 @@ async fn run_one(
         // it, or the savepoint rollback would wait behind it.
         cancel_backend(ctx, session.backend_pid).await;
     }
+    let result = ctx.result_of(&ended);
     let resolution = ctx.resolve(job, ended);
     if used {
         let sql = match resolution {
@@ -575,7 +584,7 @@ async fn run_one(
             .map_err(Error::db("claim: end of savepoint"))?;
         session.last_sent = Instant::now();
     }
-    Ok((resolution, duration))
+    Ok((resolution, result, duration))
 }
 
 /// Cancel whatever the claim connection's server process is running (a
@@ -648,7 +657,7 @@ impl Columns {
         ]
     }
 
-    fn bury_params(&self) -> [&(dyn ToSql + Sync); 11] {
+    fn bury_params<'a>(&'a self, worker: &'a String) -> [&'a (dyn ToSql + Sync); 12] {
         [
             &self.id,
             &self.queue,
@@ -661,6 +670,7 @@ impl Columns {
             &self.last_error,
             &self.created_at,
             &self.timeout,
+            worker,
         ]
     }
 }
@@ -698,11 +708,16 @@ fn columns<'a>(results: impl Iterator<Item = (&'a Claimed, &'a Resolution)>) -> 
 /// delays bounded), each job's outcome is written alone, so one job's write
 /// can never undo its siblings' work.
 async fn finish(
+    ctx: &ClaimContext,
     c: &Object,
     results: &[Ran],
     mark: Option<i64>,
     clear: Option<&[i64]>,
 ) -> Result<()> {
+    if ctx.history.on() {
+        record_done(ctx, c, results).await?;
+    }
+    let worker = &ctx.worker_id;
     let (back, dead) = columns(results.iter().map(|r| (&r.claimed, &r.resolution)));
     let bookkeeping = async {
         if let Some(token) = mark {
@@ -728,7 +743,7 @@ async fn finish(
         requeue_stmt.map_err(Error::db("claim: prepare"))?,
         bury_stmt.map_err(Error::db("claim: prepare"))?,
     );
-    let stmts = (&requeue_stmt, &bury_stmt);
+    let stmts = (&requeue_stmt, &bury_stmt, worker);
     if let Err(e) = write_outcomes(c, stmts, &back, &dead).await {
         if crate::error::pg_is_connection_lost(&e) {
             return Err(Error::db("claim: writing outcomes")(e));
@@ -746,13 +761,18 @@ async fn finish(
     Ok(())
 }
 
-/// The requeue and bury statements (prepared on the claim connection).
-type OutcomeStatements<'a> = (&'a tokio_postgres::Statement, &'a tokio_postgres::Statement);
+/// The requeue and bury statements (prepared on the claim connection), and
+/// the worker's id (recorded with dead jobs).
+type OutcomeStatements<'a> = (
+    &'a tokio_postgres::Statement,
+    &'a tokio_postgres::Statement,
+    &'a String,
+);
 
 /// Requeue `back` and bury `dead`, pipelined.
 async fn write_outcomes(
     c: &Object,
-    (requeue, bury): OutcomeStatements<'_>,
+    (requeue, bury, worker): OutcomeStatements<'_>,
     back: &Columns,
     dead: &Columns,
 ) -> std::result::Result<(), tokio_postgres::Error> {
@@ -766,7 +786,7 @@ async fn write_outcomes(
         if dead.is_empty() {
             return Ok(0);
         }
-        c.execute(bury, &dead.bury_params()).await
+        c.execute(bury, &dead.bury_params(worker)).await
     };
     tokio::try_join!(requeue, bury).map(|_| ())
 }
@@ -796,6 +816,81 @@ async fn write_alone(c: &Object, stmts: OutcomeStatements<'_>, r: &Ran) -> Resul
         .await
         .map_err(Error::db("claim: savepoint"))?;
     Ok(())
+}
+
+/// History on: record the batch's done jobs (with their results) in the
+/// claim transaction, so they commit or roll back with the jobs' removal.
+/// In a savepoint, pipelined with it: if a result cannot be stored (never
+/// expected: results are scrubbed JSON), the rows are written again
+/// without results, so a result can never cost the job its completion.
+async fn record_done(ctx: &ClaimContext, c: &Object, results: &[Ran]) -> Result<()> {
+    let done: Vec<&Ran> = results
+        .iter()
+        .filter(|r| r.resolution == Resolution::Done)
+        .collect();
+    if done.is_empty() {
+        return Ok(());
+    }
+    let ids: Vec<i64> = done.iter().map(|r| r.claimed.job.id).collect();
+    let queues: Vec<&str> = done.iter().map(|r| r.claimed.job.queue.as_str()).collect();
+    let tasks: Vec<&str> = done.iter().map(|r| r.claimed.job.task.as_str()).collect();
+    let payloads: Vec<&str> = done
+        .iter()
+        .map(|r| r.claimed.job.payload_text.as_str())
+        .collect();
+    let attempts: Vec<i32> = done.iter().map(|r| r.claimed.job.attempt).collect();
+    let created: Vec<SystemTime> = done.iter().map(|r| r.claimed.job.created_at).collect();
+    let mut values: Vec<Option<&str>> = done.iter().map(|r| r.result.as_deref()).collect();
+    let stmt = c
+        .prepare_cached(HISTORY_DONE)
+        .await
+        .map_err(Error::db("claim: prepare"))?;
+    let params = |values: &[Option<&str>]| -> Vec<Box<dyn ToSql + Sync + Send>> {
+        vec![
+            Box::new(ids.clone()),
+            Box::new(queues.iter().map(|q| q.to_string()).collect::<Vec<_>>()),
+            Box::new(tasks.iter().map(|t| t.to_string()).collect::<Vec<_>>()),
+            Box::new(payloads.iter().map(|p| p.to_string()).collect::<Vec<_>>()),
+            Box::new(attempts.clone()),
+            Box::new(created.clone()),
+            Box::new(
+                values
+                    .iter()
+                    .map(|v| v.map(str::to_string))
+                    .collect::<Vec<_>>(),
+            ),
+            Box::new(ctx.worker_id.clone()),
+        ]
+    };
+    let insert = |p: Vec<Box<dyn ToSql + Sync + Send>>| {
+        let stmt = &stmt;
+        async move {
+            let refs: Vec<&(dyn ToSql + Sync)> = p.iter().map(|b| &**b as _).collect();
+            c.execute(stmt, &refs).await
+        }
+    };
+    let (savepoint, inserted) = tokio::join!(
+        c.batch_execute("SAVEPOINT pgwake_history"),
+        insert(params(&values))
+    );
+    savepoint.map_err(Error::db("claim: savepoint"))?;
+    match inserted {
+        Ok(_) => Ok(()),
+        Err(e) if crate::error::pg_is_connection_lost(&e) => {
+            Err(Error::db("claim: recording history")(e))
+        }
+        Err(e) => {
+            tracing::error!(error = %crate::error::PgDisplay(&e), "a result could not be stored in the history; recording these jobs without results");
+            c.batch_execute("ROLLBACK TO SAVEPOINT pgwake_history")
+                .await
+                .map_err(Error::db("claim: recording history"))?;
+            values.iter_mut().for_each(|v| *v = None);
+            insert(params(&values))
+                .await
+                .map_err(Error::db("claim: recording history"))?;
+            Ok(())
+        }
+    }
 }
 
 /// Resolves once `c`'s connection is closed.

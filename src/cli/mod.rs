@@ -1,13 +1,14 @@
 //! The `pgwake` command line, one module per concern: [`args`] (flags),
 //! [`logging`], [`explain`] (error messages and exit codes), [`run`] (the
 //! worker's wiring), [`enqueue`] and [`ndjson`] (producing), [`dead`] (dead
-//! jobs), [`schedule`] (recurring jobs), and here the dispatch and the small
+//! jobs), [`schedule`] (recurring jobs), [`history`] (finished jobs), and here the dispatch and the small
 //! commands.
 
 pub mod args;
 pub mod dead;
 pub mod enqueue;
 pub mod explain;
+pub mod history;
 pub mod logging;
 pub mod ndjson;
 pub mod run;
@@ -39,6 +40,7 @@ pub async fn dispatch(command: Command) -> Result<(), Error> {
         Command::Enqueue(args) => enqueue::enqueue(args).await,
         Command::Stats { db, json } => print_stats(db, json).await,
         Command::Dead { action } => dead::command(action).await,
+        Command::History(args) => history::command(args).await,
         Command::Schedule { action } => schedule::command(action).await,
         Command::Bench(args) => crate::bench::run(args).await,
         Command::Demo(args) => {
