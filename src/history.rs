@@ -212,6 +212,15 @@ impl Maintenance {
 
     /// Maintain every `maintenance_interval` (jittered) until `shutdown`.
     pub async fn run(self, shutdown: CancellationToken) {
+        // Exported from the start (at 0), so dashboards and alerts see the
+        // series before the first partition is ever dropped.
+        for name in [
+            metrics::HISTORY_PARTITIONS_DROPPED,
+            metrics::HISTORY_ROWS_DROPPED,
+            metrics::HISTORY_MAINTENANCE_FAILURES,
+        ] {
+            ::metrics::counter!(name).increment(0);
+        }
         loop {
             tokio::select! {
                 _ = shutdown.cancelled() => return,
