@@ -527,3 +527,128 @@ async fn keep_finished_below_an_hour_is_refused_naming_the_flag() {
         stderr_of(&out)
     );
 }
+
+// ------------------------------------------------------------------ bench
+
+/// Drain `n` no-op jobs of `queue` with a fresh worker; jobs per second.
+async fn drain_rate(db: &TestDb, queue: &str, n: usize, history: KeepFinished) -> f64 {
+    let client = db.client().await;
+    client
+        .execute(
+            "INSERT INTO pgwake.jobs (queue, task, payload) \
+             SELECT $1, 'echo', jsonb_build_object('n', g) FROM generate_series(1, $2::int) g",
+            &[&queue, &(n as i32)],
+        )
+        .await
+        .unwrap();
+    let config = WorkerConfig {
+        concurrency: 8,
+        batch: 100,
+        history: HistoryConfig {
+            keep_finished: history,
+            ..HistoryConfig::default()
+        },
+        lease_queues: vec!["lq".into()],
+        ..test_config()
+    };
+    let started = std::time::Instant::now();
+    let w = Running::start(worker(db, config, &[]));
+    wait_for_every(
+        "the backlog drained",
+        Duration::from_secs(600),
+        Duration::from_millis(5),
+        async || {
+            let left: i64 = client
+                .query_one(
+                    "SELECT (SELECT count(*) FROM pgwake.jobs) + (SELECT count(*) FROM pgwake.leased_jobs)",
+                    &[],
+                )
+                .await
+                .unwrap()
+                .get(0);
+            if left == 0 { Ok(()) } else { Err(format!("{left} left")) }
+        },
+    )
+    .await;
+    let rate = n as f64 / started.elapsed().as_secs_f64();
+    w.shutdown().await;
+    rate
+}
+
+/// Figures for the README (run by hand; prints, asserts nothing about
+/// time): `cargo test --release --test history -- --ignored --nocapture`.
+#[tokio::test]
+#[ignore = "benchmark: run by hand"]
+async fn bench_history_cost_per_job_and_retention() {
+    let db = migrated_db().await;
+    let client = db.client().await;
+    let median = |mut v: Vec<f64>| {
+        v.sort_by(f64::total_cmp);
+        v[v.len() / 2]
+    };
+    for (queue, n) in [("default", 20_000), ("lq", 5_000)] {
+        let (mut off, mut on) = (Vec::new(), Vec::new());
+        // Interleaved, so drift hits both alike.
+        for _ in 0..3 {
+            off.push(drain_rate(&db, queue, n, KeepFinished::Off).await);
+            on.push(
+                drain_rate(
+                    &db,
+                    queue,
+                    n,
+                    KeepFinished::Keep(Duration::from_secs(86400)),
+                )
+                .await,
+            );
+            client
+                .batch_execute("TRUNCATE pgwake.finished_jobs")
+                .await
+                .unwrap();
+        }
+        let (off, on) = (median(off), median(on));
+        println!(
+            "{queue}: history off {off:.0} jobs/s, on {on:.0} jobs/s ({:+.1}%), {:.1} µs more per job",
+            (on / off - 1.0) * 100.0,
+            (1.0 / on - 1.0 / off) * 1e6
+        );
+    }
+    // Retention: one day of 1,000,000 rows, dropped whole, against deleting
+    // the same rows.
+    pgwake::history::apply(&client, KeepFinished::Keep(Duration::from_secs(86400)))
+        .await
+        .unwrap();
+    let fill = "INSERT INTO pgwake.finished_jobs (id, queue, task, payload, outcome, result, attempts, enqueued_at, finished_at)
+         SELECT g, 'q', 't', '{\"n\": 1}', 'done', '{\"ok\": true}', 1, now() - interval '10 days', now() - interval '10 days'
+         FROM generate_series(1, 1000000) g";
+    client
+        .batch_execute(&format!(
+            "SELECT pgwake.history_partition((now() AT TIME ZONE 'UTC')::date - 10); {fill}; ANALYZE pgwake.finished_jobs"
+        ))
+        .await
+        .unwrap();
+    let pool = pgwake::connect::pool(&db.config(), 2).unwrap();
+    let t = std::time::Instant::now();
+    let report = Maintenance::new(pool, HistoryConfig::default())
+        .run_once()
+        .await
+        .unwrap();
+    let drop_ms = t.elapsed().as_secs_f64() * 1000.0;
+    assert_eq!(report.dropped, 1);
+    client
+        .batch_execute(&format!(
+            "SELECT pgwake.history_partition((now() AT TIME ZONE 'UTC')::date - 10); {fill}"
+        ))
+        .await
+        .unwrap();
+    let t = std::time::Instant::now();
+    client
+        .batch_execute(
+            "DELETE FROM pgwake.finished_jobs WHERE finished_at < now() - interval '7 days'",
+        )
+        .await
+        .unwrap();
+    let delete_ms = t.elapsed().as_secs_f64() * 1000.0;
+    println!(
+        "retention of 1,000,000 rows: partition dropped in {drop_ms:.0} ms (maintenance round), DELETE of the same rows {delete_ms:.0} ms (plus the vacuum it leaves)"
+    );
+}
