@@ -90,19 +90,39 @@ CREATE TRIGGER dead_jobs_history_update AFTER UPDATE ON pgwake.dead_jobs
     FOR EACH STATEMENT EXECUTE FUNCTION pgwake.record_dead();
 
 -- The partition for one UTC day: `pgwake.finished_jobs_YYYYMMDD`. Returns
--- whether it was created (false: it exists). Run under the caller's
--- lock_timeout; SECURITY DEFINER so a worker role needs no DDL rights.
+-- whether it was created (false: it exists). Rows of that day already in
+-- the DEFAULT partition (written before the partition existed) are moved
+-- into it: the new table is filled first and then attached, so the default
+-- partition's check passes. Run under the caller's lock_timeout; SECURITY
+-- DEFINER so a worker role needs no DDL rights.
 CREATE FUNCTION pgwake.history_partition(day date) RETURNS boolean
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pgwake AS $$
 DECLARE
     name text := 'finished_jobs_' || to_char(day, 'YYYYMMDD');
+    lo timestamptz := day::timestamp AT TIME ZONE 'UTC';
+    hi timestamptz := (day + 1)::timestamp AT TIME ZONE 'UTC';
 BEGIN
     IF to_regclass(format('pgwake.%I', name)) IS NOT NULL THEN
         RETURN false;
     END IF;
+    IF NOT EXISTS (SELECT 1 FROM pgwake.finished_jobs_default
+                   WHERE finished_at >= lo AND finished_at < hi) THEN
+        EXECUTE format(
+            'CREATE TABLE pgwake.%I PARTITION OF pgwake.finished_jobs FOR VALUES FROM (%L) TO (%L)',
+            name, lo, hi);
+        RETURN true;
+    END IF;
     EXECUTE format(
-        'CREATE TABLE pgwake.%I PARTITION OF pgwake.finished_jobs FOR VALUES FROM (%L) TO (%L)',
-        name, day::timestamp AT TIME ZONE 'UTC', (day + 1)::timestamp AT TIME ZONE 'UTC');
+        'CREATE TABLE pgwake.%I (LIKE pgwake.finished_jobs INCLUDING DEFAULTS INCLUDING CONSTRAINTS)',
+        name);
+    EXECUTE format(
+        'WITH moved AS (DELETE FROM pgwake.finished_jobs_default
+                        WHERE finished_at >= %L AND finished_at < %L RETURNING *)
+         INSERT INTO pgwake.%I SELECT * FROM moved',
+        lo, hi, name);
+    EXECUTE format(
+        'ALTER TABLE pgwake.finished_jobs ATTACH PARTITION pgwake.%I FOR VALUES FROM (%L) TO (%L)',
+        name, lo, hi);
     RETURN true;
 END
 $$;

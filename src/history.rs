@@ -221,11 +221,17 @@ impl Maintenance {
         ] {
             ::metrics::counter!(name).increment(0);
         }
+        // The first round at once: a database where history was just turned
+        // on has no daily partition yet.
+        let mut first = true;
         loop {
-            tokio::select! {
-                _ = shutdown.cancelled() => return,
-                _ = tokio::time::sleep(crate::poller::jitter(self.config.maintenance_interval)) => {}
+            if !first {
+                tokio::select! {
+                    _ = shutdown.cancelled() => return,
+                    _ = tokio::time::sleep(crate::poller::jitter(self.config.maintenance_interval)) => {}
+                }
             }
+            first = false;
             match self.run_once().await {
                 Ok(r) if !r.failed.is_empty() => {
                     tracing::warn!(failed = ?r.failed, "history maintenance: some partitions could not be created or dropped; trying again next round")

@@ -392,6 +392,47 @@ async fn retention_drops_expired_partitions_whole_and_keeps_recent_rows() {
 }
 
 #[tokio::test]
+async fn rows_written_before_their_partition_existed_move_into_it() {
+    // History just turned on: no daily partition yet, rows land in the
+    // default partition; creating today's partition takes them along.
+    let db = migrated_db().await;
+    let client = db.client().await;
+    pgwake::history::apply(&client, KeepFinished::Keep(Duration::from_secs(86400)))
+        .await
+        .unwrap();
+    client
+        .batch_execute(
+            "INSERT INTO pgwake.finished_jobs (id, queue, task, payload, outcome, attempts, enqueued_at)
+             SELECT g, 'q', 't', '{}', 'done', 1, now() FROM generate_series(1, 5) g",
+        )
+        .await
+        .unwrap();
+    let pool = pgwake::connect::pool(&db.config(), 1).unwrap();
+    let report = Maintenance::new(pool, HistoryConfig::default())
+        .run_once()
+        .await
+        .unwrap();
+    assert!(report.failed.is_empty(), "{report:?}");
+    assert_eq!(report.created, 3, "{report:?}");
+    let homes: Vec<String> = client
+        .query(
+            "SELECT DISTINCT tableoid::regclass::text FROM pgwake.finished_jobs",
+            &[],
+        )
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    let today: String = db
+        .scalar("SELECT 'pgwake.finished_jobs_' || to_char((now() AT TIME ZONE 'UTC')::date, 'YYYYMMDD')")
+        .await;
+    assert_eq!(homes, vec![today]);
+    let n: i64 = db.scalar("SELECT count(*) FROM pgwake.finished_jobs").await;
+    assert_eq!(n, 5);
+}
+
+#[tokio::test]
 async fn maintenance_of_many_workers_at_once_creates_each_partition_once() {
     let db = migrated_db().await;
     let client = db.client().await;
@@ -526,6 +567,91 @@ async fn keep_finished_below_an_hour_is_refused_naming_the_flag() {
         "{}",
         stderr_of(&out)
     );
+}
+
+/// Lease mode: deletes its own lease while it runs (as if the lease had
+/// expired, been rescued and the job finished elsewhere), then returns a
+/// result.
+struct LosesItsLease;
+
+#[async_trait]
+impl Handler for LosesItsLease {
+    async fn handle(&self, job: &Job, ctx: JobContext<'_>) -> Result<Outcome, BoxError> {
+        let conn = ctx.pool().get().await?;
+        conn.execute("DELETE FROM pgwake.leased_jobs WHERE id = $1", &[&job.id])
+            .await?;
+        Ok(Outcome::done_with(json!({"late": true})))
+    }
+
+    fn delivery(&self) -> pgwake::Delivery {
+        pgwake::Delivery::Lease
+    }
+}
+
+#[tokio::test]
+async fn a_fenced_out_lease_records_no_history() {
+    let db = migrated_db().await;
+    let client = db.client().await;
+    let id = enqueue(&client, &NewJob::new("late", json!({})))
+        .await
+        .unwrap();
+    let w = Worker::builder(db.config())
+        .config(history_config())
+        .handler("late", LosesItsLease)
+        .build()
+        .unwrap();
+    let mut w = Running::start(w);
+    let ev = w.next_events(1, WAIT, |e| e.id == id).await;
+    w.shutdown().await;
+    assert_eq!(ev[0].outcome(), "lost");
+    assert!(history_of(&client, id).await.is_empty());
+}
+
+#[tokio::test]
+async fn a_worker_role_with_the_documented_grants_records_and_maintains_history() {
+    let db = migrated_db().await;
+    let admin = db.client().await;
+    admin
+        .batch_execute(&format!(
+            "DO $$ BEGIN
+                 IF NOT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = 'rl_history_worker') THEN
+                     CREATE ROLE rl_history_worker LOGIN PASSWORD 'pw' NOSUPERUSER NOCREATEDB NOCREATEROLE;
+                 END IF;
+             END $$;
+             GRANT CONNECT ON DATABASE {} TO rl_history_worker;
+             SELECT pgwake.grant_worker('rl_history_worker');",
+            db.name
+        ))
+        .await
+        .unwrap();
+    let mut cfg = db.config();
+    cfg.user("rl_history_worker");
+    cfg.password("pw");
+    let done = enqueue(&admin, &NewJob::new("echo", json!({})))
+        .await
+        .unwrap();
+    let dead = enqueue(
+        &admin,
+        &NewJob::new("echo", json!({"fail": true})).queue("lq"),
+    )
+    .await
+    .unwrap();
+    let w = Worker::builder(cfg.clone())
+        .config(history_config())
+        .handler("echo", Echo)
+        .build()
+        .unwrap();
+    let mut w = Running::start(w);
+    w.next_events(2, WAIT, |_| true).await;
+    w.shutdown().await;
+    assert_eq!(history_of(&admin, done).await[0].0, "done");
+    assert_eq!(history_of(&admin, dead).await[0].0, "dead");
+    let pool = pgwake::connect::pool(&cfg, 1).unwrap();
+    let report = Maintenance::new(pool, HistoryConfig::default())
+        .run_once()
+        .await
+        .unwrap();
+    assert!(report.maintained && report.failed.is_empty(), "{report:?}");
 }
 
 // ------------------------------------------------------------------ bench
