@@ -64,8 +64,8 @@ pub const SCHEDULES: &str = "pgwake_schedules";
 pub const SCHEDULE_OVERDUE: &str = "pgwake_schedule_overdue_seconds";
 /// Counter: failed scheduler rounds and schedules that could not be served.
 pub const SCHEDULER_ERRORS: &str = "pgwake_scheduler_errors_total";
-/// Counter: finished jobs this worker recorded in the history, label
-/// `outcome` (`done`, `dead`).
+/// Counter: finished jobs this worker completed or buried while history
+/// was on, label `outcome` (`done`, `dead`).
 pub const HISTORY_ROWS: &str = "pgwake_history_rows_total";
 /// Counter: expired history partitions dropped.
 pub const HISTORY_PARTITIONS_DROPPED: &str = "pgwake_history_partitions_dropped_total";
@@ -283,7 +283,7 @@ pub fn describe() {
     );
     describe_counter!(
         HISTORY_ROWS,
-        "Finished jobs this worker recorded in pgwake.finished_jobs, by outcome (done; dead: includes cancelled)"
+        "Finished jobs this worker completed or buried while history was on, by outcome (done, dead); rows the dead_jobs trigger writes for other paths (rescuer, pgwake.cancel) are not counted"
     );
     describe_counter!(
         HISTORY_PARTITIONS_DROPPED,
