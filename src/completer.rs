@@ -102,6 +102,12 @@ impl Writes {
                     w.dead_tokens.push(token);
                     w.dead_errors.push(reason.clone());
                 }
+                // Fenced by the token: a no-op when pgwake.cancel() already
+                // moved the job to dead_jobs.
+                Resolution::Cancelled => {
+                    w.dead_tokens.push(token);
+                    w.dead_errors.push(crate::job::CANCELLED_REASON.to_string());
+                }
                 Resolution::Lost => {}
             }
         }
@@ -196,6 +202,9 @@ async fn flush(ctx: &ClaimContext, batch: Vec<Finished>) {
         let written = matches!(&matched, Some(m) if m.contains(&f.claimed.token));
         let resolution = match f.resolution {
             Resolution::Lost => Resolution::Lost,
+            // Recorded as cancelled whoever wrote it (pgwake.cancel() or
+            // this flush).
+            Resolution::Cancelled => Resolution::Cancelled,
             r if written => r,
             _ => {
                 if matched.is_some() {

@@ -54,6 +54,12 @@ pub const LEASE_DURATION_DEFAULT: Duration = Duration::from_secs(30);
 /// Default interval at which every worker moves expired leases back.
 pub const RESCUE_INTERVAL_DEFAULT: Duration = Duration::from_secs(5);
 
+/// Default interval at which a worker checks `pgwake.cancel_requests` for
+/// the jobs it runs: the fallback for a cancel whose notification its
+/// listener missed (reconnecting, or `--no-listen`). One indexed query per
+/// interval, and none while the worker runs nothing.
+pub const CANCEL_POLL_INTERVAL_DEFAULT: Duration = Duration::from_secs(1);
+
 /// How much longer than the job timeout the server lets a claim transaction
 /// sit idle before it ends the session (backs up the worker's own timeout).
 pub const IDLE_TIMEOUT_MARGIN: Duration = Duration::from_secs(5);
@@ -121,6 +127,9 @@ pub struct WorkerConfig {
     /// Interval of the database sampling query (queue depth, pressure
     /// gauges); `None` turns sampling off. Default 5 s.
     pub sample_interval: Option<Duration>,
+    /// How often this worker looks for cancel requests of the jobs it runs
+    /// (the fallback when a cancel notification was missed). Default 1 s.
+    pub cancel_poll_interval: Duration,
     /// The recurring-job scheduler (`crate::scheduler`); `None` turns it off
     /// on this worker (the other workers still serve every schedule).
     /// Default on, with `SchedulerConfig::default()`.
@@ -153,6 +162,7 @@ impl Default for WorkerConfig {
             tx_queues: Vec::new(),
             rescue_interval: RESCUE_INTERVAL_DEFAULT,
             sample_interval: Some(SAMPLE_INTERVAL_DEFAULT),
+            cancel_poll_interval: CANCEL_POLL_INTERVAL_DEFAULT,
             scheduler: Some(crate::scheduler::SchedulerConfig::default()),
             history: crate::history::HistoryConfig::default(),
         }
@@ -223,6 +233,7 @@ impl WorkerConfig {
         for (setting, d) in [
             ("--rescue-interval", self.rescue_interval),
             ("--poll-interval", self.poll_interval),
+            ("--cancel-poll-interval", self.cancel_poll_interval),
             ("--job-timeout", self.job_timeout),
             ("--retry-base", self.retry_base),
             ("--retry-max", self.retry_max),

@@ -51,7 +51,8 @@ pub struct JobEvent {
 }
 
 impl JobEvent {
-    /// The `outcome` label: `done`, `retry`, `dead`, `returned` or `lost`.
+    /// The `outcome` label: `done`, `retry`, `dead`, `returned`, `lost` or
+    /// `cancelled`.
     pub fn outcome(&self) -> &'static str {
         self.resolution.label()
     }
@@ -103,6 +104,8 @@ pub(crate) struct ClaimContext {
     pub jobs: TaskTracker,
     /// Whether finished jobs are recorded (`crate::history`).
     pub history: Arc<crate::history::Switch>,
+    /// Running jobs a cancel request can stop (`cancel.rs`).
+    pub cancels: Arc<crate::cancel::CancelBook>,
 }
 
 impl ClaimContext {
@@ -213,6 +216,11 @@ impl ClaimContext {
             }
             Resolution::Lost => {
                 tracing::warn!(job = job.id, task = %job.task, attempt = job.attempt, "lease lost: this run's outcome was not recorded; the job runs again")
+            }
+            Resolution::Cancelled => {
+                ::metrics::counter!(metrics::JOBS_CANCELLED, "queue" => metrics::queue_label(&job.queue))
+                    .increment(1);
+                tracing::info!(job = job.id, task = %job.task, attempt = job.attempt, "job cancelled: stopped and moved to dead_jobs")
             }
             _ => tracing::debug!(job = job.id, task = %job.task, outcome, "job resolved"),
         }

@@ -303,6 +303,7 @@ async fn run_on(
                     Resolution::Retry { .. } => { t.retries += 1; "retry" }
                     Resolution::Dead { .. } => { t.dead += 1; resolved += 1; "dead " }
                     Resolution::Returned | Resolution::Lost => "back ",
+                    Resolution::Cancelled => { t.dead += 1; resolved += 1; "cancl" }
                 };
                 // Jobs enqueued from another terminal show up here too.
                 println!(

@@ -109,6 +109,10 @@ impl Outcome {
     }
 }
 
+/// The `last_error` of a cancelled job in `pgwake.dead_jobs` (the same text
+/// `pgwake.cancel()` writes for a waiting job).
+pub const CANCELLED_REASON: &str = "cancelled";
+
 /// What becomes of a job once its run has ended: the handler's [`Outcome`]
 /// resolved against the job's remaining attempts, or the run not counted at
 /// all. This is what is written to the database and reported.
@@ -135,6 +139,10 @@ pub enum Resolution {
     /// renewed) while the handler ran; the job belongs to someone else now
     /// and nothing is written.
     Lost,
+    /// Stopped by `pgwake cancel` (or `pgwake.cancel()`) while it ran: in
+    /// `tx` mode its work is rolled back, in both modes it is in `dead_jobs`
+    /// with `last_error = 'cancelled'`.
+    Cancelled,
 }
 
 impl Resolution {
@@ -146,6 +154,7 @@ impl Resolution {
             Resolution::Dead { .. } => "dead",
             Resolution::Returned => "returned",
             Resolution::Lost => "lost",
+            Resolution::Cancelled => "cancelled",
         }
     }
 

@@ -154,6 +154,8 @@ async fn run(
         Err(resolution) => return (resolution, None, Duration::ZERO),
     };
     let job = &claimed.job;
+    // Stops on a lost lease, shutdown past the grace period, or a cancel.
+    let watch = ctx.cancels.watch(job.id, lost);
     let deadline = Deadline::new(ctx.timeout_of(job));
     let gauge =
         ::metrics::gauge!(metrics::JOBS_IN_FLIGHT, "queue" => metrics::queue_label(&job.queue));
@@ -161,13 +163,17 @@ async fn run(
     let job_ctx = JobContext {
         transaction: None,
         pool: &ctx.pool,
-        cancel: lost.child_token(),
+        cancel: watch.token().child_token(),
         deadline: &deadline,
     };
-    let (ended, _, duration) = execute(handler.as_ref(), job, job_ctx, lost).await;
+    let (ended, _, duration) = execute(handler.as_ref(), job, job_ctx, watch.token()).await;
     gauge.decrement(1.0);
     let result = ctx.result_of(&ended);
     let resolution = match ended {
+        // pgwake.cancel() has already moved the job to dead_jobs and ended
+        // its lease; the completer's bury (fenced by the token) covers a
+        // request made while the job was still in pgwake.jobs.
+        _ if watch.cancelled() => Resolution::Cancelled,
         Ended::Interrupted if !ctx.abort.is_cancelled() => Resolution::Lost,
         ended => ctx.resolve(job, ended),
     };

@@ -37,7 +37,7 @@
 //! | write a handler | [`Handler`], [`JobContext`], [`Job`], [`Outcome`], [`Resolution`]; built-in `exec`/`sql` handlers in [`handlers`] |
 //! | enqueue jobs | [`client`] |
 //! | recurring jobs | [`schedules`] (define, list, remove), [`cron`] (expressions), [`scheduler`] (the service every worker runs) |
-//! | administer | [`schema`] (migrate), [`dead`] (dead jobs), [`stats`] (queue depth), [`history`] (finished jobs and results, retention) |
+//! | administer | [`schema`] (migrate), [`dead`] (dead jobs), [`cancel`](mod@cancel) (cancel jobs), [`stats`] (queue depth), [`history`] (finished jobs and results, retention) |
 //! | recurring jobs | [`schedules`] (add, list, remove), [`cron`] (expressions, DST rule), [`scheduler`] (the service every worker runs) |
 //! | connect | [`connect`] (parsing, connections, pools), [`conninfo`] (libpq URLs, key=value strings, `PG*` environment), [`tls`] (`sslmode`) |
 //! | serve metrics, stop on signals | [`endpoint`], [`metrics`], [`signals`] |
@@ -48,6 +48,7 @@
 //! this library.
 
 // The public surface: what an embedder needs.
+pub mod cancel;
 pub mod client;
 pub mod config;
 pub mod connect;
@@ -104,6 +105,7 @@ mod waiting;
 mod wake;
 
 pub use async_trait::async_trait;
+pub use cancel::{cancel, CancelOutcome};
 pub use config::WorkerConfig;
 pub use context::JobEvent;
 pub use error::{Error, Result};

@@ -1,6 +1,8 @@
 //! The listener: one dedicated connection (never from the pool: pooled
 //! connections drop notifications) that `LISTEN`s on channel `pgwake` and
-//! turns notifications into claim-task wake-ups.
+//! turns notifications into claim-task wake-ups, and on the control channel
+//! `pgwake_control`, whose cancel requests it hands to the cancel book
+//! (`cancel.rs`).
 //!
 //! ```text
 //!   connect ──ok──▶ LISTEN ──▶ wake every claim task (trigger=reconnect)
@@ -11,8 +13,9 @@
 //!    jittered)             connection closed → error }
 //! ```
 //!
-//! Every claim task is woken once after each (re)connect because whatever
-//! was notified while the connection was away is lost. The connection never
+//! Every claim task is woken once after each (re)connect, and the cancel
+//! watcher polls once, because whatever was notified while the connection
+//! was away is lost. The connection never
 //! opens a transaction, and pings so that a half-open TCP connection (a
 //! failover, a black-holed network) is noticed within ping interval +
 //! timeout instead of never.
@@ -26,6 +29,7 @@ use tokio::sync::mpsc;
 use tokio_postgres::AsyncMessage;
 use tokio_util::sync::CancellationToken;
 
+use crate::cancel::{CancelBook, CONTROL_CHANNEL};
 use crate::error::PgDisplay;
 use crate::health::Health;
 use crate::metrics;
@@ -56,6 +60,7 @@ pub struct Listener {
     config: ListenerConfig,
     wake: Arc<Wakeup>,
     health: Arc<Health>,
+    cancels: Arc<CancelBook>,
 }
 
 /// How a listener session ended.
@@ -66,12 +71,19 @@ enum SessionEnd {
 }
 
 impl Listener {
-    /// A listener that wakes `wake` and reports into `health`.
-    pub fn new(config: ListenerConfig, wake: Arc<Wakeup>, health: Arc<Health>) -> Listener {
+    /// A listener that wakes `wake`, reports into `health` and passes
+    /// cancel requests to `cancels`.
+    pub(crate) fn new(
+        config: ListenerConfig,
+        wake: Arc<Wakeup>,
+        health: Arc<Health>,
+        cancels: Arc<CancelBook>,
+    ) -> Listener {
         Listener {
             config,
             wake,
             health,
+            cancels,
         }
     }
 
@@ -122,7 +134,8 @@ impl Listener {
             while let Some(message) = messages.next().await {
                 match message {
                     Ok(AsyncMessage::Notification(n)) => {
-                        let _ = tx.send(n.payload().to_string());
+                        let control = n.channel() == CONTROL_CHANNEL;
+                        let _ = tx.send((control, n.payload().to_string()));
                     }
                     Ok(_) => {}
                     Err(e) => return PgDisplay(&e).to_string(),
@@ -133,7 +146,7 @@ impl Listener {
         let result = async {
             let listen = tokio::time::timeout(
                 self.config.ping_timeout,
-                client.batch_execute(&format!("LISTEN {CHANNEL}")),
+                client.batch_execute(&format!("LISTEN {CHANNEL}; LISTEN {CONTROL_CHANNEL}")),
             )
             .await;
             match listen {
@@ -149,6 +162,7 @@ impl Listener {
                 tracing::debug!("listener connected");
             }
             self.wake.wake_all(Trigger::Reconnect);
+            self.cancels.poll_soon();
             let mut ping = tokio::time::interval(self.config.ping_interval);
             ping.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
             ping.tick().await;
@@ -160,7 +174,11 @@ impl Listener {
                         return (SessionEnd::Lost(why), true);
                     }
                     n = rx.recv() => match n {
-                        Some(queue) => {
+                        Some((true, payload)) => {
+                            ::metrics::counter!(metrics::NOTIFICATIONS).increment(1);
+                            self.cancels.on_notification(&payload);
+                        }
+                        Some((false, queue)) => {
                             ::metrics::counter!(metrics::NOTIFICATIONS).increment(1);
                             let wanted = self.config.queues.as_ref().is_none_or(|q| q.contains(&queue));
                             if wanted {

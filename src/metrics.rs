@@ -14,6 +14,9 @@ pub const PICKUP_LATENCY: &str = "pgwake_job_pickup_latency_seconds";
 pub const JOB_DURATION: &str = "pgwake_job_duration_seconds";
 /// Counter: resolved jobs, labels `queue`, `task`, `outcome`.
 pub const JOBS: &str = "pgwake_jobs_total";
+/// Counter: running jobs this worker stopped on a cancel request, label
+/// `queue`.
+pub const JOBS_CANCELLED: &str = "pgwake_jobs_cancelled_total";
 /// Gauge: jobs this worker is running, label `queue`.
 pub const JOBS_IN_FLIGHT: &str = "pgwake_jobs_in_flight";
 /// Counter: claim queries, labels `trigger`, `result`.
@@ -156,8 +159,9 @@ pub fn init_known(queues: &[String], lease_queues: &[String], tasks: &[String]) 
     for q in &all_queues {
         let queue = queue_label(q);
         metrics::counter!(LEASES_RESCUED, "queue" => queue.clone()).increment(0);
+        metrics::counter!(JOBS_CANCELLED, "queue" => queue.clone()).increment(0);
         for t in &tasks {
-            for outcome in ["done", "retry", "dead", "returned", "lost"] {
+            for outcome in ["done", "retry", "dead", "returned", "lost", "cancelled"] {
                 metrics::counter!(JOBS, "queue" => queue.clone(), "task" => task_label(t), "outcome" => outcome)
                     .increment(0);
             }
@@ -188,18 +192,25 @@ pub fn describe() {
     describe_histogram!(
         JOB_DURATION,
         Unit::Seconds,
-        "Handler run time by queue, task and outcome (done, retry, dead, returned)"
+        "Handler run time by queue, task and outcome (done, retry, dead, returned, lost, cancelled)"
     );
     describe_counter!(
         JOBS,
-        "Jobs resolved by this worker, by queue, task and outcome (done, retry, dead, returned)"
+        "Jobs resolved by this worker, by queue, task and outcome (done, retry, dead, returned, lost, cancelled)"
+    );
+    describe_counter!(
+        JOBS_CANCELLED,
+        "Running jobs this worker stopped because of a cancel request (pgwake cancel), by queue; cancels of waiting jobs need no worker and show in pgwake_dead_jobs"
     );
     describe_gauge!(JOBS_IN_FLIGHT, "Jobs this worker is running now, by queue");
     describe_counter!(
         CLAIMS,
         "Claim queries by what woke them (notify, poll, drain, reconnect) and result (hit, empty)"
     );
-    describe_counter!(NOTIFICATIONS, "NOTIFY messages received by the listener");
+    describe_counter!(
+        NOTIFICATIONS,
+        "NOTIFY messages received by the listener (wake-ups and cancel requests)"
+    );
     describe_gauge!(LISTENER_CONNECTED, "1 while the LISTEN connection is up");
     describe_counter!(
         LISTENER_RECONNECTS,
@@ -339,6 +350,7 @@ pub fn install() -> PrometheusHandle {
             }
             // The catch-all series exist from the start too.
             metrics::counter!(LEASES_RESCUED, "queue" => OTHER_LABEL).increment(0);
+            metrics::counter!(JOBS_CANCELLED, "queue" => OTHER_LABEL).increment(0);
             handle
         })
         .clone()

@@ -64,6 +64,11 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "0006_history.sql",
         sql: include_str!("../migrations/0006_history.sql"),
     },
+    Migration {
+        version: 7,
+        name: "0007_cancel.sql",
+        sql: include_str!("../migrations/0007_cancel.sql"),
+    },
 ];
 
 /// Idempotent definitions re-applied by every migrate.
@@ -71,6 +76,7 @@ pub const TRIGGERS: &[(&str, &str)] = &[
     ("notify.sql", include_str!("../triggers/notify.sql")),
     ("enqueue.sql", include_str!("../triggers/enqueue.sql")),
     ("schedules.sql", include_str!("../triggers/schedules.sql")),
+    ("cancel.sql", include_str!("../triggers/cancel.sql")),
     ("roles.sql", include_str!("../triggers/roles.sql")),
 ];
 

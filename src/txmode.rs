@@ -392,6 +392,12 @@ async fn run_batch(
     session: &mut Session,
 ) -> Result<Vec<Ran>> {
     let mut results = Vec::with_capacity(claimed.len());
+    // Every job of the batch can be cancelled from the claim on, also while
+    // it waits for its siblings (it then never starts).
+    let mut watches: std::collections::HashMap<i64, crate::cancel::Watch> = claimed
+        .iter()
+        .map(|c| (c.job.id, ctx.cancels.watch(c.job.id, &ctx.abort)))
+        .collect();
     let mut rest = claimed.into_iter().peekable();
     while let Some(first) = rest.next() {
         let mut group = vec![first];
@@ -409,13 +415,17 @@ async fn run_batch(
             }
         }
         if group.len() > 1 {
-            if let Some(done) = run_group(ctx, c, &group, session).await? {
+            if let Some(done) = run_group(ctx, c, &group, session, &watches).await? {
                 results.extend(done);
                 continue;
             }
         }
         for claimed in group {
-            let (resolution, result, duration) = run_one(ctx, c, &claimed, session).await?;
+            let watch = watches
+                .remove(&claimed.job.id)
+                .unwrap_or_else(|| ctx.cancels.watch(claimed.job.id, &ctx.abort));
+            let (resolution, result, duration) =
+                run_one(ctx, c, &claimed, session, &watch).await?;
             results.push(Ran {
                 claimed,
                 resolution,
@@ -434,6 +444,7 @@ async fn run_group(
     c: &Object,
     group: &[Claimed],
     session: &mut Session,
+    watches: &std::collections::HashMap<i64, crate::cancel::Watch>,
 ) -> Result<Option<Vec<Ran>>> {
     let Ok(handler) = ctx.precheck(&group[0]) else {
         return Ok(None);
@@ -463,6 +474,13 @@ async fn run_group(
         }
         _ => None,
     };
+    // A job of the group was cancelled meanwhile (one statement cannot be
+    // stopped for one job): roll the group back; run one by one, the
+    // cancelled jobs do not start.
+    let cancelled = group
+        .iter()
+        .any(|c| watches.get(&c.job.id).is_some_and(|w| w.cancelled()));
+    let outcomes = outcomes.filter(|_| !cancelled);
     let end = if outcomes.is_some() {
         "RELEASE SAVEPOINT pgwake_batch"
     } else {
@@ -526,8 +544,13 @@ async fn run_one(
     c: &Object,
     claimed: &Claimed,
     session: &mut Session,
+    watch: &crate::cancel::Watch,
 ) -> Result<(Resolution, Option<String>, Duration)> {
     let job = &claimed.job;
+    if watch.cancelled() {
+        // Cancelled while it waited for its siblings: it never starts.
+        return Ok((Resolution::Cancelled, None, Duration::ZERO));
+    }
     let handler = match ctx.precheck(claimed) {
         Ok(handler) => handler,
         Err(resolution) => return Ok((resolution, None, Duration::ZERO)),
@@ -539,7 +562,8 @@ async fn run_one(
         savepoint: Default::default(),
     };
     let deadline = Deadline::new(timeout);
-    let interrupt = ctx.abort.child_token();
+    // Fires on shutdown past the grace period and on a cancel request.
+    let interrupt = watch.token();
     let gauge =
         ::metrics::gauge!(metrics::JOBS_IN_FLIGHT, "queue" => metrics::queue_label(&job.queue));
     gauge.increment(1.0);
@@ -549,7 +573,7 @@ async fn run_one(
         cancel: interrupt.child_token(),
         deadline: &deadline,
     };
-    let run = execute(handler.as_ref(), job, job_ctx, &interrupt);
+    let run = execute(handler.as_ref(), job, job_ctx, interrupt);
     // If the claim connection dies under a running handler (server restart,
     // pg_terminate_backend), the claim is already rolled back and another
     // worker may take the job: stop this run now rather than let it go on
@@ -567,13 +591,20 @@ async fn run_one(
         // The handler extended its deadline (and the server's limits).
         session.limits_for = None;
     }
-    if used && timed_out.0 {
+    let cancelled = watch.cancelled();
+    if used && (timed_out.0 || cancelled) {
         // The handler's statement may still be running on the server: stop
         // it, or the savepoint rollback would wait behind it.
         cancel_backend(ctx, session.backend_pid).await;
     }
     let result = ctx.result_of(&ended);
-    let resolution = ctx.resolve(job, ended);
+    // A cancel wins over whatever the handler returned: nothing is
+    // committed yet, so its work is rolled back with the savepoint below.
+    let resolution = if cancelled {
+        Resolution::Cancelled
+    } else {
+        ctx.resolve(job, ended)
+    };
     if used {
         let sql = match resolution {
             Resolution::Done => "RELEASE SAVEPOINT pgwake_job",
@@ -690,6 +721,12 @@ fn columns<'a>(results: impl Iterator<Item = (&'a Claimed, &'a Resolution)>) -> 
             Resolution::Returned | Resolution::Lost => {
                 back.push(c, None, attempt - 1, c.last_error.clone())
             }
+            Resolution::Cancelled => dead.push(
+                c,
+                None,
+                attempt.min(c.job.max_attempts),
+                Some(crate::job::CANCELLED_REASON.to_string()),
+            ),
             // A job found out of attempts before it ran did not run again.
             Resolution::Dead { reason } => dead.push(
                 c,

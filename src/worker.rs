@@ -181,7 +181,9 @@ impl Worker {
         let schedule = Arc::new(Schedule::default());
         let service_stop = CancellationToken::new();
         let (completer, completions) = crate::leases::channel();
+        let cancels = Arc::new(crate::cancel::CancelBook::default());
         let ctx = Arc::new(self.context(
+            cancels.clone(),
             wake.clone(),
             schedule.clone(),
             stop.clone(),
@@ -204,6 +206,7 @@ impl Worker {
                 },
                 wake.clone(),
                 self.health.clone(),
+                cancels.clone(),
             );
             services.spawn(listener.run(service_stop.clone()));
             let registration = crate::waiting::Registration::new(
@@ -227,6 +230,11 @@ impl Worker {
             schedule.clone(),
         );
         services.spawn(poller.run(service_stop.clone()));
+        // Cancel requests: the fallback for notifications the listener
+        // missed. Stops with the services, after every job has ended.
+        let watcher =
+            crate::cancel::Watcher::new(pool.clone(), cancels, self.config.cancel_poll_interval);
+        services.spawn(watcher.run(service_stop.clone()));
         let rescuer = Rescuer::new(pool.clone(), self.config.rescue_interval);
         services.spawn(rescuer.run(service_stop.clone()));
         let history = crate::history::Maintenance::new(pool.clone(), self.config.history.clone())
@@ -321,6 +329,7 @@ impl Worker {
 
     fn context(
         &self,
+        cancels: Arc<crate::cancel::CancelBook>,
         wake: Arc<Wakeup>,
         schedule: Arc<Schedule>,
         stop: CancellationToken,
@@ -348,6 +357,7 @@ impl Worker {
             completer,
             jobs: TaskTracker::new(),
             history: self.history.clone(),
+            cancels,
         }
     }
 
@@ -359,6 +369,7 @@ impl Worker {
     pub async fn claim_once(&self) -> Result<usize> {
         let (completer, completions) = crate::leases::channel();
         let ctx = Arc::new(self.context(
+            Default::default(),
             Arc::new(Wakeup::default()),
             Arc::new(Schedule::default()),
             CancellationToken::new(),

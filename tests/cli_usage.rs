@@ -423,3 +423,29 @@ fn the_readme_run_reference_shows_the_defaults_run_help_prints() {
     }
     assert!(checked >= 12, "only {checked} defaults compared");
 }
+
+/// `.ci/deps` reads "check|package" lines; a check that itself holds `||`
+/// once made it hand apt the string "| [ -x /usr/sbin" as a package name,
+/// which only a fresh machine (one that lacks pgbouncer) ever saw.
+#[test]
+fn the_install_step_reads_every_needed_package_name() {
+    let root = env!("CARGO_MANIFEST_DIR");
+    let o = std::process::Command::new("bash")
+        .arg(format!("{root}/.ci/deps"))
+        .arg("--list")
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let listed = String::from_utf8(o.stdout).unwrap();
+    let packages: Vec<&str> = listed.lines().collect();
+    for package in ["postgresql", "prometheus", "pgbouncer", "faketime"] {
+        assert!(packages.contains(&package), "{package} missing: {listed:?}");
+    }
+    for package in &packages {
+        let valid = !package.is_empty()
+            && package
+                .chars()
+                .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || "+-.".contains(c));
+        assert!(valid, "not an apt package name: {package:?}");
+    }
+}

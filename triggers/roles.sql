@@ -2,7 +2,7 @@
 -- Run as the owner of the pgwake schema (whoever ran `pgwake migrate`):
 --
 --   SELECT pgwake.grant_producer('app');         -- enqueue jobs
---   SELECT pgwake.grant_worker('pgwake_worker'); -- run `pgwake run`, `pgwake dead retry|purge`
+--   SELECT pgwake.grant_worker('pgwake_worker'); -- run `pgwake run`, `pgwake dead retry|purge`, `pgwake cancel`
 --   SELECT pgwake.grant_monitor('grafana');      -- `pgwake stats`, `pgwake dead list`, dashboards
 --
 -- Idempotent; run them again after a `pgwake migrate` that added tables.
@@ -44,6 +44,8 @@ BEGIN
     -- History: partitions are created ahead and dropped by the worker.
     EXECUTE format('GRANT EXECUTE ON FUNCTION pgwake.history_partition(date) TO %s', role);
     EXECUTE format('GRANT EXECUTE ON FUNCTION pgwake.history_maintain(interval, integer, interval) TO %s', role);
+    -- `pgwake cancel`: an operator's action, like `pgwake dead retry`.
+    EXECUTE format('GRANT EXECUTE ON FUNCTION pgwake.cancel(bigint), pgwake.request_cancel(bigint) TO %s', role);
 END
 $$;
 

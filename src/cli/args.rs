@@ -63,6 +63,9 @@ pub enum Command {
     /// Finished jobs and their results, newest first (history is on once a
     /// worker ran with --keep-finished).
     History(HistoryArgs),
+    /// Cancel jobs: waiting ones leave the queue, running ones are stopped; both end in
+    /// dead_jobs as cancelled. Exits 2 if any id is unknown, finished or already dead.
+    Cancel(super::cancel::CancelArgs),
     /// Recurring jobs: add, list and remove cron schedules.
     Schedule {
         #[command(subcommand)]
@@ -169,6 +172,9 @@ pub struct RunArgs {
     /// How often expired leases are moved back to the queue.
     #[arg(long, value_parser = duration, default_value_t = human(config::RESCUE_INTERVAL_DEFAULT))]
     pub rescue_interval: HumanDuration,
+    /// How often the worker looks for cancel requests of the jobs it runs (fallback for missed notifications).
+    #[arg(long, value_parser = duration, default_value_t = human(config::CANCEL_POLL_INTERVAL_DEFAULT))]
+    pub cancel_poll_interval: HumanDuration,
     /// Database sampling interval for queue and pressure gauges.
     #[arg(long, value_parser = duration, default_value_t = human(config::SAMPLE_INTERVAL_DEFAULT))]
     pub sample_interval: HumanDuration,

@@ -1,10 +1,11 @@
 //! The `pgwake` command line, one module per concern: [`args`] (flags),
 //! [`logging`], [`explain`] (error messages and exit codes), [`run`] (the
 //! worker's wiring), [`enqueue`] and [`ndjson`] (producing), [`dead`] (dead
-//! jobs), [`schedule`] (recurring jobs), [`history`] (finished jobs), and here the dispatch and the small
+//! jobs), [`schedule`] (recurring jobs), [`cancel`] (cancelling jobs), [`history`] (finished jobs), and here the dispatch and the small
 //! commands.
 
 pub mod args;
+pub mod cancel;
 pub mod dead;
 pub mod enqueue;
 pub mod explain;
@@ -42,6 +43,7 @@ pub async fn dispatch(command: Command) -> Result<(), Error> {
         Command::Dead { action } => dead::command(action).await,
         Command::History(args) => history::command(args).await,
         Command::Schedule { action } => schedule::command(action).await,
+        Command::Cancel(args) => cancel::command(args).await,
         Command::Bench(args) => crate::bench::run(args).await,
         Command::Demo(args) => {
             crate::demo::run(crate::demo::DemoOptions {

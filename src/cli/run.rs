@@ -33,6 +33,7 @@ pub fn worker_config(args: &RunArgs) -> Result<WorkerConfig, Error> {
             keep_finished: args.keep_finished.unwrap_or_default(),
             ..Default::default()
         },
+        cancel_poll_interval: args.cancel_poll_interval.into(),
         ..WorkerConfig::default()
     };
     config.validate()?;

@@ -4,6 +4,11 @@ WITH revived AS (
     DELETE FROM pgwake.dead_jobs
     WHERE ($1::bigint[] IS NULL OR id = ANY($1)) AND ($2::text IS NULL OR queue = $2)
     RETURNING *
+),
+-- A revived job starts afresh: a cancel request left from its last run
+-- (pgwake.cancel_requests) must not cancel it again.
+forgotten AS (
+    DELETE FROM pgwake.cancel_requests WHERE job_id IN (SELECT id FROM revived)
 )
 INSERT INTO pgwake.jobs
     (id, queue, task, payload, priority, run_at, attempts, max_attempts, last_error, created_at,
