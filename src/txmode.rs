@@ -424,8 +424,7 @@ async fn run_batch(
             let watch = watches
                 .remove(&claimed.job.id)
                 .unwrap_or_else(|| ctx.cancels.watch(claimed.job.id, &ctx.abort));
-            let (resolution, result, duration) =
-                run_one(ctx, c, &claimed, session, &watch).await?;
+            let (resolution, result, duration) = run_one(ctx, c, &claimed, session, &watch).await?;
             results.push(Ran {
                 claimed,
                 resolution,

@@ -42,7 +42,7 @@ impl Db {
 #[derive(Subcommand)]
 pub enum Command {
     /// Run the worker.
-    Run(RunArgs),
+    Run(Box<RunArgs>),
     /// Create or upgrade the pgwake schema (safe to run concurrently).
     Migrate(Db),
     /// Enqueue a job, or many from NDJSON on stdin.

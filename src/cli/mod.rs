@@ -36,7 +36,7 @@ pub fn default_log_level(command: &Command) -> &'static str {
 /// Run one command.
 pub async fn dispatch(command: Command) -> Result<(), Error> {
     match command {
-        Command::Run(args) => run::run(args).await,
+        Command::Run(args) => run::run(*args).await,
         Command::Migrate(db) => migrate(db).await,
         Command::Enqueue(args) => enqueue::enqueue(args).await,
         Command::Stats { db, json } => print_stats(db, json).await,
