@@ -24,7 +24,10 @@ use crate::error::{Error, Result};
 use crate::job::Resolution;
 use crate::leases::Finished;
 
-use crate::sql::{Db, LEASE_BURY as BURY, LEASE_DONE as DONE, LEASE_REQUEUE as REQUEUE};
+use crate::sql::{
+    Db, LEASE_BURY as BURY, LEASE_DONE as DONE, LEASE_DONE_HISTORY as DONE_HISTORY,
+    LEASE_REQUEUE as REQUEUE,
+};
 
 /// Most outcomes written by one flush.
 pub const FLUSH_MAX: usize = 2000;
@@ -58,6 +61,8 @@ pub(crate) async fn run(
 #[derive(Default)]
 struct Writes {
     done: Vec<i64>,
+    /// Results of `done` (JSON text or NULL), when history is on.
+    done_results: Option<Vec<Option<String>>>,
     back_tokens: Vec<i64>,
     back_attempts: Vec<i32>,
     back_errors: Vec<Option<String>>,
@@ -67,12 +72,20 @@ struct Writes {
 }
 
 impl Writes {
-    fn of<'a>(batch: impl Iterator<Item = &'a Finished>) -> Writes {
+    fn of<'a>(batch: impl Iterator<Item = &'a Finished>, history: bool) -> Writes {
         let mut w = Writes::default();
+        if history {
+            w.done_results = Some(Vec::new());
+        }
         for f in batch {
             let (token, attempt) = (f.claimed.token, f.claimed.job.attempt);
             match &f.resolution {
-                Resolution::Done => w.done.push(token),
+                Resolution::Done => {
+                    w.done.push(token);
+                    if let Some(results) = &mut w.done_results {
+                        results.push(f.result.clone());
+                    }
+                }
                 Resolution::Retry { reason, delay } => {
                     w.back_tokens.push(token);
                     w.back_attempts.push(attempt);
@@ -110,7 +123,12 @@ impl Writes {
                 if self.done.is_empty() {
                     return Ok(Vec::new());
                 }
-                c.query(&DONE, &[&self.done]).await
+                // History on: the completion and its history row are one
+                // statement, fenced by the same tokens.
+                match &self.done_results {
+                    Some(results) => c.query(&DONE_HISTORY, &[&self.done, results]).await,
+                    None => c.query(&DONE, &[&self.done]).await,
+                }
             };
             let back = async {
                 if self.back_tokens.is_empty() {
@@ -147,7 +165,8 @@ impl Writes {
 
 /// Write one batch of outcomes, then report them.
 async fn flush(ctx: &ClaimContext, batch: Vec<Finished>) {
-    let writes = Writes::of(batch.iter());
+    let history = ctx.history.on();
+    let writes = Writes::of(batch.iter(), history);
     let matched = match write_retrying(ctx, &writes).await {
         Ok(m) => Some(m),
         Err(e) if !e.is_transient() => {
@@ -156,7 +175,7 @@ async fn flush(ctx: &ClaimContext, batch: Vec<Finished>) {
             tracing::error!(error = %e, "writing lease-mode outcomes failed; writing them one by one");
             let mut all = HashSet::new();
             for f in &batch {
-                match Writes::of(std::iter::once(f)).write(ctx).await {
+                match Writes::of(std::iter::once(f), history).write(ctx).await {
                     Ok(m) => all.extend(m),
                     Err(e) => {
                         tracing::error!(job = f.claimed.job.id, error = %e, "cannot write this job's outcome; its lease will expire and it runs again")

@@ -190,6 +190,10 @@ pub struct WorkerConfig {
     /// other services and every command always send unnamed statements.
     /// Default `Cached`.
     pub prepared_statements: PreparedStatements,
+    /// History of finished jobs and its retention (`crate::history`).
+    /// Default: leave the database's setting as it is (history is off
+    /// unless turned on).
+    pub history: crate::history::HistoryConfig,
 }
 
 impl Default for WorkerConfig {
@@ -217,6 +221,7 @@ impl Default for WorkerConfig {
             cancel_poll_interval: CANCEL_POLL_INTERVAL_DEFAULT,
             scheduler: Some(crate::scheduler::SchedulerConfig::default()),
             prepared_statements: PREPARED_STATEMENTS_DEFAULT,
+            history: crate::history::HistoryConfig::default(),
         }
     }
 }
@@ -247,6 +252,7 @@ impl WorkerConfig {
     /// field) and the accepted range.
     pub fn validate(&self) -> Result<()> {
         let bad = |msg: String| Err(Error::Config(msg));
+        self.history.validate()?;
         if self.concurrency == 0 || self.concurrency > CONCURRENCY_MAX {
             return bad(format!(
                 "--concurrency must be between 1 and {CONCURRENCY_MAX} (got {})",

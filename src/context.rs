@@ -102,6 +102,8 @@ pub(crate) struct ClaimContext {
     pub completer: crate::leases::CompleterHandle,
     /// Lease-mode job tasks, joined at shutdown.
     pub jobs: TaskTracker,
+    /// Whether finished jobs are recorded (`crate::history`).
+    pub history: Arc<crate::history::Switch>,
     /// Running jobs a cancel request can stop (`cancel.rs`).
     pub cancels: Arc<crate::cancel::CancelBook>,
 }
@@ -145,11 +147,20 @@ impl ClaimContext {
         job.timeout.unwrap_or(self.config.job_timeout)
     }
 
+    /// The result to record for a run that ended so: only while history is
+    /// on (off, no work at all is done for results).
+    pub fn result_of(&self, ended: &Ended) -> Option<String> {
+        match ended {
+            Ended::Outcome(outcome) if self.history.on() => crate::history::result_of(outcome),
+            _ => None,
+        }
+    }
+
     /// What a finished run means for the job.
     pub fn resolve(&self, job: &Job, ended: Ended) -> Resolution {
         match ended {
             Ended::Interrupted => Resolution::Returned,
-            Ended::Outcome(Outcome::Done) => Resolution::Done,
+            Ended::Outcome(Outcome::Done | Outcome::DoneWith(_)) => Resolution::Done,
             Ended::Outcome(Outcome::Fail { reason }) => Resolution::Dead {
                 reason: sanitize_reason(&reason),
             },
@@ -188,6 +199,13 @@ impl ClaimContext {
         ];
         ::metrics::counter!(metrics::JOBS, &labels).increment(1);
         ::metrics::histogram!(metrics::JOB_DURATION, &labels).record(duration.as_secs_f64());
+        if self.history.on() {
+            match &resolution {
+                Resolution::Done => crate::history::count_recorded("done", 1),
+                Resolution::Dead { .. } => crate::history::count_recorded("dead", 1),
+                _ => {}
+            }
+        }
         let error = resolution.reason().unwrap_or("");
         match &resolution {
             Resolution::Dead { .. } => {

@@ -130,12 +130,8 @@ impl<'a> JobContext<'a> {
             let ms = (by + crate::config::IDLE_TIMEOUT_MARGIN)
                 .as_millis()
                 .to_string();
-            tx.client
-                .execute(
-                    "SELECT set_config('idle_in_transaction_session_timeout', $1, true), \
-                            set_config('statement_timeout', $1, true)",
-                    &[&ms],
-                )
+            crate::sql::Db::unnamed(tx.client)
+                .execute(&crate::sql::SET_LIMITS, &[&ms])
                 .await?;
         }
         self.deadline.extend_to(at);

@@ -11,6 +11,12 @@ use crate::handler::Handler;
 
 /// Parse one `--handler TASK=KIND:SPEC` flag into a task name and a handler.
 pub fn parse_flag(flag: &str) -> Result<(String, Arc<dyn Handler>)> {
+    parse_flag_with(flag, exec::EXEC_STDOUT_MAX_DEFAULT)
+}
+
+/// [`parse_flag`], with exec handlers keeping at most `exec_stdout_max`
+/// bytes of stdout as their result (`--exec-stdout-max`).
+pub fn parse_flag_with(flag: &str, exec_stdout_max: usize) -> Result<(String, Arc<dyn Handler>)> {
     let usage =
         "expected --handler TASK=exec:COMMAND [ARGS] or --handler TASK=sql:[SCHEMA.]FUNCTION";
     let (task, spec) = flag
@@ -25,7 +31,7 @@ pub fn parse_flag(flag: &str) -> Result<(String, Arc<dyn Handler>)> {
         .split_once(':')
         .ok_or_else(|| Error::Config(format!("--handler {flag:?}: missing kind; {usage}")))?;
     let handler: Arc<dyn Handler> = match kind {
-        "exec" => Arc::new(exec::ExecHandler::parse(rest)?),
+        "exec" => Arc::new(exec::ExecHandler::parse(rest)?.with_stdout_max(exec_stdout_max)),
         "sql" => Arc::new(sql::SqlHandler::parse(rest)?),
         other => {
             return Err(Error::Config(format!(

@@ -58,6 +58,12 @@ pub enum Outcome {
     /// The job is done: it leaves the queue (in `tx` mode, atomically with
     /// whatever the handler wrote through the claim transaction).
     Done,
+    /// The job is done, with a result: like [`Outcome::Done`], and when
+    /// history is on (`pgwake run --keep-finished`) the value is stored in
+    /// `pgwake.finished_jobs.result`, in the same transaction (tx mode) or
+    /// statement (lease mode) that completes the job. `Null` means no
+    /// result. Build it with [`Outcome::done_with`].
+    DoneWith(serde_json::Value),
     /// Try again later. `after` overrides the exponential backoff. Counts as
     /// a failed attempt: at `max_attempts` the job moves to `dead_jobs`.
     Retry {
@@ -74,6 +80,11 @@ pub enum Outcome {
 }
 
 impl Outcome {
+    /// Done, with a result for the history (see [`Outcome::DoneWith`]).
+    pub fn done_with(result: impl Into<serde_json::Value>) -> Outcome {
+        Outcome::DoneWith(result.into())
+    }
+
     /// A failed attempt with the configured backoff.
     pub fn retry(reason: impl Into<String>) -> Outcome {
         Outcome::Retry {

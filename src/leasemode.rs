@@ -130,13 +130,14 @@ pub(crate) fn spawn_run(
     );
     let tracker = ctx.jobs.clone();
     tracker.spawn(async move {
-        let (resolution, duration) = run(&ctx, &claimed, &lost).await;
+        let (resolution, result, duration) = run(&ctx, &claimed, &lost).await;
         // The slot is free as soon as the handler is done; the outcome is
         // written in the background (and the lease renewed until it is).
         drop(permit);
         ctx.completer.send(Finished {
             claimed,
             resolution,
+            result,
             duration,
         });
     });
@@ -146,10 +147,10 @@ async fn run(
     ctx: &ClaimContext,
     claimed: &Claimed,
     lost: &CancellationToken,
-) -> (Resolution, Duration) {
+) -> (Resolution, Option<String>, Duration) {
     let handler = match ctx.precheck(claimed) {
         Ok(handler) => handler,
-        Err(resolution) => return (resolution, Duration::ZERO),
+        Err(resolution) => return (resolution, None, Duration::ZERO),
     };
     let job = &claimed.job;
     // Stops on a lost lease, shutdown past the grace period, or a cancel.
@@ -166,6 +167,7 @@ async fn run(
     };
     let (ended, _, duration) = execute(handler.as_ref(), job, job_ctx, watch.token()).await;
     gauge.decrement(1.0);
+    let result = ctx.result_of(&ended);
     let resolution = match ended {
         // pgwake.cancel() has already moved the job to dead_jobs and ended
         // its lease; the completer's bury (fenced by the token) covers a
@@ -174,7 +176,7 @@ async fn run(
         Ended::Interrupted if !ctx.abort.is_cancelled() => Resolution::Lost,
         ended => ctx.resolve(job, ended),
     };
-    (resolution, duration)
+    (resolution, result, duration)
 }
 
 /// The heartbeat service: renews every lease this worker holds in one

@@ -110,6 +110,8 @@ pub(crate) fn stop_margin(lease: Duration) -> Duration {
 pub(crate) struct Finished {
     pub claimed: Claimed,
     pub resolution: Resolution,
+    /// The handler's result (JSON text), kept only while history is on.
+    pub result: Option<String>,
     pub duration: Duration,
 }
 

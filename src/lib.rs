@@ -37,7 +37,7 @@
 //! | write a handler | [`Handler`], [`JobContext`], [`Job`], [`Outcome`], [`Resolution`]; built-in `exec`/`sql` handlers in [`handlers`] |
 //! | enqueue jobs | [`client`] |
 //! | recurring jobs | [`schedules`] (define, list, remove), [`cron`] (expressions), [`scheduler`] (the service every worker runs) |
-//! | administer | [`schema`] (migrate), [`dead`] (dead jobs), [`cancel`](mod@cancel) (cancel jobs), [`stats`] (queue depth) |
+//! | administer | [`schema`] (migrate), [`dead`] (dead jobs), [`cancel`](mod@cancel) (cancel jobs), [`stats`] (queue depth), [`history`] (finished jobs and results, retention) |
 //! | recurring jobs | [`schedules`] (add, list, remove), [`cron`] (expressions, DST rule), [`scheduler`] (the service every worker runs) |
 //! | connect | [`connect`] (parsing, connections, pools), [`conninfo`] (libpq URLs, key=value strings, `PG*` environment), [`tls`] (`sslmode`) |
 //! | serve metrics, stop on signals | [`endpoint`], [`metrics`], [`signals`] |
@@ -59,6 +59,7 @@ pub mod endpoint;
 pub mod error;
 pub mod handler;
 pub mod handlers;
+pub mod history;
 pub mod job;
 pub mod metrics;
 pub mod scheduler;

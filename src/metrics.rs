@@ -67,6 +67,15 @@ pub const SCHEDULES: &str = "pgwake_schedules";
 pub const SCHEDULE_OVERDUE: &str = "pgwake_schedule_overdue_seconds";
 /// Counter: failed scheduler rounds and schedules that could not be served.
 pub const SCHEDULER_ERRORS: &str = "pgwake_scheduler_errors_total";
+/// Counter: finished jobs this worker completed or buried while history
+/// was on, label `outcome` (`done`, `dead`).
+pub const HISTORY_ROWS: &str = "pgwake_history_rows_total";
+/// Counter: expired history partitions dropped.
+pub const HISTORY_PARTITIONS_DROPPED: &str = "pgwake_history_partitions_dropped_total";
+/// Counter: history rows removed by retention (dropped partitions' rows).
+pub const HISTORY_ROWS_DROPPED: &str = "pgwake_history_rows_dropped_total";
+/// Counter: history partitions that could not be created or dropped.
+pub const HISTORY_MAINTENANCE_FAILURES: &str = "pgwake_history_maintenance_failures_total";
 
 /// Most distinct values each of the `queue`, `task` and `application`
 /// labels takes in this process. Queue and task names are data anyone who can insert a job
@@ -282,6 +291,22 @@ pub fn describe() {
     describe_counter!(
         SCHEDULER_ERRORS,
         "Scheduler rounds that failed, and schedules that could not be served (retried)"
+    );
+    describe_counter!(
+        HISTORY_ROWS,
+        "Finished jobs this worker completed or buried while history was on, by outcome (done, dead); rows the dead_jobs trigger writes for other paths (rescuer, pgwake.cancel) are not counted"
+    );
+    describe_counter!(
+        HISTORY_PARTITIONS_DROPPED,
+        "Expired daily partitions of pgwake.finished_jobs dropped by retention"
+    );
+    describe_counter!(
+        HISTORY_ROWS_DROPPED,
+        "Rows of pgwake.finished_jobs removed by retention (from the dropped partitions' statistics)"
+    );
+    describe_counter!(
+        HISTORY_MAINTENANCE_FAILURES,
+        "History partitions that could not be created or dropped (lock not obtained in time; retried next round)"
     );
 }
 

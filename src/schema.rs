@@ -60,6 +60,11 @@ pub const MIGRATIONS: &[Migration] = &[
         sql: include_str!("../migrations/0005_delivery_v2.sql"),
     },
     Migration {
+        version: 6,
+        name: "0006_history.sql",
+        sql: include_str!("../migrations/0006_history.sql"),
+    },
+    Migration {
         version: 7,
         name: "0007_cancel.sql",
         sql: include_str!("../migrations/0007_cancel.sql"),

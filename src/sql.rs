@@ -68,7 +68,7 @@ statements! {
     BATCH_CLEAR = "batch_clear" [INT8];
     BATCH_MARK = "batch_mark" [TEXT, INT8_ARRAY, TEXT];
     BURY = "bury" [INT8_ARRAY, TEXT_ARRAY, TEXT_ARRAY, TEXT_ARRAY, INT4_ARRAY, TIMESTAMPTZ_ARRAY,
-        INT4_ARRAY, INT4_ARRAY, TEXT_ARRAY, TIMESTAMPTZ_ARRAY, FLOAT8_ARRAY];
+        INT4_ARRAY, INT4_ARRAY, TEXT_ARRAY, TIMESTAMPTZ_ARRAY, FLOAT8_ARRAY, TEXT];
     CANCEL = "cancel" [INT8];
     CANCEL_BACKEND = "cancel_backend" [INT4];
     CANCEL_POLL = "cancel_poll" [INT8_ARRAY];
@@ -87,8 +87,16 @@ statements! {
     DEAD_RETRY = "dead_retry" [INT8_ARRAY, TEXT];
     ENQUEUE = "enqueue" [TEXT_ARRAY, JSONB_ARRAY, TEXT_ARRAY, TEXT_ARRAY, INT4_ARRAY, INT4_ARRAY,
         FLOAT8_ARRAY, FLOAT8_ARRAY];
+    HISTORY_DONE = "history_done" [INT8_ARRAY, TEXT_ARRAY, TEXT_ARRAY, TEXT_ARRAY, INT4_ARRAY,
+        TIMESTAMPTZ_ARRAY, TEXT_ARRAY, TEXT];
+    HISTORY_LIST = "history_list" [TEXT, TEXT, TEXT, INT8, FLOAT8, TIMESTAMPTZ];
+    HISTORY_LOCK = "history_lock" [];
+    HISTORY_MAINTAIN = "history_maintain" [FLOAT8, INT4, FLOAT8];
+    HISTORY_SETTINGS_GET = "history_settings_get" [];
+    HISTORY_SETTINGS_SET = "history_settings_set" [FLOAT8];
     LEASE_BURY = "lease_bury" [INT8_ARRAY, TEXT_ARRAY];
     LEASE_DONE = "lease_done" [INT8_ARRAY];
+    LEASE_DONE_HISTORY = "lease_done_history" [INT8_ARRAY, TEXT_ARRAY];
     LEASE_HEARTBEAT = "lease_heartbeat" [INT8_ARRAY, FLOAT8];
     LEASE_REQUEUE = "lease_requeue" [INT8_ARRAY, INT4_ARRAY, TEXT_ARRAY, FLOAT8_ARRAY];
     NEXT_RUN_AT_ALL = "next_run_at_all" [];
@@ -219,15 +227,15 @@ impl<'a> Db<'a> {
 
     /// Run a statement that is not in the catalogue (a `sql` handler's
     /// call, built from a validated function name) as an unnamed statement
-    /// with the given parameter types; the number of rows it changed.
-    pub async fn execute_text(
+    /// with the given parameter types; its rows.
+    pub async fn query_text(
         self,
         text: &str,
         types: &[Type],
         params: &Params<'_>,
-    ) -> Result<u64, tokio_postgres::Error> {
+    ) -> Result<Vec<Row>, tokio_postgres::Error> {
         self.client
-            .execute_typed(text, &typed(text, types, params))
+            .query_typed(text, &typed(text, types, params))
             .await
     }
 }

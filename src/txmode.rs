@@ -49,7 +49,7 @@ use crate::wake::Trigger;
 use crate::sql::{
     Db, Sql, ADOPT_STALE, BATCH_CLEAR, BATCH_MARK, BURY, CANCEL_BACKEND, CHARGE,
     CLAIM_TX_ALL as CLAIM_ALL, CLAIM_TX_ONE as CLAIM_ONE, CLAIM_TX_QUEUE as CLAIM_QUEUE,
-    CLEAR_ATTEMPTS, REQUEUE, SET_LIMITS, SUSPECTS,
+    CLEAR_ATTEMPTS, HISTORY_DONE, REQUEUE, SET_LIMITS, SUSPECTS,
 };
 
 /// How long a tx-mode batch should take to run. Batches grow (doubling, up
@@ -137,6 +137,8 @@ impl Drop for OpenTx {
 struct Ran {
     claimed: Claimed,
     resolution: Resolution,
+    /// The handler's result as JSON text, kept only while history is on.
+    result: Option<String>,
     duration: Duration,
 }
 
@@ -249,7 +251,7 @@ pub(crate) async fn claim_and_run(
     };
     let results = run_batch(ctx, c, claimed, &mut session).await?;
     sizer.observe(count, started.elapsed());
-    finish(db, &results, Some(mark), None).await?;
+    finish(ctx, db, &results, Some(mark), None).await?;
     tx.release();
     for r in results {
         ctx.report(&r.claimed.job, r.resolution, r.duration);
@@ -363,7 +365,7 @@ async fn run_suspect(ctx: &ClaimContext, id: i64) -> Result<()> {
         backend_pid,
     };
     let results = run_batch(ctx, c, vec![claimed], &mut session).await?;
-    finish(db, &results, None, Some(&[id])).await?;
+    finish(ctx, db, &results, None, Some(&[id])).await?;
     tx.release();
     for r in results {
         ctx.report(&r.claimed.job, r.resolution, r.duration);
@@ -412,10 +414,11 @@ async fn run_batch(
             let watch = watches
                 .remove(&claimed.job.id)
                 .unwrap_or_else(|| ctx.cancels.watch(claimed.job.id, &ctx.abort));
-            let (resolution, duration) = run_one(ctx, c, &claimed, session, &watch).await?;
+            let (resolution, result, duration) = run_one(ctx, c, &claimed, session, &watch).await?;
             results.push(Ran {
                 claimed,
                 resolution,
+                result,
                 duration,
             });
         }
@@ -489,10 +492,14 @@ async fn run_group(
         group
             .iter()
             .zip(outcomes)
-            .map(|(claimed, outcome)| Ran {
-                claimed: claimed.clone(),
-                resolution: ctx.resolve(&claimed.job, Ended::Outcome(outcome)),
-                duration: share,
+            .map(|(claimed, outcome)| {
+                let ended = Ended::Outcome(outcome);
+                Ran {
+                    claimed: claimed.clone(),
+                    result: ctx.result_of(&ended),
+                    resolution: ctx.resolve(&claimed.job, ended),
+                    duration: share,
+                }
             })
             .collect(),
     ))
@@ -529,15 +536,15 @@ async fn run_one(
     claimed: &Claimed,
     session: &mut Session,
     watch: &crate::cancel::Watch,
-) -> Result<(Resolution, Duration)> {
+) -> Result<(Resolution, Option<String>, Duration)> {
     let job = &claimed.job;
     if watch.cancelled() {
         // Cancelled while it waited for its siblings: it never starts.
-        return Ok((Resolution::Cancelled, Duration::ZERO));
+        return Ok((Resolution::Cancelled, None, Duration::ZERO));
     }
     let handler = match ctx.precheck(claimed) {
         Ok(handler) => handler,
-        Err(resolution) => return Ok((resolution, Duration::ZERO)),
+        Err(resolution) => return Ok((resolution, None, Duration::ZERO)),
     };
     let timeout = ctx.timeout_of(job);
     set_limits(
@@ -586,6 +593,7 @@ async fn run_one(
         // it, or the savepoint rollback would wait behind it.
         cancel_backend(ctx, session.backend_pid).await;
     }
+    let result = ctx.result_of(&ended);
     // A cancel wins over whatever the handler returned: nothing is
     // committed yet, so its work is rolled back with the savepoint below.
     let resolution = if cancelled {
@@ -603,7 +611,7 @@ async fn run_one(
             .map_err(Error::db("claim: end of savepoint"))?;
         session.last_sent = Instant::now();
     }
-    Ok((resolution, duration))
+    Ok((resolution, result, duration))
 }
 
 /// Cancel whatever the claim connection's server process is running (a
@@ -677,7 +685,7 @@ impl Columns {
         ]
     }
 
-    fn bury_params(&self) -> [&(dyn ToSql + Sync); 11] {
+    fn bury_params<'a>(&'a self, worker: &'a String) -> [&'a (dyn ToSql + Sync); 12] {
         [
             &self.id,
             &self.queue,
@@ -690,6 +698,7 @@ impl Columns {
             &self.last_error,
             &self.created_at,
             &self.timeout,
+            worker,
         ]
     }
 }
@@ -733,11 +742,16 @@ fn columns<'a>(results: impl Iterator<Item = (&'a Claimed, &'a Resolution)>) -> 
 /// delays bounded), each job's outcome is written alone, so one job's write
 /// can never undo its siblings' work.
 async fn finish(
+    ctx: &ClaimContext,
     db: Db<'_>,
     results: &[Ran],
     mark: Option<i64>,
     clear: Option<&[i64]>,
 ) -> Result<()> {
+    if ctx.history.on() {
+        record_done(ctx, db, results).await?;
+    }
+    let worker = &ctx.worker_id;
     let (back, dead) = columns(results.iter().map(|r| (&r.claimed, &r.resolution)));
     let bookkeeping = async {
         if let Some(token) = mark {
@@ -757,7 +771,7 @@ async fn finish(
     c.batch_execute("SAVEPOINT pgwake_outcomes")
         .await
         .map_err(Error::db("claim: savepoint"))?;
-    if let Err(e) = write_outcomes(db, &back, &dead).await {
+    if let Err(e) = write_outcomes(db, worker, &back, &dead).await {
         if crate::error::pg_is_connection_lost(&e) {
             return Err(Error::db("claim: writing outcomes")(e));
         }
@@ -766,7 +780,7 @@ async fn finish(
             .await
             .map_err(Error::db("claim: writing outcomes"))?;
         for r in results {
-            write_alone(db, r).await?;
+            write_alone(db, worker, r).await?;
         }
     }
     let (b, commit) = tokio::join!(bookkeeping, c.batch_execute("COMMIT"));
@@ -774,9 +788,11 @@ async fn finish(
     Ok(())
 }
 
-/// Requeue `back` and bury `dead`, pipelined.
+/// Requeue `back` and bury `dead` (recording `worker`'s id with dead
+/// jobs), pipelined.
 async fn write_outcomes(
     db: Db<'_>,
+    worker: &String,
     back: &Columns,
     dead: &Columns,
 ) -> std::result::Result<(), tokio_postgres::Error> {
@@ -790,7 +806,7 @@ async fn write_outcomes(
         if dead.is_empty() {
             return Ok(0);
         }
-        db.execute(&BURY, &dead.bury_params()).await
+        db.execute(&BURY, &dead.bury_params(worker)).await
     };
     tokio::try_join!(requeue, bury).map(|_| ())
 }
@@ -798,7 +814,7 @@ async fn write_outcomes(
 /// One job's outcome in its own savepoint; if even that fails, the job is
 /// handed back unchanged (and if that fails too, the batch fails: every job
 /// returns to the queue, nothing is lost).
-async fn write_alone(db: Db<'_>, r: &Ran) -> Result<()> {
+async fn write_alone(db: Db<'_>, worker: &String, r: &Ran) -> Result<()> {
     if r.resolution == Resolution::Done {
         return Ok(());
     }
@@ -807,13 +823,13 @@ async fn write_alone(db: Db<'_>, r: &Ran) -> Result<()> {
         .await
         .map_err(Error::db("claim: savepoint"))?;
     let (back, dead) = columns(std::iter::once((&r.claimed, &r.resolution)));
-    if let Err(e) = write_outcomes(db, &back, &dead).await {
+    if let Err(e) = write_outcomes(db, worker, &back, &dead).await {
         tracing::error!(job = r.claimed.job.id, error = %crate::error::PgDisplay(&e), "writing a job's outcome failed; handing it back unchanged");
         c.batch_execute("ROLLBACK TO SAVEPOINT pgwake_outcome")
             .await
             .map_err(Error::db("claim: writing outcomes"))?;
         let (back, dead) = columns(std::iter::once((&r.claimed, &Resolution::Returned)));
-        write_outcomes(db, &back, &dead)
+        write_outcomes(db, worker, &back, &dead)
             .await
             .map_err(Error::db("claim: handing a job back"))?;
     }
@@ -821,6 +837,75 @@ async fn write_alone(db: Db<'_>, r: &Ran) -> Result<()> {
         .await
         .map_err(Error::db("claim: savepoint"))?;
     Ok(())
+}
+
+/// History on: record the batch's done jobs (with their results) in the
+/// claim transaction, so they commit or roll back with the jobs' removal.
+/// In a savepoint, pipelined with it: if a result cannot be stored (never
+/// expected: results are scrubbed JSON), the rows are written again
+/// without results, so a result can never cost the job its completion.
+async fn record_done(ctx: &ClaimContext, db: Db<'_>, results: &[Ran]) -> Result<()> {
+    let done: Vec<&Ran> = results
+        .iter()
+        .filter(|r| r.resolution == Resolution::Done)
+        .collect();
+    if done.is_empty() {
+        return Ok(());
+    }
+    let ids: Vec<i64> = done.iter().map(|r| r.claimed.job.id).collect();
+    let queues: Vec<&str> = done.iter().map(|r| r.claimed.job.queue.as_str()).collect();
+    let tasks: Vec<&str> = done.iter().map(|r| r.claimed.job.task.as_str()).collect();
+    let payloads: Vec<&str> = done
+        .iter()
+        .map(|r| r.claimed.job.payload_text.as_str())
+        .collect();
+    let attempts: Vec<i32> = done.iter().map(|r| r.claimed.job.attempt).collect();
+    let created: Vec<SystemTime> = done.iter().map(|r| r.claimed.job.created_at).collect();
+    let mut values: Vec<Option<&str>> = done.iter().map(|r| r.result.as_deref()).collect();
+    let c = db.client();
+    let params = |values: &[Option<&str>]| -> Vec<Box<dyn ToSql + Sync + Send>> {
+        vec![
+            Box::new(ids.clone()),
+            Box::new(queues.iter().map(|q| q.to_string()).collect::<Vec<_>>()),
+            Box::new(tasks.iter().map(|t| t.to_string()).collect::<Vec<_>>()),
+            Box::new(payloads.iter().map(|p| p.to_string()).collect::<Vec<_>>()),
+            Box::new(attempts.clone()),
+            Box::new(created.clone()),
+            Box::new(
+                values
+                    .iter()
+                    .map(|v| v.map(str::to_string))
+                    .collect::<Vec<_>>(),
+            ),
+            Box::new(ctx.worker_id.clone()),
+        ]
+    };
+    let insert = |p: Vec<Box<dyn ToSql + Sync + Send>>| async move {
+        let refs: Vec<&(dyn ToSql + Sync)> = p.iter().map(|b| &**b as _).collect();
+        db.execute(&HISTORY_DONE, &refs).await
+    };
+    let (savepoint, inserted) = tokio::join!(
+        c.batch_execute("SAVEPOINT pgwake_history"),
+        insert(params(&values))
+    );
+    savepoint.map_err(Error::db("claim: savepoint"))?;
+    match inserted {
+        Ok(_) => Ok(()),
+        Err(e) if crate::error::pg_is_connection_lost(&e) => {
+            Err(Error::db("claim: recording history")(e))
+        }
+        Err(e) => {
+            tracing::error!(error = %crate::error::PgDisplay(&e), "a result could not be stored in the history; recording these jobs without results");
+            c.batch_execute("ROLLBACK TO SAVEPOINT pgwake_history")
+                .await
+                .map_err(Error::db("claim: recording history"))?;
+            values.iter_mut().for_each(|v| *v = None);
+            insert(params(&values))
+                .await
+                .map_err(Error::db("claim: recording history"))?;
+            Ok(())
+        }
+    }
 }
 
 /// Resolves once `c`'s connection is closed.

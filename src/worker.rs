@@ -107,6 +107,7 @@ impl WorkerBuilder {
             events,
             worker_id: worker_id(),
             wait_state: Arc::new(crate::waiting::WaitState::default()),
+            history: Arc::default(),
         })
     }
 }
@@ -123,6 +124,8 @@ pub struct Worker {
     registry: Registry,
     events: broadcast::Sender<JobEvent>,
     health: Arc<Health>,
+    /// Whether finished jobs are recorded (the database's setting).
+    history: Arc<crate::history::Switch>,
 }
 
 impl Worker {
@@ -234,6 +237,9 @@ impl Worker {
         services.spawn(watcher.run(service_stop.clone()));
         let rescuer = Rescuer::new(pool.clone(), self.config.rescue_interval);
         services.spawn(rescuer.run(service_stop.clone()));
+        let history = crate::history::Maintenance::new(pool.clone(), self.config.history.clone())
+            .with_switch(self.history.clone());
+        services.spawn(history.run(service_stop.clone()));
         if let Some(config) = &self.config.scheduler {
             let scheduler = crate::scheduler::Scheduler::new(pool.clone(), config.clone());
             services.spawn(scheduler.run(service_stop.clone()));
@@ -305,7 +311,9 @@ impl Worker {
 
     /// Start-up checks: the database answers, the schema is this binary's,
     /// every handler is usable, and a transaction-mode pooler in front of
-    /// the claims gets what it can carry (`connect::check_pooling`).
+    /// the claims gets what it can carry (`connect::check_pooling`). Also
+    /// applies `config.history.keep_finished` to the database and reads the
+    /// history setting in force.
     pub async fn check(&self) -> Result<()> {
         let client = connect::connect(&self.db).await?;
         // One transaction: through a transaction-mode pooler its statements
@@ -315,6 +323,8 @@ impl Worker {
             .await
             .map_err(Error::db("start-up check"))?;
         crate::schema::check(&client).await?;
+        let keep = crate::history::apply(&client, self.config.history.keep_finished).await?;
+        self.history.set(keep.is_some());
         for task in self.registry.tasks() {
             if let Some(h) = self.registry.get(&task) {
                 h.check(&client)
@@ -365,6 +375,7 @@ impl Worker {
             leases: Default::default(),
             completer,
             jobs: TaskTracker::new(),
+            history: self.history.clone(),
             cancels,
         }
     }

@@ -41,6 +41,9 @@ BEGIN
     EXECUTE format('GRANT SELECT ON pgwake.schedule_list TO %s', role);
     EXECUTE format('GRANT USAGE, SELECT ON ALL SEQUENCES IN SCHEMA pgwake TO %s', role);
     EXECUTE format('GRANT EXECUTE ON FUNCTION pgwake.enqueue(text, jsonb, text, timestamptz, integer, integer, interval) TO %s', role);
+    -- History: partitions are created ahead and dropped by the worker.
+    EXECUTE format('GRANT EXECUTE ON FUNCTION pgwake.history_partition(date) TO %s', role);
+    EXECUTE format('GRANT EXECUTE ON FUNCTION pgwake.history_maintain(interval, integer, interval) TO %s', role);
     -- `pgwake cancel`: an operator's action, like `pgwake dead retry`.
     EXECUTE format('GRANT EXECUTE ON FUNCTION pgwake.cancel(bigint), pgwake.request_cancel(bigint) TO %s', role);
 END

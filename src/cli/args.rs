@@ -42,7 +42,7 @@ impl Db {
 #[derive(Subcommand)]
 pub enum Command {
     /// Run the worker.
-    Run(RunArgs),
+    Run(Box<RunArgs>),
     /// Create or upgrade the pgwake schema (safe to run concurrently).
     Migrate(Db),
     /// Enqueue a job, or many from NDJSON on stdin.
@@ -60,6 +60,9 @@ pub enum Command {
         #[command(subcommand)]
         action: DeadAction,
     },
+    /// Finished jobs and their results, newest first (history is on once a
+    /// worker ran with --keep-finished).
+    History(HistoryArgs),
     /// Cancel jobs: waiting ones leave the queue, running ones are stopped; both end in
     /// dead_jobs as cancelled. Exits 2 if any id is unknown, finished or already dead.
     Cancel(super::cancel::CancelArgs),
@@ -187,6 +190,72 @@ pub struct RunArgs {
     /// Address of /metrics, /health and /ready. Use 0.0.0.0:9187 to expose it.
     #[arg(long, default_value_t = config::METRICS_ADDR_DEFAULT)]
     pub metrics_addr: SocketAddr,
+    /// Keep finished jobs (done, dead, cancelled) and their results in pgwake.finished_jobs
+    /// for at least this long (e.g. 7d; at least 1h), for every worker of the database;
+    /// `off` turns history off. Default: leave the database's setting (off unless turned on).
+    #[arg(long, value_parser = keep_finished)]
+    pub keep_finished: Option<pgwake::history::KeepFinished>,
+    /// Most bytes of an exec command's stdout kept as its result; 0 keeps none.
+    #[arg(long, default_value_t = pgwake::handlers::exec::EXEC_STDOUT_MAX_DEFAULT, value_parser = exec_stdout_max)]
+    pub exec_stdout_max: usize,
+}
+
+fn keep_finished(s: &str) -> Result<pgwake::history::KeepFinished, String> {
+    pgwake::history::KeepFinished::parse(s)
+}
+
+fn exec_stdout_max(s: &str) -> Result<usize, String> {
+    let max = pgwake::handlers::exec::EXEC_STDOUT_MAX_LIMIT;
+    match s.parse::<usize>() {
+        Ok(n) if n <= max => Ok(n),
+        _ => Err(format!("expected a number of bytes from 0 to {max}")),
+    }
+}
+
+/// Since when `pgwake history` shows finished jobs.
+#[derive(Debug, Clone, Copy)]
+pub enum Since {
+    /// This long before now (database clock).
+    Ago(Duration),
+    /// This moment.
+    At(SystemTime),
+}
+
+fn since(s: &str) -> Result<Since, String> {
+    if let Ok(d) = s.parse::<HumanDuration>() {
+        return Ok(Since::Ago(d.into()));
+    }
+    super::timestamp::parse(s).map(Since::At).map_err(|_| {
+        format!(
+            "{s:?}: expected a duration (e.g. 1h, 7d) or {}",
+            &super::timestamp::EXPECTED["expected ".len()..]
+        )
+    })
+}
+
+/// `pgwake history` flags.
+#[derive(Args)]
+pub struct HistoryArgs {
+    #[command(flatten)]
+    pub db: Db,
+    /// Only this queue.
+    #[arg(long)]
+    pub queue: Option<String>,
+    /// Only this task.
+    #[arg(long)]
+    pub task: Option<String>,
+    /// Only this outcome.
+    #[arg(long, value_parser = ["done", "dead", "cancelled"])]
+    pub outcome: Option<String>,
+    /// Only jobs finished since: a duration back from now (e.g. 1h) or an RFC 3339 timestamp.
+    #[arg(long, value_parser = since)]
+    pub since: Option<Since>,
+    /// At most this many.
+    #[arg(long, default_value_t = pgwake::history::LIST_LIMIT_DEFAULT, value_parser = clap::value_parser!(i64).range(1..))]
+    pub limit: i64,
+    /// Print JSON (an array; payloads and results embedded as JSON).
+    #[arg(long)]
+    pub json: bool,
 }
 
 /// `pgwake enqueue` flags.

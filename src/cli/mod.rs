@@ -1,7 +1,7 @@
 //! The `pgwake` command line, one module per concern: [`args`] (flags),
 //! [`logging`], [`explain`] (error messages and exit codes), [`run`] (the
 //! worker's wiring), [`enqueue`] and [`ndjson`] (producing), [`dead`] (dead
-//! jobs), [`schedule`] (recurring jobs), [`cancel`] (cancelling jobs), and here the dispatch and the small
+//! jobs), [`schedule`] (recurring jobs), [`cancel`] (cancelling jobs), [`history`] (finished jobs), and here the dispatch and the small
 //! commands.
 
 pub mod args;
@@ -9,6 +9,7 @@ pub mod cancel;
 pub mod dead;
 pub mod enqueue;
 pub mod explain;
+pub mod history;
 pub mod logging;
 pub mod ndjson;
 pub mod run;
@@ -35,11 +36,12 @@ pub fn default_log_level(command: &Command) -> &'static str {
 /// Run one command.
 pub async fn dispatch(command: Command) -> Result<(), Error> {
     match command {
-        Command::Run(args) => run::run(args).await,
+        Command::Run(args) => run::run(*args).await,
         Command::Migrate(db) => migrate(db).await,
         Command::Enqueue(args) => enqueue::enqueue(args).await,
         Command::Stats { db, json } => print_stats(db, json).await,
         Command::Dead { action } => dead::command(action).await,
+        Command::History(args) => history::command(args).await,
         Command::Schedule { action } => schedule::command(action).await,
         Command::Cancel(args) => cancel::command(args).await,
         Command::Bench(args) => crate::bench::run(args).await,

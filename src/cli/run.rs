@@ -30,6 +30,10 @@ pub fn worker_config(args: &RunArgs) -> Result<WorkerConfig, Error> {
         tx_queues: args.tx_queues.clone(),
         rescue_interval: args.rescue_interval.into(),
         prepared_statements: args.prepared_statements,
+        history: pgwake::history::HistoryConfig {
+            keep_finished: args.keep_finished.unwrap_or_default(),
+            ..Default::default()
+        },
         cancel_poll_interval: args.cancel_poll_interval.into(),
         ..WorkerConfig::default()
     };
@@ -57,11 +61,11 @@ type TaskHandler = (String, Arc<dyn Handler>);
 
 /// The handlers of the `--handler` flags; a task given twice is refused
 /// (silently keeping the last would run a handler the user did not mean).
-fn handlers(flags: &[String]) -> Result<Vec<TaskHandler>, Error> {
+fn handlers(flags: &[String], exec_stdout_max: usize) -> Result<Vec<TaskHandler>, Error> {
     let mut seen: HashMap<String, &str> = HashMap::new();
     let mut out = Vec::with_capacity(flags.len());
     for flag in flags {
-        let (task, handler) = pgwake::handlers::parse_flag(flag)?;
+        let (task, handler) = pgwake::handlers::parse_flag_with(flag, exec_stdout_max)?;
         if let Some(first) = seen.insert(task.clone(), flag) {
             return Err(Error::Config(format!(
                 "--handler {flag:?}: task {task:?} already has a handler (--handler {first:?}); \
@@ -76,7 +80,7 @@ fn handlers(flags: &[String]) -> Result<Vec<TaskHandler>, Error> {
 /// Run the worker until SIGTERM/SIGINT.
 pub async fn run(args: RunArgs) -> Result<(), Error> {
     let config = worker_config(&args)?;
-    let handlers = handlers(&args.handlers)?;
+    let handlers = handlers(&args.handlers, args.exec_stdout_max)?;
     let metrics_listener = bind_metrics(args.metrics_addr).await?;
     let db = args.db.config()?;
     let mut builder = Worker::builder(db).config(config);

@@ -14,7 +14,11 @@
 //! which is explicit: a few inherited variables and `PGWAKE_EXEC_*`, never
 //! the worker's `DATABASE_URL` or `PGPASSWORD` (see `explicit_env`).
 //! Exit status 0 is success; anything else is a failed attempt whose stderr
-//! tail becomes `last_error`. stdout goes to the worker's stdout. At the job
+//! tail becomes `last_error`. stdout goes to the worker's stdout and, up to
+//! [`EXEC_STDOUT_MAX_DEFAULT`] bytes (`--exec-stdout-max`), is the job's
+//! result (recorded when history is on): JSON output is kept as JSON, any
+//! other text as a JSON string, output past the bound is cut (and then is
+//! a string ending in `…[cut]`), empty output is no result. At the job
 //! timeout (or a shutdown past its grace period) the whole process group is
 //! killed with SIGKILL, and the command is killed too if the worker process
 //! dies (`PR_SET_PDEATHSIG`). Processes the command starts in the background
@@ -64,11 +68,22 @@ fn explicit_env(cmd: &mut Command) {
 /// How much of a failed command's stderr is kept as `last_error`.
 pub const STDERR_TAIL_BYTES: usize = 2048;
 
+/// How much of a command's stdout is kept as its result, by default
+/// (`--exec-stdout-max`; 0 keeps none, and stdout is then inherited).
+pub const EXEC_STDOUT_MAX_DEFAULT: usize = 64 * 1024;
+
+/// Largest `--exec-stdout-max`.
+pub const EXEC_STDOUT_MAX_LIMIT: usize = 64 * 1024 * 1024;
+
+/// Marker appended to a result cut at the bound.
+pub const STDOUT_CUT_MARK: &str = "…[cut]";
+
 /// Runs a command per job.
 #[derive(Debug, Clone)]
 pub struct ExecHandler {
     program: PathBuf,
     args: Vec<String>,
+    stdout_max: usize,
 }
 
 /// Resolve `program` like `execvp` would, so a typo fails at start-up.
@@ -104,8 +119,59 @@ impl ExecHandler {
         Ok(ExecHandler {
             program: resolved,
             args: args.to_vec(),
+            stdout_max: EXEC_STDOUT_MAX_DEFAULT,
         })
     }
+
+    /// Keep at most `bytes` of stdout as the result (0: keep none and let
+    /// the command write to the worker's stdout directly).
+    pub fn with_stdout_max(mut self, bytes: usize) -> ExecHandler {
+        self.stdout_max = bytes;
+        self
+    }
+}
+
+/// The result of a command's stdout: JSON kept as JSON, other text as a
+/// string, empty output none; `cut` marks output past the bound.
+pub fn stdout_result(out: &[u8], cut: bool) -> Option<serde_json::Value> {
+    let text = String::from_utf8_lossy(out);
+    let trimmed = text.trim();
+    if trimmed.is_empty() && !cut {
+        return None;
+    }
+    if !cut {
+        if let Ok(value) = serde_json::from_str::<serde_json::Value>(trimmed) {
+            return Some(value);
+        }
+    }
+    let mut s = text.trim_end().to_string();
+    if cut {
+        s.push_str(STDOUT_CUT_MARK);
+    }
+    Some(serde_json::Value::String(s))
+}
+
+/// Copy `from` to the worker's stdout, keeping the first `max` bytes; the
+/// rest is passed on and counted but not kept. Never stops reading early
+/// (a command blocked on a full pipe would never exit).
+async fn capture(mut from: tokio::process::ChildStdout, max: usize) -> (Vec<u8>, bool) {
+    let mut kept = Vec::new();
+    let mut cut = false;
+    let mut out = tokio::io::stdout();
+    let mut buf = [0u8; 8192];
+    while let Ok(n) = from.read(&mut buf).await {
+        if n == 0 {
+            break;
+        }
+        let _ = out.write_all(&buf[..n]).await;
+        let room = max - kept.len();
+        if n > room {
+            cut = true;
+        }
+        kept.extend_from_slice(&buf[..n.min(room)]);
+    }
+    let _ = out.flush().await;
+    (kept, cut)
 }
 
 /// Kills the process group of a child that is still running when the job's
@@ -137,7 +203,11 @@ impl Handler for ExecHandler {
             .env("PGWAKE_QUEUE", &job.queue)
             .env("PGWAKE_ATTEMPT", job.attempt.to_string())
             .stdin(Stdio::piped())
-            .stdout(Stdio::inherit())
+            .stdout(if self.stdout_max > 0 {
+                Stdio::piped()
+            } else {
+                Stdio::inherit()
+            })
             .stderr(Stdio::piped())
             .process_group(0)
             .kill_on_drop(true);
@@ -161,6 +231,14 @@ impl Handler for ExecHandler {
         let payload = job.payload_text.clone().into_bytes();
         let mut stdin = child.stdin.take().ok_or("no stdin")?;
         let mut stderr = child.stderr.take().ok_or("no stderr")?;
+        let stdout = child.stdout.take();
+        let max = self.stdout_max;
+        let output = async move {
+            match stdout {
+                Some(s) => capture(s, max).await,
+                None => (Vec::new(), false),
+            }
+        };
         let write = async move {
             // A command that does not read stdin closes the pipe: not an error.
             let _ = stdin.write_all(&payload).await;
@@ -180,11 +258,14 @@ impl Handler for ExecHandler {
             }
             tail
         };
-        let (_, tail, status) = tokio::join!(write, read, child.wait());
+        let (_, tail, (out, cut), status) = tokio::join!(write, read, output, child.wait());
         let status = status?;
         guard.pid = None;
         if status.success() {
-            return Ok(Outcome::Done);
+            return Ok(match stdout_result(&out, cut) {
+                Some(value) => Outcome::DoneWith(value),
+                None => Outcome::Done,
+            });
         }
         let start = tail.len().saturating_sub(STDERR_TAIL_BYTES);
         let tail = String::from_utf8_lossy(&tail[start..]).trim().to_string();
@@ -208,5 +289,27 @@ impl Handler for ExecHandler {
 
     fn decodes_payload(&self) -> bool {
         false
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stdout_json_stays_json_and_text_becomes_a_string() {
+        assert_eq!(
+            stdout_result(b"{\"n\": 1}\n", false),
+            Some(serde_json::json!({"n": 1}))
+        );
+        assert_eq!(
+            stdout_result(b"hello\n", false),
+            Some(serde_json::json!("hello"))
+        );
+        assert_eq!(stdout_result(b"  \n", false), None);
+        assert_eq!(
+            stdout_result(b"{\"n\": 1", true),
+            Some(serde_json::json!("{\"n\": 1…[cut]"))
+        );
     }
 }

@@ -1,6 +1,20 @@
 //! `sql` handler: `SELECT FUNCTION($payload::jsonb)` inside the claim
 //! transaction (`tx` mode), so what the function writes commits together
-//! with the job's removal. The payload is bound exactly as stored. A batch
+//! with the job's removal. The payload is bound exactly as stored.
+//!
+//! The function may also take the job's id and attempt; which form it has
+//! is found at start-up ([`Handler::check`]) by asking the server to
+//! prepare each call, in this order (the first that resolves is used, with
+//! PostgreSQL's own overload and default-argument rules):
+//!
+//! | form | call |
+//! |---|---|
+//! | positional | `f(payload jsonb, job_id bigint, attempt integer)` |
+//! | named | `f(payload => …, job_id => …, attempt => …)`: parameters with these names, in any order |
+//! | payload only | `f(payload jsonb)` |
+//!
+//! The function's return value (any type, through `to_jsonb`; `void` and
+//! NULL mean none) is the job's result, recorded when history is on. A batch
 //! of jobs of one task runs as one statement over all payloads; if that
 //! fails, it is rolled back and each job runs alone in its own savepoint, so
 //! one failing job fails alone. An exception raised by the function is a
@@ -28,11 +42,71 @@ use crate::handler::{BoxError, Handler, JobContext};
 use crate::job::{Job, Outcome};
 use crate::sql::{self, Db};
 
+/// Which arguments the function takes (found by [`Handler::check`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Signature {
+    /// `f(payload jsonb)`.
+    Payload,
+    /// `f(payload jsonb, job_id bigint, attempt integer)`.
+    PayloadIdAttempt,
+    /// `f(payload => …, job_id => …, attempt => …)`.
+    Named,
+}
+
+impl Signature {
+    /// In the order [`Handler::check`] tries them.
+    const ALL: [Signature; 3] = [
+        Signature::PayloadIdAttempt,
+        Signature::Named,
+        Signature::Payload,
+    ];
+
+    fn statement(self, f: &str) -> String {
+        match self {
+            Signature::Payload => format!("SELECT to_jsonb({f}($1::text::jsonb))::text"),
+            Signature::PayloadIdAttempt => {
+                format!("SELECT to_jsonb({f}($1::text::jsonb, $2::bigint, $3::int))::text")
+            }
+            Signature::Named => format!(
+                "SELECT to_jsonb({f}(payload => $1::text::jsonb, job_id => $2::bigint, attempt => $3::int))::text"
+            ),
+        }
+    }
+
+    fn batch_statement(self, f: &str) -> String {
+        let call = match self {
+            Signature::Payload => format!("{f}(u.p::jsonb)"),
+            Signature::PayloadIdAttempt => format!("{f}(u.p::jsonb, u.id, u.att)"),
+            Signature::Named => {
+                format!("{f}(payload => u.p::jsonb, job_id => u.id, attempt => u.att)")
+            }
+        };
+        format!(
+            "SELECT u.n, to_jsonb({call})::text \
+             FROM unnest($1::text[], $2::bigint[], $3::int[]) WITH ORDINALITY AS u(p, id, att, n)"
+        )
+    }
+
+    fn takes_job(self) -> bool {
+        self != Signature::Payload
+    }
+}
+
 /// Calls a SQL function per job.
-#[derive(Debug, Clone)]
+#[derive(Debug)]
 pub struct SqlHandler {
-    statement: String,
-    batch_statement: String,
+    function: String,
+    /// Set by [`Handler::check`]; [`Signature::Payload`] until then.
+    signature: std::sync::OnceLock<(Signature, String, String)>,
+}
+
+impl Clone for SqlHandler {
+    fn clone(&self) -> Self {
+        SqlHandler {
+            function: self.function.clone(),
+            signature: self.signature.clone(),
+        }
+    }
 }
 
 /// Quote one identifier part after checking it is a plain name.
@@ -65,22 +139,76 @@ impl SqlHandler {
             .collect::<Result<Vec<_>>>()?
             .join(".");
         Ok(SqlHandler {
-            statement: format!("SELECT {quoted}($1::text::jsonb)"),
-            batch_statement: format!("SELECT {quoted}(p::jsonb) FROM unnest($1::text[]) AS p"),
+            function: quoted,
+            signature: std::sync::OnceLock::new(),
         })
     }
 
-    /// The statement this handler runs, for start-up checks.
-    pub fn statement(&self) -> &str {
-        &self.statement
+    /// The function's signature as found at start-up
+    /// ([`Signature::Payload`] before [`Handler::check`] ran).
+    pub fn signature(&self) -> Signature {
+        self.signature
+            .get()
+            .map(|s| s.0)
+            .unwrap_or(Signature::Payload)
+    }
+
+    /// The statement this handler runs (per job).
+    pub fn statement(&self) -> String {
+        match self.signature.get() {
+            Some((_, one, _)) => one.clone(),
+            None => Signature::Payload.statement(&self.function),
+        }
+    }
+
+    fn batch_statement(&self) -> String {
+        match self.signature.get() {
+            Some((_, _, batch)) => batch.clone(),
+            None => Signature::Payload.batch_statement(&self.function),
+        }
+    }
+
+    /// Run the per-job statement on `client`.
+    async fn call(
+        &self,
+        client: &tokio_postgres::Client,
+        job: &Job,
+    ) -> std::result::Result<Vec<tokio_postgres::Row>, tokio_postgres::Error> {
+        // Unnamed: the statement is built per handler, and the call must
+        // go through a transaction-mode pooler too (`crate::sql`).
+        let statement = self.statement();
+        let db = Db::unnamed(client);
+        if self.signature().takes_job() {
+            db.query_text(
+                &statement,
+                &[Type::TEXT, Type::INT8, Type::INT4],
+                &[&job.payload_text, &job.id, &job.attempt],
+            )
+            .await
+        } else {
+            db.query_text(&statement, &[Type::TEXT], &[&job.payload_text])
+                .await
+        }
+    }
+}
+
+/// The outcome of a function's returned value (JSON text; NULL for void).
+fn done_with(value: Option<String>) -> Outcome {
+    match value {
+        None => Outcome::Done,
+        Some(text) => Outcome::DoneWith(
+            serde_json::from_str(&text).unwrap_or(serde_json::Value::String(text)),
+        ),
     }
 }
 
 fn outcome_of(
-    result: std::result::Result<u64, tokio_postgres::Error>,
+    result: std::result::Result<Vec<tokio_postgres::Row>, tokio_postgres::Error>,
 ) -> Result<Outcome, BoxError> {
     match result {
-        Ok(_) => Ok(Outcome::Done),
+        Ok(rows) => Ok(done_with(
+            rows.first().and_then(|r| r.get::<_, Option<String>>(0)),
+        )),
         Err(e) => match e.as_db_error() {
             Some(db) => Ok(Outcome::retry(format!(
                 "{} (SQLSTATE {})",
@@ -126,11 +254,7 @@ impl Drop for Running {
 impl Handler for SqlHandler {
     async fn handle(&self, job: &Job, ctx: JobContext<'_>) -> Result<Outcome, BoxError> {
         if let Some(tx) = ctx.transaction().await? {
-            return outcome_of(
-                Db::unnamed(tx)
-                    .execute_text(&self.statement, &[Type::TEXT], &[&job.payload_text])
-                    .await,
-            );
+            return outcome_of(self.call(tx, job).await);
         }
         let conn = ctx.pool().get().await?;
         let (begun, pid) = tokio::join!(
@@ -151,15 +275,13 @@ impl Handler for SqlHandler {
             pool: ctx.pool().clone(),
         };
         let c = running.conn.as_ref().expect("present");
-        let result = Db::unnamed(c)
-            .execute_text(&self.statement, &[Type::TEXT], &[&job.payload_text])
-            .await;
+        let result = self.call(c, job).await;
         let end = c
             .batch_execute(if result.is_ok() { "COMMIT" } else { "ROLLBACK" })
             .await;
         drop(running.finished());
         // A failed COMMIT undid the function's writes: a failed attempt.
-        outcome_of(result.and_then(|n| end.map(|()| n)))
+        outcome_of(result.and_then(|rows| end.map(|()| rows)))
     }
 
     fn decodes_payload(&self) -> bool {
@@ -176,11 +298,30 @@ impl Handler for SqlHandler {
         tx: &tokio_postgres::Client,
     ) -> Result<Option<Vec<Outcome>>, BoxError> {
         let payloads: Vec<&str> = jobs.iter().map(|j| j.payload_text.as_str()).collect();
+        let ids: Vec<i64> = jobs.iter().map(|j| j.id).collect();
+        let attempts: Vec<i32> = jobs.iter().map(|j| j.attempt).collect();
         match Db::unnamed(tx)
-            .execute_text(&self.batch_statement, &[Type::TEXT_ARRAY], &[&payloads])
+            .query_text(
+                self.batch_statement().as_str(),
+                &[Type::TEXT_ARRAY, Type::INT8_ARRAY, Type::INT4_ARRAY],
+                &[&payloads, &ids, &attempts],
+            )
             .await
         {
-            Ok(_) => Ok(Some(vec![Outcome::Done; jobs.len()])),
+            Ok(rows) => {
+                // One value per job (the first row of a set-returning
+                // function), in the jobs' order.
+                let mut values: Vec<Option<Option<String>>> = vec![None; jobs.len()];
+                for row in rows {
+                    let n = row.get::<_, i64>(0) as usize;
+                    if let Some(slot) = values.get_mut(n.wrapping_sub(1)) {
+                        slot.get_or_insert(row.get(1));
+                    }
+                }
+                Ok(Some(
+                    values.into_iter().map(|v| done_with(v.flatten())).collect(),
+                ))
+            }
             // One of them failed: run them one by one.
             Err(e) if e.as_db_error().is_some() => Ok(None),
             Err(e) => Err(e.into()),
@@ -188,13 +329,25 @@ impl Handler for SqlHandler {
     }
 
     async fn check(&self, db: &tokio_postgres::Client) -> Result<(), BoxError> {
-        db.prepare(&self.statement).await.map_err(|e| {
-            format!(
-                "sql handler `{}`: {}; create the function or fix the name",
-                self.statement,
-                crate::error::PgDisplay(&e)
-            )
-        })?;
-        Ok(())
+        let mut last = None;
+        for signature in Signature::ALL {
+            let statement = signature.statement(&self.function);
+            match db.prepare(&statement).await {
+                Ok(_) => {
+                    let batch = signature.batch_statement(&self.function);
+                    let _ = self.signature.set((signature, statement, batch));
+                    return Ok(());
+                }
+                Err(e) => last = Some(e),
+            }
+        }
+        let e = last.expect("three signatures tried");
+        Err(format!(
+            "sql handler `{}`: {}; create the function as {f}(payload jsonb), {f}(payload jsonb, job_id bigint, attempt integer) or with parameters named payload, job_id, attempt, or fix the name",
+            Signature::Payload.statement(&self.function),
+            crate::error::PgDisplay(&e),
+            f = self.function,
+        )
+        .into())
     }
 }

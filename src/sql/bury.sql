@@ -1,10 +1,12 @@
 -- Move tx-mode jobs to the dead-letter table, inside the claim transaction
 -- (out of attempts, failed permanently, no handler, undecodable payload).
+-- $12: this worker's id; the run was claimed at this transaction's start.
+-- With history on, the trigger on dead_jobs records them (migration 0006).
 INSERT INTO pgwake.dead_jobs
     (id, queue, task, payload, priority, run_at, attempts, max_attempts, last_error,
-     created_at, timeout)
+     created_at, timeout, worker_id, started_at)
 SELECT id, queue, task, payload::jsonb, priority, run_at, attempts, max_attempts, last_error,
-       created_at, make_interval(secs => timeout)
+       created_at, make_interval(secs => timeout), $12::text, now()
 FROM unnest($1::bigint[], $2::text[], $3::text[], $4::text[], $5::int[],
             $6::timestamptz[], $7::int[], $8::int[], $9::text[], $10::timestamptz[],
             $11::float8[])
@@ -14,4 +16,5 @@ ON CONFLICT (id) DO UPDATE SET
     queue = excluded.queue, task = excluded.task, payload = excluded.payload,
     priority = excluded.priority, run_at = excluded.run_at, attempts = excluded.attempts,
     max_attempts = excluded.max_attempts, last_error = excluded.last_error,
-    created_at = excluded.created_at, timeout = excluded.timeout, failed_at = now()
+    created_at = excluded.created_at, timeout = excluded.timeout,
+    worker_id = excluded.worker_id, started_at = excluded.started_at, failed_at = now()

@@ -25,17 +25,18 @@ requeued AS (
 buried AS (
     INSERT INTO pgwake.dead_jobs
         (id, queue, task, payload, priority, run_at, attempts, max_attempts, last_error, created_at,
-         timeout)
+         timeout, worker_id, started_at)
     SELECT id, queue, task, payload, priority, run_at, attempts, max_attempts,
            format('lease expired on the last attempt (%s of %s; worker %s stopped heartbeating)',
                   attempts, max_attempts, worker_id),
-           created_at, timeout
+           created_at, timeout, worker_id, leased_at
     FROM expired WHERE attempts >= max_attempts
     ON CONFLICT (id) DO UPDATE SET
         queue = excluded.queue, task = excluded.task, payload = excluded.payload,
         priority = excluded.priority, run_at = excluded.run_at, attempts = excluded.attempts,
         max_attempts = excluded.max_attempts, last_error = excluded.last_error,
-        created_at = excluded.created_at, timeout = excluded.timeout, failed_at = now()
+        created_at = excluded.created_at, timeout = excluded.timeout,
+        worker_id = excluded.worker_id, started_at = excluded.started_at, failed_at = now()
     RETURNING queue
 )
 SELECT queue, 'requeued' AS what FROM requeued

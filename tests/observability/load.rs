@@ -41,6 +41,11 @@ impl Load {
                 lease_queues: vec!["leases".into()],
                 rescue_interval: Duration::from_millis(200),
                 sample_interval: Some(Duration::from_millis(250)),
+                // History on: the dashboard's history panels have data.
+                history: pgwake::history::HistoryConfig {
+                    keep_finished: pgwake::history::KeepFinished::Keep(Duration::from_secs(86400)),
+                    ..Default::default()
+                },
                 ..test_config()
             })
             .handler("send", ok_handler(&ledger))
