@@ -186,7 +186,9 @@ pub trait Handler: Send + Sync + 'static {
 
     /// Checked once when the worker starts, against the database: a handler
     /// that cannot work (a SQL function that does not exist) stops the
-    /// worker with this error instead of failing every job.
+    /// worker with this error instead of failing every job. The worker calls
+    /// it inside a transaction (rolled back if a check fails): a check that
+    /// tries something that may fail uses a savepoint.
     async fn check(&self, _db: &Client) -> Result<(), BoxError> {
         Ok(())
     }

@@ -332,8 +332,10 @@ impl Worker {
                     .map_err(|e| Error::Config(e.to_string()))?;
             }
         }
+        // COMMIT, not ROLLBACK: `history::apply` above may have changed the
+        // history setting (--keep-finished).
         client
-            .batch_execute("ROLLBACK")
+            .batch_execute("COMMIT")
             .await
             .map_err(Error::db("start-up check"))?;
         let listen_through_pool =

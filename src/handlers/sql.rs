@@ -329,11 +329,23 @@ impl Handler for SqlHandler {
     }
 
     async fn check(&self, db: &tokio_postgres::Client) -> Result<(), BoxError> {
+        // The worker runs the checks in one transaction (through a
+        // transaction-mode pooler, a named statement and its Close must
+        // reach the same server connection): a signature that does not fit
+        // fails only its savepoint.
         let mut last = None;
         for signature in Signature::ALL {
             let statement = signature.statement(&self.function);
-            match db.prepare(&statement).await {
-                Ok(_) => {
+            db.batch_execute("SAVEPOINT pgwake_signature").await?;
+            let prepared = db.prepare(&statement).await.map(drop);
+            db.batch_execute(if prepared.is_ok() {
+                "RELEASE SAVEPOINT pgwake_signature"
+            } else {
+                "ROLLBACK TO SAVEPOINT pgwake_signature"
+            })
+            .await?;
+            match prepared {
+                Ok(()) => {
                     let batch = signature.batch_statement(&self.function);
                     let _ = self.signature.set((signature, statement, batch));
                     return Ok(());
