@@ -3,11 +3,14 @@
 //! `pgwake_runs(job_id, attempt, pid, overlap)` on its own connection — so
 //! runs whose transaction later rolls back are recorded too — and holds a
 //! session advisory lock on the job id while it runs: if another run of the
-//! same job is alive, the lock is taken and the run records `overlap`.
+//! same job is alive, the lock is taken and the run records `overlap`. A
+//! payload `{"lock": "K"}` locks K instead of the job id: runs of jobs
+//! sharing K (an ordering key) must never overlap either.
 //!
 //! Tasks: `work` sleeps 0..=`--sleep-ms` ms; `block` blocks on its first
 //! attempt (to be killed) and succeeds after; `poison` always blocks;
-//! `flaky` fails one run in five; `hog` blocks its thread for an hour.
+//! `flaky` fails one run in five; `fail_once` fails its first attempt;
+//! `fail` always fails; `hog` blocks its thread for an hour.
 //!
 //! ```text
 //! cargo run --example chaos_worker -- --database-url URL [--lease] [--concurrency 16]
@@ -42,8 +45,15 @@ impl Handler for Chaos {
         // connection (which would report false overlaps).
         let mut guard = LockGuard(Some(self.ledger.get().await?));
         let conn = guard.0.as_ref().expect("set above");
+        let lock: i64 = match job.payload.get("lock").and_then(|k| k.as_str()) {
+            Some(key) => conn
+                .query_one("SELECT hashtextextended($1, 0)", &[&key])
+                .await?
+                .get(0),
+            None => job.id,
+        };
         let locked: bool = conn
-            .query_one("SELECT pg_try_advisory_lock($1)", &[&job.id])
+            .query_one("SELECT pg_try_advisory_lock($1)", &[&lock])
             .await?
             .get(0);
         conn.execute(
@@ -71,6 +81,8 @@ impl Handler for Chaos {
                 Ok(Outcome::Done)
             }
             "flaky" if rand::random::<u8>() % 5 == 0 => Err("flaky failure".into()),
+            "fail_once" if job.attempt == 1 => Err("first attempt fails".into()),
+            "fail" => Err("always fails".into()),
             _ => {
                 let ms = rand::random::<u64>() % (self.sleep_ms + 1);
                 tokio::time::sleep(Duration::from_millis(ms)).await;
@@ -78,7 +90,7 @@ impl Handler for Chaos {
             }
         };
         if locked {
-            conn.execute("SELECT pg_advisory_unlock($1)", &[&job.id])
+            conn.execute("SELECT pg_advisory_unlock($1)", &[&lock])
                 .await?;
         }
         // Unlocked: the connection may go back to the pool.

@@ -19,6 +19,28 @@ pub(crate) struct Claimed {
     pub last_error: Option<String>,
     /// lease mode: the claim token that fences every write.
     pub token: i64,
+    /// tx mode: its ordering and unique keys, written back with it (lease
+    /// mode keeps them in `leased_jobs`).
+    pub keys: Keys,
+}
+
+/// A job's ordering key, unique key and ordering position (its run_at as
+/// enqueued), which a retry keeps (migration 0008).
+#[derive(Clone, Default)]
+pub(crate) struct Keys {
+    pub ordering_key: Option<String>,
+    pub unique_key: Option<String>,
+    pub ordering_at: Option<std::time::SystemTime>,
+}
+
+/// The keys a tx-mode claim returns after its own columns, from column
+/// `first` on: ordering_key, unique_key, coalesce(ordering_at, run_at).
+pub(crate) fn keys_from_row(row: &Row, first: usize) -> Keys {
+    Keys {
+        ordering_key: row.get(first),
+        unique_key: row.get(first + 1),
+        ordering_at: row.get(first + 2),
+    }
 }
 
 /// The columns every claim statement returns first, in this order:
@@ -56,6 +78,7 @@ pub(crate) fn claimed_from_row(row: &Row) -> Claimed {
         undecodable,
         last_error: row.get(8),
         token: 0,
+        keys: Keys::default(),
     }
 }
 

@@ -49,6 +49,16 @@ pub struct NewJob {
     /// `--job-timeout`).
     #[serde(default)]
     pub timeout: Option<String>,
+    /// Jobs with the same ordering key run one at a time, in (priority,
+    /// run_at, id) order, a failed one keeping its place (README → Ordered
+    /// keys). Default none.
+    #[serde(default)]
+    pub ordering_key: Option<String>,
+    /// At most one waiting job per unique key: enqueueing a duplicate
+    /// returns the waiting job's id, flagged as a duplicate (README →
+    /// Unique jobs). Default none.
+    #[serde(default)]
+    pub unique_key: Option<String>,
     /// Run this long after the database's `now()` (not this machine's
     /// clock, which may be off). Ignored when `run_at` is set. Not read from
     /// NDJSON (use `run_at` there).
@@ -67,8 +77,23 @@ impl NewJob {
             priority: None,
             max_attempts: None,
             timeout: None,
+            ordering_key: None,
+            unique_key: None,
             delay: None,
         }
+    }
+
+    /// Run one at a time and in order with the other jobs of `key`.
+    pub fn ordering_key(mut self, key: impl Into<String>) -> NewJob {
+        self.ordering_key = Some(key.into());
+        self
+    }
+
+    /// At most one waiting job with `key`: a duplicate is not enqueued (see
+    /// [`enqueue_detailed`]).
+    pub fn unique_key(mut self, key: impl Into<String>) -> NewJob {
+        self.unique_key = Some(key.into());
+        self
     }
 
     /// On queue `queue`.
@@ -146,16 +171,47 @@ impl NewJob {
     }
 }
 
-/// Enqueue one job; returns its id.
+/// What an enqueue did with one job.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Enqueued {
+    /// The job's id: the new job's, or for a duplicate the id of the job
+    /// that already waits with the same `unique_key`.
+    pub id: i64,
+    /// True when a job with the same `unique_key` was already waiting and
+    /// nothing was inserted.
+    pub duplicate: bool,
+}
+
+/// Enqueue one job; returns its id (for a duplicate of a waiting
+/// `unique_key`, the waiting job's id: [`enqueue_detailed`] says which).
 pub async fn enqueue<C: GenericClient>(client: &C, job: &NewJob) -> Result<i64> {
-    let ids = enqueue_many(client, std::slice::from_ref(job)).await?;
-    ids.into_iter()
+    Ok(enqueue_detailed(client, job).await?.id)
+}
+
+/// Enqueue one job; returns its id and whether it was a duplicate.
+pub async fn enqueue_detailed<C: GenericClient>(client: &C, job: &NewJob) -> Result<Enqueued> {
+    let done = enqueue_many_detailed(client, std::slice::from_ref(job)).await?;
+    done.into_iter()
         .next()
         .ok_or(Error::Unexpected("enqueue returned no id"))
 }
 
 /// Enqueue many jobs in one statement; returns their ids in input order.
 pub async fn enqueue_many<C: GenericClient>(client: &C, jobs: &[NewJob]) -> Result<Vec<i64>> {
+    Ok(enqueue_many_detailed(client, jobs)
+        .await?
+        .into_iter()
+        .map(|e| e.id)
+        .collect())
+}
+
+/// Enqueue many jobs in one statement; returns, in input order, each id
+/// and whether it was a duplicate (a job with its `unique_key` was already
+/// waiting, or came earlier in `jobs`).
+pub async fn enqueue_many_detailed<C: GenericClient>(
+    client: &C,
+    jobs: &[NewJob],
+) -> Result<Vec<Enqueued>> {
     for (i, job) in jobs.iter().enumerate() {
         job.validate().map_err(|e| match jobs.len() {
             1 => e,
@@ -177,6 +233,8 @@ pub async fn enqueue_many<C: GenericClient>(client: &C, jobs: &[NewJob]) -> Resu
         .iter()
         .map(|j| j.delay.map(|d| d.as_secs_f64()))
         .collect();
+    let ordering_key: Vec<Option<&str>> = jobs.iter().map(|j| j.ordering_key.as_deref()).collect();
+    let unique_key: Vec<Option<&str>> = jobs.iter().map(|j| j.unique_key.as_deref()).collect();
     let rows = crate::sql::Db::unnamed(client.client())
         .query(
             &crate::sql::ENQUEUE,
@@ -189,6 +247,8 @@ pub async fn enqueue_many<C: GenericClient>(client: &C, jobs: &[NewJob]) -> Resu
                 &max_attempts,
                 &delay,
                 &timeout,
+                &ordering_key,
+                &unique_key,
             ],
         )
         .await
@@ -196,5 +256,11 @@ pub async fn enqueue_many<C: GenericClient>(client: &C, jobs: &[NewJob]) -> Resu
             context: "enqueue failed",
             source,
         })?;
-    Ok(rows.iter().map(|r| r.get(0)).collect())
+    Ok(rows
+        .iter()
+        .map(|r| Enqueued {
+            id: r.get(0),
+            duplicate: r.get(1),
+        })
+        .collect())
 }

@@ -69,11 +69,17 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "0007_cancel.sql",
         sql: include_str!("../migrations/0007_cancel.sql"),
     },
+    Migration {
+        version: 8,
+        name: "0008_keys.sql",
+        sql: include_str!("../migrations/0008_keys.sql"),
+    },
 ];
 
 /// Idempotent definitions re-applied by every migrate.
 pub const TRIGGERS: &[(&str, &str)] = &[
     ("notify.sql", include_str!("../triggers/notify.sql")),
+    ("keys.sql", include_str!("../triggers/keys.sql")),
     ("enqueue.sql", include_str!("../triggers/enqueue.sql")),
     ("schedules.sql", include_str!("../triggers/schedules.sql")),
     ("cancel.sql", include_str!("../triggers/cancel.sql")),

@@ -36,7 +36,7 @@ use std::time::{Duration, Instant, SystemTime};
 use deadpool_postgres::Object;
 use tokio_postgres::types::ToSql;
 
-use crate::claimed::{claimed_from_row, sort_claim_order, Claimed, CLAIM_COLUMNS};
+use crate::claimed::{claimed_from_row, keys_from_row, sort_claim_order, Claimed, CLAIM_COLUMNS};
 use crate::context::ClaimContext;
 use crate::error::{Error, Result};
 use crate::executor::{execute, Ended};
@@ -235,7 +235,13 @@ pub(crate) async fn claim_and_run(
         // There is likely more: let one more task help drain.
         ctx.wake.wake_one(Trigger::Drain);
     }
-    let mut claimed: Vec<Claimed> = rows.iter().map(claimed_from_row).collect();
+    let mut claimed: Vec<Claimed> = rows
+        .iter()
+        .map(|row| Claimed {
+            keys: keys_from_row(row, CLAIM_COLUMNS + 2),
+            ..claimed_from_row(row)
+        })
+        .collect();
     for c in &mut claimed {
         c.job.attempt += 1;
     }
@@ -342,7 +348,10 @@ async fn run_suspect(ctx: &ClaimContext, id: i64) -> Result<()> {
         tx.release();
         return Ok(());
     };
-    let mut claimed = claimed_from_row(row);
+    let mut claimed = Claimed {
+        keys: keys_from_row(row, CLAIM_COLUMNS + 2),
+        ..claimed_from_row(row)
+    };
     let backend_pid: i32 = row.get(CLAIM_COLUMNS + 1);
     let charged: i32 = {
         let mut conn =
@@ -645,6 +654,9 @@ struct Columns {
     last_error: Vec<Option<String>>,
     created_at: Vec<SystemTime>,
     timeout: Vec<Option<f64>>,
+    ordering_key: Vec<Option<String>>,
+    unique_key: Vec<Option<String>>,
+    ordering_at: Vec<Option<SystemTime>>,
 }
 
 impl Columns {
@@ -662,13 +674,16 @@ impl Columns {
         self.last_error.push(last_error);
         self.created_at.push(job.created_at);
         self.timeout.push(job.timeout.map(|t| t.as_secs_f64()));
+        self.ordering_key.push(c.keys.ordering_key.clone());
+        self.unique_key.push(c.keys.unique_key.clone());
+        self.ordering_at.push(c.keys.ordering_at);
     }
 
     fn is_empty(&self) -> bool {
         self.id.is_empty()
     }
 
-    fn requeue_params(&self) -> [&(dyn ToSql + Sync); 12] {
+    fn requeue_params(&self) -> [&(dyn ToSql + Sync); 15] {
         [
             &self.id,
             &self.queue,
@@ -682,10 +697,13 @@ impl Columns {
             &self.last_error,
             &self.created_at,
             &self.timeout,
+            &self.ordering_key,
+            &self.unique_key,
+            &self.ordering_at,
         ]
     }
 
-    fn bury_params<'a>(&'a self, worker: &'a String) -> [&'a (dyn ToSql + Sync); 12] {
+    fn bury_params<'a>(&'a self, worker: &'a String) -> [&'a (dyn ToSql + Sync); 15] {
         [
             &self.id,
             &self.queue,
@@ -699,6 +717,9 @@ impl Columns {
             &self.created_at,
             &self.timeout,
             worker,
+            &self.ordering_key,
+            &self.unique_key,
+            &self.ordering_at,
         ]
     }
 }

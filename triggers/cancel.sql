@@ -37,15 +37,17 @@ BEGIN
         )
         INSERT INTO pgwake.dead_jobs
             (id, queue, task, payload, priority, run_at, attempts, max_attempts, last_error,
-             created_at, timeout)
+             created_at, timeout, ordering_key, unique_key, ordering_at)
         SELECT id, queue, task, payload, priority, run_at, attempts, max_attempts, 'cancelled',
-               created_at, timeout
+               created_at, timeout, ordering_key, unique_key, ordering_at
         FROM taken
         ON CONFLICT (id) DO UPDATE SET
             queue = excluded.queue, task = excluded.task, payload = excluded.payload,
             priority = excluded.priority, run_at = excluded.run_at, attempts = excluded.attempts,
             max_attempts = excluded.max_attempts, last_error = excluded.last_error,
-            created_at = excluded.created_at, timeout = excluded.timeout, failed_at = now();
+            created_at = excluded.created_at, timeout = excluded.timeout,
+            ordering_key = excluded.ordering_key, unique_key = excluded.unique_key,
+            ordering_at = excluded.ordering_at, failed_at = now();
         GET DIAGNOSTICS moved = ROW_COUNT;
         IF moved > 0 THEN
             RETURN 'cancelled';
@@ -58,15 +60,17 @@ BEGIN
         )
         INSERT INTO pgwake.dead_jobs
             (id, queue, task, payload, priority, run_at, attempts, max_attempts, last_error,
-             created_at, timeout)
+             created_at, timeout, ordering_key, unique_key, ordering_at)
         SELECT id, queue, task, payload, priority, run_at, least(attempts, max_attempts),
-               max_attempts, 'cancelled', created_at, timeout
+               max_attempts, 'cancelled', created_at, timeout, ordering_key, unique_key, ordering_at
         FROM taken
         ON CONFLICT (id) DO UPDATE SET
             queue = excluded.queue, task = excluded.task, payload = excluded.payload,
             priority = excluded.priority, run_at = excluded.run_at, attempts = excluded.attempts,
             max_attempts = excluded.max_attempts, last_error = excluded.last_error,
-            created_at = excluded.created_at, timeout = excluded.timeout, failed_at = now();
+            created_at = excluded.created_at, timeout = excluded.timeout,
+            ordering_key = excluded.ordering_key, unique_key = excluded.unique_key,
+            ordering_at = excluded.ordering_at, failed_at = now();
         GET DIAGNOSTICS moved = ROW_COUNT;
         IF moved > 0 THEN
             PERFORM pgwake.request_cancel(cancel.job_id);

@@ -13,13 +13,14 @@ CREATE OR REPLACE FUNCTION pgwake.grant_producer(role regrole) RETURNS void
 LANGUAGE plpgsql AS $$
 BEGIN
     EXECUTE format('GRANT USAGE ON SCHEMA pgwake TO %s', role);
-    -- INSERT … RETURNING id (the client, pgwake.enqueue) reads the id.
-    EXECUTE format('GRANT INSERT, SELECT (id) ON pgwake.jobs TO %s', role);
+    -- INSERT … RETURNING id (the client, pgwake.enqueue) reads the id; a
+    -- duplicate's id is found by its unique_key.
+    EXECUTE format('GRANT INSERT, SELECT (id, unique_key) ON pgwake.jobs TO %s', role);
     -- The insert trigger reads which workers are waiting.
     EXECUTE format('GRANT SELECT ON pgwake.waiting_workers TO %s', role);
     -- `pgwake enqueue` checks the schema version first.
     EXECUTE format('GRANT SELECT ON pgwake.schema_migrations TO %s', role);
-    EXECUTE format('GRANT EXECUTE ON FUNCTION pgwake.enqueue(text, jsonb, text, timestamptz, integer, integer, interval) TO %s', role);
+    EXECUTE format('GRANT EXECUTE ON FUNCTION pgwake.enqueue(text, jsonb, text, timestamptz, integer, integer, interval, text, text), pgwake.enqueue_unique(text, jsonb, text, timestamptz, integer, integer, interval, text, text) TO %s', role);
 END
 $$;
 
@@ -40,7 +41,7 @@ BEGIN
     -- Recurring jobs: `pgwake schedule …` and the view of them.
     EXECUTE format('GRANT SELECT ON pgwake.schedule_list TO %s', role);
     EXECUTE format('GRANT USAGE, SELECT ON ALL SEQUENCES IN SCHEMA pgwake TO %s', role);
-    EXECUTE format('GRANT EXECUTE ON FUNCTION pgwake.enqueue(text, jsonb, text, timestamptz, integer, integer, interval) TO %s', role);
+    EXECUTE format('GRANT EXECUTE ON FUNCTION pgwake.enqueue(text, jsonb, text, timestamptz, integer, integer, interval, text, text), pgwake.enqueue_unique(text, jsonb, text, timestamptz, integer, integer, interval, text, text) TO %s', role);
     -- History: partitions are created ahead and dropped by the worker.
     EXECUTE format('GRANT EXECUTE ON FUNCTION pgwake.history_partition(date) TO %s', role);
     EXECUTE format('GRANT EXECUTE ON FUNCTION pgwake.history_maintain(interval, integer, interval) TO %s', role);

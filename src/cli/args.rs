@@ -288,8 +288,15 @@ pub struct EnqueueArgs {
     /// This job's timeout (e.g. 90s, 2h) [default: the worker's --job-timeout].
     #[arg(long, value_parser = duration)]
     pub timeout: Option<HumanDuration>,
+    /// Ordering key: jobs with the same key run one at a time, in order.
+    #[arg(long, conflicts_with = "ndjson")]
+    pub ordering_key: Option<String>,
+    /// Unique key: at most one waiting job per key; a duplicate is not
+    /// enqueued, the waiting job's id is printed (and "duplicate" on stderr).
+    #[arg(long, conflicts_with = "ndjson")]
+    pub unique_key: Option<String>,
     /// Read jobs from stdin, one JSON object per line:
-    /// {"task": "...", "payload": {...}, "queue": "...", "run_at": "...", "priority": 0, "max_attempts": 25, "timeout": "90s"}.
+    /// {"task": "...", "payload": {...}, "queue": "...", "run_at": "...", "priority": 0, "max_attempts": 25, "timeout": "90s", "ordering_key": "...", "unique_key": "..."}.
     /// All lines commit together or not at all.
     #[arg(long)]
     pub ndjson: bool,

@@ -1,7 +1,7 @@
 //! `pgwake enqueue`: one job from flags, or many from NDJSON on stdin, in
 //! one transaction.
 
-use pgwake::client::{enqueue_many, NewJob};
+use pgwake::client::{enqueue_many_detailed, NewJob};
 use pgwake::error::Error;
 use pgwake::{connect, schema};
 
@@ -21,6 +21,8 @@ fn job_from_flags(args: EnqueueArgs) -> Result<NewJob, Error> {
         (None, None) => {}
     }
     job.priority = args.priority;
+    job.ordering_key = args.ordering_key;
+    job.unique_key = args.unique_key;
     job.max_attempts = args.max_attempts;
     if let Some(t) = args.timeout {
         job = job.timeout(t.into());
@@ -28,7 +30,8 @@ fn job_from_flags(args: EnqueueArgs) -> Result<NewJob, Error> {
     Ok(job)
 }
 
-/// Enqueue and print the id (or the id range).
+/// Enqueue and print the id (or the id range). A duplicate of a waiting
+/// job (same `unique_key`) prints that job's id, and a line on stderr.
 pub async fn enqueue(args: EnqueueArgs) -> Result<(), Error> {
     let db = args.db.clone();
     let jobs = if args.ndjson {
@@ -48,21 +51,41 @@ pub async fn enqueue(args: EnqueueArgs) -> Result<(), Error> {
     let mut ids = Vec::with_capacity(jobs.len());
     for (n, chunk) in jobs.chunks(ndjson::BATCH).enumerate() {
         let first = n * ndjson::BATCH + 1;
-        let chunk_ids = enqueue_many(&tx, chunk)
+        let chunk_ids = enqueue_many_detailed(&tx, chunk)
             .await
             .map_err(|e| e.at(format_args!("jobs {first}–{}", first + chunk.len() - 1)))?;
         ids.extend(chunk_ids);
     }
     tx.commit().await.map_err(Error::db("enqueue: commit"))?;
+    let duplicates = ids.iter().filter(|e| e.duplicate).count();
     if ids.len() == 1 {
-        println!("{}", ids[0]);
-    } else {
-        println!(
-            "enqueued {} jobs (ids {}–{})",
-            ids.len(),
-            ids[0],
-            ids[ids.len() - 1]
+        println!("{}", ids[0].id);
+        if ids[0].duplicate {
+            eprintln!(
+                "duplicate: job {} already waits with this unique key; nothing enqueued",
+                ids[0].id
+            );
+        }
+        return Ok(());
+    }
+    for (line, e) in jobs.iter().zip(&ids).filter(|(_, e)| e.duplicate) {
+        let key = line.unique_key.as_deref().unwrap_or_default();
+        eprintln!(
+            "duplicate: job {} already waits with unique key {key:?}",
+            e.id
         );
+    }
+    let new: Vec<i64> = ids.iter().filter(|e| !e.duplicate).map(|e| e.id).collect();
+    match (new.iter().min(), new.iter().max()) {
+        (Some(first), Some(last)) => println!(
+            "enqueued {} jobs (ids {first}–{last}){}",
+            new.len(),
+            match duplicates {
+                0 => String::new(),
+                d => format!("; {d} duplicates not enqueued"),
+            }
+        ),
+        _ => println!("enqueued 0 jobs; {duplicates} duplicates not enqueued"),
     }
     Ok(())
 }

@@ -11,6 +11,8 @@ WITH c AS (
         SELECT id FROM pgwake.jobs
         WHERE run_at <= now() AND queue <> ALL($2::text[])
           AND ($3::text[] IS NULL OR task = ANY($3::text[])) AND task <> ALL($4::text[])
+          AND (ordering_key IS NULL
+               OR pgwake.ordering_free(ordering_key, priority, coalesce(ordering_at, run_at), id))
         ORDER BY priority, run_at, id
         LIMIT $1
         FOR UPDATE SKIP LOCKED))
@@ -18,9 +20,11 @@ WITH c AS (
 )
 INSERT INTO pgwake.leased_jobs
     (id, queue, task, payload, priority, run_at, attempts, max_attempts, last_error,
-     created_at, timeout, worker_id, leased_at, lease_until)
+     created_at, timeout, worker_id, leased_at, lease_until, ordering_key, unique_key,
+     ordering_at)
 SELECT id, queue, task, payload, priority, run_at, attempts + 1, max_attempts, last_error,
-       created_at, timeout, $5, now(), now() + make_interval(secs => $6)
+       created_at, timeout, $5, now(), now() + make_interval(secs => $6), ordering_key,
+       unique_key, ordering_at
 FROM c
 RETURNING id, queue, task, payload::text, priority, run_at, attempts, max_attempts, last_error,
           created_at, extract(epoch FROM timeout)::float8,

@@ -15,6 +15,8 @@ WITH c AS (
         SELECT id FROM pgwake.jobs
         WHERE run_at <= now() AND queue <> ALL($2::text[])
           AND ($3::text[] IS NULL OR task = ANY($3::text[])) AND task <> ALL($4::text[])
+          AND (ordering_key IS NULL
+               OR pgwake.ordering_free(ordering_key, priority, coalesce(ordering_at, run_at), id))
         ORDER BY priority, run_at, id
         LIMIT $1
         FOR UPDATE SKIP LOCKED))
@@ -24,5 +26,6 @@ SELECT id, queue, task, payload::text, priority, run_at, attempts, max_attempts,
        created_at, extract(epoch FROM timeout)::float8,
        extract(epoch FROM clock_timestamp() - greatest(created_at, run_at))::float8,
        pg_current_xact_id()::text,
-       pg_backend_pid()
+       pg_backend_pid(),
+       ordering_key, unique_key, coalesce(ordering_at, run_at)
 FROM c

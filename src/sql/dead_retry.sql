@@ -12,8 +12,13 @@ forgotten AS (
 )
 INSERT INTO pgwake.jobs
     (id, queue, task, payload, priority, run_at, attempts, max_attempts, last_error, created_at,
-     timeout)
+     timeout, ordering_key, unique_key, ordering_at)
 SELECT id, queue, task, payload, priority, now(), 0, max_attempts, last_error, created_at,
-       timeout
+       timeout, ordering_key,
+       -- a job waiting with the same unique key keeps it (README → Unique jobs)
+       CASE WHEN EXISTS (SELECT 1 FROM pgwake.jobs w WHERE w.unique_key = revived.unique_key)
+            THEN NULL ELSE unique_key END,
+       -- back in its place in its ordering key
+       coalesce(ordering_at, run_at)
 FROM revived
 RETURNING id

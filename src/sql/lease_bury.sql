@@ -11,15 +11,17 @@ mine AS (
 buried AS (
     INSERT INTO pgwake.dead_jobs
         (id, queue, task, payload, priority, run_at, attempts, max_attempts, last_error,
-         created_at, timeout, worker_id, started_at)
+         created_at, timeout, worker_id, started_at, ordering_key, unique_key, ordering_at)
     SELECT id, queue, task, payload, priority, run_at, least(attempts, max_attempts), max_attempts, new_error,
-           created_at, timeout, worker_id, leased_at
+           created_at, timeout, worker_id, leased_at, ordering_key, unique_key, ordering_at
     FROM mine
     ON CONFLICT (id) DO UPDATE SET
         queue = excluded.queue, task = excluded.task, payload = excluded.payload,
         priority = excluded.priority, run_at = excluded.run_at, attempts = excluded.attempts,
         max_attempts = excluded.max_attempts, last_error = excluded.last_error,
         created_at = excluded.created_at, timeout = excluded.timeout,
-        worker_id = excluded.worker_id, started_at = excluded.started_at, failed_at = now()
+        worker_id = excluded.worker_id, started_at = excluded.started_at,
+        ordering_key = excluded.ordering_key, unique_key = excluded.unique_key,
+        ordering_at = excluded.ordering_at, failed_at = now()
 )
 SELECT token FROM mine

@@ -14,10 +14,16 @@ mine AS (
 back AS (
     INSERT INTO pgwake.jobs
         (id, queue, task, payload, priority, run_at, attempts, max_attempts, last_error,
-         created_at, timeout)
+         created_at, timeout, ordering_key, unique_key, ordering_at)
     SELECT id, queue, task, payload, priority,
            coalesce(clock_timestamp() + make_interval(secs => delay), run_at),
-           new_attempts, max_attempts, new_error, created_at, timeout
+           new_attempts, max_attempts, new_error, created_at, timeout, ordering_key,
+           -- a job enqueued with this unique key while this one ran keeps
+           -- the key (README → Unique jobs: retrying)
+           CASE WHEN EXISTS (SELECT 1 FROM pgwake.jobs w WHERE w.unique_key = mine.unique_key)
+                THEN NULL ELSE unique_key END,
+           -- its place in its ordering key, whatever its new run_at
+           coalesce(ordering_at, run_at)
     FROM mine
 )
 SELECT token FROM mine

@@ -15,28 +15,34 @@ WITH expired AS (
 requeued AS (
     INSERT INTO pgwake.jobs
         (id, queue, task, payload, priority, run_at, attempts, max_attempts, last_error, created_at,
-         timeout)
+         timeout, ordering_key, unique_key, ordering_at)
     SELECT id, queue, task, payload, priority, now(), attempts, max_attempts,
            format('lease expired on attempt %s (worker %s stopped heartbeating)', attempts, worker_id),
-           created_at, timeout
+           created_at, timeout, ordering_key,
+           -- as lease_requeue.sql: a newer waiting job keeps the unique key
+           CASE WHEN EXISTS (SELECT 1 FROM pgwake.jobs w WHERE w.unique_key = expired.unique_key)
+                THEN NULL ELSE unique_key END,
+           coalesce(ordering_at, run_at)
     FROM expired WHERE attempts < max_attempts
     RETURNING queue
 ),
 buried AS (
     INSERT INTO pgwake.dead_jobs
         (id, queue, task, payload, priority, run_at, attempts, max_attempts, last_error, created_at,
-         timeout, worker_id, started_at)
+         timeout, worker_id, started_at, ordering_key, unique_key, ordering_at)
     SELECT id, queue, task, payload, priority, run_at, attempts, max_attempts,
            format('lease expired on the last attempt (%s of %s; worker %s stopped heartbeating)',
                   attempts, max_attempts, worker_id),
-           created_at, timeout, worker_id, leased_at
+           created_at, timeout, worker_id, leased_at, ordering_key, unique_key, ordering_at
     FROM expired WHERE attempts >= max_attempts
     ON CONFLICT (id) DO UPDATE SET
         queue = excluded.queue, task = excluded.task, payload = excluded.payload,
         priority = excluded.priority, run_at = excluded.run_at, attempts = excluded.attempts,
         max_attempts = excluded.max_attempts, last_error = excluded.last_error,
         created_at = excluded.created_at, timeout = excluded.timeout,
-        worker_id = excluded.worker_id, started_at = excluded.started_at, failed_at = now()
+        worker_id = excluded.worker_id, started_at = excluded.started_at,
+        ordering_key = excluded.ordering_key, unique_key = excluded.unique_key,
+        ordering_at = excluded.ordering_at, failed_at = now()
     RETURNING queue
 )
 SELECT queue, 'requeued' AS what FROM requeued

@@ -1,0 +1,84 @@
+-- Ordered keys and unique jobs (migration 0008; ARCHITECTURE → Ordered
+-- keys and unique jobs).
+
+-- May the waiting job `job` (priority, ordering position `at`) of ordering
+-- key `key` start now? Called by every claim statement for keyed jobs only
+-- (`ordering_key IS NULL OR pgwake.ordering_free(…)`), before the row is
+-- locked. True when the job is its key's head and no job of the key runs:
+--   1. no job of the key comes before it in pgwake.jobs, and none is leased
+--      (a cheap first look, so that only heads take the lock below);
+--   2. this transaction takes the key's advisory lock (transaction-level:
+--      released at commit or rollback, so a crash cannot keep it). A tx-mode
+--      claim holds it while its jobs run; a lease claim until its commit;
+--   3. the same look again. VOLATILE: in READ COMMITTED each statement of
+--      this function takes a new snapshot, taken after the lock, so it sees
+--      every claim of the key that committed before we got the lock, and no
+--      other claim of the key is in progress (it would hold the lock).
+CREATE OR REPLACE FUNCTION pgwake.ordering_free(key text, priority integer, at timestamptz, job bigint)
+RETURNS boolean
+LANGUAGE plpgsql VOLATILE AS $$
+BEGIN
+    IF EXISTS (SELECT 1 FROM pgwake.jobs j
+               WHERE j.ordering_key = $1
+                 AND (j.priority, coalesce(j.ordering_at, j.run_at), j.id) < ($2, $3, $4))
+       OR EXISTS (SELECT 1 FROM pgwake.leased_jobs l WHERE l.ordering_key = $1) THEN
+        RETURN false;
+    END IF;
+    IF NOT pg_try_advisory_xact_lock(hashtextextended($1, 5262466120913749583)) THEN
+        RETURN false;
+    END IF;
+    RETURN NOT EXISTS (SELECT 1 FROM pgwake.jobs j
+                       WHERE j.ordering_key = $1
+                         AND (j.priority, coalesce(j.ordering_at, j.run_at), j.id) < ($2, $3, $4))
+       AND NOT EXISTS (SELECT 1 FROM pgwake.leased_jobs l WHERE l.ordering_key = $1);
+END
+$$;
+
+-- Enqueue one job; a job with a `unique_key` that already waits is not
+-- inserted again: its id comes back with duplicate = true.
+--   SELECT * FROM pgwake.enqueue_unique('sync', unique_key => 'user:42');
+-- A tx-mode job of the key that is running right now (its row deleted by a
+-- transaction still open) makes the INSERT wait for that transaction: at
+-- most the job's timeout (README → Unique jobs).
+CREATE OR REPLACE FUNCTION pgwake.enqueue_unique(
+    task         text,
+    payload      jsonb       DEFAULT '{}'::jsonb,
+    queue        text        DEFAULT 'default',
+    run_at       timestamptz DEFAULT now(),
+    priority     integer     DEFAULT 0,
+    max_attempts integer     DEFAULT 25,
+    timeout      interval    DEFAULT NULL,
+    ordering_key text        DEFAULT NULL,
+    unique_key   text        DEFAULT NULL,
+    OUT id        bigint,
+    OUT duplicate boolean
+)
+LANGUAGE plpgsql AS $$
+#variable_conflict use_column
+BEGIN
+    LOOP
+        INSERT INTO pgwake.jobs AS j
+            (task, payload, queue, run_at, priority, max_attempts, timeout, ordering_key,
+             unique_key)
+        VALUES (enqueue_unique.task, coalesce(enqueue_unique.payload, '{}'::jsonb),
+                coalesce(enqueue_unique.queue, 'default'), coalesce(enqueue_unique.run_at, now()),
+                coalesce(enqueue_unique.priority, 0), coalesce(enqueue_unique.max_attempts, 25),
+                enqueue_unique.timeout, enqueue_unique.ordering_key, enqueue_unique.unique_key)
+        ON CONFLICT (unique_key) WHERE unique_key IS NOT NULL DO NOTHING
+        RETURNING j.id INTO enqueue_unique.id;
+        IF FOUND THEN
+            duplicate := false;
+            RETURN;
+        END IF;
+        -- A new statement, a new snapshot: sees the conflicting job even if
+        -- it committed after this call began.
+        SELECT j.id INTO enqueue_unique.id FROM pgwake.jobs j
+        WHERE j.unique_key = enqueue_unique.unique_key;
+        IF FOUND THEN
+            duplicate := true;
+            RETURN;
+        END IF;
+        -- It was claimed (or cancelled) in between: insert again.
+    END LOOP;
+END
+$$;
