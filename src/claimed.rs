@@ -19,8 +19,9 @@ pub(crate) struct Claimed {
     pub last_error: Option<String>,
     /// lease mode: the claim token that fences every write.
     pub token: i64,
-    /// tx mode: its ordering and unique keys, written back with it (lease
-    /// mode keeps them in `leased_jobs`).
+    /// Its ordering and unique keys: tx mode writes them back with it;
+    /// lease mode (which keeps them in `leased_jobs`) wakes a claim when a
+    /// keyed job ends.
     pub keys: Keys,
 }
 
@@ -33,7 +34,7 @@ pub(crate) struct Keys {
     pub ordering_at: Option<std::time::SystemTime>,
 }
 
-/// The keys a tx-mode claim returns after its own columns, from column
+/// The keys a claim returns after its own columns, from column
 /// `first` on: ordering_key, unique_key, coalesce(ordering_at, run_at).
 pub(crate) fn keys_from_row(row: &Row, first: usize) -> Keys {
     Keys {

@@ -166,6 +166,10 @@ impl Writes {
 /// Write one batch of outcomes, then report them.
 async fn flush(ctx: &ClaimContext, batch: Vec<Finished>) {
     let history = ctx.history.on();
+    // A job of an ordering key that leaves leased_jobs may free the key's
+    // next job, which no INSERT (so no NOTIFY) announces: claim again here
+    // rather than at the next poll.
+    let keyed = batch.iter().any(|f| f.claimed.keys.ordering_key.is_some());
     let writes = Writes::of(batch.iter(), history);
     let matched = match write_retrying(ctx, &writes).await {
         Ok(m) => Some(m),
@@ -210,6 +214,9 @@ async fn flush(ctx: &ClaimContext, batch: Vec<Finished>) {
             }
         };
         ctx.report(&f.claimed.job, resolution, f.duration);
+    }
+    if keyed {
+        ctx.wake.wake_one(crate::wake::Trigger::Drain);
     }
 }
 

@@ -23,7 +23,7 @@ use std::time::{Duration, Instant};
 use tokio::sync::OwnedSemaphorePermit;
 use tokio_util::sync::CancellationToken;
 
-use crate::claimed::{claimed_from_row, sort_claim_order, Claimed, CLAIM_COLUMNS};
+use crate::claimed::{claimed_from_row, keys_from_row, sort_claim_order, Claimed, CLAIM_COLUMNS};
 use crate::connect::PooledConn;
 use crate::context::ClaimContext;
 use crate::error::{Error, Result};
@@ -108,6 +108,7 @@ pub(crate) async fn claim(
         .map(|row| {
             let mut c = claimed_from_row(row);
             c.token = row.get(CLAIM_COLUMNS);
+            c.keys = keys_from_row(row, CLAIM_COLUMNS + 1);
             c
         })
         .collect();

@@ -327,3 +327,41 @@ async fn a_job_enqueued_ahead_of_a_running_one_waits_for_it() {
     assert!(third.is_empty(), "claimed while its key is leased");
     a.batch_execute("ROLLBACK").await.unwrap();
 }
+
+#[tokio::test]
+async fn lease_mode_the_next_job_of_a_key_starts_without_waiting_for_the_poll() {
+    // No INSERT announces that a key's next job became free when the
+    // running one finishes: the worker that finished it claims again. With
+    // a poll of ten minutes, the key drains only through that wake-up.
+    let db = migrated_db().await;
+    create_run_ledger(&db).await;
+    let worker = ChaosWorker::spawn(&db, &["--lease", "--poll-ms", "600000"]);
+    // Inserted after the worker listens: the NOTIFY wakes it for the first.
+    until_waiting_worker(&db).await;
+    db.client()
+        .await
+        .batch_execute(
+            "INSERT INTO pgwake.jobs (task, payload, ordering_key)
+             SELECT 'work', '{\"lock\": \"k\"}', 'k' FROM generate_series(1, 5)",
+        )
+        .await
+        .unwrap();
+    let jobs = jobs_by_key(&db).await;
+    until_drained(&db).await;
+    assert!(worker.terminate().await.success());
+    check_ledger(&jobs, &ledger_runs(&db).await, &[], None);
+}
+
+/// Until some worker is registered as waiting (listening, idle).
+async fn until_waiting_worker(db: &TestDb) {
+    eventually(
+        "a worker to wait for jobs",
+        Duration::from_secs(60),
+        || async {
+            db.scalar::<i64>("SELECT count(*) FROM pgwake.waiting_workers")
+                .await
+                > 0
+        },
+    )
+    .await;
+}

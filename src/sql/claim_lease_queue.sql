@@ -29,4 +29,5 @@ FROM c
 RETURNING id, queue, task, payload::text, priority, run_at, attempts, max_attempts, last_error,
           created_at, extract(epoch FROM timeout)::float8,
           extract(epoch FROM clock_timestamp() - greatest(created_at, run_at))::float8,
-          token
+          token,
+          ordering_key, unique_key, coalesce(ordering_at, run_at)
