@@ -68,6 +68,17 @@ for round in $(seq "$ROUNDS"); do
     done
 done
 
+# The same comparison interleaved: both statements in one pgbench run, each
+# transaction picking one at random, on the same jobs (no key), so load on
+# the machine hits both alike. Per-statement latency: throughput is its
+# inverse.
+load none
+pgbench -n -f "$TMP/without.sql" -f "$TMP/with.sql" -c "$CLIENTS" -j 2 -T $((SECS * 2)) "$URL" 2>/dev/null \
+    | awk '/^SQL script/ {name = ($4 ~ /with\.sql/ && $4 !~ /without/) ? "with" : "without"}
+           /latency average/ && name {lat[name] = $5}
+           END {printf "interleaved, no keys: claim latency without %s ms, with %s ms: with/without throughput = %.3f\n",
+                lat["without"], lat["with"], lat["without"] / lat["with"]}'
+
 echo "claims (tx claim of 10, autocommit, $CLIENTS clients, ${SECS}s, median of $ROUNDS):"
 for case in "none without" "none with" "keys1000 with" "keys100k with"; do
     printf '  %-16s %8s jobs/s   runs: %s\n' "$case" "$(echo ${R[$case]} | tr ' ' '\n' | median)" "${R[$case]}"
