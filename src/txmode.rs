@@ -883,6 +883,14 @@ async fn record_done(ctx: &ClaimContext, db: Db<'_>, results: &[Ran]) -> Result<
     let attempts: Vec<i32> = done.iter().map(|r| r.claimed.job.attempt).collect();
     let created: Vec<SystemTime> = done.iter().map(|r| r.claimed.job.created_at).collect();
     let mut values: Vec<Option<&str>> = done.iter().map(|r| r.result.as_deref()).collect();
+    let ordering_keys: Vec<Option<String>> = done
+        .iter()
+        .map(|r| r.claimed.keys.ordering_key.clone())
+        .collect();
+    let unique_keys: Vec<Option<String>> = done
+        .iter()
+        .map(|r| r.claimed.keys.unique_key.clone())
+        .collect();
     let c = db.client();
     let params = |values: &[Option<&str>]| -> Vec<Box<dyn ToSql + Sync + Send>> {
         vec![
@@ -899,6 +907,8 @@ async fn record_done(ctx: &ClaimContext, db: Db<'_>, results: &[Ran]) -> Result<
                     .collect::<Vec<_>>(),
             ),
             Box::new(ctx.worker_id.clone()),
+            Box::new(ordering_keys.clone()),
+            Box::new(unique_keys.clone()),
         ]
     };
     let insert = |p: Vec<Box<dyn ToSql + Sync + Send>>| async move {

@@ -6,7 +6,8 @@
 //!
 //! The workers are `chaos_worker` processes: each run is recorded in
 //! `pgwake_runs` with `overlap` set when another run of the same key (the
-//! payload's `lock`) was alive at its start (tests/common/chaos.rs).
+//! payload's `lock`) was alive at its start (tests/common/chaos.rs). Last, the
+//! history (finished_jobs) records both keys, in both modes.
 
 mod common;
 
@@ -364,4 +365,50 @@ async fn until_waiting_worker(db: &TestDb) {
         },
     )
     .await;
+}
+
+async fn history_records_the_keys(lease: bool) {
+    let db = migrated_db().await;
+    create_run_ledger(&db).await;
+    let client = db.client().await;
+    client
+        .batch_execute(
+            "UPDATE pgwake.history_settings SET keep = interval '1 day';
+             INSERT INTO pgwake.jobs (task, payload, ordering_key, unique_key, max_attempts)
+             VALUES ('work', '{}', 'o1', 'u1', 25), ('fail', '{}', 'o2', 'u2', 1)",
+        )
+        .await
+        .unwrap();
+    let mode: &[&str] = if lease { &["--lease"] } else { &[] };
+    let worker = ChaosWorker::spawn(&db, mode);
+    until_drained(&db).await;
+    assert!(worker.terminate().await.success());
+    let rows: Vec<(String, Option<String>, Option<String>)> = client
+        .query(
+            "SELECT outcome, ordering_key, unique_key FROM pgwake.finished_jobs ORDER BY outcome",
+            &[],
+        )
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| (r.get(0), r.get(1), r.get(2)))
+        .collect();
+    let some = |s: &str| Some(s.to_string());
+    assert_eq!(
+        rows,
+        vec![
+            ("dead".to_string(), some("o2"), some("u2")),
+            ("done".to_string(), some("o1"), some("u1")),
+        ]
+    );
+}
+
+#[tokio::test]
+async fn tx_mode_history_records_the_keys() {
+    history_records_the_keys(false).await;
+}
+
+#[tokio::test]
+async fn lease_mode_history_records_the_keys() {
+    history_records_the_keys(true).await;
 }
