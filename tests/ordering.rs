@@ -339,15 +339,21 @@ async fn lease_mode_the_next_job_of_a_key_starts_without_waiting_for_the_poll() 
     let worker = ChaosWorker::spawn(&db, &["--lease", "--poll-ms", "600000"]);
     // Inserted after the worker listens: the NOTIFY wakes it for the first.
     until_waiting_worker(&db).await;
-    db.client()
+    // The jobs as inserted (the worker may take them before a later read).
+    let jobs: HashMap<i64, (String, i32)> = db
+        .client()
         .await
-        .batch_execute(
+        .query(
             "INSERT INTO pgwake.jobs (task, payload, ordering_key)
-             SELECT 'work', '{\"lock\": \"k\"}', 'k' FROM generate_series(1, 5)",
+             SELECT 'work', '{\"lock\": \"k\"}', 'k' FROM generate_series(1, 5)
+             RETURNING id, ordering_key, priority",
+            &[],
         )
         .await
-        .unwrap();
-    let jobs = jobs_by_key(&db).await;
+        .unwrap()
+        .iter()
+        .map(|r| (r.get(0), (r.get(1), r.get(2))))
+        .collect();
     until_drained(&db).await;
     assert!(worker.terminate().await.success());
     check_ledger(&jobs, &ledger_runs(&db).await, &[], None);
@@ -411,4 +417,70 @@ async fn tx_mode_history_records_the_keys() {
 #[tokio::test]
 async fn lease_mode_history_records_the_keys() {
     history_records_the_keys(true).await;
+}
+
+/// One lease claim (up to 10 jobs, any queue): the claimed (id, token)s.
+async fn lease_claim(c: &tokio_postgres::Client) -> Vec<(i64, i64)> {
+    pgwake::sql::Db::unnamed(c)
+        .query(
+            &pgwake::sql::CLAIM_LEASE_ALL,
+            &[
+                &10i64,
+                &Vec::<String>::new(),
+                &None::<Vec<String>>,
+                &Vec::<String>::new(),
+                &"w".to_string(),
+                &60.0f64,
+            ],
+        )
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| (r.get(0), r.get(12)))
+        .collect()
+}
+
+#[tokio::test]
+async fn a_dead_job_brought_back_takes_its_old_place_after_the_running_one() {
+    let db = migrated_db().await;
+    let c = db.client().await;
+    let ids: Vec<i64> = c
+        .query(
+            "INSERT INTO pgwake.jobs (task, ordering_key) SELECT 't', 'k' FROM generate_series(1, 3)
+             RETURNING id",
+            &[],
+        )
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    // The first dies (cancelled while waiting): the key goes on with the second.
+    c.query_one("SELECT pgwake.cancel($1)", &[&ids[0]])
+        .await
+        .unwrap();
+    let running = lease_claim(&c).await;
+    assert_eq!(
+        running.iter().map(|r| r.0).collect::<Vec<_>>(),
+        vec![ids[1]]
+    );
+    // Brought back while the second runs: it comes before the third, but
+    // waits for the running one.
+    let revived = run_pgwake(
+        &["dead", "retry", "--id", &ids[0].to_string()],
+        Some(&db.url),
+    );
+    assert!(revived.status.success(), "{}", stderr_of(&revived));
+    assert!(
+        lease_claim(&c).await.is_empty(),
+        "a job started beside a running one of its key"
+    );
+    let done = pgwake::sql::Db::unnamed(&c)
+        .query(&pgwake::sql::LEASE_DONE, &[&vec![running[0].1]])
+        .await
+        .unwrap();
+    assert_eq!(done.len(), 1);
+    // Then it runs, before the third.
+    let next = lease_claim(&c).await;
+    assert_eq!(next.iter().map(|r| r.0).collect::<Vec<_>>(), vec![ids[0]]);
 }
