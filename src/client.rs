@@ -59,6 +59,11 @@ pub struct NewJob {
     /// Unique jobs). Default none.
     #[serde(default)]
     pub unique_key: Option<String>,
+    /// With `unique_key`: a *running* job with the key counts too (at most
+    /// one waiting-or-running); its id comes back as the duplicate. Default
+    /// false.
+    #[serde(default)]
+    pub unique_running: Option<bool>,
     /// Run this long after the database's `now()` (not this machine's
     /// clock, which may be off). Ignored when `run_at` is set. Not read from
     /// NDJSON (use `run_at` there).
@@ -79,6 +84,7 @@ impl NewJob {
             timeout: None,
             ordering_key: None,
             unique_key: None,
+            unique_running: None,
             delay: None,
         }
     }
@@ -136,6 +142,13 @@ impl NewJob {
         self
     }
 
+    /// With [`NewJob::unique_key`]: a running job with the key is a
+    /// duplicate too (at most one waiting-or-running).
+    pub fn unique_running(mut self, yes: bool) -> NewJob {
+        self.unique_running = Some(yes);
+        self
+    }
+
     /// The timeout in seconds, if any.
     fn timeout_secs(&self) -> Result<Option<f64>> {
         let Some(t) = &self.timeout else {
@@ -163,6 +176,9 @@ impl NewJob {
         }
         if let Some(q) = &self.queue {
             crate::config::validate_queue_name(q)?;
+        }
+        if self.unique_running == Some(true) && self.unique_key.is_none() {
+            return Err(Error::Config("unique_running needs a unique_key".into()));
         }
         if matches!(self.max_attempts, Some(m) if m < 1) {
             return Err(Error::Config("max_attempts must be at least 1".into()));
@@ -235,6 +251,7 @@ pub async fn enqueue_many_detailed<C: GenericClient>(
         .collect();
     let ordering_key: Vec<Option<&str>> = jobs.iter().map(|j| j.ordering_key.as_deref()).collect();
     let unique_key: Vec<Option<&str>> = jobs.iter().map(|j| j.unique_key.as_deref()).collect();
+    let unique_running: Vec<Option<bool>> = jobs.iter().map(|j| j.unique_running).collect();
     let rows = crate::sql::Db::unnamed(client.client())
         .query(
             &crate::sql::ENQUEUE,
@@ -249,6 +266,7 @@ pub async fn enqueue_many_detailed<C: GenericClient>(
                 &timeout,
                 &ordering_key,
                 &unique_key,
+                &unique_running,
             ],
         )
         .await

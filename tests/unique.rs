@@ -422,3 +422,98 @@ async fn in_tx_mode_a_duplicate_of_a_running_job_waits_for_its_transaction_only(
     assert_ne!(second.id, first.id);
     assert_eq!(waiting_by_key(&db).await["k"], vec![second.id]);
 }
+
+#[tokio::test]
+async fn unique_running_counts_a_running_job_in_both_modes_without_waiting() {
+    let db = migrated_db().await;
+    let producer = db.client().await;
+    let job = |key: &str| {
+        NewJob::new("t", json!({}))
+            .unique_key(key)
+            .unique_running(true)
+    };
+    // Lease mode: the leased job is the duplicate.
+    let leased = enqueue_detailed(&producer, &job("l")).await.unwrap();
+    let rows = pgwake::sql::Db::unnamed(&producer)
+        .query(
+            &pgwake::sql::CLAIM_LEASE_ALL,
+            &[
+                &10i64,
+                &Vec::<String>::new(),
+                &None::<Vec<String>>,
+                &Vec::<String>::new(),
+                &"w1".to_string(),
+                &60.0f64,
+            ],
+        )
+        .await
+        .unwrap();
+    assert_eq!(rows.len(), 1);
+    let again = enqueue_detailed(&producer, &job("l")).await.unwrap();
+    assert_eq!(
+        again,
+        Enqueued {
+            id: leased.id,
+            duplicate: true
+        }
+    );
+    // Without the option, a running job does not count.
+    let plain = enqueue_detailed(&producer, &NewJob::new("t", json!({})).unique_key("l"))
+        .await
+        .unwrap();
+    assert!(!plain.duplicate);
+
+    // tx mode: the job's row is deleted by the open claim transaction; the
+    // enqueue does not wait for it, the running job is the duplicate.
+    let running = enqueue_detailed(&producer, &job("t")).await.unwrap();
+    let claimer = db.client().await;
+    claimer.batch_execute("BEGIN").await.unwrap();
+    let claimed = claimer
+        .query(
+            "DELETE FROM pgwake.jobs WHERE id = $1 RETURNING id",
+            &[&running.id],
+        )
+        .await
+        .unwrap();
+    assert_eq!(claimed.len(), 1);
+    let cli = run_pgwake(
+        &[
+            "enqueue",
+            "--task",
+            "t",
+            "--unique-key",
+            "t",
+            "--unique-running",
+        ],
+        Some(&db.url),
+    );
+    assert!(cli.status.success(), "{}", stderr_of(&cli));
+    let cli_id: i64 = String::from_utf8_lossy(&cli.stdout).trim().parse().unwrap();
+    assert_eq!(cli_id, running.id);
+    assert!(stderr_of(&cli).contains("duplicate"));
+    let sql: (i64, bool) = {
+        let r = producer
+            .query_one(
+                "SELECT id, duplicate FROM pgwake.enqueue_unique('t', unique_key => 't', unique_running => true)",
+                &[],
+            )
+            .await
+            .unwrap();
+        (r.get(0), r.get(1))
+    };
+    assert_eq!(sql, (running.id, true));
+    claimer.batch_execute("COMMIT").await.unwrap();
+    // Done: the next enqueue is a new job.
+    let after = enqueue_detailed(&producer, &job("t")).await.unwrap();
+    assert!(!after.duplicate);
+    // Ledger: one waiting job per key.
+    let waiting = waiting_by_key(&db).await;
+    assert_eq!(waiting["l"], vec![plain.id]);
+    assert_eq!(waiting["t"], vec![after.id]);
+    // `--unique-running` needs `--unique-key`.
+    let bad = run_pgwake(
+        &["enqueue", "--task", "t", "--unique-running"],
+        Some(&db.url),
+    );
+    assert_eq!(bad.status.code(), Some(2), "{}", stderr_of(&bad));
+}

@@ -4,7 +4,8 @@
 -- `ordering_key`: jobs of one key run one at a time, in order;
 -- `unique_key`: at most one waiting job per key; for a duplicate this
 -- returns the waiting job's id and raises a NOTICE saying so
--- (pgwake.enqueue_unique returns (id, duplicate) instead).
+-- (pgwake.enqueue_unique returns (id, duplicate) instead);
+-- `unique_running`: a running job of the key counts too.
 CREATE OR REPLACE FUNCTION pgwake.enqueue(
     task         text,
     payload      jsonb       DEFAULT '{}'::jsonb,
@@ -14,7 +15,8 @@ CREATE OR REPLACE FUNCTION pgwake.enqueue(
     max_attempts integer     DEFAULT 25,
     timeout      interval    DEFAULT NULL,
     ordering_key text        DEFAULT NULL,
-    unique_key   text        DEFAULT NULL
+    unique_key   text        DEFAULT NULL,
+    unique_running boolean   DEFAULT false
 ) RETURNS bigint
 LANGUAGE plpgsql AS $$
 DECLARE
@@ -32,9 +34,9 @@ BEGIN
     END IF;
     SELECT * INTO r FROM pgwake.enqueue_unique(enqueue.task, enqueue.payload, enqueue.queue,
         enqueue.run_at, enqueue.priority, enqueue.max_attempts, enqueue.timeout,
-        enqueue.ordering_key, enqueue.unique_key);
+        enqueue.ordering_key, enqueue.unique_key, enqueue.unique_running);
     IF r.duplicate THEN
-        RAISE NOTICE 'pgwake.enqueue: duplicate: job % already waits with unique_key %',
+        RAISE NOTICE 'pgwake.enqueue: duplicate: job % already waits (or runs) with unique_key %',
             r.id, enqueue.unique_key;
     END IF;
     RETURN r.id;

@@ -40,6 +40,9 @@ $$;
 -- A tx-mode job of the key that is running right now (its row deleted by a
 -- transaction still open) makes the INSERT wait for that transaction: at
 -- most the job's timeout (README → Unique jobs).
+-- `unique_running => true`: a job of the key that is running counts too
+-- (at most one waiting-or-running): its id comes back as the duplicate,
+-- without waiting for it.
 CREATE OR REPLACE FUNCTION pgwake.enqueue_unique(
     task         text,
     payload      jsonb       DEFAULT '{}'::jsonb,
@@ -50,23 +53,76 @@ CREATE OR REPLACE FUNCTION pgwake.enqueue_unique(
     timeout      interval    DEFAULT NULL,
     ordering_key text        DEFAULT NULL,
     unique_key   text        DEFAULT NULL,
+    unique_running boolean   DEFAULT false,
     OUT id        bigint,
     OUT duplicate boolean
 )
 LANGUAGE plpgsql AS $$
 #variable_conflict use_column
+DECLARE
+    running bigint;
+    inserted boolean;
 BEGIN
     LOOP
-        INSERT INTO pgwake.jobs AS j
-            (task, payload, queue, run_at, priority, max_attempts, timeout, ordering_key,
-             unique_key)
-        VALUES (enqueue_unique.task, coalesce(enqueue_unique.payload, '{}'::jsonb),
-                coalesce(enqueue_unique.queue, 'default'), coalesce(enqueue_unique.run_at, now()),
-                coalesce(enqueue_unique.priority, 0), coalesce(enqueue_unique.max_attempts, 25),
-                enqueue_unique.timeout, enqueue_unique.ordering_key, enqueue_unique.unique_key)
-        ON CONFLICT (unique_key) WHERE unique_key IS NOT NULL DO NOTHING
-        RETURNING j.id INTO enqueue_unique.id;
-        IF FOUND THEN
+        IF enqueue_unique.unique_running AND enqueue_unique.unique_key IS NOT NULL THEN
+            -- Waiting, or running: leased, or claimed in tx mode (its row
+            -- is still visible, deleted by the open claim transaction).
+            -- One statement, one snapshot: a lease claim moves the row in
+            -- one commit, so it is seen in exactly one of the two tables.
+            SELECT x.id INTO enqueue_unique.id FROM (
+                SELECT j.id FROM pgwake.jobs j WHERE j.unique_key = enqueue_unique.unique_key
+                UNION ALL
+                SELECT l.id FROM pgwake.leased_jobs l WHERE l.unique_key = enqueue_unique.unique_key
+            ) x LIMIT 1;
+            IF FOUND THEN
+                duplicate := true;
+                RETURN;
+            END IF;
+        END IF;
+        IF enqueue_unique.unique_running AND enqueue_unique.unique_key IS NOT NULL THEN
+            -- A job of the key that was waiting at the look above may have
+            -- been leased before this INSERT (which then met no conflict): a
+            -- new snapshot sees that lease. Then this insert is undone (its
+            -- subtransaction rolled back: no DELETE right needed) and the
+            -- running job is the duplicate.
+            BEGIN
+                INSERT INTO pgwake.jobs AS j
+                    (task, payload, queue, run_at, priority, max_attempts, timeout, ordering_key,
+                     unique_key)
+                VALUES (enqueue_unique.task, coalesce(enqueue_unique.payload, '{}'::jsonb),
+                        coalesce(enqueue_unique.queue, 'default'),
+                        coalesce(enqueue_unique.run_at, now()),
+                        coalesce(enqueue_unique.priority, 0),
+                        coalesce(enqueue_unique.max_attempts, 25), enqueue_unique.timeout,
+                        enqueue_unique.ordering_key, enqueue_unique.unique_key)
+                ON CONFLICT (unique_key) WHERE unique_key IS NOT NULL DO NOTHING
+                RETURNING j.id INTO enqueue_unique.id;
+                inserted := FOUND;
+                IF inserted THEN
+                    SELECT l.id INTO running FROM pgwake.leased_jobs l
+                    WHERE l.unique_key = enqueue_unique.unique_key LIMIT 1;
+                    IF FOUND THEN
+                        RAISE EXCEPTION USING ERRCODE = 'PWK01';
+                    END IF;
+                END IF;
+            EXCEPTION WHEN SQLSTATE 'PWK01' THEN
+                id := running;
+                duplicate := true;
+                RETURN;
+            END;
+        ELSE
+            INSERT INTO pgwake.jobs AS j
+                (task, payload, queue, run_at, priority, max_attempts, timeout, ordering_key,
+                 unique_key)
+            VALUES (enqueue_unique.task, coalesce(enqueue_unique.payload, '{}'::jsonb),
+                    coalesce(enqueue_unique.queue, 'default'), coalesce(enqueue_unique.run_at, now()),
+                    coalesce(enqueue_unique.priority, 0), coalesce(enqueue_unique.max_attempts, 25),
+                    enqueue_unique.timeout, enqueue_unique.ordering_key, enqueue_unique.unique_key)
+            ON CONFLICT (unique_key) WHERE unique_key IS NOT NULL DO NOTHING
+            RETURNING j.id INTO enqueue_unique.id;
+            inserted := FOUND;
+        END IF;
+        IF inserted THEN
             duplicate := false;
             RETURN;
         END IF;

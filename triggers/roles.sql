@@ -16,11 +16,13 @@ BEGIN
     -- INSERT … RETURNING id (the client, pgwake.enqueue) reads the id; a
     -- duplicate's id is found by its unique_key.
     EXECUTE format('GRANT INSERT, SELECT (id, unique_key) ON pgwake.jobs TO %s', role);
+    -- `unique_running`: is a job of the key running (leased)?
+    EXECUTE format('GRANT SELECT (id, unique_key) ON pgwake.leased_jobs TO %s', role);
     -- The insert trigger reads which workers are waiting.
     EXECUTE format('GRANT SELECT ON pgwake.waiting_workers TO %s', role);
     -- `pgwake enqueue` checks the schema version first.
     EXECUTE format('GRANT SELECT ON pgwake.schema_migrations TO %s', role);
-    EXECUTE format('GRANT EXECUTE ON FUNCTION pgwake.enqueue(text, jsonb, text, timestamptz, integer, integer, interval, text, text), pgwake.enqueue_unique(text, jsonb, text, timestamptz, integer, integer, interval, text, text) TO %s', role);
+    EXECUTE format('GRANT EXECUTE ON FUNCTION pgwake.enqueue(text, jsonb, text, timestamptz, integer, integer, interval, text, text, boolean), pgwake.enqueue_unique(text, jsonb, text, timestamptz, integer, integer, interval, text, text, boolean) TO %s', role);
 END
 $$;
 
@@ -41,7 +43,7 @@ BEGIN
     -- Recurring jobs: `pgwake schedule …` and the view of them.
     EXECUTE format('GRANT SELECT ON pgwake.schedule_list TO %s', role);
     EXECUTE format('GRANT USAGE, SELECT ON ALL SEQUENCES IN SCHEMA pgwake TO %s', role);
-    EXECUTE format('GRANT EXECUTE ON FUNCTION pgwake.enqueue(text, jsonb, text, timestamptz, integer, integer, interval, text, text), pgwake.enqueue_unique(text, jsonb, text, timestamptz, integer, integer, interval, text, text) TO %s', role);
+    EXECUTE format('GRANT EXECUTE ON FUNCTION pgwake.enqueue(text, jsonb, text, timestamptz, integer, integer, interval, text, text, boolean), pgwake.enqueue_unique(text, jsonb, text, timestamptz, integer, integer, interval, text, text, boolean) TO %s', role);
     -- History: partitions are created ahead and dropped by the worker.
     EXECUTE format('GRANT EXECUTE ON FUNCTION pgwake.history_partition(date) TO %s', role);
     EXECUTE format('GRANT EXECUTE ON FUNCTION pgwake.history_maintain(interval, integer, interval) TO %s', role);

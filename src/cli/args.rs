@@ -295,8 +295,12 @@ pub struct EnqueueArgs {
     /// enqueued, the waiting job's id is printed (and "duplicate" on stderr).
     #[arg(long, conflicts_with = "ndjson")]
     pub unique_key: Option<String>,
+    /// With --unique-key: a running job with the key counts too (at most
+    /// one waiting-or-running).
+    #[arg(long, requires = "unique_key")]
+    pub unique_running: bool,
     /// Read jobs from stdin, one JSON object per line:
-    /// {"task": "...", "payload": {...}, "queue": "...", "run_at": "...", "priority": 0, "max_attempts": 25, "timeout": "90s", "ordering_key": "...", "unique_key": "..."}.
+    /// {"task": "...", "payload": {...}, "queue": "...", "run_at": "...", "priority": 0, "max_attempts": 25, "timeout": "90s", "ordering_key": "...", "unique_key": "...", "unique_running": false}.
     /// All lines commit together or not at all.
     #[arg(long)]
     pub ndjson: bool,

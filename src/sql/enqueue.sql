@@ -2,16 +2,17 @@
 -- NULL columns take the table's defaults. Returns (id, duplicate) in input
 -- order. $7: delays in seconds, applied to the database's now() (never the
 -- client's clock) when run_at is NULL; $8: per-job timeouts in seconds
--- (NULL: the worker's --job-timeout); $9 ordering keys; $10 unique keys.
+-- (NULL: the worker's --job-timeout); $9 ordering keys; $10 unique keys;
+-- $11 unique_running (a running job of the key counts as a duplicate).
 -- Jobs without a unique key are one INSERT; jobs with one go through
 -- pgwake.enqueue_unique (triggers/keys.sql), which returns the waiting
 -- job's id for a duplicate.
 WITH j AS (
     SELECT j.*, coalesce(t.run_at, now() + make_interval(secs => j.delay_secs), now()) AS at
     FROM unnest($1::text[], $2::jsonb[], $3::text[], $4::text[], $5::int[], $6::int[],
-                $7::float8[], $8::float8[], $9::text[], $10::text[])
+                $7::float8[], $8::float8[], $9::text[], $10::text[], $11::boolean[])
         WITH ORDINALITY AS j(task, payload, queue, run_at_text, priority, max_attempts, delay_secs,
-                             timeout_secs, ordering_key, unique_key, n)
+                             timeout_secs, ordering_key, unique_key, unique_running, n)
     CROSS JOIN LATERAL (SELECT j.run_at_text::timestamptz AS run_at) t
 ),
 plain AS (
@@ -32,7 +33,8 @@ keyed AS (
     SELECT j.n, e.id, e.duplicate
     FROM j CROSS JOIN LATERAL pgwake.enqueue_unique(
         j.task, j.payload, j.queue, j.at, j.priority, j.max_attempts,
-        make_interval(secs => j.timeout_secs), j.ordering_key, j.unique_key) e
+        make_interval(secs => j.timeout_secs), j.ordering_key, j.unique_key,
+        coalesce(j.unique_running, false)) e
     WHERE j.unique_key IS NOT NULL
 )
 SELECT id, duplicate FROM (
