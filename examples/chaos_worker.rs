@@ -10,7 +10,7 @@
 //! `flaky` fails one run in five; `hog` blocks its thread for an hour.
 //!
 //! ```text
-//! cargo run --example chaos_worker -- --database-url URL [--lease] [--concurrency 16]
+//! cargo run --example chaos_worker -- --database-url URL [--lease] [--queues a,b] [--concurrency 16]
 //! ```
 
 use std::time::Duration;
@@ -113,6 +113,13 @@ async fn run() -> Result<(), Box<dyn std::error::Error>> {
     let url: String = arg(&args, "--database-url", String::new());
     let db = pgwake::connect::parse_url(&url)?;
     let lease = args.iter().any(|a| a == "--lease");
+    // `--queues a,b`: serve only these (each claimed by name); with
+    // `--lease`, they run in lease mode (default: queue `default` only).
+    let queues: Option<Vec<String>> = args
+        .iter()
+        .position(|a| a == "--queues")
+        .and_then(|i| args.get(i + 1))
+        .map(|v| v.split(',').map(str::to_string).collect());
     let ledger = pgwake::connect::pool(
         &pgwake::connect::with_application_name(&db, "chaos-ledger"),
         64,
@@ -122,10 +129,11 @@ async fn run() -> Result<(), Box<dyn std::error::Error>> {
         batch: arg(&args, "--batch", 10),
         poll_interval: Duration::from_millis(arg(&args, "--poll-ms", 500)),
         listen: !args.iter().any(|a| a == "--no-listen"),
-        lease_queues: if lease {
-            vec!["default".into()]
-        } else {
-            vec![]
+        queues: queues.clone(),
+        lease_queues: match (lease, queues) {
+            (true, Some(q)) => q,
+            (true, None) => vec!["default".into()],
+            (false, _) => vec![],
         },
         lease_duration: Duration::from_millis(arg(&args, "--lease-ms", 2000)),
         rescue_interval: Duration::from_millis(arg(&args, "--rescue-ms", 500)),

@@ -62,6 +62,7 @@ pub mod handlers;
 pub mod history;
 pub mod job;
 pub mod metrics;
+pub mod queues;
 pub mod scheduler;
 pub mod schedules;
 pub mod schema;

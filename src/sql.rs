@@ -106,6 +106,10 @@ statements! {
         FLOAT8_ARRAY];
     RESCUE = "rescue" [INT8];
     SAMPLE_PRESSURE = "sample_pressure" [];
+    QUEUE_LIST = "queue_list" [];
+    QUEUE_PAUSE = "queue_pause" [TEXT];
+    QUEUE_PAUSED = "queue_paused" [];
+    QUEUE_RESUME = "queue_resume" [TEXT];
     SAMPLE_QUEUES = "sample_queues" [INT8, INT8];
     SCHEDULE_ADD = "schedule_add" [TEXT, TEXT, TEXT, JSONB, TEXT, INT4, TEXT, TEXT, BOOL];
     SCHEDULE_ADVANCE = "schedule_advance" [TEXT_ARRAY, TIMESTAMPTZ_ARRAY, TIMESTAMPTZ_ARRAY,

@@ -1,0 +1,178 @@
+//! Queue settings (`pgwake queue …`, `pgwake.pause_queue()`,
+//! `pgwake.resume_queue()`): a paused queue starts nothing on any worker
+//! process — across a kill -9 and restart of every worker — and everything
+//! after resume; the state shows in `pgwake queue list`, `pgwake stats` and
+//! the sampler (the `pgwake_queue_paused` gauge). Each test ends with a
+//! ledger check.
+
+mod common;
+
+use std::collections::HashSet;
+use std::time::Duration;
+
+use common::*;
+
+const LONG: Duration = Duration::from_secs(120);
+
+/// `n` jobs of task `work` in `queue`; their ids.
+async fn insert_into(db: &TestDb, queue: &str, n: i32) -> Vec<i64> {
+    db.client()
+        .await
+        .query(
+            "INSERT INTO pgwake.jobs (queue, task, payload)
+             SELECT $1, 'work', jsonb_build_object('n', g) FROM generate_series(1, $2) g
+             RETURNING id",
+            &[&queue, &n],
+        )
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect()
+}
+
+/// Wait until every id in `ids` has a run in the ledger.
+async fn until_all_ran(db: &TestDb, what: &str, ids: &[i64]) {
+    let want: HashSet<i64> = ids.iter().copied().collect();
+    until_runs(db, what, LONG, |runs| {
+        let ran: HashSet<i64> = runs.iter().map(|r| r.0).collect();
+        want.is_subset(&ran)
+    })
+    .await;
+}
+
+/// Ledger: runs of `ids`, and whether any run overlapped another run of the
+/// same job.
+async fn runs_of(db: &TestDb, ids: &[i64]) -> (usize, bool) {
+    let want: HashSet<i64> = ids.iter().copied().collect();
+    let runs = ledger_runs(db).await;
+    let mine: Vec<_> = runs.iter().filter(|r| want.contains(&r.0)).collect();
+    (mine.len(), mine.iter().any(|r| r.3))
+}
+
+/// The paused queue's jobs are inserted before the open queue's, at the same
+/// priority: a claim over every queue that took an open job would have taken
+/// the paused queue's jobs first, had it not skipped them. So "every open
+/// job ran and no paused job did" proves the claims skipped the paused queue
+/// (no timing involved).
+async fn paused_queue_runs_nothing_until_resumed(extra: &[&str]) {
+    let db = migrated_db().await;
+    create_run_ledger(&db).await;
+    let out = run_pgwake(&["queue", "pause", "held"], Some(&db.url));
+    assert!(out.status.success(), "{}", stderr_of(&out));
+    assert!(String::from_utf8_lossy(&out.stdout).contains("held: paused"));
+    // Idempotent: a second pause says so and changes nothing.
+    let out = run_pgwake(&["queue", "pause", "held"], Some(&db.url));
+    assert!(String::from_utf8_lossy(&out.stdout).contains("already paused"));
+
+    let held = insert_into(&db, "held", 40).await;
+    let open = insert_into(&db, "open", 40).await;
+    let mut workers: Vec<ChaosWorker> = (0..3).map(|_| ChaosWorker::spawn(&db, extra)).collect();
+    until_all_ran(&db, "the open queue's jobs to run", &open).await;
+    assert_eq!(runs_of(&db, &held).await.0, 0, "a paused queue's job ran");
+
+    // Every worker dies (kill -9) and new ones start: the pause is a row, it
+    // holds for them too.
+    for w in &mut workers {
+        w.kill9();
+    }
+    let workers: Vec<ChaosWorker> = (0..3).map(|_| ChaosWorker::spawn(&db, extra)).collect();
+    let open2 = insert_into(&db, "open", 40).await;
+    until_all_ran(
+        &db,
+        "the open queue's new jobs to run after the restart",
+        &open2,
+    )
+    .await;
+    assert_eq!(
+        runs_of(&db, &held).await.0,
+        0,
+        "a paused queue's job ran after a restart"
+    );
+    let waiting: i64 = db
+        .scalar("SELECT count(*) FROM pgwake.jobs WHERE queue = 'held'")
+        .await;
+    assert_eq!(waiting, 40);
+
+    // The state shows in `pgwake queue list` and `pgwake stats`.
+    let list = run_pgwake(&["queue", "list", "--json"], Some(&db.url));
+    assert!(list.status.success(), "{}", stderr_of(&list));
+    let list: serde_json::Value = serde_json::from_slice(&list.stdout).unwrap();
+    let state = |name: &str| {
+        list.as_array()
+            .unwrap()
+            .iter()
+            .find(|q| q["queue"] == name)
+            .map(|q| q["paused"].as_bool().unwrap())
+    };
+    assert_eq!(state("held"), Some(true));
+    // Drained and without settings: not listed.
+    assert_eq!(state("open"), None);
+    let stats = run_pgwake(&["stats", "--json"], Some(&db.url));
+    let stats: serde_json::Value = serde_json::from_slice(&stats.stdout).unwrap();
+    let held_stats = stats
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|q| q["queue"] == "held")
+        .unwrap();
+    assert_eq!(held_stats["paused"], true);
+    assert_eq!(held_stats["ready"], 40);
+
+    // Resume through SQL: everything runs.
+    let resumed: bool = db.scalar("SELECT pgwake.resume_queue('held')").await;
+    assert!(resumed);
+    until_all_ran(&db, "the resumed queue's jobs to run", &held).await;
+    for w in workers {
+        w.terminate().await;
+    }
+    // Ledger: every job ran, none overlapped itself, nothing is left.
+    let all: Vec<i64> = held.iter().chain(&open).chain(&open2).copied().collect();
+    let (_, overlap) = runs_of(&db, &all).await;
+    assert!(!overlap, "a job ran twice at once");
+    assert_eq!(remaining(&db).await, 0);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn paused_queue_runs_nothing_until_resumed_tx_all_queues() {
+    paused_queue_runs_nothing_until_resumed(&[]).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn paused_queue_runs_nothing_until_resumed_lease_named_queues() {
+    paused_queue_runs_nothing_until_resumed(&["--lease", "--queues", "held,open"]).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn paused_queue_runs_nothing_until_resumed_tx_named_queues() {
+    paused_queue_runs_nothing_until_resumed(&["--queues", "held,open"]).await;
+}
+
+/// The sampler reads the paused queues (the `pgwake_queue_paused` gauge);
+/// resume and pause report whether they changed anything; a bad name is
+/// refused.
+#[tokio::test]
+async fn sampler_and_functions_report_the_paused_state() {
+    let db = migrated_db().await;
+    let pool = pgwake::connect::pool(&db.config(), 1).unwrap();
+    let client = db.client().await;
+    assert!(!pgwake::queues::resume(&client, "q").await.unwrap());
+    assert!(pgwake::queues::pause(&client, "q").await.unwrap());
+    assert!(!pgwake::queues::pause(&client, "q").await.unwrap());
+    let sample = pgwake::sampler::sample(&pool, 100).await.unwrap();
+    assert_eq!(sample.paused, vec!["q".to_string()]);
+    assert!(pgwake::queues::resume(&client, "q").await.unwrap());
+    let sample = pgwake::sampler::sample(&pool, 100).await.unwrap();
+    assert!(sample.paused.is_empty());
+    assert!(pgwake::queues::pause(&client, "").await.is_err());
+    let err = client
+        .query_one("SELECT pgwake.pause_queue('')", &[])
+        .await
+        .unwrap_err();
+    assert!(
+        err.to_string().contains("must not be empty")
+            || format!("{err:?}").contains("must not be empty")
+    );
+    let out = run_pgwake(&["queue", "pause", ""], Some(&db.url));
+    assert_eq!(out.status.code(), Some(2), "{}", stderr_of(&out));
+}
