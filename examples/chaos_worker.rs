@@ -10,12 +10,14 @@
 //! `flaky` fails one run in five; `hog` blocks its thread for an hour.
 //!
 //! ```text
-//! cargo run --example chaos_worker -- --database-url URL [--lease] [--queues a,b] [--concurrency 16]
+//! cargo run --example chaos_worker -- --database-url URL [--lease] [--lease-handler] [--queues a,b] [--concurrency 16]
 //! ```
 
 use std::time::Duration;
 
-use pgwake::{async_trait, BoxError, Handler, Job, JobContext, Outcome, Worker, WorkerConfig};
+use pgwake::{
+    async_trait, BoxError, Delivery, Handler, Job, JobContext, Outcome, Worker, WorkerConfig,
+};
 use tokio_util::sync::CancellationToken;
 
 struct LockGuard(Option<deadpool_postgres::Object>);
@@ -31,10 +33,17 @@ impl Drop for LockGuard {
 struct Chaos {
     ledger: deadpool_postgres::Pool,
     sleep_ms: u64,
+    /// `--lease-handler`: the handler asks for lease mode (every queue then
+    /// runs in lease mode through the all-queues claim).
+    delivery: Delivery,
 }
 
 #[async_trait]
 impl Handler for Chaos {
+    fn delivery(&self) -> Delivery {
+        self.delivery
+    }
+
     async fn handle(&self, job: &Job, _ctx: JobContext<'_>) -> Result<Outcome, BoxError> {
         // If this run is cancelled (its claim connection died, shutdown),
         // the guard closes the ledger connection so the server releases the
@@ -153,6 +162,11 @@ async fn run() -> Result<(), Box<dyn std::error::Error>> {
             Chaos {
                 ledger,
                 sleep_ms: arg(&args, "--sleep-ms", 5),
+                delivery: if args.iter().any(|a| a == "--lease-handler") {
+                    Delivery::Lease
+                } else {
+                    Delivery::Tx
+                },
             },
         )
         .build()?;

@@ -50,24 +50,19 @@ pub(crate) async fn claim(
     trigger: Trigger,
 ) -> Result<(Vec<Claimed>, Instant)> {
     let mut conn = PooledConn::get(&ctx.pool, "lease claim: no connection").await?;
-    let targets = spec.targets(&ctx.cursor);
-    let stmt = if targets.listed {
-        &CLAIM_QUEUE
-    } else {
-        &CLAIM_ALL
-    };
-    let except = targets.except;
+    let targets = crate::fair::targets(ctx, spec).await?;
+    let except = &targets.except[..];
     let limit = limit as i64;
     let lease = ctx.config.lease_duration.as_secs_f64();
     let mut rows = Vec::new();
     let mut sent = Instant::now();
-    for queue in targets.queues {
+    for queue in &targets.queues {
         sent = Instant::now();
         let r = match queue {
             None => {
                 Db::pooled(&conn, ctx.config.prepared_statements)
                     .query(
-                        stmt,
+                        &CLAIM_ALL,
                         &[
                             &limit,
                             &except,
@@ -82,7 +77,7 @@ pub(crate) async fn claim(
             Some(q) => {
                 Db::pooled(&conn, ctx.config.prepared_statements)
                     .query(
-                        stmt,
+                        &CLAIM_QUEUE,
                         &[
                             &limit,
                             q,

@@ -97,6 +97,7 @@ mod claimer;
 mod completer;
 mod context;
 mod executor;
+mod fair;
 mod health;
 mod leasemode;
 mod leases;

@@ -34,31 +34,33 @@ pub(crate) struct ClaimSpec {
 }
 
 /// Where one claim round looks, resolved from a spec's [`Queues`].
-pub(crate) struct Targets<'a> {
-    /// Whether the queues are listed (one `queue = $2` statement each)
-    /// rather than "every queue but `except`" (one statement).
-    pub listed: bool,
-    /// The queues in the order to try them (`None`: the one all-queues
-    /// statement).
-    pub queues: Vec<Option<&'a String>>,
+pub(crate) struct Targets {
+    /// The claim statements to try, in order: `Some(q)` claims from queue
+    /// `q` (`queue = $2`, an ordered index scan); `None` is the all-queues
+    /// statement ("every queue but `except`").
+    pub queues: Vec<Option<String>>,
     /// Queues the all-queues statement leaves to other specs.
-    pub except: &'a [String],
+    pub except: Vec<String>,
 }
 
 impl ClaimSpec {
-    /// Where to claim this round: listed queues start at a position that
-    /// advances with `cursor`, so no queue is always tried first.
-    pub fn targets(&self, cursor: &std::sync::atomic::AtomicUsize) -> Targets<'_> {
+    /// Where to claim this round. Listed queues start at a position that
+    /// advances with `cursor`, so no queue is always tried first. "Every
+    /// queue" tries the queues that had ready jobs (`ready`, see
+    /// `fair.rs`) the same way, then the all-queues statement.
+    pub fn targets(&self, cursor: &std::sync::atomic::AtomicUsize, ready: &[String]) -> Targets {
         match &self.queues {
             Queues::AllExcept(except) => Targets {
-                listed: false,
-                queues: vec![None],
-                except,
+                queues: rotated(ready, cursor)
+                    .into_iter()
+                    .map(|q| Some(q.clone()))
+                    .chain(std::iter::once(None))
+                    .collect(),
+                except: except.clone(),
             },
             Queues::Listed(q) => Targets {
-                listed: true,
-                queues: rotated(q, cursor).into_iter().map(Some).collect(),
-                except: &[],
+                queues: rotated(q, cursor).into_iter().map(|q| Some(q.clone())).collect(),
+                except: Vec::new(),
             },
         }
     }

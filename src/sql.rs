@@ -110,6 +110,7 @@ statements! {
     QUEUE_PAUSE = "queue_pause" [TEXT];
     QUEUE_PAUSED = "queue_paused" [];
     QUEUE_RESUME = "queue_resume" [TEXT];
+    READY_QUEUES = "ready_queues" [TEXT_ARRAY, INT8];
     SAMPLE_QUEUES = "sample_queues" [INT8, INT8];
     SCHEDULE_ADD = "schedule_add" [TEXT, TEXT, TEXT, JSONB, TEXT, INT4, TEXT, TEXT, BOOL];
     SCHEDULE_ADVANCE = "schedule_advance" [TEXT_ARRAY, TIMESTAMPTZ_ARRAY, TIMESTAMPTZ_ARRAY,

@@ -176,3 +176,62 @@ async fn sampler_and_functions_report_the_paused_state() {
     let out = run_pgwake(&["queue", "pause", ""], Some(&db.url));
     assert_eq!(out.status.code(), Some(2), "{}", stderr_of(&out));
 }
+
+/// 50,000 ready jobs in one queue, and 10 more in another once the workers
+/// are busy with the first: the 10 run while the busy queue still holds most
+/// of its backlog (the bound in fair.rs: within REFRESH_ROUNDS + 2 claim
+/// rounds of each worker, i.e. a few hundred jobs, not 50,000). Counts, not
+/// timing: the quiet jobs were inserted last, so a claim in (priority,
+/// run_at, id) order over every queue would run them after all 50,000.
+async fn quiet_queue_is_served_while_a_busy_one_drains(extra: &[&str]) {
+    let db = migrated_db().await;
+    create_run_ledger(&db).await;
+    db.client()
+        .await
+        .batch_execute(
+            "INSERT INTO pgwake.jobs (queue, task, payload)
+             SELECT 'busy', 'work', '{}' FROM generate_series(1, 50000)",
+        )
+        .await
+        .unwrap();
+    let workers: Vec<ChaosWorker> = (0..3)
+        .map(|_| {
+            let mut args = vec!["--sleep-ms", "0"];
+            args.extend_from_slice(extra);
+            ChaosWorker::spawn(&db, &args)
+        })
+        .collect();
+    until_runs(&db, "the workers to be busy with the busy queue", LONG, |runs| {
+        runs.len() >= 100
+    })
+    .await;
+    let quiet = insert_into(&db, "quiet", 10).await;
+    until_all_ran(&db, "the quiet queue's jobs to run", &quiet).await;
+    let busy_left: i64 = db
+        .scalar("SELECT count(*) FROM pgwake.jobs WHERE queue = 'busy'")
+        .await;
+    for w in workers {
+        w.terminate().await;
+    }
+    assert!(
+        busy_left > 40_000,
+        "the quiet queue waited for the busy one: only {busy_left} busy jobs were left"
+    );
+    // Ledger: the quiet jobs ran, none twice at once, none is left.
+    let (_, overlap) = runs_of(&db, &quiet).await;
+    assert!(!overlap, "a job ran twice at once");
+    let quiet_left: i64 = db
+        .scalar("SELECT count(*) FROM pgwake.jobs WHERE queue = 'quiet'")
+        .await;
+    assert_eq!(quiet_left, 0);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn quiet_queue_is_served_while_a_busy_one_drains_tx() {
+    quiet_queue_is_served_while_a_busy_one_drains(&[]).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn quiet_queue_is_served_while_a_busy_one_drains_lease() {
+    quiet_queue_is_served_while_a_busy_one_drains(&["--lease-handler"]).await;
+}
