@@ -70,7 +70,9 @@ impl ReadyQueues {
         let r = Db::pooled(&conn, ctx.config.prepared_statements)
             .query(&READY_QUEUES, &[&except, &LISTED_MAX])
             .await;
-        let rows = conn.check(r).map_err(Error::db("claim: list ready queues"))?;
+        let rows = conn
+            .check(r)
+            .map_err(Error::db("claim: list ready queues"))?;
         let queues: Vec<String> = rows.iter().map(|r| r.get(0)).collect();
         let mut s = self.state.lock().expect("ready queues lock");
         s.queues = queues.clone();

@@ -59,7 +59,10 @@ impl ClaimSpec {
                 except: except.clone(),
             },
             Queues::Listed(q) => Targets {
-                queues: rotated(q, cursor).into_iter().map(|q| Some(q.clone())).collect(),
+                queues: rotated(q, cursor)
+                    .into_iter()
+                    .map(|q| Some(q.clone()))
+                    .collect(),
                 except: Vec::new(),
             },
         }

@@ -271,8 +271,11 @@ async fn claim_rows(
             .await
         }
         Some(q) => {
-            c.query(&CLAIM_QUEUE, &[&limit, q, &spec.tasks_in, &spec.tasks_not_in])
-                .await
+            c.query(
+                &CLAIM_QUEUE,
+                &[&limit, q, &spec.tasks_in, &spec.tasks_not_in],
+            )
+            .await
         }
     }
 }

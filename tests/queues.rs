@@ -201,9 +201,12 @@ async fn quiet_queue_is_served_while_a_busy_one_drains(extra: &[&str]) {
             ChaosWorker::spawn(&db, &args)
         })
         .collect();
-    until_runs(&db, "the workers to be busy with the busy queue", LONG, |runs| {
-        runs.len() >= 100
-    })
+    until_runs(
+        &db,
+        "the workers to be busy with the busy queue",
+        LONG,
+        |runs| runs.len() >= 100,
+    )
     .await;
     let quiet = insert_into(&db, "quiet", 10).await;
     until_all_ran(&db, "the quiet queue's jobs to run", &quiet).await;
