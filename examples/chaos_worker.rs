@@ -10,7 +10,7 @@
 //! `flaky` fails one run in five; `hog` blocks its thread for an hour.
 //!
 //! ```text
-//! cargo run --example chaos_worker -- --database-url URL [--lease] [--lease-handler] [--queues a,b] [--concurrency 16]
+//! cargo run --example chaos_worker -- --database-url URL [--lease] [--lease-handler] [--record-end] [--queues a,b] [--concurrency 16]
 //! ```
 
 use std::time::Duration;
@@ -33,6 +33,9 @@ impl Drop for LockGuard {
 struct Chaos {
     ledger: deadpool_postgres::Pool,
     sleep_ms: u64,
+    /// `--record-end`: also record when each run ended (`ended_at`, a
+    /// column the test adds), for ledgers of running jobs over time.
+    record_end: bool,
     /// `--lease-handler`: the handler asks for lease mode (every queue then
     /// runs in lease mode through the all-queues claim).
     delivery: Delivery,
@@ -86,6 +89,14 @@ impl Handler for Chaos {
                 Ok(Outcome::Done)
             }
         };
+        if self.record_end {
+            conn.execute(
+                "UPDATE pgwake_runs SET ended_at = clock_timestamp()
+                 WHERE job_id = $1 AND attempt = $2 AND pid = $3",
+                &[&job.id, &job.attempt, &(std::process::id() as i32)],
+            )
+            .await?;
+        }
         if locked {
             conn.execute("SELECT pg_advisory_unlock($1)", &[&job.id])
                 .await?;
@@ -162,6 +173,7 @@ async fn run() -> Result<(), Box<dyn std::error::Error>> {
             Chaos {
                 ledger,
                 sleep_ms: arg(&args, "--sleep-ms", 5),
+                record_end: args.iter().any(|a| a == "--record-end"),
                 delivery: if args.iter().any(|a| a == "--lease-handler") {
                     Delivery::Lease
                 } else {

@@ -19,21 +19,19 @@
 //! ready (`n`: queues with ready jobs), whatever the backlog of the others;
 //! priorities still order jobs within a queue.
 
+use std::collections::HashSet;
 use std::sync::Mutex;
 
 use crate::connect::PooledConn;
 use crate::context::ClaimContext;
 use crate::error::{Error, Result};
-use crate::plan::{ClaimSpec, Queues, Targets};
-use crate::sql::{Db, READY_QUEUES};
+use crate::plan::{ClaimSpec, Targets};
+use crate::sql::{Db, LIMITED_QUEUES, READY_QUEUES};
 
 /// Where `spec` claims this round (reading the ready queues when stale).
 pub(crate) async fn targets(ctx: &ClaimContext, spec: &ClaimSpec) -> Result<Targets> {
-    let ready = match &spec.queues {
-        Queues::AllExcept(except) => ctx.ready_queues.get(ctx, except).await?,
-        Queues::Listed(_) => Vec::new(),
-    };
-    Ok(spec.targets(&ctx.cursor, &ready))
+    let (ready, limited) = ctx.ready_queues.get(ctx).await?;
+    Ok(spec.targets(&ctx.cursor, &ready, &limited))
 }
 
 /// Claim rounds (of the whole worker) between two reads of the ready queues.
@@ -52,32 +50,50 @@ pub(crate) struct ReadyQueues {
 #[derive(Debug, Default)]
 struct State {
     queues: Vec<String>,
+    /// Queues with a max_running limit (claimed with the slot statement).
+    limited: HashSet<String>,
     /// Rounds since the last read; `None`: read at the next round.
     rounds: Option<u32>,
 }
 
 impl ReadyQueues {
-    /// The queues to try this round (re-read when stale), but `except`.
-    pub async fn get(&self, ctx: &ClaimContext, except: &[String]) -> Result<Vec<String>> {
+    /// The queues with ready jobs (re-read when stale) and the limited
+    /// queues.
+    pub async fn get(&self, ctx: &ClaimContext) -> Result<(Vec<String>, HashSet<String>)> {
         {
             let mut s = self.state.lock().expect("ready queues lock");
             if let Some(r) = s.rounds.as_mut().filter(|r| **r < REFRESH_ROUNDS) {
                 *r += 1;
-                return Ok(s.queues.clone());
+                return Ok((s.queues.clone(), s.limited.clone()));
             }
         }
         let mut conn = PooledConn::get(&ctx.pool, "claim: no connection to list queues").await?;
-        let r = Db::pooled(&conn, ctx.config.prepared_statements)
-            .query(&READY_QUEUES, &[&except, &LISTED_MAX])
-            .await;
-        let rows = conn
-            .check(r)
-            .map_err(Error::db("claim: list ready queues"))?;
-        let queues: Vec<String> = rows.iter().map(|r| r.get(0)).collect();
+        let db = Db::pooled(&conn, ctx.config.prepared_statements);
+        // Every ready queue (each spec keeps those it claims: plan.rs), so
+        // that one read serves every spec of the worker.
+        let none: &[String] = &[];
+        let params: [&(dyn tokio_postgres::types::ToSql + Sync); 2] = [&none, &LISTED_MAX];
+        let (ready, limited) = tokio::join!(
+            db.query(&READY_QUEUES, &params),
+            db.query(&LIMITED_QUEUES, &[])
+        );
+        let limited: HashSet<String> = conn
+            .check(limited)
+            .map_err(Error::db("claim: list limited queues"))?
+            .iter()
+            .map(|r| r.get(0))
+            .collect();
+        let ready: Vec<String> = conn
+            .check(ready)
+            .map_err(Error::db("claim: list ready queues"))?
+            .iter()
+            .map(|r| r.get(0))
+            .collect();
         let mut s = self.state.lock().expect("ready queues lock");
-        s.queues = queues.clone();
+        s.queues = ready;
+        s.limited = limited;
         s.rounds = Some(0);
-        Ok(queues)
+        Ok((s.queues.clone(), s.limited.clone()))
     }
 
     /// A round found nothing: read the list again next time.

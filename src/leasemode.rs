@@ -32,12 +32,12 @@ use crate::handler::{Deadline, JobContext};
 use crate::job::Resolution;
 use crate::leases::{stop_margin, Finished};
 use crate::metrics;
-use crate::plan::ClaimSpec;
+use crate::plan::{ClaimSpec, Target};
 use crate::wake::Trigger;
 
 use crate::sql::{
-    Db, CLAIM_LEASE_ALL as CLAIM_ALL, CLAIM_LEASE_QUEUE as CLAIM_QUEUE,
-    LEASE_HEARTBEAT as HEARTBEAT,
+    Db, CLAIM_LEASE_ALL as CLAIM_ALL, CLAIM_LEASE_LIMITED as CLAIM_LIMITED,
+    CLAIM_LEASE_QUEUE as CLAIM_QUEUE, LEASE_HEARTBEAT as HEARTBEAT,
 };
 
 /// Claim up to `limit` jobs for `spec` (one per free slot), moving them
@@ -58,36 +58,40 @@ pub(crate) async fn claim(
     let mut sent = Instant::now();
     for queue in &targets.queues {
         sent = Instant::now();
+        let db = Db::pooled(&conn, ctx.config.prepared_statements);
         let r = match queue {
-            None => {
-                Db::pooled(&conn, ctx.config.prepared_statements)
-                    .query(
-                        &CLAIM_ALL,
-                        &[
-                            &limit,
-                            &except,
-                            &spec.tasks_in,
-                            &spec.tasks_not_in,
-                            &ctx.worker_id,
-                            &lease,
-                        ],
-                    )
-                    .await
+            Target::All => {
+                db.query(
+                    &CLAIM_ALL,
+                    &[
+                        &limit,
+                        &except,
+                        &spec.tasks_in,
+                        &spec.tasks_not_in,
+                        &ctx.worker_id,
+                        &lease,
+                    ],
+                )
+                .await
             }
-            Some(q) => {
-                Db::pooled(&conn, ctx.config.prepared_statements)
-                    .query(
-                        &CLAIM_QUEUE,
-                        &[
-                            &limit,
-                            q,
-                            &spec.tasks_in,
-                            &spec.tasks_not_in,
-                            &ctx.worker_id,
-                            &lease,
-                        ],
-                    )
-                    .await
+            Target::Queue(q) | Target::Limited(q) => {
+                let stmt = if matches!(queue, Target::Limited(_)) {
+                    &CLAIM_LIMITED
+                } else {
+                    &CLAIM_QUEUE
+                };
+                db.query(
+                    stmt,
+                    &[
+                        &limit,
+                        q,
+                        &spec.tasks_in,
+                        &spec.tasks_not_in,
+                        &ctx.worker_id,
+                        &lease,
+                    ],
+                )
+                .await
             }
         };
         rows = conn.check(r).map_err(Error::db("lease claim"))?;

@@ -33,12 +33,21 @@ pub(crate) struct ClaimSpec {
     pub tasks_not_in: Vec<String>,
 }
 
+/// One claim statement of a round.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Target {
+    /// The all-queues statement ("every queue but `except`").
+    All,
+    /// `queue = $2`, an ordered index scan.
+    Queue(String),
+    /// A queue with a `max_running` limit: `claim_*_limited.sql`.
+    Limited(String),
+}
+
 /// Where one claim round looks, resolved from a spec's [`Queues`].
 pub(crate) struct Targets {
-    /// The claim statements to try, in order: `Some(q)` claims from queue
-    /// `q` (`queue = $2`, an ordered index scan); `None` is the all-queues
-    /// statement ("every queue but `except`").
-    pub queues: Vec<Option<String>>,
+    /// The claim statements to try, in order.
+    pub queues: Vec<Target>,
     /// Queues the all-queues statement leaves to other specs.
     pub except: Vec<String>,
 }
@@ -47,22 +56,33 @@ impl ClaimSpec {
     /// Where to claim this round. Listed queues start at a position that
     /// advances with `cursor`, so no queue is always tried first. "Every
     /// queue" tries the queues that had ready jobs (`ready`, see
-    /// `fair.rs`) the same way, then the all-queues statement.
-    pub fn targets(&self, cursor: &std::sync::atomic::AtomicUsize, ready: &[String]) -> Targets {
+    /// `fair.rs`) the same way, then the all-queues statement. A queue in
+    /// `limited` is claimed with the slot-taking statement.
+    pub fn targets(
+        &self,
+        cursor: &std::sync::atomic::AtomicUsize,
+        ready: &[String],
+        limited: &std::collections::HashSet<String>,
+    ) -> Targets {
+        let target = |q: &String| {
+            if limited.contains(q) {
+                Target::Limited(q.clone())
+            } else {
+                Target::Queue(q.clone())
+            }
+        };
         match &self.queues {
             Queues::AllExcept(except) => Targets {
                 queues: rotated(ready, cursor)
                     .into_iter()
-                    .map(|q| Some(q.clone()))
-                    .chain(std::iter::once(None))
+                    .filter(|q| !except.contains(q))
+                    .map(target)
+                    .chain(std::iter::once(Target::All))
                     .collect(),
                 except: except.clone(),
             },
             Queues::Listed(q) => Targets {
-                queues: rotated(q, cursor)
-                    .into_iter()
-                    .map(|q| Some(q.clone()))
-                    .collect(),
+                queues: rotated(q, cursor).into_iter().map(target).collect(),
                 except: Vec::new(),
             },
         }

@@ -1,5 +1,6 @@
-//! Queue settings (migration 0009): `pgwake queue list | pause | resume`
-//! and the same through SQL (`pgwake.pause_queue`, `pgwake.resume_queue`,
+//! Queue settings (migration 0009): `pgwake queue list | pause | resume |
+//! set` and the same through SQL (`pgwake.pause_queue`,
+//! `pgwake.resume_queue`, `pgwake.set_queue_max_running`,
 //! triggers/queues.sql).
 //!
 //! ```text
@@ -18,7 +19,7 @@ use serde::Serialize;
 use tokio_postgres::GenericClient;
 
 use crate::error::{Error, Result};
-use crate::sql::{Db, QUEUE_LIST, QUEUE_PAUSE, QUEUE_RESUME};
+use crate::sql::{Db, QUEUE_LIST, QUEUE_PAUSE, QUEUE_RESUME, QUEUE_SET_MAX_RUNNING};
 
 /// One queue's settings, as `pgwake queue list` shows them.
 #[derive(Debug, Clone, Serialize, PartialEq)]
@@ -29,6 +30,9 @@ pub struct QueueSettings {
     pub paused: bool,
     /// When it was paused (`None` when running).
     pub paused_at: Option<chrono::DateTime<chrono::Utc>>,
+    /// At most this many of its jobs run at once across every worker
+    /// (`None`: no limit).
+    pub max_running: Option<i32>,
 }
 
 /// Every queue with settings or waiting jobs, by name.
@@ -43,6 +47,7 @@ pub async fn list<C: GenericClient>(db: &C) -> Result<Vec<QueueSettings>> {
             queue: r.get(0),
             paused: r.get(1),
             paused_at: r.get(2),
+            max_running: r.get(3),
         })
         .collect())
 }
@@ -68,6 +73,27 @@ pub async fn resume<C: GenericClient>(db: &C, queue: &str) -> Result<bool> {
     Ok(row.get(0))
 }
 
+/// Limit `queue` to `max_running` jobs running at once across every worker
+/// (`None`: no limit). Lowering it stops no running job: no new job of the
+/// queue starts until those above the new limit have ended.
+pub async fn set_max_running<C: GenericClient>(
+    db: &C,
+    queue: &str,
+    max_running: Option<i32>,
+) -> Result<()> {
+    check_name(queue)?;
+    if max_running.is_some_and(|n| n < 1) {
+        return Err(Error::Config(
+            "--max-running must be at least 1 (use --no-max-running to remove the limit)".into(),
+        ));
+    }
+    Db::unnamed(db.client())
+        .execute(&QUEUE_SET_MAX_RUNNING, &[&queue, &max_running])
+        .await
+        .map_err(Error::db("cannot set the queue's max_running"))?;
+    Ok(())
+}
+
 fn check_name(queue: &str) -> Result<()> {
     if queue.is_empty() {
         return Err(Error::Config("the queue name must not be empty".into()));
@@ -83,11 +109,18 @@ pub fn render_table(queues: &[QueueSettings]) -> String {
         .max()
         .unwrap_or(5)
         .max(5);
-    let mut out = format!("{:<width$}  {:<7}  PAUSED AT\n", "QUEUE", "STATE");
+    let mut out = format!(
+        "{:<width$}  {:<7}  {:>11}  PAUSED AT\n",
+        "QUEUE", "STATE", "MAX RUNNING"
+    );
     for q in queues {
         let state = if q.paused { "paused" } else { "running" };
+        let max = q.max_running.map(|n| n.to_string()).unwrap_or("-".into());
         let at = q.paused_at.map(|t| t.to_rfc3339()).unwrap_or_default();
-        out.push_str(&format!("{:<width$}  {:<7}  {at}\n", q.queue, state));
+        out.push_str(&format!(
+            "{:<width$}  {:<7}  {max:>11}  {at}\n",
+            q.queue, state
+        ));
     }
     if queues.is_empty() {
         out.push_str("(no queues)\n");

@@ -43,13 +43,13 @@ use crate::executor::{execute, Ended};
 use crate::handler::{ClaimTx, Deadline, JobContext};
 use crate::job::{Job, Resolution};
 use crate::metrics;
-use crate::plan::ClaimSpec;
+use crate::plan::{ClaimSpec, Target};
 use crate::wake::Trigger;
 
 use crate::sql::{
     Db, ADOPT_STALE, BATCH_CLEAR, BATCH_MARK, BURY, CANCEL_BACKEND, CHARGE,
-    CLAIM_TX_ALL as CLAIM_ALL, CLAIM_TX_ONE as CLAIM_ONE, CLAIM_TX_QUEUE as CLAIM_QUEUE,
-    CLEAR_ATTEMPTS, HISTORY_DONE, REQUEUE, SET_LIMITS, SUSPECTS,
+    CLAIM_TX_ALL as CLAIM_ALL, CLAIM_TX_LIMITED as CLAIM_LIMITED, CLAIM_TX_ONE as CLAIM_ONE,
+    CLAIM_TX_QUEUE as CLAIM_QUEUE, CLEAR_ATTEMPTS, HISTORY_DONE, REQUEUE, SET_LIMITS, SUSPECTS,
 };
 
 /// How long a tx-mode batch should take to run. Batches grow (doubling, up
@@ -177,7 +177,7 @@ pub(crate) async fn claim_and_run(
     // ordered index scan) until one has jobs.
     let (begun, first, suspects) = tokio::join!(
         c.batch_execute(&ctx.begin_sql),
-        claim_rows(db, limit, queues[0].as_ref(), except, spec),
+        claim_rows(db, limit, &queues[0], except, spec),
         db.query(&SUSPECTS, &[])
     );
     begun.map_err(Error::db("claim: begin"))?;
@@ -187,7 +187,7 @@ pub(crate) async fn claim_and_run(
         if !rows.is_empty() {
             break;
         }
-        rows = claim_rows(db, limit, queue.as_ref(), except, spec)
+        rows = claim_rows(db, limit, queue, except, spec)
             .await
             .map_err(Error::db("claim"))?;
         if !rows.is_empty() {
@@ -258,26 +258,24 @@ pub(crate) async fn claim_and_run(
 async fn claim_rows(
     c: Db<'_>,
     limit: i64,
-    queue: Option<&String>,
+    target: &Target,
     except: &[String],
     spec: &ClaimSpec,
 ) -> std::result::Result<Vec<tokio_postgres::Row>, tokio_postgres::Error> {
-    match queue {
-        None => {
-            c.query(
-                &CLAIM_ALL,
-                &[&limit, &except, &spec.tasks_in, &spec.tasks_not_in],
-            )
-            .await
+    let (stmt, queue) = match target {
+        Target::All => {
+            return c
+                .query(
+                    &CLAIM_ALL,
+                    &[&limit, &except, &spec.tasks_in, &spec.tasks_not_in],
+                )
+                .await
         }
-        Some(q) => {
-            c.query(
-                &CLAIM_QUEUE,
-                &[&limit, q, &spec.tasks_in, &spec.tasks_not_in],
-            )
-            .await
-        }
-    }
+        Target::Queue(q) => (&CLAIM_QUEUE, q),
+        Target::Limited(q) => (&CLAIM_LIMITED, q),
+    };
+    c.query(stmt, &[&limit, queue, &spec.tasks_in, &spec.tasks_not_in])
+        .await
 }
 
 /// Durably record "transaction `xid` holds `ids`" before any handler runs.

@@ -149,10 +149,11 @@ async fn paused_queue_runs_nothing_until_resumed_tx_named_queues() {
 }
 
 /// The sampler reads the paused queues (the `pgwake_queue_paused` gauge);
-/// resume and pause report whether they changed anything; a bad name is
-/// refused.
+/// resume and pause report whether they changed anything; a bad name or
+/// limit is refused (exit 2); a limit shows in `queue list` and has its
+/// slot rows.
 #[tokio::test]
-async fn sampler_and_functions_report_the_paused_state() {
+async fn settings_are_validated_and_reported() {
     let db = migrated_db().await;
     let pool = pgwake::connect::pool(&db.config(), 1).unwrap();
     let client = db.client().await;
@@ -175,6 +176,32 @@ async fn sampler_and_functions_report_the_paused_state() {
     );
     let out = run_pgwake(&["queue", "pause", ""], Some(&db.url));
     assert_eq!(out.status.code(), Some(2), "{}", stderr_of(&out));
+
+    // `set`: a limit is required, positive, and shows in `queue list`.
+    for bad in [
+        &["queue", "set", "q"][..],
+        &["queue", "set", "q", "--max-running", "0"],
+    ] {
+        let out = run_pgwake(bad, Some(&db.url));
+        assert_eq!(out.status.code(), Some(2), "{bad:?}: {}", stderr_of(&out));
+    }
+    assert!(client
+        .query_one("SELECT pgwake.set_queue_max_running('q', 0)", &[])
+        .await
+        .is_err());
+    pgwake::queues::set_max_running(&client, "q", Some(2))
+        .await
+        .unwrap();
+    let list = pgwake::queues::list(&client).await.unwrap();
+    assert_eq!(list[0].max_running, Some(2));
+    let slots: i64 = db.scalar("SELECT count(*) FROM pgwake.queue_slots").await;
+    assert_eq!(slots, 2);
+    let out = run_pgwake(&["queue", "set", "q", "--no-max-running"], Some(&db.url));
+    assert!(out.status.success(), "{}", stderr_of(&out));
+    let list = pgwake::queues::list(&client).await.unwrap();
+    assert_eq!(list[0].max_running, None);
+    let slots: i64 = db.scalar("SELECT count(*) FROM pgwake.queue_slots").await;
+    assert_eq!(slots, 0);
 }
 
 /// 50,000 ready jobs in one queue, and 10 more in another once the workers
@@ -237,4 +264,125 @@ async fn quiet_queue_is_served_while_a_busy_one_drains_tx() {
 #[tokio::test(flavor = "multi_thread")]
 async fn quiet_queue_is_served_while_a_busy_one_drains_lease() {
     quiet_queue_is_served_while_a_busy_one_drains(&["--lease-handler"]).await;
+}
+
+/// Peak number of runs of `ids` alive at once, from the ledger's DB
+/// timestamps: a run lasts from its start to its `ended_at`, or to the
+/// moment its process was killed (`killed`: pid → DB time just after the
+/// kill returned). At equal timestamps ends count first.
+async fn peak_running(db: &TestDb, ids: &[i64], killed: &[(i32, String)]) -> i64 {
+    let pids: Vec<i32> = killed.iter().map(|k| k.0).collect();
+    let times: Vec<String> = killed.iter().map(|k| k.1.clone()).collect();
+    db.client()
+        .await
+        .query_one(
+            "WITH k AS (SELECT * FROM unnest($2::int[], $3::text[]) AS k(pid, at)),
+                  runs AS (
+                      SELECT r.at AS started,
+                             coalesce(r.ended_at, (SELECT k.at::timestamptz FROM k WHERE k.pid = r.pid))
+                                 AS ended
+                      FROM pgwake_runs r WHERE r.job_id = ANY($1)
+                  ),
+                  ev AS (
+                      SELECT started AS t, 1 AS d FROM runs
+                      UNION ALL
+                      SELECT ended, -1 FROM runs
+                  )
+             SELECT coalesce(max(running), 0)::bigint FROM (
+                 SELECT sum(d) OVER (ORDER BY t, d ROWS UNBOUNDED PRECEDING) AS running FROM ev
+             ) x",
+            &[&ids, &pids, &times],
+        )
+        .await
+        .unwrap()
+        .get(0)
+}
+
+/// `--max-running 3` on one queue, 3 worker processes of 8 slots each, two
+/// of them killed (-9) mid-run and replaced; lease mode rescues the killed
+/// runs' leases, tx mode rolls them back. From the ledger of start/end
+/// times: never more than 3 runs of the queue at once; every job ran; an
+/// unlimited queue next to it ran too; every slot is free at the end.
+async fn max_running_holds_across_workers_kills_and_rescues(extra: &[&str]) {
+    let db = migrated_db().await;
+    create_run_ledger(&db).await;
+    db.client()
+        .await
+        .batch_execute("ALTER TABLE pgwake_runs ADD COLUMN ended_at timestamptz")
+        .await
+        .unwrap();
+    let out = run_pgwake(
+        &["queue", "set", "lim", "--max-running", "3"],
+        Some(&db.url),
+    );
+    assert!(out.status.success(), "{}", stderr_of(&out));
+    let lim = insert_into(&db, "lim", 150).await;
+    let free = insert_into(&db, "free", 100).await;
+    let mut args = vec![
+        "--sleep-ms",
+        "20",
+        "--concurrency",
+        "8",
+        "--record-end",
+        "--lease-ms",
+        "1000",
+        "--rescue-ms",
+        "200",
+    ];
+    args.extend_from_slice(extra);
+    let mut workers: Vec<ChaosWorker> = (0..3).map(|_| ChaosWorker::spawn(&db, &args)).collect();
+    let mut killed = Vec::new();
+    for (i, after) in [30usize, 70].into_iter().enumerate() {
+        let want: HashSet<i64> = lim.iter().copied().collect();
+        until_runs(&db, "runs of the limited queue", LONG, |runs| {
+            runs.iter().filter(|r| want.contains(&r.0)).count() >= after
+        })
+        .await;
+        let pid = workers[i].pid();
+        // Taken just before the kill: the process's runs end between this
+        // and the kill, and a slot it held is free only after the server
+        // rolled back its transaction (tx) or rescued its lease (lease),
+        // both after the kill.
+        let at: String = db.scalar("SELECT clock_timestamp()::text").await;
+        workers[i].kill9();
+        killed.push((pid, at));
+        workers.push(ChaosWorker::spawn(&db, &args));
+    }
+    until_all_ran(
+        &db,
+        "every job to run",
+        &lim.iter().chain(&free).copied().collect::<Vec<_>>(),
+    )
+    .await;
+    wait_for("the queue to drain", LONG, async || {
+        let left: i64 = db
+            .scalar("SELECT (SELECT count(*) FROM pgwake.jobs) + (SELECT count(*) FROM pgwake.leased_jobs)")
+            .await;
+        if left == 0 { Ok(()) } else { Err(format!("{left} jobs left")) }
+    })
+    .await;
+    for w in workers.drain(..) {
+        if w.child.id() as i32 != killed[0].0 && w.child.id() as i32 != killed[1].0 {
+            w.terminate().await;
+        }
+    }
+    let peak = peak_running(&db, &lim, &killed).await;
+    assert!(peak <= 3, "{peak} jobs of a queue limited to 3 ran at once");
+    assert!(peak >= 1);
+    let held: i64 = db
+        .scalar("SELECT count(*) FROM pgwake.queue_slots WHERE lease_token IS NOT NULL")
+        .await;
+    assert_eq!(held, 0, "a slot is still held after every job ended");
+    let slots: i64 = db.scalar("SELECT count(*) FROM pgwake.queue_slots").await;
+    assert_eq!(slots, 3);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn max_running_holds_across_workers_kills_and_rescues_tx() {
+    max_running_holds_across_workers_kills_and_rescues(&[]).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn max_running_holds_across_workers_kills_and_rescues_lease() {
+    max_running_holds_across_workers_kills_and_rescues(&["--lease-handler"]).await;
 }

@@ -1,4 +1,4 @@
-//! `pgwake queue list | pause Q | resume Q`, on top of [`pgwake::queues`].
+//! `pgwake queue list | pause Q | resume Q | set Q --max-running N`, on top of [`pgwake::queues`].
 
 use clap::Subcommand;
 use pgwake::error::Error;
@@ -24,6 +24,21 @@ pub enum QueueAction {
         /// The queue.
         #[arg(value_name = "QUEUE", value_parser = queue_name)]
         queue: String,
+    },
+    /// Change a queue's limits (held across every worker, read without a restart).
+    #[command(group(clap::ArgGroup::new("limit").required(true).args(["max_running", "no_max_running"])))]
+    Set {
+        #[command(flatten)]
+        db: Db,
+        /// The queue.
+        #[arg(value_name = "QUEUE", value_parser = queue_name)]
+        queue: String,
+        /// At most N jobs of QUEUE run at once, across every worker process.
+        #[arg(long, value_name = "N", value_parser = clap::value_parser!(i32).range(1..))]
+        max_running: Option<i32>,
+        /// Remove the --max-running limit.
+        #[arg(long, conflicts_with = "max_running")]
+        no_max_running: bool,
     },
     /// Let workers start jobs of a paused QUEUE again.
     Resume {
@@ -65,6 +80,20 @@ pub async fn command(action: QueueAction) -> Result<(), Error> {
                 println!("{queue}: paused (running jobs finish; no new job starts until `pgwake queue resume {queue}`)");
             } else {
                 println!("{queue}: already paused");
+            }
+        }
+        QueueAction::Set {
+            db,
+            queue,
+            max_running,
+            no_max_running: _,
+        } => {
+            let client = connect::connect(&db.config()?).await?;
+            schema::check(&client).await?;
+            queues::set_max_running(&client, &queue, max_running).await?;
+            match max_running {
+                Some(n) => println!("{queue}: at most {n} running at once, across every worker"),
+                None => println!("{queue}: no max-running limit"),
             }
         }
         QueueAction::Resume { db, queue } => {

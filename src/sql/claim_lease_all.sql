@@ -10,8 +10,10 @@ WITH c AS (
     WHERE id = ANY(ARRAY(
         SELECT id FROM pgwake.jobs
         WHERE run_at <= now() AND queue <> ALL($2::text[])
-          -- Paused queues (migration 0009): one scan of pgwake.queues, once.
-          AND queue <> ALL(ARRAY(SELECT name FROM pgwake.queues WHERE paused))
+          -- Paused and limited queues (migration 0009; limited ones are
+          -- claimed by claim_*_limited.sql): one scan of pgwake.queues, once.
+          AND queue <> ALL(ARRAY(SELECT name FROM pgwake.queues
+                                 WHERE paused OR max_running IS NOT NULL))
           AND ($3::text[] IS NULL OR task = ANY($3::text[])) AND task <> ALL($4::text[])
         ORDER BY priority, run_at, id
         LIMIT $1

@@ -14,7 +14,7 @@ names AS (
     UNION
     SELECT name FROM pgwake.queues
 )
-SELECT n.name, coalesce(q.paused, false) AS paused, q.paused_at
+SELECT n.name, coalesce(q.paused, false) AS paused, q.paused_at, q.max_running
 FROM names n
 LEFT JOIN pgwake.queues q ON q.name = n.name
 ORDER BY n.name

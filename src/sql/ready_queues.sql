@@ -1,5 +1,5 @@
 -- Fair claims over every queue (src/fair.rs): the queues that have a ready
--- job, but those claimed by other specs ($1) and paused ones, at most $2.
+-- job, but those in $1 and paused ones, at most $2.
 -- The distinct queues come from a loose scan of jobs_queue_claim_idx (one
 -- probe per distinct queue, however deep each queue is); each is kept if a
 -- job of it is ready (an index range of the same index, stopping at the
