@@ -7,8 +7,10 @@ use std::fmt;
 /// Everything that can stop a pgwake operation.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
-    /// A setting is invalid; the message names the setting and the fix.
-    #[error("invalid configuration: {0}")]
+    /// A setting or an input is invalid, or a request cannot be carried
+    /// out as asked (`pgwake cancel` of a finished job); the message names
+    /// the setting, the input or the job, and the fix, and is shown as is.
+    #[error("{0}")]
     Config(String),
     /// The database URL could not be parsed (the URL itself is never printed:
     /// it may carry a password).

@@ -241,7 +241,9 @@ async fn running_tx_job(db: &TestDb, queue: &str) -> i64 {
     .unwrap();
     eventually("the job's statement sleeps on the server", LONG, || async {
         let n: i64 = db
-            .scalar("SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND query LIKE '%\"slow\"(%' AND state = 'active' AND pid <> pg_backend_pid()")
+            // In pg_sleep: the worker's start-up check also runs a statement
+            // naming "slow"( (it prepares the call), briefly active.
+            .scalar("SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND query LIKE '%\"slow\"(%' AND state = 'active' AND wait_event = 'PgSleep' AND pid <> pg_backend_pid()")
             .await;
         n == 1
     })
@@ -258,7 +260,9 @@ async fn assert_tx_cancelled(db: &TestDb, id: i64) {
     assert_eq!(counts(db).await, (0, 0), "nothing left queued or leased");
     eventually("no statement of the job runs any more", LONG, || async {
         let n: i64 = db
-            .scalar("SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND query LIKE '%\"slow\"(%' AND state = 'active' AND pid <> pg_backend_pid()")
+            // In pg_sleep: the worker's start-up check also runs a statement
+            // naming "slow"( (it prepares the call), briefly active.
+            .scalar("SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND query LIKE '%\"slow\"(%' AND state = 'active' AND wait_event = 'PgSleep' AND pid <> pg_backend_pid()")
             .await;
         n == 0
     })
@@ -782,7 +786,9 @@ async fn a_cancel_outlives_a_worker_that_crashed_before_it_heard_of_it() {
         .unwrap();
     eventually("the claim is rolled back", LONG, || async {
         let n: i64 = db
-            .scalar("SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND query LIKE '%\"slow\"(%' AND state = 'active' AND pid <> pg_backend_pid()")
+            // In pg_sleep: the worker's start-up check also runs a statement
+            // naming "slow"( (it prepares the call), briefly active.
+            .scalar("SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND query LIKE '%\"slow\"(%' AND state = 'active' AND wait_event = 'PgSleep' AND pid <> pg_backend_pid()")
             .await;
         n == 0
     })
