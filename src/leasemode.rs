@@ -168,9 +168,9 @@ async fn run(
     gauge.decrement(1.0);
     let result = ctx.result_of(&ended);
     let resolution = match ended {
-        // pgwake.cancel() has already moved the job to dead_jobs and ended
-        // its lease; the completer's bury (fenced by the token) covers a
-        // request made while the job was still in pgwake.jobs.
+        // Its cancel was requested: the completer buries it as cancelled,
+        // fenced by its token, now that the run has stopped (never before:
+        // a `dead retry` must not find it in dead_jobs while it runs).
         _ if watch.cancelled() => Resolution::Cancelled,
         Ended::Interrupted if !ctx.abort.is_cancelled() => Resolution::Lost,
         ended => ctx.resolve(job, ended),
