@@ -13,12 +13,14 @@
 //! `fail` always fails; `hog` blocks its thread for an hour.
 //!
 //! ```text
-//! cargo run --example chaos_worker -- --database-url URL [--lease] [--concurrency 16]
+//! cargo run --example chaos_worker -- --database-url URL [--lease] [--lease-handler] [--record-end] [--queues a,b] [--concurrency 16]
 //! ```
 
 use std::time::Duration;
 
-use pgwake::{async_trait, BoxError, Handler, Job, JobContext, Outcome, Worker, WorkerConfig};
+use pgwake::{
+    async_trait, BoxError, Delivery, Handler, Job, JobContext, Outcome, Worker, WorkerConfig,
+};
 use tokio_util::sync::CancellationToken;
 
 struct LockGuard(Option<deadpool_postgres::Object>);
@@ -34,10 +36,20 @@ impl Drop for LockGuard {
 struct Chaos {
     ledger: deadpool_postgres::Pool,
     sleep_ms: u64,
+    /// `--record-end`: also record when each run ended (`ended_at`, a
+    /// column the test adds), for ledgers of running jobs over time.
+    record_end: bool,
+    /// `--lease-handler`: the handler asks for lease mode (every queue then
+    /// runs in lease mode through the all-queues claim).
+    delivery: Delivery,
 }
 
 #[async_trait]
 impl Handler for Chaos {
+    fn delivery(&self) -> Delivery {
+        self.delivery
+    }
+
     async fn handle(&self, job: &Job, _ctx: JobContext<'_>) -> Result<Outcome, BoxError> {
         // If this run is cancelled (its claim connection died, shutdown),
         // the guard closes the ledger connection so the server releases the
@@ -89,6 +101,14 @@ impl Handler for Chaos {
                 Ok(Outcome::Done)
             }
         };
+        if self.record_end {
+            conn.execute(
+                "UPDATE pgwake_runs SET ended_at = clock_timestamp()
+                 WHERE job_id = $1 AND attempt = $2 AND pid = $3",
+                &[&job.id, &job.attempt, &(std::process::id() as i32)],
+            )
+            .await?;
+        }
         if locked {
             conn.execute("SELECT pg_advisory_unlock($1)", &[&lock])
                 .await?;
@@ -125,6 +145,13 @@ async fn run() -> Result<(), Box<dyn std::error::Error>> {
     let url: String = arg(&args, "--database-url", String::new());
     let db = pgwake::connect::parse_url(&url)?;
     let lease = args.iter().any(|a| a == "--lease");
+    // `--queues a,b`: serve only these (each claimed by name); with
+    // `--lease`, they run in lease mode (default: queue `default` only).
+    let queues: Option<Vec<String>> = args
+        .iter()
+        .position(|a| a == "--queues")
+        .and_then(|i| args.get(i + 1))
+        .map(|v| v.split(',').map(str::to_string).collect());
     let ledger = pgwake::connect::pool(
         &pgwake::connect::with_application_name(&db, "chaos-ledger"),
         64,
@@ -134,10 +161,11 @@ async fn run() -> Result<(), Box<dyn std::error::Error>> {
         batch: arg(&args, "--batch", 10),
         poll_interval: Duration::from_millis(arg(&args, "--poll-ms", 500)),
         listen: !args.iter().any(|a| a == "--no-listen"),
-        lease_queues: if lease {
-            vec!["default".into()]
-        } else {
-            vec![]
+        queues: queues.clone(),
+        lease_queues: match (lease, queues) {
+            (true, Some(q)) => q,
+            (true, None) => vec!["default".into()],
+            (false, _) => vec![],
         },
         lease_duration: Duration::from_millis(arg(&args, "--lease-ms", 2000)),
         rescue_interval: Duration::from_millis(arg(&args, "--rescue-ms", 500)),
@@ -157,6 +185,12 @@ async fn run() -> Result<(), Box<dyn std::error::Error>> {
             Chaos {
                 ledger,
                 sleep_ms: arg(&args, "--sleep-ms", 5),
+                record_end: args.iter().any(|a| a == "--record-end"),
+                delivery: if args.iter().any(|a| a == "--lease-handler") {
+                    Delivery::Lease
+                } else {
+                    Delivery::Tx
+                },
             },
         )
         .build()?;

@@ -72,6 +72,8 @@ pub(crate) async fn claim_round(
             return Ok(claimed);
         }
     }
+    // Nothing anywhere: the next round re-reads which queues are ready.
+    ctx.ready_queues.invalidate();
     Ok(0)
 }
 

@@ -102,8 +102,9 @@ impl Writes {
                     w.dead_tokens.push(token);
                     w.dead_errors.push(reason.clone());
                 }
-                // Fenced by the token: a no-op when pgwake.cancel() already
-                // moved the job to dead_jobs.
+                // The run has stopped on a cancel request: bury it as
+                // cancelled, fenced by the token (a no-op if the lease was
+                // lost meanwhile and the rescuer buried it).
                 Resolution::Cancelled => {
                     w.dead_tokens.push(token);
                     w.dead_errors.push(crate::job::CANCELLED_REASON.to_string());

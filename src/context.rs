@@ -92,6 +92,8 @@ pub(crate) struct ClaimContext {
     pub worker_id: String,
     /// Rotates the order in which specs and queues are tried.
     pub cursor: AtomicUsize,
+    /// The queues with ready jobs, for fair all-queues claims (`fair.rs`).
+    pub ready_queues: crate::fair::ReadyQueues,
     /// Idle/draining state for the waiting registration.
     pub wait_state: Arc<crate::waiting::WaitState>,
     /// One permit per job that may run at once (`concurrency`).

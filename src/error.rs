@@ -7,8 +7,10 @@ use std::fmt;
 /// Everything that can stop a pgwake operation.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
-    /// A setting is invalid; the message names the setting and the fix.
-    #[error("invalid configuration: {0}")]
+    /// A setting or an input is invalid, or a request cannot be carried
+    /// out as asked (`pgwake cancel` of a finished job); the message names
+    /// the setting, the input or the job, and the fix, and is shown as is.
+    #[error("{0}")]
     Config(String),
     /// The database URL could not be parsed (the URL itself is never printed:
     /// it may carry a password).
@@ -94,9 +96,16 @@ fn classify(e: &tokio_postgres::Error) -> Kind {
     if e.is_closed() {
         return Kind::ConnectionLost;
     }
-    // No SQLSTATE: an I/O, TLS or protocol error on the connection.
+    // No SQLSTATE: an I/O, TLS or protocol error on the connection, or one
+    // of the driver's own checks on an answer the connection carried fine
+    // (a row count or a value that does not fit: not a connection problem,
+    // and never worth "check that the server is running").
     let Some(code) = e.code() else {
-        return Kind::ConnectionLost;
+        return if is_answer_check(e) {
+            Kind::Other
+        } else {
+            Kind::ConnectionLost
+        };
     };
     match code.code() {
         // connection exception; admin/crash shutdown, cannot connect now
@@ -118,6 +127,19 @@ fn classify(e: &tokio_postgres::Error) -> Kind {
         "42501" => Kind::PermissionDenied,
         _ => Kind::Other,
     }
+}
+
+/// The driver's checks of an answer (tokio-postgres keeps their kind
+/// private; its messages are stable).
+fn is_answer_check(e: &tokio_postgres::Error) -> bool {
+    let m = e.to_string();
+    [
+        "query returned an unexpected number of rows",
+        "error serializing parameter",
+        "error deserializing column",
+    ]
+    .iter()
+    .any(|prefix| m.starts_with(prefix))
 }
 
 /// Whether a driver error is transient: the connection was lost, the server
@@ -208,7 +230,8 @@ impl Error {
     /// Whether the server could not be reached at all (no server answer:
     /// refused, unresolvable host, timeout, TLS or protocol failure).
     pub fn is_unreachable(&self) -> bool {
-        self.driver().is_some_and(|e| e.as_db_error().is_none())
+        self.driver()
+            .is_some_and(|e| e.as_db_error().is_none() && !is_answer_check(e))
     }
 
     /// Whether the server refused the user or the password.

@@ -32,12 +32,12 @@ use crate::handler::{Deadline, JobContext};
 use crate::job::Resolution;
 use crate::leases::{stop_margin, Finished};
 use crate::metrics;
-use crate::plan::ClaimSpec;
+use crate::plan::{ClaimSpec, Target};
 use crate::wake::Trigger;
 
 use crate::sql::{
-    Db, CLAIM_LEASE_ALL as CLAIM_ALL, CLAIM_LEASE_QUEUE as CLAIM_QUEUE,
-    LEASE_HEARTBEAT as HEARTBEAT,
+    Db, CLAIM_LEASE_ALL as CLAIM_ALL, CLAIM_LEASE_LIMITED as CLAIM_LIMITED,
+    CLAIM_LEASE_QUEUE as CLAIM_QUEUE, LEASE_HEARTBEAT as HEARTBEAT,
 };
 
 /// Claim up to `limit` jobs for `spec` (one per free slot), moving them
@@ -50,49 +50,48 @@ pub(crate) async fn claim(
     trigger: Trigger,
 ) -> Result<(Vec<Claimed>, Instant)> {
     let mut conn = PooledConn::get(&ctx.pool, "lease claim: no connection").await?;
-    let targets = spec.targets(&ctx.cursor);
-    let stmt = if targets.listed {
-        &CLAIM_QUEUE
-    } else {
-        &CLAIM_ALL
-    };
-    let except = targets.except;
+    let targets = crate::fair::targets(ctx, spec).await?;
+    let except = &targets.except[..];
     let limit = limit as i64;
     let lease = ctx.config.lease_duration.as_secs_f64();
     let mut rows = Vec::new();
     let mut sent = Instant::now();
-    for queue in targets.queues {
+    for queue in &targets.queues {
         sent = Instant::now();
+        let db = Db::pooled(&conn, ctx.config.prepared_statements);
         let r = match queue {
-            None => {
-                Db::pooled(&conn, ctx.config.prepared_statements)
-                    .query(
-                        stmt,
-                        &[
-                            &limit,
-                            &except,
-                            &spec.tasks_in,
-                            &spec.tasks_not_in,
-                            &ctx.worker_id,
-                            &lease,
-                        ],
-                    )
-                    .await
+            Target::All => {
+                db.query(
+                    &CLAIM_ALL,
+                    &[
+                        &limit,
+                        &except,
+                        &spec.tasks_in,
+                        &spec.tasks_not_in,
+                        &ctx.worker_id,
+                        &lease,
+                    ],
+                )
+                .await
             }
-            Some(q) => {
-                Db::pooled(&conn, ctx.config.prepared_statements)
-                    .query(
-                        stmt,
-                        &[
-                            &limit,
-                            q,
-                            &spec.tasks_in,
-                            &spec.tasks_not_in,
-                            &ctx.worker_id,
-                            &lease,
-                        ],
-                    )
-                    .await
+            Target::Queue(q) | Target::Limited(q) => {
+                let stmt = if matches!(queue, Target::Limited(_)) {
+                    &CLAIM_LIMITED
+                } else {
+                    &CLAIM_QUEUE
+                };
+                db.query(
+                    stmt,
+                    &[
+                        &limit,
+                        q,
+                        &spec.tasks_in,
+                        &spec.tasks_not_in,
+                        &ctx.worker_id,
+                        &lease,
+                    ],
+                )
+                .await
             }
         };
         rows = conn.check(r).map_err(Error::db("lease claim"))?;
@@ -170,9 +169,9 @@ async fn run(
     gauge.decrement(1.0);
     let result = ctx.result_of(&ended);
     let resolution = match ended {
-        // pgwake.cancel() has already moved the job to dead_jobs and ended
-        // its lease; the completer's bury (fenced by the token) covers a
-        // request made while the job was still in pgwake.jobs.
+        // Its cancel was requested: the completer buries it as cancelled,
+        // fenced by its token, now that the run has stopped (never before:
+        // a `dead retry` must not find it in dead_jobs while it runs).
         _ if watch.cancelled() => Resolution::Cancelled,
         Ended::Interrupted if !ctx.abort.is_cancelled() => Resolution::Lost,
         ended => ctx.resolve(job, ended),

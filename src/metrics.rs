@@ -29,6 +29,9 @@ pub const LISTENER_CONNECTED: &str = "pgwake_listener_connected";
 pub const LISTENER_RECONNECTS: &str = "pgwake_listener_reconnects_total";
 /// Gauge: waiting jobs, labels `queue`, `state`.
 pub const QUEUE_DEPTH: &str = "pgwake_queue_depth";
+/// Gauge: 1 while a queue is paused (`pgwake queue pause`), 0 once resumed,
+/// label `queue`.
+pub const QUEUE_PAUSED: &str = "pgwake_queue_paused";
 /// Gauge: age of the oldest ready job, label `queue`.
 pub const QUEUE_OLDEST_READY_AGE: &str = "pgwake_queue_oldest_ready_age_seconds";
 /// Gauge: rows in `dead_jobs`, label `queue`.
@@ -226,6 +229,10 @@ pub fn describe() {
         "Time the longest-waiting ready job has been ready (since the later of created_at and run_at), by queue; 0 when none is ready"
     );
     describe_gauge!(DEAD_JOBS, "Rows in pgwake.dead_jobs by queue");
+    describe_gauge!(
+        QUEUE_PAUSED,
+        "1 while the queue is paused (pgwake queue pause): no worker starts its jobs; 0 once resumed"
+    );
     describe_gauge!(
         IDLE_IN_TX_SESSIONS,
         "Sessions of this database idle in transaction, by application_name"

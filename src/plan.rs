@@ -33,32 +33,57 @@ pub(crate) struct ClaimSpec {
     pub tasks_not_in: Vec<String>,
 }
 
+/// One claim statement of a round.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Target {
+    /// The all-queues statement ("every queue but `except`").
+    All,
+    /// `queue = $2`, an ordered index scan.
+    Queue(String),
+    /// A queue with a `max_running` limit: `claim_*_limited.sql`.
+    Limited(String),
+}
+
 /// Where one claim round looks, resolved from a spec's [`Queues`].
-pub(crate) struct Targets<'a> {
-    /// Whether the queues are listed (one `queue = $2` statement each)
-    /// rather than "every queue but `except`" (one statement).
-    pub listed: bool,
-    /// The queues in the order to try them (`None`: the one all-queues
-    /// statement).
-    pub queues: Vec<Option<&'a String>>,
+pub(crate) struct Targets {
+    /// The claim statements to try, in order.
+    pub queues: Vec<Target>,
     /// Queues the all-queues statement leaves to other specs.
-    pub except: &'a [String],
+    pub except: Vec<String>,
 }
 
 impl ClaimSpec {
-    /// Where to claim this round: listed queues start at a position that
-    /// advances with `cursor`, so no queue is always tried first.
-    pub fn targets(&self, cursor: &std::sync::atomic::AtomicUsize) -> Targets<'_> {
+    /// Where to claim this round. Listed queues start at a position that
+    /// advances with `cursor`, so no queue is always tried first. "Every
+    /// queue" tries the queues that had ready jobs (`ready`, see
+    /// `fair.rs`) the same way, then the all-queues statement. A queue in
+    /// `limited` is claimed with the slot-taking statement.
+    pub fn targets(
+        &self,
+        cursor: &std::sync::atomic::AtomicUsize,
+        ready: &[String],
+        limited: &std::collections::HashSet<String>,
+    ) -> Targets {
+        let target = |q: &String| {
+            if limited.contains(q) {
+                Target::Limited(q.clone())
+            } else {
+                Target::Queue(q.clone())
+            }
+        };
         match &self.queues {
             Queues::AllExcept(except) => Targets {
-                listed: false,
-                queues: vec![None],
-                except,
+                queues: rotated(ready, cursor)
+                    .into_iter()
+                    .filter(|q| !except.contains(q))
+                    .map(target)
+                    .chain(std::iter::once(Target::All))
+                    .collect(),
+                except: except.clone(),
             },
             Queues::Listed(q) => Targets {
-                listed: true,
-                queues: rotated(q, cursor).into_iter().map(Some).collect(),
-                except: &[],
+                queues: rotated(q, cursor).into_iter().map(target).collect(),
+                except: Vec::new(),
             },
         }
     }

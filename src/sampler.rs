@@ -76,6 +76,8 @@ pub struct Sample {
     pub notification_queue_usage: f64,
     /// Dead tuples of `pgwake.jobs`.
     pub dead_tuples: i64,
+    /// Paused queues (`pgwake queue pause`), by name.
+    pub paused: Vec<String>,
     /// How long the sample took (connection checkout included).
     pub duration: Duration,
 }
@@ -88,6 +90,8 @@ pub struct Sampler {
     depth_cap: i64,
     time_limit: Duration,
     seen_queues: HashSet<String>,
+    /// Queue labels last published as paused.
+    seen_paused: HashSet<String>,
     seen_apps: HashSet<String>,
 }
 
@@ -101,6 +105,7 @@ impl Sampler {
             depth_cap: DEPTH_CAP_DEFAULT,
             time_limit: TIME_LIMIT_DEFAULT,
             seen_queues: HashSet::new(),
+            seen_paused: HashSet::new(),
             seen_apps: HashSet::new(),
         }
     }
@@ -171,6 +176,15 @@ impl Sampler {
             ::metrics::gauge!(metrics::DEAD_JOBS, "queue" => gone.clone()).set(0.0);
         }
         self.seen_queues.extend(now_queues);
+        // Paused queues: 1; a queue resumed since the last sample: 0.
+        let paused: HashSet<String> = s.paused.iter().map(|q| metrics::queue_label(q)).collect();
+        for q in &paused {
+            ::metrics::gauge!(metrics::QUEUE_PAUSED, "queue" => q.clone()).set(1.0);
+        }
+        for q in self.seen_paused.difference(&paused) {
+            ::metrics::gauge!(metrics::QUEUE_PAUSED, "queue" => q.clone()).set(0.0);
+        }
+        self.seen_paused = paused;
         // application_name is whatever a client sets: capped like queues.
         let mut apps: std::collections::BTreeMap<String, i64> = Default::default();
         for (app, n) in &s.idle_in_transaction {
@@ -226,15 +240,16 @@ pub async fn sample_with(
     let window = depth_cap.min(RUNNING_CHECK_WINDOW);
     let params: [&(dyn tokio_postgres::types::ToSql + Sync); 2] = [&depth_cap, &window];
     let db = Db::unnamed(tx.client());
-    let (queues, pressure) = tokio::join!(
+    let (queues, pressure, paused) = tokio::join!(
         db.query(&sql::SAMPLE_QUEUES, &params),
         db.query_one(&sql::SAMPLE_PRESSURE, &[]),
+        db.query(&sql::QUEUE_PAUSED, &[]),
     );
-    // Pipelined: when the first fails (e.g. statement_timeout), the second
-    // only says "transaction aborted"; report the first.
-    let (queues, pressure) = match (queues, pressure) {
-        (Ok(q), Ok(p)) => (q, p),
-        (Err(e), _) | (Ok(_), Err(e)) => {
+    // Pipelined: when the first fails (e.g. statement_timeout), the others
+    // only say "transaction aborted"; report the first.
+    let (queues, pressure, paused) = match (queues, pressure, paused) {
+        (Ok(q), Ok(p), Ok(z)) => (q, p, z),
+        (Err(e), _, _) | (Ok(_), Err(e), _) | (Ok(_), Ok(_), Err(e)) => {
             return Err(Error::Db {
                 context: "sampler",
                 source: e,
@@ -269,6 +284,7 @@ pub async fn sample_with(
         oldest_transaction_age: pressure.get(2),
         notification_queue_usage: pressure.get(3),
         dead_tuples: pressure.get(4),
+        paused: paused.iter().map(|r| r.get(0)).collect(),
         duration: started.elapsed(),
     })
 }

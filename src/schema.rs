@@ -74,6 +74,11 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "0008_keys.sql",
         sql: include_str!("../migrations/0008_keys.sql"),
     },
+    Migration {
+        version: 9,
+        name: "0009_queues.sql",
+        sql: include_str!("../migrations/0009_queues.sql"),
+    },
 ];
 
 /// Idempotent definitions re-applied by every migrate.
@@ -83,6 +88,7 @@ pub const TRIGGERS: &[(&str, &str)] = &[
     ("enqueue.sql", include_str!("../triggers/enqueue.sql")),
     ("schedules.sql", include_str!("../triggers/schedules.sql")),
     ("cancel.sql", include_str!("../triggers/cancel.sql")),
+    ("queues.sql", include_str!("../triggers/queues.sql")),
     ("roles.sql", include_str!("../triggers/roles.sql")),
 ];
 

@@ -76,8 +76,10 @@ statements! {
     CANCEL_SWEEP = "cancel_sweep" [];
     CHARGE = "charge" [INT8];
     CLAIM_LEASE_ALL = "claim_lease_all" [INT8, TEXT_ARRAY, TEXT_ARRAY, TEXT_ARRAY, TEXT, FLOAT8];
+    CLAIM_LEASE_LIMITED = "claim_lease_limited" [INT8, TEXT, TEXT_ARRAY, TEXT_ARRAY, TEXT, FLOAT8];
     CLAIM_LEASE_QUEUE = "claim_lease_queue" [INT8, TEXT, TEXT_ARRAY, TEXT_ARRAY, TEXT, FLOAT8];
     CLAIM_TX_ALL = "claim_tx_all" [INT8, TEXT_ARRAY, TEXT_ARRAY, TEXT_ARRAY];
+    CLAIM_TX_LIMITED = "claim_tx_limited" [INT8, TEXT, TEXT_ARRAY, TEXT_ARRAY];
     CLAIM_TX_ONE = "claim_tx_one" [INT8];
     CLAIM_TX_QUEUE = "claim_tx_queue" [INT8, TEXT, TEXT_ARRAY, TEXT_ARRAY];
     CLEANUP_ATTEMPTS = "cleanup_attempts" [];
@@ -107,6 +109,13 @@ statements! {
         FLOAT8_ARRAY, TEXT_ARRAY, TEXT_ARRAY, TIMESTAMPTZ_ARRAY];
     RESCUE = "rescue" [INT8];
     SAMPLE_PRESSURE = "sample_pressure" [];
+    LIMITED_QUEUES = "limited_queues" [];
+    QUEUE_LIST = "queue_list" [];
+    QUEUE_PAUSE = "queue_pause" [TEXT];
+    QUEUE_PAUSED = "queue_paused" [];
+    QUEUE_RESUME = "queue_resume" [TEXT];
+    QUEUE_SET_MAX_RUNNING = "queue_set_max_running" [TEXT, INT4];
+    READY_QUEUES = "ready_queues" [TEXT_ARRAY, INT8];
     SAMPLE_QUEUES = "sample_queues" [INT8, INT8];
     SCHEDULE_ADD = "schedule_add" [TEXT, TEXT, TEXT, JSONB, TEXT, INT4, TEXT, TEXT, BOOL];
     SCHEDULE_ADVANCE = "schedule_advance" [TEXT_ARRAY, TIMESTAMPTZ_ARRAY, TIMESTAMPTZ_ARRAY,

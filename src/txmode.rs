@@ -43,13 +43,13 @@ use crate::executor::{execute, Ended};
 use crate::handler::{ClaimTx, Deadline, JobContext};
 use crate::job::{Job, Resolution};
 use crate::metrics;
-use crate::plan::ClaimSpec;
+use crate::plan::{ClaimSpec, Target};
 use crate::wake::Trigger;
 
 use crate::sql::{
-    Db, Sql, ADOPT_STALE, BATCH_CLEAR, BATCH_MARK, BURY, CANCEL_BACKEND, CHARGE,
-    CLAIM_TX_ALL as CLAIM_ALL, CLAIM_TX_ONE as CLAIM_ONE, CLAIM_TX_QUEUE as CLAIM_QUEUE,
-    CLEAR_ATTEMPTS, HISTORY_DONE, REQUEUE, SET_LIMITS, SUSPECTS,
+    Db, ADOPT_STALE, BATCH_CLEAR, BATCH_MARK, BURY, CANCEL_BACKEND, CHARGE,
+    CLAIM_TX_ALL as CLAIM_ALL, CLAIM_TX_LIMITED as CLAIM_LIMITED, CLAIM_TX_ONE as CLAIM_ONE,
+    CLAIM_TX_QUEUE as CLAIM_QUEUE, CLEAR_ATTEMPTS, HISTORY_DONE, REQUEUE, SET_LIMITS, SUSPECTS,
 };
 
 /// How long a tx-mode batch should take to run. Batches grow (doubling, up
@@ -166,13 +166,8 @@ pub(crate) async fn claim_and_run(
         .get()
         .await
         .map_err(Error::pool("claim: no connection"))?;
-    let targets = spec.targets(&ctx.cursor);
-    let (queues, except) = (&targets.queues, targets.except);
-    let stmt = if targets.listed {
-        &CLAIM_QUEUE
-    } else {
-        &CLAIM_ALL
-    };
+    let targets = crate::fair::targets(ctx, spec).await?;
+    let (queues, except) = (&targets.queues, &targets.except[..]);
     let tx = OpenTx { conn: Some(conn) };
     let c = tx.conn();
     let db = Db::pooled(c, ctx.config.prepared_statements);
@@ -182,7 +177,7 @@ pub(crate) async fn claim_and_run(
     // ordered index scan) until one has jobs.
     let (begun, first, suspects) = tokio::join!(
         c.batch_execute(&ctx.begin_sql),
-        claim_rows(db, stmt, limit, queues[0], except, spec),
+        claim_rows(db, limit, &queues[0], except, spec),
         db.query(&SUSPECTS, &[])
     );
     begun.map_err(Error::db("claim: begin"))?;
@@ -192,7 +187,7 @@ pub(crate) async fn claim_and_run(
         if !rows.is_empty() {
             break;
         }
-        rows = claim_rows(db, stmt, limit, *queue, except, spec)
+        rows = claim_rows(db, limit, queue, except, spec)
             .await
             .map_err(Error::db("claim"))?;
         if !rows.is_empty() {
@@ -268,22 +263,25 @@ pub(crate) async fn claim_and_run(
 /// One claim statement, over every queue but `except` or from `queue`.
 async fn claim_rows(
     c: Db<'_>,
-    stmt: &Sql,
     limit: i64,
-    queue: Option<&String>,
+    target: &Target,
     except: &[String],
     spec: &ClaimSpec,
 ) -> std::result::Result<Vec<tokio_postgres::Row>, tokio_postgres::Error> {
-    match queue {
-        None => {
-            c.query(stmt, &[&limit, &except, &spec.tasks_in, &spec.tasks_not_in])
+    let (stmt, queue) = match target {
+        Target::All => {
+            return c
+                .query(
+                    &CLAIM_ALL,
+                    &[&limit, &except, &spec.tasks_in, &spec.tasks_not_in],
+                )
                 .await
         }
-        Some(q) => {
-            c.query(stmt, &[&limit, q, &spec.tasks_in, &spec.tasks_not_in])
-                .await
-        }
-    }
+        Target::Queue(q) => (&CLAIM_QUEUE, q),
+        Target::Limited(q) => (&CLAIM_LIMITED, q),
+    };
+    c.query(stmt, &[&limit, queue, &spec.tasks_in, &spec.tasks_not_in])
+        .await
 }
 
 /// Durably record "transaction `xid` holds `ids`" before any handler runs.

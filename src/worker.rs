@@ -373,6 +373,7 @@ impl Worker {
             worker_id: self.worker_id.clone(),
             wait_state: self.wait_state.clone(),
             cursor: Default::default(),
+            ready_queues: Default::default(),
             slots: Arc::new(Semaphore::new(self.config.concurrency)),
             leases: Default::default(),
             completer,

@@ -262,7 +262,7 @@ async fn running_or_dead(db: &TestDb, id: i64) -> Option<i32> {
         }
         let rows = c
             .query(
-                "SELECT pid FROM pg_stat_activity WHERE state = 'active' AND query LIKE '%crash_me%' AND pid <> pg_backend_pid()",
+                "SELECT pid FROM pg_stat_activity WHERE state = 'active' AND wait_event = 'PgSleep' AND query LIKE '%crash_me%' AND pid <> pg_backend_pid()",
                 &[],
             )
             .await

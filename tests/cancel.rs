@@ -241,7 +241,9 @@ async fn running_tx_job(db: &TestDb, queue: &str) -> i64 {
     .unwrap();
     eventually("the job's statement sleeps on the server", LONG, || async {
         let n: i64 = db
-            .scalar("SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND query LIKE '%\"slow\"(%' AND state = 'active' AND pid <> pg_backend_pid()")
+            // In pg_sleep: the worker's start-up check also runs a statement
+            // naming "slow"( (it prepares the call), briefly active.
+            .scalar("SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND query LIKE '%\"slow\"(%' AND state = 'active' AND wait_event = 'PgSleep' AND pid <> pg_backend_pid()")
             .await;
         n == 1
     })
@@ -258,7 +260,9 @@ async fn assert_tx_cancelled(db: &TestDb, id: i64) {
     assert_eq!(counts(db).await, (0, 0), "nothing left queued or leased");
     eventually("no statement of the job runs any more", LONG, || async {
         let n: i64 = db
-            .scalar("SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND query LIKE '%\"slow\"(%' AND state = 'active' AND pid <> pg_backend_pid()")
+            // In pg_sleep: the worker's start-up check also runs a statement
+            // naming "slow"( (it prepares the call), briefly active.
+            .scalar("SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND query LIKE '%\"slow\"(%' AND state = 'active' AND wait_event = 'PgSleep' AND pid <> pg_backend_pid()")
             .await;
         n == 0
     })
@@ -387,15 +391,14 @@ async fn a_running_lease_job_has_its_process_killed_and_its_lease_fenced() {
         pgwake::cancel(&client, id).await.unwrap(),
         CancelOutcome::Requested
     );
-    // Recorded at once, and the running worker's token matches nothing.
+    let ev = w.next_events(1, LONG, |e| e.id == id).await.remove(0);
+    // Recorded once stopped, and the run's token matches nothing since.
     assert_eq!(dead_reason(&client, id).await, "cancelled");
     let done = client
         .query(include_str!("../src/sql/lease_done.sql"), &[&vec![token]])
         .await
         .unwrap();
     assert!(done.is_empty(), "a cancelled lease cannot be completed");
-
-    let ev = w.next_events(1, LONG, |e| e.id == id).await.remove(0);
     // A figure for the record, not a threshold.
     eprintln!(
         "lease cancel by notification: stopped after {:?}",
@@ -783,7 +786,9 @@ async fn a_cancel_outlives_a_worker_that_crashed_before_it_heard_of_it() {
         .unwrap();
     eventually("the claim is rolled back", LONG, || async {
         let n: i64 = db
-            .scalar("SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND query LIKE '%\"slow\"(%' AND state = 'active' AND pid <> pg_backend_pid()")
+            // In pg_sleep: the worker's start-up check also runs a statement
+            // naming "slow"( (it prepares the call), briefly active.
+            .scalar("SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND query LIKE '%\"slow\"(%' AND state = 'active' AND wait_event = 'PgSleep' AND pid <> pg_backend_pid()")
             .await;
         n == 0
     })
@@ -807,4 +812,139 @@ async fn a_cancel_outlives_a_worker_that_crashed_before_it_heard_of_it() {
     assert_eq!(ev.resolution, Resolution::Cancelled);
     assert_tx_cancelled(&db, id).await;
     b.shutdown().await;
+}
+
+/// A cancelled lease-mode job reaches `dead_jobs` only once its run has
+/// stopped. It used to be moved there by `pgwake.cancel()` itself, while
+/// its process still ran until the worker heard of the cancel: an operator
+/// who retried it at once (`pgwake dead retry`) started a second run beside
+/// the first. Here the worker is stopped (SIGSTOP) while the cancel is
+/// sent, so it cannot hear of it until it is continued.
+#[tokio::test]
+async fn a_cancelled_lease_job_is_in_dead_jobs_only_after_its_process_is_gone() {
+    let db = migrated_db().await;
+    let dir = tempfile::tempdir().unwrap();
+    let handler = format!(
+        "sleeper=exec:sh -c 'echo $$ > {}/$PGWAKE_JOB_ID.pid; exec sleep 600'",
+        dir.path().display()
+    );
+    let mut worker = spawn_pgwake_run(
+        &db.url,
+        &[
+            "--handler",
+            &handler,
+            "--job-timeout",
+            "10m",
+            "--cancel-poll-interval",
+            "200ms",
+        ],
+    );
+    let (id, pid) = running_lease_job(&db, dir.path(), "cancel_stopped").await;
+    send_signal(&worker, libc::SIGSTOP);
+    let client = db.client().await;
+    assert_eq!(
+        pgwake::cancel(&client, id).await.unwrap(),
+        CancelOutcome::Requested
+    );
+    let (waiting, leased): (i64, i64) = counts(&db).await;
+    assert_eq!((waiting, leased), (0, 1), "still leased: its run goes on");
+    let dead: i64 = db
+        .scalar(&format!(
+            "SELECT count(*) FROM pgwake.dead_jobs WHERE id = {id}"
+        ))
+        .await;
+    assert_eq!(dead, 0, "in dead_jobs while its process still runs");
+    assert!(!process_dead(pid));
+    let retried = pgwake::dead::retry(
+        &client,
+        &pgwake::dead::Selection {
+            ids: Some(vec![id]),
+            ..Default::default()
+        },
+    )
+    .await
+    .unwrap();
+    assert!(retried.is_empty(), "a running job cannot be retried");
+
+    send_signal(&worker, libc::SIGCONT);
+    // The first moment it is in dead_jobs, its process is gone.
+    let alive_when_buried = wait_for("the job in dead_jobs", LONG, async || {
+        let dead: i64 = db
+            .scalar(&format!(
+                "SELECT count(*) FROM pgwake.dead_jobs WHERE id = {id}"
+            ))
+            .await;
+        match dead {
+            1 => Ok(!process_dead(pid)),
+            _ => Err("not in dead_jobs yet".to_string()),
+        }
+    })
+    .await;
+    assert!(
+        !alive_when_buried,
+        "in dead_jobs while its process still ran"
+    );
+    assert_lease_cancelled(&db, id, pid).await;
+    send_signal(&worker, libc::SIGTERM);
+    let _ = worker.wait();
+}
+
+/// The worker running a lease-mode job is killed (-9) before it hears of
+/// the job's cancel: nobody stops the run, and the lease expires. The
+/// rescuer buries the job as cancelled instead of queueing it again.
+#[tokio::test]
+async fn a_cancelled_lease_job_whose_worker_died_is_buried_cancelled_by_the_rescuer() {
+    let db = migrated_db().await;
+    let dir = tempfile::tempdir().unwrap();
+    let handler = format!(
+        "sleeper=exec:sh -c 'echo $$ > {}/$PGWAKE_JOB_ID.pid; exec sleep 600'",
+        dir.path().display()
+    );
+    let mut dying = spawn_pgwake_run(
+        &db.url,
+        &[
+            "--handler",
+            &handler,
+            "--job-timeout",
+            "10m",
+            "--lease-duration",
+            "1s",
+            "--cancel-poll-interval",
+            "1h",
+            "--listen-database-url",
+            "postgres://nobody@127.0.0.1:1/nowhere",
+        ],
+    );
+    let (id, pid) = running_lease_job(&db, dir.path(), "cancel_orphan").await;
+    send_signal(&dying, libc::SIGKILL);
+    let _ = dying.wait();
+    eventually("the run dies with its worker", LONG, || async {
+        process_dead(pid)
+    })
+    .await;
+    let client = db.client().await;
+    assert_eq!(
+        pgwake::cancel(&client, id).await.unwrap(),
+        CancelOutcome::Requested
+    );
+    assert_eq!(counts(&db).await, (0, 1), "leased until the lease expires");
+
+    // Another worker's rescuer finds the expired lease.
+    let worker = Worker::builder(db.config())
+        .config(WorkerConfig {
+            rescue_interval: Duration::from_millis(100),
+            ..test_config()
+        })
+        .handler("sleeper", sleeper(dir.path()))
+        .build()
+        .unwrap();
+    let w = Running::start(worker);
+    eventually("the job is buried", LONG, || async {
+        counts(&db).await == (0, 0)
+    })
+    .await;
+    w.shutdown().await;
+    assert_eq!(dead_reason(&client, id).await, "cancelled");
+    let last = std::fs::read_to_string(dir.path().join(format!("{id}.pid"))).unwrap();
+    assert_eq!(last.trim(), pid.to_string(), "it never ran again");
 }

@@ -778,3 +778,40 @@ async fn bench_history_cost_per_job_and_retention() {
         "retention of 1,000,000 rows: partition dropped in {drop_ms:.0} ms (maintenance round), DELETE of the same rows {delete_ms:.0} ms (plus the vacuum it leaves)"
     );
 }
+
+/// `pgwake bench` once emptied every pgwake table between its runs, the
+/// one-row history setting among them; every worker after that refused to
+/// start ("query returned an unexpected number of rows", followed by advice
+/// to check that the server is running). A missing row reads as "off", and
+/// `--keep-finished` brings it back.
+#[tokio::test]
+async fn a_deleted_history_setting_reads_as_off_and_keep_finished_restores_it() {
+    let db = migrated_db().await;
+    let client = db.client().await;
+    client
+        .batch_execute("DELETE FROM pgwake.history_settings")
+        .await
+        .unwrap();
+    let off = pgwake::history::apply(&client, KeepFinished::Unchanged)
+        .await
+        .unwrap();
+    assert_eq!(off, None);
+    let on = pgwake::history::apply(&client, KeepFinished::Keep(Duration::from_secs(3600)))
+        .await
+        .unwrap();
+    assert_eq!(on, Some(Duration::from_secs(3600)));
+    let rows: i64 = db
+        .scalar("SELECT count(*) FROM pgwake.history_settings")
+        .await;
+    assert_eq!(rows, 1);
+
+    // And a driver's check of an answer is not mistaken for an unreachable
+    // server (the command line would say "check DATABASE_URL").
+    let e = client
+        .query_one("SELECT 1 WHERE false", &[])
+        .await
+        .unwrap_err();
+    let e = pgwake::Error::db("reading")(e);
+    assert!(!e.is_unreachable(), "{e}");
+    assert!(!e.is_connection_lost(), "{e}");
+}

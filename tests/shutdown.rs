@@ -170,7 +170,7 @@ async fn a_sql_handler_stuck_in_the_database_is_abandoned_at_the_hard_deadline()
         let client = &client;
         async move {
             let n: i64 = client
-                .query_one("SELECT count(*) FROM pg_stat_activity WHERE application_name = 'pgwake-stuck' AND query LIKE '%stuck%' AND state = 'active'", &[])
+                .query_one("SELECT count(*) FROM pg_stat_activity WHERE application_name = 'pgwake-stuck' AND query LIKE '%stuck%' AND state = 'active' AND wait_event = 'PgSleep'", &[])
                 .await
                 .unwrap()
                 .get(0);

@@ -3,12 +3,12 @@
 -- Returns what became of the job:
 --   'cancelled'         it was waiting (in pgwake.jobs, not claimed): it is
 --                       now in pgwake.dead_jobs with last_error 'cancelled';
---   'cancel_requested'  it is running: a tx-mode job is stopped by the worker
---                       running it, its work rolled back, and then moved to
---                       dead_jobs as cancelled; a lease-mode job is moved to
---                       dead_jobs as cancelled at once (its claim token is
---                       gone, so the running worker can neither renew nor
---                       complete it) and its worker stops the handler;
+--   'cancel_requested'  it is running: the worker running it stops the
+--                       handler (tx mode: its work rolled back) and then
+--                       moves it to dead_jobs as cancelled (lease mode:
+--                       fenced by its claim token; a lease whose worker is
+--                       gone is buried as cancelled by the rescuer when it
+--                       expires);
 --   'dead'              it is already in pgwake.dead_jobs: nothing to cancel;
 --   'finished'          it existed (its id was issued) and is neither queued,
 --                       running nor dead: it finished (or was purged);
@@ -17,9 +17,9 @@
 -- A claim and a cancel cannot both win: a waiting job is taken with
 -- FOR UPDATE SKIP LOCKED, the same lock a claim takes; a row that a claim
 -- holds is a running job and gets a cancel request instead. A lease-mode
--- job moves out of pgwake.leased_jobs in one DELETE, which a concurrent
--- completion (also a DELETE by token) either precedes (then the job is
--- finished: 'not_found') or follows (it then matches nothing: fenced).
+-- job that completes while its cancel is on the way is done (the request
+-- is swept later); a later run of it cannot be hit by the request: `pgwake
+-- dead retry` removes it.
 CREATE OR REPLACE FUNCTION pgwake.cancel(job_id bigint) RETURNS text
 LANGUAGE plpgsql AS $$
 DECLARE
@@ -53,26 +53,13 @@ BEGIN
             RETURN 'cancelled';
         END IF;
 
-        -- Running in lease mode: out of leased_jobs at once, which fences
-        -- the running worker's renewals and completion (they match by token).
-        WITH taken AS (
-            DELETE FROM pgwake.leased_jobs WHERE id = cancel.job_id RETURNING *
-        )
-        INSERT INTO pgwake.dead_jobs
-            (id, queue, task, payload, priority, run_at, attempts, max_attempts, last_error,
-             created_at, timeout, ordering_key, unique_key, ordering_at)
-        SELECT id, queue, task, payload, priority, run_at, least(attempts, max_attempts),
-               max_attempts, 'cancelled', created_at, timeout, ordering_key, unique_key, ordering_at
-        FROM taken
-        ON CONFLICT (id) DO UPDATE SET
-            queue = excluded.queue, task = excluded.task, payload = excluded.payload,
-            priority = excluded.priority, run_at = excluded.run_at, attempts = excluded.attempts,
-            max_attempts = excluded.max_attempts, last_error = excluded.last_error,
-            created_at = excluded.created_at, timeout = excluded.timeout,
-            ordering_key = excluded.ordering_key, unique_key = excluded.unique_key,
-            ordering_at = excluded.ordering_at, failed_at = now();
-        GET DIAGNOSTICS moved = ROW_COUNT;
-        IF moved > 0 THEN
+        -- Running in lease mode: a request. The worker running it stops the
+        -- handler and then buries it as cancelled, fenced by its claim
+        -- token; if that worker is gone, the rescuer buries it when its
+        -- lease expires. Either way it reaches dead_jobs only once its run
+        -- has stopped, so a `pgwake dead retry` cannot start a second run
+        -- beside the dying one.
+        IF EXISTS (SELECT 1 FROM pgwake.leased_jobs l WHERE l.id = cancel.job_id) THEN
             PERFORM pgwake.request_cancel(cancel.job_id);
             RETURN 'cancel_requested';
         END IF;

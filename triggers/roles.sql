@@ -49,6 +49,8 @@ BEGIN
     EXECUTE format('GRANT EXECUTE ON FUNCTION pgwake.history_maintain(interval, integer, interval) TO %s', role);
     -- `pgwake cancel`: an operator's action, like `pgwake dead retry`.
     EXECUTE format('GRANT EXECUTE ON FUNCTION pgwake.cancel(bigint), pgwake.request_cancel(bigint) TO %s', role);
+    -- `pgwake queue pause|resume|set`: an operator's action.
+    EXECUTE format('GRANT EXECUTE ON FUNCTION pgwake.pause_queue(text), pgwake.resume_queue(text), pgwake.set_queue_max_running(text, integer) TO %s', role);
 END
 $$;
 

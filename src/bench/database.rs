@@ -87,7 +87,9 @@ pub(crate) struct BenchDb {
     /// Connection settings of the bench database.
     pub config: Config,
     control: Client,
-    /// `pgwake` tables, for TRUNCATE and VACUUM.
+    /// `pgwake` tables that hold jobs and their traces, for TRUNCATE and
+    /// VACUUM; not the schema's bookkeeping nor the one-row settings
+    /// (`history_settings`: a worker refuses to start without its row).
     tables: String,
     /// What the server is.
     pub server: ServerInfo,
@@ -310,7 +312,8 @@ async fn open(
                     current_setting('synchronous_commit'), current_setting('shared_buffers'),
                     current_setting('max_connections')::int8,
                     (SELECT string_agg(format('%I.%I', schemaname, tablename), ', ')
-                     FROM pg_tables WHERE schemaname = 'pgwake' AND tablename <> 'schema_migrations')",
+                     FROM pg_tables WHERE schemaname = 'pgwake'
+                       AND tablename NOT IN ('schema_migrations', 'schema_definitions', 'history_settings'))",
             &[],
         )
         .await

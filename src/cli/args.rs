@@ -66,6 +66,11 @@ pub enum Command {
     /// Cancel jobs: waiting ones leave the queue, running ones are stopped; both end in
     /// dead_jobs as cancelled. Exits 2 if any id is unknown, finished or already dead.
     Cancel(super::cancel::CancelArgs),
+    /// Queue settings, read by every worker without a restart: list, pause, resume.
+    Queue {
+        #[command(subcommand)]
+        action: super::queue::QueueAction,
+    },
     /// Recurring jobs: add, list and remove cron schedules.
     Schedule {
         #[command(subcommand)]

@@ -1,7 +1,7 @@
 //! The `pgwake` command line, one module per concern: [`args`] (flags),
 //! [`logging`], [`explain`] (error messages and exit codes), [`run`] (the
 //! worker's wiring), [`enqueue`] and [`ndjson`] (producing), [`dead`] (dead
-//! jobs), [`schedule`] (recurring jobs), [`cancel`] (cancelling jobs), [`history`] (finished jobs), and here the dispatch and the small
+//! jobs), [`schedule`] (recurring jobs), [`cancel`] (cancelling jobs), [`queue`] (pause and resume queues), [`history`] (finished jobs), and here the dispatch and the small
 //! commands.
 
 pub mod args;
@@ -12,6 +12,7 @@ pub mod explain;
 pub mod history;
 pub mod logging;
 pub mod ndjson;
+pub mod queue;
 pub mod run;
 pub mod schedule;
 pub mod timestamp;
@@ -44,6 +45,7 @@ pub async fn dispatch(command: Command) -> Result<(), Error> {
         Command::History(args) => history::command(args).await,
         Command::Schedule { action } => schedule::command(action).await,
         Command::Cancel(args) => cancel::command(args).await,
+        Command::Queue { action } => queue::command(action).await,
         Command::Bench(args) => crate::bench::run(args).await,
         Command::Demo(args) => {
             crate::demo::run(crate::demo::DemoOptions {

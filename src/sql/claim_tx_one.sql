@@ -1,13 +1,38 @@
 -- tx-mode claim of one suspect job by id ($1), to run it alone (see
 -- tx_attempts in migrations/0005). Same columns and ordering-key
 -- predicate as claim_tx_all.sql.
-WITH c AS (
+--
+-- Queue settings (migration 0009) hold here too: nothing is claimed from a
+-- paused queue, and a job of a queue with max_running takes a free slot
+-- (locked until this transaction ends, as in claim_tx_limited.sql) or is
+-- not claimed now.
+WITH j AS (
+    SELECT queue FROM pgwake.jobs WHERE id = $1
+),
+settings AS (
+    SELECT q.paused, q.max_running FROM pgwake.queues q JOIN j ON q.name = j.queue
+),
+slot AS (
+    SELECT s.slot FROM pgwake.queue_slots s
+    JOIN j ON s.queue = j.queue
+    JOIN settings st ON s.slot <= st.max_running
+    WHERE s.lease_token IS NULL
+      AND NOT EXISTS (SELECT FROM pgwake.queue_slots x
+                      WHERE x.queue = j.queue AND x.slot > st.max_running)
+    ORDER BY s.slot
+    LIMIT 1
+    FOR UPDATE OF s SKIP LOCKED
+),
+c AS (
     DELETE FROM pgwake.jobs
     WHERE id = ANY(ARRAY(
         SELECT id FROM pgwake.jobs
         WHERE id = $1 AND run_at <= now()
           AND (ordering_key IS NULL
                OR pgwake.ordering_free(ordering_key, priority, coalesce(ordering_at, run_at), id))
+          AND NOT EXISTS (SELECT FROM settings WHERE paused)
+          AND (NOT EXISTS (SELECT FROM settings WHERE max_running IS NOT NULL)
+               OR EXISTS (SELECT FROM slot))
         FOR UPDATE SKIP LOCKED))
     RETURNING *
 )

@@ -1,7 +1,9 @@
 -- Move expired leases back: to pgwake.jobs (ready now; the insert trigger
--- wakes every listening worker) or, when that was the last attempt, to
--- pgwake.dead_jobs. SKIP LOCKED + DELETE: two rescuers running at once
--- requeue each job exactly once. $1: most rows per run.
+-- wakes every listening worker) or, when that was the last attempt or the
+-- job's cancel was requested (pgwake.cancel_requests: its worker died
+-- before it could stop it), to pgwake.dead_jobs. SKIP LOCKED + DELETE: two
+-- rescuers running at once requeue each job exactly once. $1: most rows per
+-- run.
 WITH expired AS (
     DELETE FROM pgwake.leased_jobs
     WHERE id = ANY(ARRAY(
@@ -10,7 +12,8 @@ WITH expired AS (
         ORDER BY lease_until
         LIMIT $1
         FOR UPDATE SKIP LOCKED))
-    RETURNING *
+    RETURNING *, EXISTS (SELECT 1 FROM pgwake.cancel_requests r
+                         WHERE r.job_id = pgwake.leased_jobs.id) AS cancelled
 ),
 requeued AS (
     INSERT INTO pgwake.jobs
@@ -23,18 +26,20 @@ requeued AS (
            CASE WHEN EXISTS (SELECT 1 FROM pgwake.jobs w WHERE w.unique_key = expired.unique_key)
                 THEN NULL ELSE unique_key END,
            coalesce(ordering_at, run_at)
-    FROM expired WHERE attempts < max_attempts
+    FROM expired WHERE attempts < max_attempts AND NOT cancelled
     RETURNING queue
 ),
 buried AS (
     INSERT INTO pgwake.dead_jobs
         (id, queue, task, payload, priority, run_at, attempts, max_attempts, last_error, created_at,
          timeout, worker_id, started_at, ordering_key, unique_key, ordering_at)
-    SELECT id, queue, task, payload, priority, run_at, attempts, max_attempts,
-           format('lease expired on the last attempt (%s of %s; worker %s stopped heartbeating)',
-                  attempts, max_attempts, worker_id),
+    SELECT id, queue, task, payload, priority, run_at, least(attempts, max_attempts), max_attempts,
+           CASE WHEN cancelled THEN 'cancelled'
+                ELSE format('lease expired on the last attempt (%s of %s; worker %s stopped heartbeating)',
+                            attempts, max_attempts, worker_id)
+           END,
            created_at, timeout, worker_id, leased_at, ordering_key, unique_key, ordering_at
-    FROM expired WHERE attempts >= max_attempts
+    FROM expired WHERE attempts >= max_attempts OR cancelled
     ON CONFLICT (id) DO UPDATE SET
         queue = excluded.queue, task = excluded.task, payload = excluded.payload,
         priority = excluded.priority, run_at = excluded.run_at, attempts = excluded.attempts,

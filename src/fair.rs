@@ -1,0 +1,103 @@
+//! Fair claims over every queue. The all-queues claim statement orders jobs
+//! by (priority, run_at, id) across queues, so a deep backlog in one queue
+//! would be served before a job inserted later into another. Instead, a
+//! worker serving every queue keeps the list of queues that have ready jobs
+//! (`sql/ready_queues.sql`, a loose index scan) and claims from them one
+//! queue per statement, starting one queue further each round — as it does
+//! for `--queues` lists — with the all-queues statement last, for queues
+//! that appeared since the list was read.
+//!
+//! ```text
+//!  round: list stale (≥ REFRESH_ROUNDS rounds, or the last round found nothing)?
+//!           └─ yes: re-read the ready queues
+//!         try each listed queue in turn from a rotating start (queue = $2)
+//!         then the all-queues statement (new queues)
+//! ```
+//!
+//! The bound: a queue with ready jobs is claimed from within
+//! `REFRESH_ROUNDS + n` claim rounds of the worker after its jobs became
+//! ready (`n`: queues with ready jobs), whatever the backlog of the others;
+//! priorities still order jobs within a queue.
+
+use std::collections::HashSet;
+use std::sync::Mutex;
+
+use crate::connect::PooledConn;
+use crate::context::ClaimContext;
+use crate::error::{Error, Result};
+use crate::plan::{ClaimSpec, Targets};
+use crate::sql::{Db, LIMITED_QUEUES, READY_QUEUES};
+
+/// Where `spec` claims this round (reading the ready queues when stale).
+pub(crate) async fn targets(ctx: &ClaimContext, spec: &ClaimSpec) -> Result<Targets> {
+    let (ready, limited) = ctx.ready_queues.get(ctx).await?;
+    Ok(spec.targets(&ctx.cursor, &ready, &limited))
+}
+
+/// Claim rounds (of the whole worker) between two reads of the ready queues.
+pub const REFRESH_ROUNDS: u32 = 16;
+
+/// Most queues one read lists; queues beyond are served by the all-queues
+/// statement that ends every round.
+pub const LISTED_MAX: i64 = 1000;
+
+/// The ready queues of one worker's all-queues claims.
+#[derive(Debug, Default)]
+pub(crate) struct ReadyQueues {
+    state: Mutex<State>,
+}
+
+#[derive(Debug, Default)]
+struct State {
+    queues: Vec<String>,
+    /// Queues with a max_running limit (claimed with the slot statement).
+    limited: HashSet<String>,
+    /// Rounds since the last read; `None`: read at the next round.
+    rounds: Option<u32>,
+}
+
+impl ReadyQueues {
+    /// The queues with ready jobs (re-read when stale) and the limited
+    /// queues.
+    pub async fn get(&self, ctx: &ClaimContext) -> Result<(Vec<String>, HashSet<String>)> {
+        {
+            let mut s = self.state.lock().expect("ready queues lock");
+            if let Some(r) = s.rounds.as_mut().filter(|r| **r < REFRESH_ROUNDS) {
+                *r += 1;
+                return Ok((s.queues.clone(), s.limited.clone()));
+            }
+        }
+        let mut conn = PooledConn::get(&ctx.pool, "claim: no connection to list queues").await?;
+        let db = Db::pooled(&conn, ctx.config.prepared_statements);
+        // Every ready queue (each spec keeps those it claims: plan.rs), so
+        // that one read serves every spec of the worker.
+        let none: &[String] = &[];
+        let params: [&(dyn tokio_postgres::types::ToSql + Sync); 2] = [&none, &LISTED_MAX];
+        let (ready, limited) = tokio::join!(
+            db.query(&READY_QUEUES, &params),
+            db.query(&LIMITED_QUEUES, &[])
+        );
+        let limited: HashSet<String> = conn
+            .check(limited)
+            .map_err(Error::db("claim: list limited queues"))?
+            .iter()
+            .map(|r| r.get(0))
+            .collect();
+        let ready: Vec<String> = conn
+            .check(ready)
+            .map_err(Error::db("claim: list ready queues"))?
+            .iter()
+            .map(|r| r.get(0))
+            .collect();
+        let mut s = self.state.lock().expect("ready queues lock");
+        s.queues = ready;
+        s.limited = limited;
+        s.rounds = Some(0);
+        Ok((s.queues.clone(), s.limited.clone()))
+    }
+
+    /// A round found nothing: read the list again next time.
+    pub fn invalidate(&self) {
+        self.state.lock().expect("ready queues lock").rounds = None;
+    }
+}

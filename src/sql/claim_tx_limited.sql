@@ -1,0 +1,54 @@
+-- tx-mode claim from one queue ($2) that has a max_running limit
+-- (migration 0009). $1: limit, $3: only these tasks (NULL: any), $4: never
+-- these tasks. Same columns and ordering-key predicate as
+-- claim_tx_queue.sql.
+--
+-- Takes free slot rows of pgwake.queue_slots with FOR UPDATE SKIP LOCKED
+-- and claims at most as many jobs as it got slots. The row locks are held by
+-- this claim transaction until it ends: while the jobs run, no other claim
+-- can take those slots; a crash rolls back and frees them together with the
+-- jobs. A slot a lease-mode claim holds has lease_token set by a committed
+-- UPDATE; FOR UPDATE re-checks `lease_token IS NULL` on the newest row
+-- version (READ COMMITTED re-evaluation), so a stale snapshot cannot make
+-- a held slot look free. Rows above max_running (a lowered limit) block new
+-- claims until they are gone; the free ones are deleted here (`excess`).
+WITH settings AS (
+    SELECT q.max_running FROM pgwake.queues q
+    WHERE q.name = $2::text AND NOT q.paused AND q.max_running IS NOT NULL
+),
+excess AS (
+    DELETE FROM pgwake.queue_slots s
+    WHERE s.queue = $2::text AND s.slot IN (
+        SELECT x.slot FROM pgwake.queue_slots x, settings
+        WHERE x.queue = $2::text AND x.slot > settings.max_running AND x.lease_token IS NULL
+        FOR UPDATE OF x SKIP LOCKED)
+),
+slots AS (
+    SELECT s.slot FROM pgwake.queue_slots s, settings
+    WHERE s.queue = $2::text AND s.lease_token IS NULL AND s.slot <= settings.max_running
+      AND NOT EXISTS (SELECT FROM pgwake.queue_slots x
+                      WHERE x.queue = $2::text AND x.slot > settings.max_running)
+    ORDER BY s.slot
+    LIMIT $1
+    FOR UPDATE OF s SKIP LOCKED
+),
+c AS (
+    DELETE FROM pgwake.jobs
+    WHERE id = ANY(ARRAY(
+        SELECT id FROM pgwake.jobs
+        WHERE queue = $2::text AND run_at <= now()
+          AND ($3::text[] IS NULL OR task = ANY($3::text[])) AND task <> ALL($4::text[])
+          AND (ordering_key IS NULL
+               OR pgwake.ordering_free(ordering_key, priority, coalesce(ordering_at, run_at), id))
+        ORDER BY priority, run_at, id
+        LIMIT (SELECT count(*) FROM slots)
+        FOR UPDATE SKIP LOCKED))
+    RETURNING *
+)
+SELECT id, queue, task, payload::text, priority, run_at, attempts, max_attempts, last_error,
+       created_at, extract(epoch FROM timeout)::float8,
+       extract(epoch FROM clock_timestamp() - greatest(created_at, run_at))::float8,
+       pg_current_xact_id()::text,
+       pg_backend_pid(),
+       ordering_key, unique_key, coalesce(ordering_at, run_at)
+FROM c

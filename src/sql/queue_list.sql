@@ -1,0 +1,20 @@
+-- `pgwake queue list`, the paused gauge and `pgwake stats`: every queue that
+-- has settings (pgwake.queues) or waiting jobs, with its settings (a queue
+-- without a row has none). The queues of pgwake.jobs are found by a loose
+-- scan of jobs_queue_claim_idx: one probe per distinct queue.
+WITH RECURSIVE job_queues AS (
+    (SELECT queue FROM pgwake.jobs ORDER BY queue LIMIT 1)
+    UNION ALL
+    SELECT (SELECT j.queue FROM pgwake.jobs j WHERE j.queue > jq.queue ORDER BY j.queue LIMIT 1)
+    FROM job_queues jq
+    WHERE jq.queue IS NOT NULL
+),
+names AS (
+    SELECT queue AS name FROM job_queues WHERE queue IS NOT NULL
+    UNION
+    SELECT name FROM pgwake.queues
+)
+SELECT n.name, coalesce(q.paused, false) AS paused, q.paused_at, q.max_running
+FROM names n
+LEFT JOIN pgwake.queues q ON q.name = n.name
+ORDER BY n.name
