@@ -131,6 +131,7 @@ statements! {
     SCHEDULE_PREVIOUS_WAITING = "schedule_previous_waiting" [INT8_ARRAY];
     SCHEDULE_REMOVE = "schedule_remove" [TEXT];
     SET_LIMITS = "set_limits" [TEXT];
+    STATS_LEASED = "stats_leased" [];
     SUSPECTS = "suspects" [];
     WAITING_REGISTER = "waiting_register" [TEXT, TEXT_ARRAY, FLOAT8];
     WAITING_SETTLED = "waiting_settled" [TEXT];

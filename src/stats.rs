@@ -1,5 +1,6 @@
-//! `pgwake stats`: per queue, ready and scheduled depth, dead count, the
-//! oldest ready job's age and whether the queue is paused; uncapped counts (this is an on-demand command, not
+//! `pgwake stats`: per queue, ready and scheduled depth, lease-mode jobs in
+//! flight, dead count, the oldest ready job's age and whether the queue is
+//! paused; uncapped counts (this is an on-demand command, not
 //! the per-interval sampler). Running tx-mode claims are left out of `ready`
 //! among each queue's first `sampler::RUNNING_CHECK_WINDOW` ready jobs.
 
@@ -16,6 +17,15 @@ pub struct QueueStats {
     pub ready: i64,
     /// Jobs scheduled for later.
     pub scheduled: i64,
+    /// Lease-mode jobs in flight: running, or held by a worker that died
+    /// until the rescuer moves them back (`expired_leases` of them have
+    /// passed their `lease_until`). Running tx-mode jobs are not counted
+    /// here (they are rows a claim transaction holds; the
+    /// idle-in-transaction metrics show them).
+    pub leased: i64,
+    /// Of `leased`, those whose lease has expired: their worker stopped
+    /// heartbeating; the next rescue moves them back (or to `dead_jobs`).
+    pub expired_leases: i64,
     /// Jobs in `dead_jobs`.
     pub dead: i64,
     /// Age of the oldest ready job, seconds (0 when none is ready).
@@ -28,11 +38,24 @@ pub struct QueueStats {
 pub async fn read(pool: &deadpool_postgres::Pool) -> Result<Vec<QueueStats>> {
     // Every queue, uncapped counts, no time limit: an on-demand command.
     let sample = crate::sampler::sample_with(pool, i64::MAX, None).await?;
+    let conn = pool
+        .get()
+        .await
+        .map_err(crate::error::Error::pool("stats: no connection"))?;
+    let leased: std::collections::HashMap<String, (i64, i64)> = crate::sql::Db::unnamed(&conn)
+        .query(&crate::sql::STATS_LEASED, &[])
+        .await
+        .map_err(crate::error::Error::db("stats: reading leases"))?
+        .into_iter()
+        .map(|r| (r.get(0), (r.get(1), r.get(2))))
+        .collect();
     let mut stats: Vec<QueueStats> = sample
         .queues
         .into_iter()
         .map(|q| QueueStats {
             paused: sample.paused.contains(&q.queue),
+            leased: leased.get(&q.queue).map_or(0, |l| l.0),
+            expired_leases: leased.get(&q.queue).map_or(0, |l| l.1),
             queue: q.queue,
             ready: q.ready,
             scheduled: q.scheduled,
@@ -40,16 +63,26 @@ pub async fn read(pool: &deadpool_postgres::Pool) -> Result<Vec<QueueStats>> {
             oldest_ready_age_seconds: q.oldest_ready_age,
         })
         .collect();
-    // A paused queue shows even when it holds no job.
-    for p in &sample.paused {
-        if !stats.iter().any(|s| &s.queue == p) {
+    // A paused queue shows even when it holds no job, and a queue whose
+    // only jobs are leased shows too.
+    let extra = sample
+        .paused
+        .iter()
+        .chain(leased.keys())
+        .cloned()
+        .collect::<std::collections::BTreeSet<String>>();
+    for q in extra {
+        if !stats.iter().any(|s| s.queue == q) {
+            let (leased, expired_leases) = leased.get(&q).copied().unwrap_or((0, 0));
             stats.push(QueueStats {
-                queue: p.clone(),
+                paused: sample.paused.contains(&q),
+                queue: q,
                 ready: 0,
                 scheduled: 0,
+                leased,
+                expired_leases,
                 dead: 0,
                 oldest_ready_age_seconds: 0.0,
-                paused: true,
             });
         }
     }
@@ -66,15 +99,20 @@ pub fn render_table(stats: &[QueueStats]) -> String {
         .unwrap_or(5)
         .max(5);
     let mut out = format!(
-        "{:<width$}  {:>10}  {:>10}  {:>10}  {:>16}  {}\n",
-        "QUEUE", "READY", "SCHEDULED", "DEAD", "OLDEST READY (s)", "STATE"
+        "{:<width$}  {:>10}  {:>10}  {:>10}  {:>10}  {:>16}  {}\n",
+        "QUEUE", "READY", "SCHEDULED", "LEASED", "DEAD", "OLDEST READY (s)", "STATE"
     );
     for s in stats {
+        let leased = match s.expired_leases {
+            0 => s.leased.to_string(),
+            n => format!("{} ({n} exp.)", s.leased),
+        };
         out.push_str(&format!(
-            "{:<width$}  {:>10}  {:>10}  {:>10}  {:>16.3}  {}\n",
+            "{:<width$}  {:>10}  {:>10}  {:>10}  {:>10}  {:>16.3}  {}\n",
             s.queue,
             s.ready,
             s.scheduled,
+            leased,
             s.dead,
             s.oldest_ready_age_seconds,
             if s.paused { "paused" } else { "running" }

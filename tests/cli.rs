@@ -352,3 +352,64 @@ async fn grace_period_exceeded_hands_jobs_back_and_exits_0() {
         .await;
     assert_eq!(attempts, 0);
 }
+
+/// `pgwake stats` counted ready, scheduled and dead jobs only: with every
+/// job of a queue running in lease mode (or held by a worker that died,
+/// until the rescuer moves them back) it said "(no jobs)". Leased jobs are
+/// a column of their own, with the expired leases among them.
+#[tokio::test]
+async fn stats_shows_lease_mode_jobs_in_flight_and_expired_leases() {
+    let db = migrated_db().await;
+    let url = Some(db.url.as_str());
+    let mut worker = spawn_pgwake_run(
+        &db.url,
+        &[
+            "--handler",
+            "nap=exec:sleep 600",
+            "--lease-duration",
+            "1s",
+            "--rescue-interval",
+            "1h",
+        ],
+    );
+    for _ in 0..2 {
+        run(&["enqueue", "--task", "nap", "--queue", "naps"], url);
+    }
+    eventually("both jobs leased", Duration::from_secs(60), || async {
+        db.scalar::<i64>("SELECT count(*) FROM pgwake.leased_jobs")
+            .await
+            == 2
+    })
+    .await;
+    let leased = || {
+        let o = run(&["stats", "--json"], url);
+        assert!(o.status.success(), "{}", stderr(&o));
+        let stats: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+        let naps = stats
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|s| s["queue"] == "naps")
+            .cloned()
+            .unwrap_or_else(|| panic!("no line for the queue: {stats}"));
+        (naps["leased"].as_i64(), naps["expired_leases"].as_i64())
+    };
+    assert_eq!(leased(), (Some(2), Some(0)));
+    let table = String::from_utf8_lossy(&run(&["stats"], url).stdout).to_string();
+    assert!(table.contains("LEASED"), "{table}");
+    assert!(!table.contains("(no jobs)"), "{table}");
+
+    // The worker dies; its leases expire and nobody rescues them (the
+    // rescuer runs hourly here): still in flight, now expired.
+    send_signal(&worker, libc::SIGKILL);
+    let _ = worker.wait();
+    eventually("both leases expired", Duration::from_secs(60), || async {
+        db.scalar::<i64>("SELECT count(*) FROM pgwake.leased_jobs WHERE lease_until < now()")
+            .await
+            == 2
+    })
+    .await;
+    assert_eq!(leased(), (Some(2), Some(2)));
+    let table = String::from_utf8_lossy(&run(&["stats"], url).stdout).to_string();
+    assert!(table.contains("2 (2 exp.)"), "{table}");
+}
