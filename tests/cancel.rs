@@ -40,12 +40,16 @@ async fn create_slow_sql_function(db: &TestDb) {
 }
 
 /// Writes its pid to `DIR/<job id>.pid`, then becomes `sleep 600`.
-fn sleeper(dir: &Path) -> ExecHandler {
-    ExecHandler::parse(&format!(
+fn sleeper_command(dir: &Path) -> String {
+    format!(
         "sh -c 'echo $$ > {}/$PGWAKE_JOB_ID.pid; exec sleep 600'",
         dir.display()
-    ))
-    .unwrap()
+    )
+}
+
+/// [`sleeper_command`] as an in-process handler.
+fn sleeper(dir: &Path) -> ExecHandler {
+    ExecHandler::parse(&sleeper_command(dir)).unwrap()
 }
 
 /// Whether process `pid` is gone (or a zombie: dead, not yet reaped).
@@ -824,10 +828,7 @@ async fn a_cancel_outlives_a_worker_that_crashed_before_it_heard_of_it() {
 async fn a_cancelled_lease_job_is_in_dead_jobs_only_after_its_process_is_gone() {
     let db = migrated_db().await;
     let dir = tempfile::tempdir().unwrap();
-    let handler = format!(
-        "sleeper=exec:sh -c 'echo $$ > {}/$PGWAKE_JOB_ID.pid; exec sleep 600'",
-        dir.path().display()
-    );
+    let handler = format!("sleeper=exec:{}", sleeper_command(dir.path()));
     let mut worker = spawn_pgwake_run(
         &db.url,
         &[
@@ -896,10 +897,7 @@ async fn a_cancelled_lease_job_is_in_dead_jobs_only_after_its_process_is_gone() 
 async fn a_cancelled_lease_job_whose_worker_died_is_buried_cancelled_by_the_rescuer() {
     let db = migrated_db().await;
     let dir = tempfile::tempdir().unwrap();
-    let handler = format!(
-        "sleeper=exec:sh -c 'echo $$ > {}/$PGWAKE_JOB_ID.pid; exec sleep 600'",
-        dir.path().display()
-    );
+    let handler = format!("sleeper=exec:{}", sleeper_command(dir.path()));
     let mut dying = spawn_pgwake_run(
         &db.url,
         &[

@@ -245,86 +245,27 @@ async fn a_job_enqueued_ahead_of_a_running_one_waits_for_it() {
         .await
         .unwrap();
     a.batch_execute("BEGIN").await.unwrap();
-    let first = pgwake::sql::Db::unnamed(&a)
-        .query(
-            &pgwake::sql::CLAIM_TX_ALL,
-            &[
-                &10i64,
-                &Vec::<String>::new(),
-                &None::<Vec<String>>,
-                &Vec::<String>::new(),
-            ],
-        )
-        .await
-        .unwrap();
+    let first = claim_tx_all(&a).await;
     assert_eq!(first.len(), 1);
     b.batch_execute("INSERT INTO pgwake.jobs (task, ordering_key, priority) VALUES ('t', 'k', 0)")
         .await
         .unwrap();
     b.batch_execute("BEGIN").await.unwrap();
-    let second = pgwake::sql::Db::unnamed(&b)
-        .query(
-            &pgwake::sql::CLAIM_TX_ALL,
-            &[
-                &10i64,
-                &Vec::<String>::new(),
-                &None::<Vec<String>>,
-                &Vec::<String>::new(),
-            ],
-        )
-        .await
-        .unwrap();
+    let second = claim_tx_all(&b).await;
     assert!(second.is_empty(), "claimed while its key runs");
     b.batch_execute("ROLLBACK").await.unwrap();
-    let lease = pgwake::sql::Db::unnamed(&b)
-        .query(
-            &pgwake::sql::CLAIM_LEASE_ALL,
-            &[
-                &10i64,
-                &Vec::<String>::new(),
-                &None::<Vec<String>>,
-                &Vec::<String>::new(),
-                &"w".to_string(),
-                &60.0f64,
-            ],
-        )
-        .await
-        .unwrap();
+    let lease = claim_lease_all(&b, "w").await;
     assert!(lease.is_empty(), "leased while its key runs");
     // The running job ends: the waiting one may start.
     a.batch_execute("COMMIT").await.unwrap();
-    let lease = pgwake::sql::Db::unnamed(&b)
-        .query(
-            &pgwake::sql::CLAIM_LEASE_ALL,
-            &[
-                &10i64,
-                &Vec::<String>::new(),
-                &None::<Vec<String>>,
-                &Vec::<String>::new(),
-                &"w".to_string(),
-                &60.0f64,
-            ],
-        )
-        .await
-        .unwrap();
+    let lease = claim_lease_all(&b, "w").await;
     assert_eq!(lease.len(), 1);
     // And while it is leased, nothing else of the key starts in tx mode.
     b.batch_execute("INSERT INTO pgwake.jobs (task, ordering_key, priority) VALUES ('t', 'k', -5)")
         .await
         .unwrap();
     a.batch_execute("BEGIN").await.unwrap();
-    let third = pgwake::sql::Db::unnamed(&a)
-        .query(
-            &pgwake::sql::CLAIM_TX_ALL,
-            &[
-                &10i64,
-                &Vec::<String>::new(),
-                &None::<Vec<String>>,
-                &Vec::<String>::new(),
-            ],
-        )
-        .await
-        .unwrap();
+    let third = claim_tx_all(&a).await;
     assert!(third.is_empty(), "claimed while its key is leased");
     a.batch_execute("ROLLBACK").await.unwrap();
 }
@@ -421,20 +362,8 @@ async fn lease_mode_history_records_the_keys() {
 
 /// One lease claim (up to 10 jobs, any queue): the claimed (id, token)s.
 async fn lease_claim(c: &tokio_postgres::Client) -> Vec<(i64, i64)> {
-    pgwake::sql::Db::unnamed(c)
-        .query(
-            &pgwake::sql::CLAIM_LEASE_ALL,
-            &[
-                &10i64,
-                &Vec::<String>::new(),
-                &None::<Vec<String>>,
-                &Vec::<String>::new(),
-                &"w".to_string(),
-                &60.0f64,
-            ],
-        )
+    claim_lease_all(c, "w")
         .await
-        .unwrap()
         .iter()
         .map(|r| (r.get(0), r.get(12)))
         .collect()

@@ -290,20 +290,7 @@ async fn a_leased_job_does_not_count_and_its_retry_yields_the_key_to_the_newer_j
     let running = enqueue_detailed(&client, &NewJob::new("t", json!({})).unique_key("k"))
         .await
         .unwrap();
-    let rows = pgwake::sql::Db::unnamed(&client)
-        .query(
-            &pgwake::sql::CLAIM_LEASE_ALL,
-            &[
-                &10i64,
-                &Vec::<String>::new(),
-                &None::<Vec<String>>,
-                &Vec::<String>::new(),
-                &"w1".to_string(),
-                &60.0f64,
-            ],
-        )
-        .await
-        .unwrap();
+    let rows = claim_lease_all(&client, "w1").await;
     assert_eq!(rows.len(), 1);
     let token: i64 = rows[0].get(12);
     let newer = enqueue_detailed(&client, &NewJob::new("t", json!({})).unique_key("k"))
@@ -434,20 +421,7 @@ async fn unique_running_counts_a_running_job_in_both_modes_without_waiting() {
     };
     // Lease mode: the leased job is the duplicate.
     let leased = enqueue_detailed(&producer, &job("l")).await.unwrap();
-    let rows = pgwake::sql::Db::unnamed(&producer)
-        .query(
-            &pgwake::sql::CLAIM_LEASE_ALL,
-            &[
-                &10i64,
-                &Vec::<String>::new(),
-                &None::<Vec<String>>,
-                &Vec::<String>::new(),
-                &"w1".to_string(),
-                &60.0f64,
-            ],
-        )
-        .await
-        .unwrap();
+    let rows = claim_lease_all(&producer, "w1").await;
     assert_eq!(rows.len(), 1);
     let again = enqueue_detailed(&producer, &job("l")).await.unwrap();
     assert_eq!(

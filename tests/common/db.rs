@@ -179,3 +179,42 @@ pub async fn connect_as(db: &TestDb, application_name: &str) -> tokio_postgres::
     let config = pgwake::connect::with_application_name(&db.config(), application_name);
     pgwake::connect::connect(&config).await.unwrap()
 }
+
+/// One tx-mode claim of up to 10 ready jobs of any queue and task, as the
+/// worker sends it (`src/sql/claim_tx_all.sql`), on `c`: the claimed rows.
+/// Inside a transaction the caller opened, the jobs stay claimed until it
+/// ends.
+pub async fn claim_tx_all(c: &tokio_postgres::Client) -> Vec<tokio_postgres::Row> {
+    pgwake::sql::Db::unnamed(c)
+        .query(
+            &pgwake::sql::CLAIM_TX_ALL,
+            &[
+                &10i64,
+                &Vec::<String>::new(),
+                &None::<Vec<String>>,
+                &Vec::<String>::new(),
+            ],
+        )
+        .await
+        .unwrap()
+}
+
+/// One lease-mode claim of up to 10 ready jobs of any queue and task
+/// (`src/sql/claim_lease_all.sql`) for worker id `worker`, 60 s leases: the
+/// claimed rows (column 12 is the claim token).
+pub async fn claim_lease_all(c: &tokio_postgres::Client, worker: &str) -> Vec<tokio_postgres::Row> {
+    pgwake::sql::Db::unnamed(c)
+        .query(
+            &pgwake::sql::CLAIM_LEASE_ALL,
+            &[
+                &10i64,
+                &Vec::<String>::new(),
+                &None::<Vec<String>>,
+                &Vec::<String>::new(),
+                &worker.to_string(),
+                &60.0f64,
+            ],
+        )
+        .await
+        .unwrap()
+}
