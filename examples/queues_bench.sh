@@ -4,10 +4,11 @@
 # (default: the commit before queue settings), in the same run, with
 # pgbench on a fresh database, from a backlog of 100,000 ready jobs
 # reloaded before each measurement; variants interleaved, median of $REPS
-# runs; 4 clients, 1,000 transactions each. Figures are jobs claimed per
-# second (jobs gone from pgwake.jobs × pgbench's tps / transactions) and,
-# for the lease and rate variants, the claim statement's mean latency
-# (pgbench -r).
+# runs; 4 clients, 1,000 transactions each (100 at a rate of 100,000/s).
+# Figures are jobs claimed per second (jobs gone from pgwake.jobs ×
+# pgbench's tps / transactions), the mean latency of the claim statement
+# and of the script's first statement (pgbench -r), and the jobs claimed
+# (all asked for: no limit bound).
 #
 #   tx:    BEGIN; claim up to 10 jobs; COMMIT
 #   lease: the lease claim of up to 10 jobs (autocommit: it moves them into
@@ -19,7 +20,9 @@
 #          transaction; pgbench \gset keeps the slots it took), then the
 #          tx or lease claim of a rate-limited queue with $5/$7 = the
 #          number of admissions taken: one extra round trip per claim, as
-#          in the worker. The rate (100,000 per second) never binds.
+#          in the worker. Rates of 2,000 per 100 ms and 100,000 per
+#          second, neither binding: the reservation's cost grows with the
+#          count (one slot row per admission of a window).
 #
 #   examples/queues_bench.sh [postgres://…/postgres] [base-commit]
 set -euo pipefail
