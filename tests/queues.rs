@@ -149,7 +149,8 @@ async fn paused_queue_runs_nothing_until_resumed_tx_named_queues() {
     paused_queue_runs_nothing_until_resumed(&["--queues", "held,open"]).await;
 }
 
-/// The sampler reads the paused queues (the `pgwake_queue_paused` gauge);
+/// The sampler reads the paused queues (the `pgwake_queue_paused` gauge)
+/// and the limited ones (`pgwake_queue_max_running`);
 /// resume and pause report whether they changed anything; a bad name or
 /// limit is refused (exit 2); a limit shows in `queue list` and has its
 /// slot rows.
@@ -197,12 +198,17 @@ async fn settings_are_validated_and_reported() {
     assert_eq!(list[0].max_running, Some(2));
     let slots: i64 = db.scalar("SELECT count(*) FROM pgwake.queue_slots").await;
     assert_eq!(slots, 2);
+    let sample = pgwake::sampler::sample(&pool, 100).await.unwrap();
+    assert_eq!(sample.max_running, vec![("q".to_string(), 2)]);
+    assert!(sample.paused.is_empty());
     let out = run_pgwake(&["queue", "set", "q", "--no-max-running"], Some(&db.url));
     assert!(out.status.success(), "{}", stderr_of(&out));
     let list = pgwake::queues::list(&client).await.unwrap();
     assert_eq!(list[0].max_running, None);
     let slots: i64 = db.scalar("SELECT count(*) FROM pgwake.queue_slots").await;
     assert_eq!(slots, 0);
+    let sample = pgwake::sampler::sample(&pool, 100).await.unwrap();
+    assert!(sample.max_running.is_empty());
 }
 
 /// 50,000 ready jobs in one queue, and 10 more in another once the workers
