@@ -46,6 +46,9 @@ struct Chaos {
     /// `--record-end`: also record when each run ended (`ended_at`, a
     /// column the test adds), for ledgers of running jobs over time.
     record_end: bool,
+    /// `--record-admitted`: also record the run's rate admission
+    /// (`admitted_at`, a column the test adds).
+    record_admitted: bool,
     /// `--lease-handler`: the handler asks for lease mode (every queue then
     /// runs in lease mode through the all-queues claim).
     delivery: Delivery,
@@ -57,7 +60,7 @@ impl Handler for Chaos {
         self.delivery
     }
 
-    async fn handle(&self, job: &Job, _ctx: JobContext<'_>) -> Result<Outcome, BoxError> {
+    async fn handle(&self, job: &Job, ctx: JobContext<'_>) -> Result<Outcome, BoxError> {
         // If this run is cancelled (its claim connection died, shutdown),
         // the guard closes the ledger connection so the server releases the
         // advisory lock at once instead of leaving it held on a pooled
@@ -75,16 +78,31 @@ impl Handler for Chaos {
             .query_one("SELECT pg_try_advisory_lock($1)", &[&lock])
             .await?
             .get(0);
-        conn.execute(
-            "INSERT INTO pgwake_runs (job_id, attempt, pid, overlap) VALUES ($1, $2, $3, $4)",
-            &[
-                &job.id,
-                &job.attempt,
-                &(std::process::id() as i32),
-                &!locked,
-            ],
-        )
-        .await?;
+        if self.record_admitted {
+            conn.execute(
+                "INSERT INTO pgwake_runs (job_id, attempt, pid, overlap, admitted_at)
+                 VALUES ($1, $2, $3, $4, $5)",
+                &[
+                    &job.id,
+                    &job.attempt,
+                    &(std::process::id() as i32),
+                    &!locked,
+                    &ctx.admitted_at(),
+                ],
+            )
+            .await?;
+        } else {
+            conn.execute(
+                "INSERT INTO pgwake_runs (job_id, attempt, pid, overlap) VALUES ($1, $2, $3, $4)",
+                &[
+                    &job.id,
+                    &job.attempt,
+                    &(std::process::id() as i32),
+                    &!locked,
+                ],
+            )
+            .await?;
+        }
         let result = match job.task.as_str() {
             "hog" => {
                 // Ignores cancellation: blocks its thread.
@@ -212,6 +230,7 @@ async fn run() -> Result<(), Box<dyn std::error::Error>> {
                 ledger,
                 sleep_ms: arg(&args, "--sleep-ms", 5),
                 record_end: args.iter().any(|a| a == "--record-end"),
+                record_admitted: args.iter().any(|a| a == "--record-admitted"),
                 delivery: if args.iter().any(|a| a == "--lease-handler") {
                     Delivery::Lease
                 } else {

@@ -23,6 +23,9 @@ pub(crate) struct Claimed {
     /// lease mode (which keeps them in `leased_jobs`) wakes a claim when a
     /// keyed job ends.
     pub keys: Keys,
+    /// When a rate-limited queue admitted this run (database clock; see
+    /// rate.rs); `None` for other queues.
+    pub admitted_at: Option<std::time::SystemTime>,
 }
 
 /// A job's ordering key, unique key and ordering position (its run_at as
@@ -80,6 +83,7 @@ pub(crate) fn claimed_from_row(row: &Row) -> Claimed {
         last_error: row.get(8),
         token: 0,
         keys: Keys::default(),
+        admitted_at: None,
     }
 }
 

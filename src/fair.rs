@@ -19,7 +19,7 @@
 //! ready (`n`: queues with ready jobs), whatever the backlog of the others;
 //! priorities still order jobs within a queue.
 
-use std::collections::HashSet;
+use std::collections::HashMap;
 use std::sync::Mutex;
 
 use crate::connect::PooledConn;
@@ -50,16 +50,17 @@ pub(crate) struct ReadyQueues {
 #[derive(Debug, Default)]
 struct State {
     queues: Vec<String>,
-    /// Queues with a max_running limit (claimed with the slot statement).
-    limited: HashSet<String>,
+    /// Queues with a max_running or rate limit (claimed with the slot
+    /// statement), and whether each has a rate limit.
+    limited: HashMap<String, bool>,
     /// Rounds since the last read; `None`: read at the next round.
     rounds: Option<u32>,
 }
 
 impl ReadyQueues {
     /// The queues with ready jobs (re-read when stale) and the limited
-    /// queues.
-    pub async fn get(&self, ctx: &ClaimContext) -> Result<(Vec<String>, HashSet<String>)> {
+    /// queues (`true`: rate-limited).
+    pub async fn get(&self, ctx: &ClaimContext) -> Result<(Vec<String>, HashMap<String, bool>)> {
         {
             let mut s = self.state.lock().expect("ready queues lock");
             if let Some(r) = s.rounds.as_mut().filter(|r| **r < REFRESH_ROUNDS) {
@@ -77,11 +78,11 @@ impl ReadyQueues {
             db.query(&READY_QUEUES, &params),
             db.query(&LIMITED_QUEUES, &[])
         );
-        let limited: HashSet<String> = conn
+        let limited: HashMap<String, bool> = conn
             .check(limited)
             .map_err(Error::db("claim: list limited queues"))?
             .iter()
-            .map(|r| r.get(0))
+            .map(|r| (r.get(0), r.get(1)))
             .collect();
         let ready: Vec<String> = conn
             .check(ready)

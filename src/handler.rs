@@ -5,7 +5,7 @@
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime};
 
 use async_trait::async_trait;
 use tokio_postgres::Client;
@@ -87,6 +87,7 @@ pub struct JobContext<'a> {
     pub(crate) pool: &'a deadpool_postgres::Pool,
     pub(crate) cancel: CancellationToken,
     pub(crate) deadline: &'a Deadline,
+    pub(crate) admitted_at: Option<SystemTime>,
 }
 
 impl<'a> JobContext<'a> {
@@ -104,6 +105,15 @@ impl<'a> JobContext<'a> {
             tx.savepoint.store(true, Ordering::Release);
         }
         Ok(Some(tx.client))
+    }
+
+    /// When this run was admitted by its queue's rate limit (`pgwake queue
+    /// set Q --rate N/s`), by the database's clock; `None` when the queue
+    /// has no rate limit. The limit holds on these times: no window of the
+    /// queue's length holds more admissions than its count. The handler
+    /// starts right after (the claim statement is between them).
+    pub fn admitted_at(&self) -> Option<SystemTime> {
+        self.admitted_at
     }
 
     /// The worker's pool, for work that must not be part of the claim

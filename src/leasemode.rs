@@ -56,7 +56,15 @@ pub(crate) async fn claim(
     let lease = ctx.config.lease_duration.as_secs_f64();
     let mut rows = Vec::new();
     let mut sent = Instant::now();
+    let mut admission = None;
     for queue in &targets.queues {
+        // A rate-limited queue's admissions are committed first (rate.rs).
+        crate::rate::settle(ctx, admission.as_ref(), 0).await?;
+        admission = crate::rate::reserve_for(ctx, queue, limit).await?;
+        if admission.as_ref().is_some_and(|a| a.none()) {
+            continue;
+        }
+        let cap = admission.as_ref().and_then(|a| a.cap());
         sent = Instant::now();
         let db = Db::pooled(&conn, ctx.config.prepared_statements);
         let r = match queue {
@@ -74,14 +82,9 @@ pub(crate) async fn claim(
                 )
                 .await
             }
-            Target::Queue(q) | Target::Limited(q) => {
-                let stmt = if matches!(queue, Target::Limited(_)) {
-                    &CLAIM_LIMITED
-                } else {
-                    &CLAIM_QUEUE
-                };
+            Target::Queue(q) => {
                 db.query(
-                    stmt,
+                    &CLAIM_QUEUE,
                     &[
                         &limit,
                         q,
@@ -93,12 +96,29 @@ pub(crate) async fn claim(
                 )
                 .await
             }
+            Target::Limited(q) | Target::Rated(q) => {
+                db.query(
+                    &CLAIM_LIMITED,
+                    &[
+                        &limit,
+                        q,
+                        &spec.tasks_in,
+                        &spec.tasks_not_in,
+                        &ctx.worker_id,
+                        &lease,
+                        &cap,
+                    ],
+                )
+                .await
+            }
         };
         rows = conn.check(r).map_err(Error::db("lease claim"))?;
         if !rows.is_empty() {
             break;
         }
     }
+    crate::rate::settle(ctx, admission.as_ref(), rows.len()).await?;
+    let admitted_at = admission.as_ref().and_then(|a| a.admitted());
     let hit = if rows.is_empty() { "empty" } else { "hit" };
     ::metrics::counter!(metrics::CLAIMS, "trigger" => trigger.as_str(), "result" => hit, "mode" => "lease")
         .increment(1);
@@ -108,6 +128,7 @@ pub(crate) async fn claim(
             let mut c = claimed_from_row(row);
             c.token = row.get(CLAIM_COLUMNS);
             c.keys = keys_from_row(row, CLAIM_COLUMNS + 1);
+            c.admitted_at = admitted_at;
             c
         })
         .collect();
@@ -164,6 +185,7 @@ async fn run(
         pool: &ctx.pool,
         cancel: watch.token().child_token(),
         deadline: &deadline,
+        admitted_at: claimed.admitted_at,
     };
     let (ended, _, duration) = execute(handler.as_ref(), job, job_ctx, watch.token()).await;
     gauge.decrement(1.0);

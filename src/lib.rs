@@ -104,6 +104,7 @@ mod leases;
 mod listener;
 mod plan;
 mod poller;
+mod rate;
 mod txmode;
 mod waiting;
 mod wake;

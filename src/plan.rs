@@ -42,6 +42,9 @@ pub(crate) enum Target {
     Queue(String),
     /// A queue with a `max_running` limit: `claim_*_limited.sql`.
     Limited(String),
+    /// A queue with a rate limit (and perhaps `max_running`): admissions
+    /// first (`rate_reserve.sql`), then `claim_*_limited.sql`.
+    Rated(String),
 }
 
 /// Where one claim round looks, resolved from a spec's [`Queues`].
@@ -57,19 +60,18 @@ impl ClaimSpec {
     /// advances with `cursor`, so no queue is always tried first. "Every
     /// queue" tries the queues that had ready jobs (`ready`, see
     /// `fair.rs`) the same way, then the all-queues statement. A queue in
-    /// `limited` is claimed with the slot-taking statement.
+    /// `limited` is claimed with the slot-taking statement, after taking
+    /// admissions if it is rate-limited (`true`).
     pub fn targets(
         &self,
         cursor: &std::sync::atomic::AtomicUsize,
         ready: &[String],
-        limited: &std::collections::HashSet<String>,
+        limited: &std::collections::HashMap<String, bool>,
     ) -> Targets {
-        let target = |q: &String| {
-            if limited.contains(q) {
-                Target::Limited(q.clone())
-            } else {
-                Target::Queue(q.clone())
-            }
+        let target = |q: &String| match limited.get(q) {
+            Some(true) => Target::Rated(q.clone()),
+            Some(false) => Target::Limited(q.clone()),
+            None => Target::Queue(q.clone()),
         };
         match &self.queues {
             Queues::AllExcept(except) => Targets {

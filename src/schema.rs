@@ -79,6 +79,11 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "0009_queues.sql",
         sql: include_str!("../migrations/0009_queues.sql"),
     },
+    Migration {
+        version: 10,
+        name: "0010_rate.sql",
+        sql: include_str!("../migrations/0010_rate.sql"),
+    },
 ];
 
 /// Idempotent definitions re-applied by every migrate.

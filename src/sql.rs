@@ -76,11 +76,12 @@ statements! {
     CANCEL_SWEEP = "cancel_sweep" [];
     CHARGE = "charge" [INT8];
     CLAIM_LEASE_ALL = "claim_lease_all" [INT8, TEXT_ARRAY, TEXT_ARRAY, TEXT_ARRAY, TEXT, FLOAT8];
-    CLAIM_LEASE_LIMITED = "claim_lease_limited" [INT8, TEXT, TEXT_ARRAY, TEXT_ARRAY, TEXT, FLOAT8];
+    CLAIM_LEASE_LIMITED = "claim_lease_limited" [INT8, TEXT, TEXT_ARRAY, TEXT_ARRAY, TEXT, FLOAT8,
+        INT8];
     CLAIM_LEASE_QUEUE = "claim_lease_queue" [INT8, TEXT, TEXT_ARRAY, TEXT_ARRAY, TEXT, FLOAT8];
     CLAIM_TX_ALL = "claim_tx_all" [INT8, TEXT_ARRAY, TEXT_ARRAY, TEXT_ARRAY];
-    CLAIM_TX_LIMITED = "claim_tx_limited" [INT8, TEXT, TEXT_ARRAY, TEXT_ARRAY];
-    CLAIM_TX_ONE = "claim_tx_one" [INT8];
+    CLAIM_TX_LIMITED = "claim_tx_limited" [INT8, TEXT, TEXT_ARRAY, TEXT_ARRAY, INT8];
+    CLAIM_TX_ONE = "claim_tx_one" [INT8, BOOL];
     CLAIM_TX_QUEUE = "claim_tx_queue" [INT8, TEXT, TEXT_ARRAY, TEXT_ARRAY];
     CLEANUP_ATTEMPTS = "cleanup_attempts" [];
     CLEAR_ATTEMPTS = "clear_attempts" [INT8_ARRAY];
@@ -114,6 +115,9 @@ statements! {
     QUEUE_PAUSE = "queue_pause" [TEXT];
     QUEUE_RESUME = "queue_resume" [TEXT];
     QUEUE_SET_MAX_RUNNING = "queue_set_max_running" [TEXT, INT4];
+    QUEUE_SET_RATE = "queue_set_rate" [TEXT, INT4, FLOAT8];
+    RATE_RELEASE = "rate_release" [TEXT, INT4_ARRAY, TIMESTAMPTZ];
+    RATE_RESERVE = "rate_reserve" [TEXT, INT8, INT8];
     READY_QUEUES = "ready_queues" [TEXT_ARRAY, INT8];
     SAMPLE_QUEUE_SETTINGS = "sample_queue_settings" [];
     SAMPLE_QUEUES = "sample_queues" [INT8, INT8];

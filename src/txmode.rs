@@ -175,9 +175,11 @@ pub(crate) async fn claim_and_run(
     // Pipelined: BEGIN, the first claim and the suspects check go out
     // together. Queues are tried in turn (a scalar `queue = $2` is an
     // ordered index scan) until one has jobs.
+    // A rate-limited queue's admissions are committed first (rate.rs).
+    let mut admission = crate::rate::reserve_for(ctx, &queues[0], limit).await?;
     let (begun, first, suspects) = tokio::join!(
         c.batch_execute(&ctx.begin_sql),
-        claim_rows(db, limit, &queues[0], except, spec),
+        claim_rows(db, limit, &queues[0], except, spec, admission.as_ref()),
         db.query(&SUSPECTS, &[])
     );
     begun.map_err(Error::db("claim: begin"))?;
@@ -187,7 +189,9 @@ pub(crate) async fn claim_and_run(
         if !rows.is_empty() {
             break;
         }
-        rows = claim_rows(db, limit, queue, except, spec)
+        crate::rate::settle(ctx, admission.as_ref(), 0).await?;
+        admission = crate::rate::reserve_for(ctx, queue, limit).await?;
+        rows = claim_rows(db, limit, queue, except, spec, admission.as_ref())
             .await
             .map_err(Error::db("claim"))?;
         if !rows.is_empty() {
@@ -197,6 +201,8 @@ pub(crate) async fn claim_and_run(
                 .map_err(Error::db("claim: suspects"))?;
         }
     }
+    crate::rate::settle(ctx, admission.as_ref(), rows.len()).await?;
+    let admitted_at = admission.as_ref().and_then(|a| a.admitted());
     let hit = if rows.is_empty() { "empty" } else { "hit" };
     ::metrics::counter!(metrics::CLAIMS, "trigger" => trigger.as_str(), "result" => hit, "mode" => "tx")
         .increment(1);
@@ -234,6 +240,7 @@ pub(crate) async fn claim_and_run(
         .iter()
         .map(|row| Claimed {
             keys: keys_from_row(row, CLAIM_COLUMNS + 2),
+            admitted_at,
             ..claimed_from_row(row)
         })
         .collect();
@@ -260,28 +267,43 @@ pub(crate) async fn claim_and_run(
     Ok(count)
 }
 
-/// One claim statement, over every queue but `except` or from `queue`.
+/// One claim statement, over every queue but `except` or from `queue`
+/// (within the rate `admission` taken for it, if any).
 async fn claim_rows(
     c: Db<'_>,
     limit: i64,
     target: &Target,
     except: &[String],
     spec: &ClaimSpec,
+    admission: Option<&crate::rate::Admission>,
 ) -> std::result::Result<Vec<tokio_postgres::Row>, tokio_postgres::Error> {
-    let (stmt, queue) = match target {
+    match target {
         Target::All => {
-            return c
-                .query(
-                    &CLAIM_ALL,
-                    &[&limit, &except, &spec.tasks_in, &spec.tasks_not_in],
-                )
-                .await
+            c.query(
+                &CLAIM_ALL,
+                &[&limit, &except, &spec.tasks_in, &spec.tasks_not_in],
+            )
+            .await
         }
-        Target::Queue(q) => (&CLAIM_QUEUE, q),
-        Target::Limited(q) => (&CLAIM_LIMITED, q),
-    };
-    c.query(stmt, &[&limit, queue, &spec.tasks_in, &spec.tasks_not_in])
-        .await
+        Target::Queue(q) => {
+            c.query(
+                &CLAIM_QUEUE,
+                &[&limit, q, &spec.tasks_in, &spec.tasks_not_in],
+            )
+            .await
+        }
+        Target::Limited(q) | Target::Rated(q) => {
+            if admission.is_some_and(|a| a.none()) {
+                return Ok(Vec::new());
+            }
+            let cap = admission.and_then(|a| a.cap());
+            c.query(
+                &CLAIM_LIMITED,
+                &[&limit, q, &spec.tasks_in, &spec.tasks_not_in, &cap],
+            )
+            .await
+        }
+    }
 }
 
 /// Durably record "transaction `xid` holds `ids`" before any handler runs.
@@ -331,13 +353,18 @@ async fn run_suspect(ctx: &ClaimContext, id: i64) -> Result<()> {
     let tx = OpenTx { conn: Some(conn) };
     let c = tx.conn();
     let db = Db::pooled(c, ctx.config.prepared_statements);
-    let params: [&(dyn ToSql + Sync); 1] = [&id];
+    // Its queue may be rate-limited: one admission, committed first
+    // (rate.rs); given back if the job is not claimed.
+    let admission = crate::rate::reserve_on_own(ctx, None, Some(id), 1).await?;
+    let admitted = !admission.none();
+    let params: [&(dyn ToSql + Sync); 2] = [&id, &admitted];
     let (begun, rows) = tokio::join!(
         c.batch_execute(&ctx.begin_sql),
         db.query(&CLAIM_ONE, &params)
     );
     begun.map_err(Error::db("claim: begin"))?;
     let rows = rows.map_err(Error::db("claim"))?;
+    crate::rate::settle(ctx, Some(&admission), rows.len()).await?;
     let Some(row) = rows.first() else {
         // Taken by another worker meanwhile, or not due.
         c.batch_execute("COMMIT")
@@ -348,6 +375,7 @@ async fn run_suspect(ctx: &ClaimContext, id: i64) -> Result<()> {
     };
     let mut claimed = Claimed {
         keys: keys_from_row(row, CLAIM_COLUMNS + 2),
+        admitted_at: admission.admitted(),
         ..claimed_from_row(row)
     };
     let backend_pid: i32 = row.get(CLAIM_COLUMNS + 1);
@@ -575,6 +603,7 @@ async fn run_one(
         pool: &ctx.pool,
         cancel: interrupt.child_token(),
         deadline: &deadline,
+        admitted_at: claimed.admitted_at,
     };
     let run = execute(handler.as_ref(), job, job_ctx, interrupt);
     // If the claim connection dies under a running handler (server restart,

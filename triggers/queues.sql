@@ -86,3 +86,62 @@ BEGIN
     PERFORM pg_notify('pgwake', set_queue_max_running.queue);
 END
 $$;
+
+-- At most `count` jobs of the queue are admitted in any window of `per`
+-- (sliding), across every worker; NULL count: no rate limit. For example
+-- pgwake.set_queue_rate('mail', 20, '1 second').
+--
+-- Slots 1..count are rows of pgwake.queue_rate_slots (migration 0010, see
+-- src/sql/rate_reserve.sql). Raising the limit adds free slots. Lowering it
+-- keeps the newest admissions in the remaining slots, so a queue that was
+-- running at its old rate does not get a fresh burst: any window that begins
+-- after the change admits at most the new count (one that straddles it holds
+-- at most what the old limit let in before the change plus the new count).
+CREATE OR REPLACE FUNCTION pgwake.set_queue_rate(queue text, count integer, per interval DEFAULT interval '1 second')
+RETURNS void
+LANGUAGE plpgsql AS $$
+#variable_conflict use_column
+BEGIN
+    IF set_queue_rate.queue IS NULL OR set_queue_rate.queue = '' THEN
+        RAISE EXCEPTION 'pgwake.set_queue_rate: the queue name must not be empty';
+    END IF;
+    IF set_queue_rate.count IS NOT NULL THEN
+        IF set_queue_rate.count NOT BETWEEN 1 AND 100000 THEN
+            RAISE EXCEPTION 'pgwake.set_queue_rate: count must be between 1 and 100000 (NULL: no limit), got %',
+                set_queue_rate.count;
+        END IF;
+        IF set_queue_rate.per IS NULL OR set_queue_rate.per <= interval '0' THEN
+            RAISE EXCEPTION 'pgwake.set_queue_rate: the window must be longer than 0, got %',
+                set_queue_rate.per;
+        END IF;
+    END IF;
+    -- The upsert locks the queue's row: concurrent changes run one at a time.
+    INSERT INTO pgwake.queues AS q (name, rate_count, rate_window)
+    VALUES (set_queue_rate.queue, set_queue_rate.count,
+            CASE WHEN set_queue_rate.count IS NOT NULL THEN set_queue_rate.per END)
+    ON CONFLICT (name) DO UPDATE
+        SET rate_count = excluded.rate_count, rate_window = excluded.rate_window, updated_at = now();
+    IF set_queue_rate.count IS NULL THEN
+        DELETE FROM pgwake.queue_rate_slots s WHERE s.queue = set_queue_rate.queue;
+    ELSE
+        -- Wait for admissions in flight (row locks of a few milliseconds),
+        -- then keep the newest `count` admission times in slots 1..count.
+        PERFORM FROM pgwake.queue_rate_slots s WHERE s.queue = set_queue_rate.queue FOR UPDATE;
+        WITH ranked AS (
+            SELECT s.last_start, row_number() OVER (ORDER BY s.last_start DESC, s.slot) AS n
+            FROM pgwake.queue_rate_slots s WHERE s.queue = set_queue_rate.queue
+        )
+        UPDATE pgwake.queue_rate_slots s
+        SET last_start = r.last_start, prev_start = '-infinity'
+        FROM ranked r
+        WHERE s.queue = set_queue_rate.queue AND s.slot = r.n AND r.n <= set_queue_rate.count;
+        DELETE FROM pgwake.queue_rate_slots s
+        WHERE s.queue = set_queue_rate.queue AND s.slot > set_queue_rate.count;
+        INSERT INTO pgwake.queue_rate_slots (queue, slot)
+        SELECT set_queue_rate.queue, g FROM generate_series(1, set_queue_rate.count) g
+        ON CONFLICT DO NOTHING;
+    END IF;
+    -- A higher rate, or none: idle workers may start jobs now.
+    PERFORM pg_notify('pgwake', set_queue_rate.queue);
+END
+$$;

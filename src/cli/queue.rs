@@ -1,4 +1,5 @@
-//! `pgwake queue list | pause Q | resume Q | set Q --max-running N`, on top of [`pgwake::queues`].
+//! `pgwake queue list | pause Q | resume Q | set Q [--max-running N] [--rate N/s]`, on top of
+//! [`pgwake::queues`].
 
 use clap::Subcommand;
 use pgwake::error::Error;
@@ -26,7 +27,8 @@ pub enum QueueAction {
         queue: String,
     },
     /// Change a queue's limits (held across every worker, read without a restart).
-    #[command(group(clap::ArgGroup::new("limit").required(true).args(["max_running", "no_max_running"])))]
+    #[command(group(clap::ArgGroup::new("limit").required(true).multiple(true)
+        .args(["max_running", "no_max_running", "rate", "no_rate"])))]
     Set {
         #[command(flatten)]
         db: Db,
@@ -39,6 +41,13 @@ pub enum QueueAction {
         /// Remove the --max-running limit.
         #[arg(long, conflicts_with = "max_running")]
         no_max_running: bool,
+        /// At most N jobs of QUEUE start in any window of the given length (sliding), across
+        /// every worker process: N/s, N/min, N/h or N/<duration> (20/s, 600/min, 1/50ms).
+        #[arg(long, value_name = "N/WINDOW", value_parser = clap::value_parser!(queues::RateLimit))]
+        rate: Option<queues::RateLimit>,
+        /// Remove the --rate limit.
+        #[arg(long, conflicts_with = "rate")]
+        no_rate: bool,
     },
     /// Let workers start jobs of a paused QUEUE again.
     Resume {
@@ -86,14 +95,31 @@ pub async fn command(action: QueueAction) -> Result<(), Error> {
             db,
             queue,
             max_running,
-            no_max_running: _,
+            no_max_running,
+            rate,
+            no_rate,
         } => {
             let client = connect::connect(&db.config()?).await?;
             schema::check(&client).await?;
-            queues::set_max_running(&client, &queue, max_running).await?;
-            match max_running {
-                Some(n) => println!("{queue}: at most {n} running at once, across every worker"),
-                None => println!("{queue}: no max-running limit"),
+            if max_running.is_some() || no_max_running {
+                queues::set_max_running(&client, &queue, max_running).await?;
+                match max_running {
+                    Some(n) => {
+                        println!("{queue}: at most {n} running at once, across every worker")
+                    }
+                    None => println!("{queue}: no max-running limit"),
+                }
+            }
+            if rate.is_some() || no_rate {
+                queues::set_rate(&client, &queue, rate).await?;
+                match rate {
+                    Some(r) => println!(
+                        "{queue}: at most {} started in any {} (rate {r}), across every worker",
+                        r.count,
+                        humantime::format_duration(r.per)
+                    ),
+                    None => println!("{queue}: no rate limit"),
+                }
             }
         }
         QueueAction::Resume { db, queue } => {

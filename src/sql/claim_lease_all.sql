@@ -17,7 +17,7 @@ WITH c AS (
           -- table instead of reading jobs_claim_idx in order (10× slower at
           -- 100,000 jobs). `name` is the primary key: never NULL.
           AND queue NOT IN (SELECT name FROM pgwake.queues
-                            WHERE paused OR max_running IS NOT NULL)
+                            WHERE paused OR max_running IS NOT NULL OR rate_count IS NOT NULL)
           AND ($3::text[] IS NULL OR task = ANY($3::text[])) AND task <> ALL($4::text[])
           AND (ordering_key IS NULL
                OR pgwake.ordering_free(ordering_key, priority, coalesce(ordering_at, run_at), id))

@@ -1,7 +1,9 @@
 -- lease-mode claim from one queue ($2) that has a max_running limit
--- (migration 0009). $1: limit, $3: only these tasks (NULL: any), $4: never
--- these tasks, $5: worker id, $6: lease seconds. Same columns and
--- ordering-key predicate as claim_lease_queue.sql.
+-- (migration 0009) or a rate limit (migration 0010). $1: limit, $3: only
+-- these tasks (NULL: any), $4: never these tasks, $5: worker id, $6: lease
+-- seconds, $7: admissions the worker reserved for this claim
+-- (src/sql/rate_reserve.sql; NULL: the queue has no rate limit). Same
+-- columns and ordering-key predicate as claim_lease_queue.sql.
 --
 -- In one autocommit statement: lock free slot rows (FOR UPDATE SKIP LOCKED,
 -- `lease_token IS NULL` re-checked on the newest row version), claim at most
@@ -13,8 +15,9 @@
 -- limit) block new claims until they are gone; the free ones are deleted
 -- here (`excess`).
 WITH settings AS (
-    SELECT q.max_running FROM pgwake.queues q
-    WHERE q.name = $2::text AND NOT q.paused AND q.max_running IS NOT NULL
+    SELECT q.max_running, q.rate_count FROM pgwake.queues q
+    WHERE q.name = $2::text AND NOT q.paused
+      AND (q.max_running IS NOT NULL OR q.rate_count IS NOT NULL)
 ),
 excess AS (
     DELETE FROM pgwake.queue_slots s
@@ -44,7 +47,16 @@ c AS (
           AND (ordering_key IS NULL
                OR pgwake.ordering_free(ordering_key, priority, coalesce(ordering_at, run_at), id))
         ORDER BY priority, run_at, id
-        LIMIT (SELECT count(*) FROM free)
+        -- As many as free slots (no max_running: $1) and admissions
+        -- ($7). None when the queue has a rate limit but the worker
+        -- reserved no admissions (it has not seen the limit yet), is paused,
+        -- or has no limit any more (the worker re-reads which queues are
+        -- limited).
+        LIMIT coalesce((SELECT least(coalesce($7::int8,
+                                              CASE WHEN st.rate_count IS NULL THEN $1 ELSE 0 END),
+                                     CASE WHEN st.max_running IS NULL THEN $1
+                                          ELSE (SELECT count(*) FROM free) END)
+                        FROM settings st), 0)
         FOR UPDATE SKIP LOCKED))
     RETURNING *
 ),

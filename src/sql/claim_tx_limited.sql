@@ -1,6 +1,8 @@
 -- tx-mode claim from one queue ($2) that has a max_running limit
--- (migration 0009). $1: limit, $3: only these tasks (NULL: any), $4: never
--- these tasks. Same columns and ordering-key predicate as
+-- (migration 0009) or a rate limit (migration 0010). $1: limit, $3: only
+-- these tasks (NULL: any), $4: never these tasks, $5: admissions the worker
+-- reserved for this claim (src/sql/rate_reserve.sql; NULL: the queue has
+-- no rate limit). Same columns and ordering-key predicate as
 -- claim_tx_queue.sql.
 --
 -- Takes free slot rows of pgwake.queue_slots with FOR UPDATE SKIP LOCKED
@@ -13,8 +15,9 @@
 -- a held slot look free. Rows above max_running (a lowered limit) block new
 -- claims until they are gone; the free ones are deleted here (`excess`).
 WITH settings AS (
-    SELECT q.max_running FROM pgwake.queues q
-    WHERE q.name = $2::text AND NOT q.paused AND q.max_running IS NOT NULL
+    SELECT q.max_running, q.rate_count FROM pgwake.queues q
+    WHERE q.name = $2::text AND NOT q.paused
+      AND (q.max_running IS NOT NULL OR q.rate_count IS NOT NULL)
 ),
 excess AS (
     DELETE FROM pgwake.queue_slots s
@@ -41,7 +44,16 @@ c AS (
           AND (ordering_key IS NULL
                OR pgwake.ordering_free(ordering_key, priority, coalesce(ordering_at, run_at), id))
         ORDER BY priority, run_at, id
-        LIMIT (SELECT count(*) FROM slots)
+        -- As many as free slots (no max_running: $1) and admissions
+        -- ($5). None when the queue has a rate limit but the worker
+        -- reserved no admissions (it has not seen the limit yet), is paused,
+        -- or has no limit any more (the worker re-reads which queues are
+        -- limited).
+        LIMIT coalesce((SELECT least(coalesce($5::int8,
+                                              CASE WHEN st.rate_count IS NULL THEN $1 ELSE 0 END),
+                                     CASE WHEN st.max_running IS NULL THEN $1
+                                          ELSE (SELECT count(*) FROM slots) END)
+                        FROM settings st), 0)
         FOR UPDATE SKIP LOCKED))
     RETURNING *
 )

@@ -2,15 +2,16 @@
 -- tx_attempts in migrations/0005). Same columns and ordering-key
 -- predicate as claim_tx_all.sql.
 --
--- Queue settings (migration 0009) hold here too: nothing is claimed from a
--- paused queue, and a job of a queue with max_running takes a free slot
+-- Queue settings (migrations 0009, 0010) hold here too: nothing is claimed
+-- from a paused queue, a job of a queue with max_running takes a free slot
 -- (locked until this transaction ends, as in claim_tx_limited.sql) or is
--- not claimed now.
+-- not claimed now, and a job of a rate-limited queue is claimed only with
+-- an admission the worker reserved for it ($2, src/sql/rate_reserve.sql).
 WITH j AS (
     SELECT queue FROM pgwake.jobs WHERE id = $1
 ),
 settings AS (
-    SELECT q.paused, q.max_running FROM pgwake.queues q JOIN j ON q.name = j.queue
+    SELECT q.paused, q.max_running, q.rate_count FROM pgwake.queues q JOIN j ON q.name = j.queue
 ),
 slot AS (
     SELECT s.slot FROM pgwake.queue_slots s
@@ -33,6 +34,7 @@ c AS (
           AND NOT EXISTS (SELECT FROM settings WHERE paused)
           AND (NOT EXISTS (SELECT FROM settings WHERE max_running IS NOT NULL)
                OR EXISTS (SELECT FROM slot))
+          AND (NOT EXISTS (SELECT FROM settings WHERE rate_count IS NOT NULL) OR $2::bool)
         FOR UPDATE SKIP LOCKED))
     RETURNING *
 )

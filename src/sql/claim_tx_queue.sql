@@ -17,7 +17,8 @@ WITH c AS (
           -- Paused or limited (migration 0009; a limited queue is claimed by
           -- claim_*_limited.sql): one probe of pgwake.queues, once.
           AND NOT EXISTS (SELECT FROM pgwake.queues q
-                          WHERE q.name = $2::text AND (q.paused OR q.max_running IS NOT NULL))
+                          WHERE q.name = $2::text AND (q.paused OR q.max_running IS NOT NULL
+                                                         OR q.rate_count IS NOT NULL))
           AND ($3::text[] IS NULL OR task = ANY($3::text[])) AND task <> ALL($4::text[])
           AND (ordering_key IS NULL
                OR pgwake.ordering_free(ordering_key, priority, coalesce(ordering_at, run_at), id))

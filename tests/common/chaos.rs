@@ -151,3 +151,19 @@ pub async fn until_runs(
     })
     .await
 }
+
+/// Wait until no job is waiting or running (none in `pgwake.jobs` or
+/// `pgwake.leased_jobs`).
+pub async fn until_drained(db: &TestDb) {
+    wait_for("every job to finish", Duration::from_secs(180), async || {
+        let left: i64 = db
+            .scalar("SELECT (SELECT count(*) FROM pgwake.jobs) + (SELECT count(*) FROM pgwake.leased_jobs)")
+            .await;
+        if left == 0 {
+            Ok(())
+        } else {
+            Err(format!("{left} jobs left"))
+        }
+    })
+    .await
+}
