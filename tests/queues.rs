@@ -540,13 +540,7 @@ async fn lowered_max_running_holds_for_jobs_started_after_the_change(extra: &[&s
 
     let all: Vec<i64> = gated.iter().chain(&waiting).copied().collect();
     until_all_ran(&db, "every job to run", &all).await;
-    wait_for("the queue to drain", LONG, async || {
-        let left: i64 = db
-            .scalar("SELECT (SELECT count(*) FROM pgwake.jobs) + (SELECT count(*) FROM pgwake.leased_jobs)")
-            .await;
-        if left == 0 { Ok(()) } else { Err(format!("{left} jobs left")) }
-    })
-    .await;
+    until_drained(&db).await;
     for w in workers {
         w.terminate().await;
     }
