@@ -609,3 +609,133 @@ async fn lowered_max_running_holds_for_jobs_started_after_the_change_tx() {
 async fn lowered_max_running_holds_for_jobs_started_after_the_change_lease() {
     lowered_max_running_holds_for_jobs_started_after_the_change(&["--lease-handler"]).await;
 }
+
+/// A limited queue uses all of its limit when its jobs arrive one at a
+/// time: with `--max-running 3` and batches of up to 10, a claim that finds
+/// one ready job must not keep the other slots from other claims. Three
+/// jobs, inserted one after another, all run at once (they wait at the
+/// closed gate, so each is alive until the test opens it). No poll: the
+/// inserts' notifications and the claims' own wake-ups do it.
+async fn a_limited_queue_runs_up_to_its_limit_when_jobs_arrive_one_by_one(extra: &[&str]) {
+    let db = migrated_db().await;
+    create_run_ledger(&db).await;
+    let out = run_pgwake(
+        &["queue", "set", "lim", "--max-running", "3"],
+        Some(&db.url),
+    );
+    assert!(out.status.success(), "{}", stderr_of(&out));
+    let gate = Gate::closed(&db).await;
+    let mut args = vec![
+        "--batch",
+        "10",
+        "--concurrency",
+        "4",
+        "--poll-ms",
+        "600000",
+        "--sleep-ms",
+        "0",
+    ];
+    args.extend_from_slice(extra);
+    let workers: Vec<ChaosWorker> = (0..2).map(|_| ChaosWorker::spawn(&db, &args)).collect();
+    let c = db.client().await;
+    for n in 1..=3usize {
+        c.execute(
+            "INSERT INTO pgwake.jobs (queue, task, payload) VALUES ('lim', 'gated', '{\"ms\": 0}')",
+            &[],
+        )
+        .await
+        .unwrap();
+        until_runs(&db, &format!("{n} jobs running at once"), LONG, |runs| {
+            runs.len() >= n
+        })
+        .await;
+    }
+    let runs = ledger_runs(&db).await;
+    assert_eq!(runs.len(), 3, "{runs:?}");
+    gate.open().await;
+    until_drained(&db).await;
+    for w in workers {
+        w.terminate().await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_limited_queue_runs_up_to_its_limit_when_jobs_arrive_one_by_one_tx() {
+    a_limited_queue_runs_up_to_its_limit_when_jobs_arrive_one_by_one(&[]).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_limited_queue_runs_up_to_its_limit_when_jobs_arrive_one_by_one_lease() {
+    a_limited_queue_runs_up_to_its_limit_when_jobs_arrive_one_by_one(&["--lease-handler"]).await;
+}
+
+/// A limited queue's backlog drains on its own: with the poll 10 minutes
+/// away, a claim that found every slot held must be started again when a
+/// slot frees. In lease mode a slot frees when the completer deletes the
+/// lease, after the claim task went idle: 348 of 400 jobs were still waiting
+/// after 3 minutes before the completer woke a claim for limited queues.
+async fn a_limited_queue_drains_its_backlog_without_polls(extra: &[&str]) {
+    let db = migrated_db().await;
+    create_run_ledger(&db).await;
+    let out = run_pgwake(
+        &["queue", "set", "lim", "--max-running", "3"],
+        Some(&db.url),
+    );
+    assert!(out.status.success(), "{}", stderr_of(&out));
+    let ids = insert_into(&db, "lim", 200).await;
+    let mut args = vec!["--poll-ms", "600000", "--sleep-ms", "2"];
+    args.extend_from_slice(extra);
+    let workers: Vec<ChaosWorker> = (0..2).map(|_| ChaosWorker::spawn(&db, &args)).collect();
+    until_drained(&db).await;
+    for w in workers {
+        w.terminate().await;
+    }
+    let (runs, overlap) = runs_of(&db, &ids).await;
+    assert_eq!(runs, 200);
+    assert!(!overlap);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_limited_queue_drains_its_backlog_without_polls_tx() {
+    a_limited_queue_drains_its_backlog_without_polls(&[]).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_limited_queue_drains_its_backlog_without_polls_lease() {
+    a_limited_queue_drains_its_backlog_without_polls(&["--lease-handler"]).await;
+}
+
+/// A tx-mode claim of a limited queue holds one slot, for the one job it
+/// claims: with 3 slots and 2 ready jobs, a claim of up to 10 leaves 2
+/// slots free for other claims while its transaction is open. (It locked
+/// all 3, one per batch place, for a batch that runs its jobs one after
+/// another.)
+#[tokio::test]
+async fn a_tx_claim_of_a_limited_queue_holds_one_slot() {
+    let db = migrated_db().await;
+    let c = db.client().await;
+    c.batch_execute("SELECT pgwake.set_queue_max_running('lim', 3)")
+        .await
+        .unwrap();
+    insert_into(&db, "lim", 2).await;
+    let claimer = db.client().await;
+    claimer.batch_execute("BEGIN").await.unwrap();
+    let none: Option<Vec<String>> = None;
+    let empty: Vec<String> = vec![];
+    let claimed = pgwake::sql::Db::unnamed(&claimer)
+        .query(
+            &pgwake::sql::CLAIM_TX_LIMITED,
+            &[&10i64, &"lim", &none, &empty, &None::<i64>],
+        )
+        .await
+        .unwrap();
+    assert_eq!(claimed.len(), 1);
+    let free: i64 = db
+        .scalar(
+            "SELECT count(*) FROM (SELECT slot FROM pgwake.queue_slots WHERE queue = 'lim'
+                                   FOR UPDATE SKIP LOCKED) s",
+        )
+        .await;
+    assert_eq!(free, 2, "the claim of one job holds more than one slot");
+    claimer.batch_execute("ROLLBACK").await.unwrap();
+}
