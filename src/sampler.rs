@@ -82,6 +82,9 @@ pub struct Sample {
     /// Queues with a max-running limit (`pgwake queue set --max-running`)
     /// and that limit, by name.
     pub max_running: Vec<(String, i32)>,
+    /// Queues with a rate limit (`pgwake queue set --rate`) and that rate
+    /// in admissions per second, by name.
+    pub rate: Vec<(String, f64)>,
     /// How long the sample took (connection checkout included).
     pub duration: Duration,
 }
@@ -98,6 +101,8 @@ pub struct Sampler {
     seen_paused: HashSet<String>,
     /// Queue labels last published with a max-running limit.
     seen_limited: HashSet<String>,
+    /// Queue labels last published with a rate limit.
+    seen_rated: HashSet<String>,
     seen_apps: HashSet<String>,
 }
 
@@ -113,6 +118,7 @@ impl Sampler {
             seen_queues: HashSet::new(),
             seen_paused: HashSet::new(),
             seen_limited: HashSet::new(),
+            seen_rated: HashSet::new(),
             seen_apps: HashSet::new(),
         }
     }
@@ -207,6 +213,20 @@ impl Sampler {
             ::metrics::gauge!(metrics::QUEUE_MAX_RUNNING, "queue" => q.clone()).set(0.0);
         }
         self.seen_limited = limited;
+        // Rate-limited queues: admissions per second (summed over `other`);
+        // 0 once removed, which no rate can be.
+        let mut rates: std::collections::BTreeMap<String, f64> = Default::default();
+        for (q, r) in &s.rate {
+            *rates.entry(metrics::queue_label(q)).or_insert(0.0) += r;
+        }
+        for (q, r) in &rates {
+            ::metrics::gauge!(metrics::QUEUE_RATE_LIMIT, "queue" => q.clone()).set(*r);
+        }
+        let rated: HashSet<String> = rates.into_keys().collect();
+        for q in self.seen_rated.difference(&rated) {
+            ::metrics::gauge!(metrics::QUEUE_RATE_LIMIT, "queue" => q.clone()).set(0.0);
+        }
+        self.seen_rated = rated;
         // application_name is whatever a client sets: capped like queues.
         let mut apps: std::collections::BTreeMap<String, i64> = Default::default();
         for (app, n) in &s.idle_in_transaction {
@@ -314,6 +334,10 @@ pub async fn sample_with(
         max_running: settings
             .iter()
             .filter_map(|r| Some((r.get(0), r.get::<_, Option<i32>>(2)?)))
+            .collect(),
+        rate: settings
+            .iter()
+            .filter_map(|r| Some((r.get(0), r.get::<_, Option<f64>>(3)?)))
             .collect(),
         duration: started.elapsed(),
     })

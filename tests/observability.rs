@@ -221,7 +221,7 @@ async fn queue_depth_counts_ready_scheduled_and_dead_jobs_per_queue_leaving_out_
 }
 
 #[tokio::test]
-async fn queue_settings_gauges_follow_pause_resume_and_the_max_running_limit() {
+async fn queue_settings_gauges_follow_pause_resume_and_the_max_running_and_rate_limits() {
     let db = migrated_db().await;
     let client = db.client().await;
     let pool = sampler_pool(&db);
@@ -272,6 +272,20 @@ async fn queue_settings_gauges_follow_pause_resume_and_the_max_running_limit() {
         .await
         .unwrap();
     assert_eq!(publish().await, [Some(2.0), None, None, Some(0.0)]);
+
+    // A rate limit, in admissions per second whatever its window; 0 once
+    // removed.
+    let mut rate = async |r: Option<&str>| {
+        pgwake::queues::set_rate(&client, held, r.map(|r| r.parse().unwrap()))
+            .await
+            .unwrap();
+        sampler.publish(&sample(&pool, DEPTH_CAP_DEFAULT).await.unwrap());
+        queue_gauge(&handle.render(), "pgwake_queue_rate_limit", held)
+    };
+    assert_eq!(rate(Some("20/s")).await, Some(20.0));
+    assert_eq!(rate(Some("600/min")).await, Some(10.0));
+    assert_eq!(rate(Some("1/4s")).await, Some(0.25));
+    assert_eq!(rate(None).await, Some(0.0));
 }
 
 #[tokio::test]
