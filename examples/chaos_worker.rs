@@ -10,7 +10,10 @@
 //! Tasks: `work` sleeps 0..=`--sleep-ms` ms; `block` blocks on its first
 //! attempt (to be killed) and succeeds after; `poison` always blocks;
 //! `flaky` fails one run in five; `fail_once` fails its first attempt;
-//! `fail` always fails; `hog` blocks its thread for an hour.
+//! `fail` always fails; `hog` blocks its thread for an hour; `gated`, once
+//! its run is recorded, waits for the test's gate (the advisory lock
+//! [`GATE`], which the test holds while it wants these runs kept alive)
+//! and then sleeps `{"ms": N}` of its payload, or like `work` without it.
 //!
 //! ```text
 //! cargo run --example chaos_worker -- --database-url URL [--lease] [--lease-handler] [--record-end] [--queues a,b] [--concurrency 16]
@@ -22,6 +25,10 @@ use pgwake::{
     async_trait, BoxError, Delivery, Handler, Job, JobContext, Outcome, Worker, WorkerConfig,
 };
 use tokio_util::sync::CancellationToken;
+
+/// The gate of `gated` runs: the two-key advisory lock (0, 1), a key space
+/// apart from the one-key locks on job ids.
+const GATE: (i32, i32) = (0, 1);
 
 struct LockGuard(Option<deadpool_postgres::Object>);
 
@@ -113,6 +120,25 @@ impl Handler for Chaos {
             "flaky" if rand::random::<u8>() % 5 == 0 => Err("flaky failure".into()),
             "fail_once" if job.attempt == 1 => Err("first attempt fails".into()),
             "fail" => Err("always fails".into()),
+            "gated" => {
+                // Blocks while the test holds the gate exclusively.
+                conn.execute(
+                    "SELECT pg_advisory_lock_shared($1, $2)",
+                    &[&GATE.0, &GATE.1],
+                )
+                .await?;
+                conn.execute(
+                    "SELECT pg_advisory_unlock_shared($1, $2)",
+                    &[&GATE.0, &GATE.1],
+                )
+                .await?;
+                let ms = match job.payload.get("ms").and_then(|v| v.as_u64()) {
+                    Some(ms) => ms,
+                    None => rand::random::<u64>() % (self.sleep_ms + 1),
+                };
+                tokio::time::sleep(Duration::from_millis(ms)).await;
+                Ok(Outcome::Done)
+            }
             _ => {
                 let ms = rand::random::<u64>() % (self.sleep_ms + 1);
                 tokio::time::sleep(Duration::from_millis(ms)).await;

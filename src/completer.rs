@@ -170,7 +170,11 @@ async fn flush(ctx: &ClaimContext, batch: Vec<Finished>) {
     // A job of an ordering key that leaves leased_jobs may free the key's
     // next job, which no INSERT (so no NOTIFY) announces: claim again here
     // rather than at the next poll.
-    let keyed = batch.iter().any(|f| f.claimed.keys.ordering_key.is_some());
+    // So may a job of a limited queue: its slot is free once its lease row
+    // is gone, and a claim that found every slot held went idle.
+    let keyed = batch.iter().any(|f| {
+        f.claimed.keys.ordering_key.is_some() || ctx.ready_queues.is_limited(&f.claimed.job.queue)
+    });
     let writes = Writes::of(batch.iter(), history);
     let matched = match write_retrying(ctx, &writes).await {
         Ok(m) => Some(m),

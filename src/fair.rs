@@ -97,6 +97,15 @@ impl ReadyQueues {
         Ok((s.queues.clone(), s.limited.clone()))
     }
 
+    /// Whether `queue` was limited (max_running or rate) at the last read.
+    pub fn is_limited(&self, queue: &str) -> bool {
+        self.state
+            .lock()
+            .expect("ready queues lock")
+            .limited
+            .contains_key(queue)
+    }
+
     /// A round found nothing: read the list again next time.
     pub fn invalidate(&self) {
         self.state.lock().expect("ready queues lock").rounds = None;

@@ -32,6 +32,15 @@ pub const QUEUE_DEPTH: &str = "pgwake_queue_depth";
 /// Gauge: 1 while a queue is paused (`pgwake queue pause`), 0 once resumed,
 /// label `queue`.
 pub const QUEUE_PAUSED: &str = "pgwake_queue_paused";
+/// Gauge: a queue's `--max-running` limit (`pgwake queue set`), 0 once the
+/// limit is removed, label `queue`.
+pub const QUEUE_MAX_RUNNING: &str = "pgwake_queue_max_running";
+/// Gauge: a queue's `--rate` limit in admissions per second (`pgwake queue
+/// set`), 0 once the limit is removed, label `queue`.
+pub const QUEUE_RATE_LIMIT: &str = "pgwake_queue_rate_limit";
+/// Counter: claims of a rate-limited queue that found more ready jobs than
+/// free admissions (the queue is running at its rate), label `queue`.
+pub const RATE_THROTTLED: &str = "pgwake_rate_throttled_total";
 /// Gauge: age of the oldest ready job, label `queue`.
 pub const QUEUE_OLDEST_READY_AGE: &str = "pgwake_queue_oldest_ready_age_seconds";
 /// Gauge: rows in `dead_jobs`, label `queue`.
@@ -232,6 +241,18 @@ pub fn describe() {
     describe_gauge!(
         QUEUE_PAUSED,
         "1 while the queue is paused (pgwake queue pause): no worker starts its jobs; 0 once resumed"
+    );
+    describe_gauge!(
+        QUEUE_MAX_RUNNING,
+        "The queue's max_running limit (pgwake queue set --max-running): at most this many of its jobs run at once across every worker; 0 once the limit is removed (no limit)"
+    );
+    describe_gauge!(
+        QUEUE_RATE_LIMIT,
+        "The queue's rate limit (pgwake queue set --rate) in jobs started per second across every worker; 0 once the limit is removed (no limit)"
+    );
+    describe_counter!(
+        RATE_THROTTLED,
+        "Claims of a rate-limited queue that found more ready jobs than free admissions: the queue ran at its rate limit"
     );
     describe_gauge!(
         IDLE_IN_TX_SESSIONS,

@@ -79,6 +79,10 @@ pub(crate) async fn reserve(
     let next_free: Option<SystemTime> = row.get(5);
     if let Some(at) = next_free {
         ctx.schedule.hint(at);
+        if let Some(q) = &admission.queue {
+            ::metrics::counter!(crate::metrics::RATE_THROTTLED, "queue" => crate::metrics::queue_label(q))
+                .increment(1);
+        }
     }
     Ok(admission)
 }

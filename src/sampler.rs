@@ -1,6 +1,7 @@
 //! The database sampler: every `--sample-interval` it reads the queue
 //! gauges and the database-pressure gauges with two pipelined queries of
-//! bounded cost (never a `count(*)` per scrape), and the pool's state.
+//! bounded cost (never a `count(*)` per scrape), the queue settings (paused,
+//! max running) with a third, and the pool's state.
 //! A failed sample counts in `pgwake_sampler_errors_total` and, when the
 //! database is unreachable, marks it not ready; the gauges keep their last
 //! values.
@@ -78,6 +79,12 @@ pub struct Sample {
     pub dead_tuples: i64,
     /// Paused queues (`pgwake queue pause`), by name.
     pub paused: Vec<String>,
+    /// Queues with a max-running limit (`pgwake queue set --max-running`)
+    /// and that limit, by name.
+    pub max_running: Vec<(String, i32)>,
+    /// Queues with a rate limit (`pgwake queue set --rate`) and that rate
+    /// in admissions per second, by name.
+    pub rate: Vec<(String, f64)>,
     /// How long the sample took (connection checkout included).
     pub duration: Duration,
 }
@@ -92,6 +99,10 @@ pub struct Sampler {
     seen_queues: HashSet<String>,
     /// Queue labels last published as paused.
     seen_paused: HashSet<String>,
+    /// Queue labels last published with a max-running limit.
+    seen_limited: HashSet<String>,
+    /// Queue labels last published with a rate limit.
+    seen_rated: HashSet<String>,
     seen_apps: HashSet<String>,
 }
 
@@ -106,6 +117,8 @@ impl Sampler {
             time_limit: TIME_LIMIT_DEFAULT,
             seen_queues: HashSet::new(),
             seen_paused: HashSet::new(),
+            seen_limited: HashSet::new(),
+            seen_rated: HashSet::new(),
             seen_apps: HashSet::new(),
         }
     }
@@ -185,6 +198,35 @@ impl Sampler {
             ::metrics::gauge!(metrics::QUEUE_PAUSED, "queue" => q.clone()).set(0.0);
         }
         self.seen_paused = paused;
+        // Limited queues: their limit (summed over the queues reported as
+        // `other`); a queue whose limit was removed since the last sample: 0,
+        // which no limit can be (max_running > 0).
+        let mut limits: std::collections::BTreeMap<String, i64> = Default::default();
+        for (q, n) in &s.max_running {
+            *limits.entry(metrics::queue_label(q)).or_insert(0) += i64::from(*n);
+        }
+        for (q, n) in &limits {
+            ::metrics::gauge!(metrics::QUEUE_MAX_RUNNING, "queue" => q.clone()).set(*n as f64);
+        }
+        let limited: HashSet<String> = limits.into_keys().collect();
+        for q in self.seen_limited.difference(&limited) {
+            ::metrics::gauge!(metrics::QUEUE_MAX_RUNNING, "queue" => q.clone()).set(0.0);
+        }
+        self.seen_limited = limited;
+        // Rate-limited queues: admissions per second (summed over `other`);
+        // 0 once removed, which no rate can be.
+        let mut rates: std::collections::BTreeMap<String, f64> = Default::default();
+        for (q, r) in &s.rate {
+            *rates.entry(metrics::queue_label(q)).or_insert(0.0) += r;
+        }
+        for (q, r) in &rates {
+            ::metrics::gauge!(metrics::QUEUE_RATE_LIMIT, "queue" => q.clone()).set(*r);
+        }
+        let rated: HashSet<String> = rates.into_keys().collect();
+        for q in self.seen_rated.difference(&rated) {
+            ::metrics::gauge!(metrics::QUEUE_RATE_LIMIT, "queue" => q.clone()).set(0.0);
+        }
+        self.seen_rated = rated;
         // application_name is whatever a client sets: capped like queues.
         let mut apps: std::collections::BTreeMap<String, i64> = Default::default();
         for (app, n) in &s.idle_in_transaction {
@@ -213,7 +255,7 @@ pub async fn sample(pool: &deadpool_postgres::Pool, depth_cap: i64) -> Result<Sa
     sample_with(pool, depth_cap, Some(TIME_LIMIT_DEFAULT)).await
 }
 
-/// Read one sample: two pipelined queries in one read-only transaction on a
+/// Read one sample: three pipelined queries in one read-only transaction on a
 /// pooled connection, under `statement_timeout` = `time_limit` (`None`: no
 /// limit, as `pgwake stats` reads). Counts stop at `depth_cap` (`i64::MAX`:
 /// no cap).
@@ -240,14 +282,14 @@ pub async fn sample_with(
     let window = depth_cap.min(RUNNING_CHECK_WINDOW);
     let params: [&(dyn tokio_postgres::types::ToSql + Sync); 2] = [&depth_cap, &window];
     let db = Db::unnamed(tx.client());
-    let (queues, pressure, paused) = tokio::join!(
+    let (queues, pressure, settings) = tokio::join!(
         db.query(&sql::SAMPLE_QUEUES, &params),
         db.query_one(&sql::SAMPLE_PRESSURE, &[]),
-        db.query(&sql::QUEUE_PAUSED, &[]),
+        db.query(&sql::SAMPLE_QUEUE_SETTINGS, &[]),
     );
     // Pipelined: when the first fails (e.g. statement_timeout), the others
     // only say "transaction aborted"; report the first.
-    let (queues, pressure, paused) = match (queues, pressure, paused) {
+    let (queues, pressure, settings) = match (queues, pressure, settings) {
         (Ok(q), Ok(p), Ok(z)) => (q, p, z),
         (Err(e), _, _) | (Ok(_), Err(e), _) | (Ok(_), Ok(_), Err(e)) => {
             return Err(Error::Db {
@@ -284,7 +326,19 @@ pub async fn sample_with(
         oldest_transaction_age: pressure.get(2),
         notification_queue_usage: pressure.get(3),
         dead_tuples: pressure.get(4),
-        paused: paused.iter().map(|r| r.get(0)).collect(),
+        paused: settings
+            .iter()
+            .filter(|r| r.get::<_, bool>(1))
+            .map(|r| r.get(0))
+            .collect(),
+        max_running: settings
+            .iter()
+            .filter_map(|r| Some((r.get(0), r.get::<_, Option<i32>>(2)?)))
+            .collect(),
+        rate: settings
+            .iter()
+            .filter_map(|r| Some((r.get(0), r.get::<_, Option<f64>>(3)?)))
+            .collect(),
         duration: started.elapsed(),
     })
 }

@@ -113,13 +113,13 @@ statements! {
     LIMITED_QUEUES = "limited_queues" [];
     QUEUE_LIST = "queue_list" [];
     QUEUE_PAUSE = "queue_pause" [TEXT];
-    QUEUE_PAUSED = "queue_paused" [];
     QUEUE_RESUME = "queue_resume" [TEXT];
     QUEUE_SET_MAX_RUNNING = "queue_set_max_running" [TEXT, INT4];
     QUEUE_SET_RATE = "queue_set_rate" [TEXT, INT4, FLOAT8];
     RATE_RELEASE = "rate_release" [TEXT, INT4_ARRAY, TIMESTAMPTZ];
     RATE_RESERVE = "rate_reserve" [TEXT, INT8, INT8];
     READY_QUEUES = "ready_queues" [TEXT_ARRAY, INT8];
+    SAMPLE_QUEUE_SETTINGS = "sample_queue_settings" [];
     SAMPLE_QUEUES = "sample_queues" [INT8, INT8];
     SCHEDULE_ADD = "schedule_add" [TEXT, TEXT, TEXT, JSONB, TEXT, INT4, TEXT, TEXT, BOOL];
     SCHEDULE_ADVANCE = "schedule_advance" [TEXT_ARRAY, TIMESTAMPTZ_ARRAY, TIMESTAMPTZ_ARRAY,

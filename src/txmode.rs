@@ -185,10 +185,12 @@ pub(crate) async fn claim_and_run(
     begun.map_err(Error::db("claim: begin"))?;
     let mut rows = first.map_err(Error::db("claim"))?;
     let mut suspects = suspects.map_err(Error::db("claim: suspects"))?;
+    let mut tried = &queues[0];
     for queue in &queues[1..] {
         if !rows.is_empty() {
             break;
         }
+        tried = queue;
         crate::rate::settle(ctx, admission.as_ref(), 0).await?;
         admission = crate::rate::reserve_for(ctx, queue, limit).await?;
         rows = claim_rows(db, limit, queue, except, spec, admission.as_ref())
@@ -203,6 +205,7 @@ pub(crate) async fn claim_and_run(
     }
     crate::rate::settle(ctx, admission.as_ref(), rows.len()).await?;
     let admitted_at = admission.as_ref().and_then(|a| a.admitted());
+    let limited_hit = !rows.is_empty() && matches!(tried, Target::Limited(_) | Target::Rated(_));
     let hit = if rows.is_empty() { "empty" } else { "hit" };
     ::metrics::counter!(metrics::CLAIMS, "trigger" => trigger.as_str(), "result" => hit, "mode" => "tx")
         .increment(1);
@@ -232,8 +235,10 @@ pub(crate) async fn claim_and_run(
         run_suspects(ctx, suspects).await?;
         return Ok(count);
     }
-    if count as i64 == limit {
-        // There is likely more: let one more task help drain.
+    if count as i64 == limit || limited_hit {
+        // There is likely more: let one more task help drain. A limited
+        // queue's claim takes one job per transaction (claim_tx_limited.sql),
+        // so it is full at one.
         ctx.wake.wake_one(Trigger::Drain);
     }
     let mut claimed: Vec<Claimed> = rows

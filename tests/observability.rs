@@ -32,7 +32,7 @@ use common::*;
 use dashboard::{grafana_dir, Dashboard};
 use http::Endpoint;
 use load::{until_exported, Load};
-use pgwake::sampler::{sample, Sample, DEPTH_CAP_DEFAULT};
+use pgwake::sampler::{sample, Sample, Sampler, DEPTH_CAP_DEFAULT};
 use pgwake::{Worker, WorkerConfig};
 use prometheus::{promtool_check_metrics, tool, Prometheus};
 use promql::metric_names;
@@ -218,6 +218,74 @@ async fn queue_depth_counts_ready_scheduled_and_dead_jobs_per_queue_leaving_out_
         (5, 2, 0),
         "a rolled-back claim's jobs are ready again"
     );
+}
+
+#[tokio::test]
+async fn queue_settings_gauges_follow_pause_resume_and_the_max_running_and_rate_limits() {
+    let db = migrated_db().await;
+    let client = db.client().await;
+    let pool = sampler_pool(&db);
+    let handle = pgwake::metrics::install();
+    let mut sampler = Sampler::new(
+        pool.clone(),
+        Duration::from_secs(3600),
+        Arc::new(pgwake::Health::new(false)),
+    );
+    // The recorder is process-global: queue names no other test uses.
+    let (limited, held) = ("obs-settings-limited", "obs-settings-held");
+    let mut publish = async || {
+        sampler.publish(&sample(&pool, DEPTH_CAP_DEFAULT).await.unwrap());
+        let text = handle.render();
+        [
+            queue_gauge(&text, "pgwake_queue_max_running", limited),
+            queue_gauge(&text, "pgwake_queue_paused", limited),
+            queue_gauge(&text, "pgwake_queue_max_running", held),
+            queue_gauge(&text, "pgwake_queue_paused", held),
+        ]
+    };
+    // Before any setting: no series.
+    assert_eq!(publish().await, [None, None, None, None]);
+
+    pgwake::queues::set_max_running(&client, limited, Some(3))
+        .await
+        .unwrap();
+    pgwake::queues::pause(&client, held).await.unwrap();
+    // [limited: max running, paused; held: max running, paused]
+    assert_eq!(publish().await, [Some(3.0), None, None, Some(1.0)]);
+
+    // Lowered: the gauge follows.
+    pgwake::queues::set_max_running(&client, limited, Some(1))
+        .await
+        .unwrap();
+    assert_eq!(publish().await, [Some(1.0), None, None, Some(1.0)]);
+
+    // Removed and resumed: 0, which no limit can be (max_running > 0), and
+    // not paused.
+    pgwake::queues::set_max_running(&client, limited, None)
+        .await
+        .unwrap();
+    pgwake::queues::resume(&client, held).await.unwrap();
+    assert_eq!(publish().await, [Some(0.0), None, None, Some(0.0)]);
+
+    // Set again: back.
+    pgwake::queues::set_max_running(&client, limited, Some(2))
+        .await
+        .unwrap();
+    assert_eq!(publish().await, [Some(2.0), None, None, Some(0.0)]);
+
+    // A rate limit, in admissions per second whatever its window; 0 once
+    // removed.
+    let mut rate = async |r: Option<&str>| {
+        pgwake::queues::set_rate(&client, held, r.map(|r| r.parse().unwrap()))
+            .await
+            .unwrap();
+        sampler.publish(&sample(&pool, DEPTH_CAP_DEFAULT).await.unwrap());
+        queue_gauge(&handle.render(), "pgwake_queue_rate_limit", held)
+    };
+    assert_eq!(rate(Some("20/s")).await, Some(20.0));
+    assert_eq!(rate(Some("600/min")).await, Some(10.0));
+    assert_eq!(rate(Some("1/4s")).await, Some(0.25));
+    assert_eq!(rate(None).await, Some(0.0));
 }
 
 #[tokio::test]
@@ -456,6 +524,14 @@ async fn ready_is_503_while_the_database_is_down_and_200_once_it_is_back() {
 /// A small pool for calling the sampler directly.
 fn sampler_pool(db: &TestDb) -> deadpool_postgres::Pool {
     pgwake::connect::pool(&db.config(), 2).unwrap()
+}
+
+/// The value of `metric{queue="<queue>"}` in a text exposition.
+fn queue_gauge(text: &str, metric: &str, queue: &str) -> Option<f64> {
+    let series = format!("{metric}{{queue=\"{queue}\"}} ");
+    text.lines()
+        .find_map(|l| l.strip_prefix(&series))
+        .map(|v| v.trim().parse().unwrap())
 }
 
 /// Per queue: (ready, scheduled, dead).

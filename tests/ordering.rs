@@ -48,21 +48,6 @@ async fn enqueue_keyed(db: &TestDb, keys: usize, per_key: usize, task: &str) {
         .unwrap();
 }
 
-/// Wait until no job is waiting or running.
-async fn until_drained(db: &TestDb) {
-    wait_for("every job to finish", Duration::from_secs(180), async || {
-        let left: i64 = db
-            .scalar("SELECT (SELECT count(*) FROM pgwake.jobs) + (SELECT count(*) FROM pgwake.leased_jobs)")
-            .await;
-        if left == 0 {
-            Ok(())
-        } else {
-            Err(format!("{left} jobs left"))
-        }
-    })
-    .await
-}
-
 /// The ledger check. Per key, the runs (in start order) must follow the
 /// jobs' (priority, id) order — a job's retries right after its failed run,
 /// before any later job of its key — with every job run, and none of them

@@ -2,8 +2,9 @@
 //! `pgwake.resume_queue()`): a paused queue starts nothing on any worker
 //! process — across a kill -9 and restart of every worker — and everything
 //! after resume; the state shows in `pgwake queue list`, `pgwake stats` and
-//! the sampler (the `pgwake_queue_paused` gauge). Each test ends with a
-//! ledger check.
+//! the sampler (the `pgwake_queue_paused` gauge). `--max-running` holds
+//! across worker processes, kills and rescues, and when lowered while jobs
+//! run. Each test ends with a ledger check.
 
 mod common;
 
@@ -148,7 +149,8 @@ async fn paused_queue_runs_nothing_until_resumed_tx_named_queues() {
     paused_queue_runs_nothing_until_resumed(&["--queues", "held,open"]).await;
 }
 
-/// The sampler reads the paused queues (the `pgwake_queue_paused` gauge);
+/// The sampler reads the paused queues (the `pgwake_queue_paused` gauge)
+/// and the limited ones (`pgwake_queue_max_running`);
 /// resume and pause report whether they changed anything; a bad name or
 /// limit is refused (exit 2); a limit shows in `queue list` and has its
 /// slot rows.
@@ -196,12 +198,17 @@ async fn settings_are_validated_and_reported() {
     assert_eq!(list[0].max_running, Some(2));
     let slots: i64 = db.scalar("SELECT count(*) FROM pgwake.queue_slots").await;
     assert_eq!(slots, 2);
+    let sample = pgwake::sampler::sample(&pool, 100).await.unwrap();
+    assert_eq!(sample.max_running, vec![("q".to_string(), 2)]);
+    assert!(sample.paused.is_empty());
     let out = run_pgwake(&["queue", "set", "q", "--no-max-running"], Some(&db.url));
     assert!(out.status.success(), "{}", stderr_of(&out));
     let list = pgwake::queues::list(&client).await.unwrap();
     assert_eq!(list[0].max_running, None);
     let slots: i64 = db.scalar("SELECT count(*) FROM pgwake.queue_slots").await;
     assert_eq!(slots, 0);
+    let sample = pgwake::sampler::sample(&pool, 100).await.unwrap();
+    assert!(sample.max_running.is_empty());
 }
 
 /// 50,000 ready jobs in one queue, and 10 more in another once the workers
@@ -385,4 +392,350 @@ async fn max_running_holds_across_workers_kills_and_rescues_tx() {
 #[tokio::test(flavor = "multi_thread")]
 async fn max_running_holds_across_workers_kills_and_rescues_lease() {
     max_running_holds_across_workers_kills_and_rescues(&["--lease-handler"]).await;
+}
+
+/// Runs of `ids` that started after `change` (a DB time just after the
+/// limit was lowered) while `allowed` or more other runs of `ids` were alive:
+/// (job id, start, how many were alive). A run is alive from its `at` to its
+/// `ended_at`; runs starting at the same instant are ordered by job id (the
+/// later one sees the earlier alive), and a run that ended at the instant
+/// another started counts as ended. The chaos worker records `ended_at`
+/// before the job completes, i.e. before its slot is free: a run that took
+/// that slot started later, so the ledger never shows a breach that did not
+/// happen.
+async fn started_over_limit(
+    db: &TestDb,
+    ids: &[i64],
+    change: &str,
+    allowed: i64,
+) -> Vec<(i64, String, i64)> {
+    db.client()
+        .await
+        .query(
+            "WITH r AS (SELECT job_id, attempt, at, ended_at FROM pgwake_runs WHERE job_id = ANY($1))
+             SELECT a.job_id, a.at::text, count(*) FILTER (WHERE b.job_id IS NOT NULL)
+             FROM r a
+             LEFT JOIN r b ON (b.at, b.job_id, b.attempt) < (a.at, a.job_id, a.attempt)
+                          AND b.ended_at > a.at
+             WHERE a.at > $2::text::timestamptz
+             GROUP BY a.job_id, a.attempt, a.at
+             HAVING count(*) FILTER (WHERE b.job_id IS NOT NULL) >= $3
+             ORDER BY a.at",
+            &[&ids, &change, &allowed],
+        )
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| (r.get(0), r.get(1), r.get(2)))
+        .collect()
+}
+
+/// `--max-running 6`, six jobs of the queue running on three worker
+/// processes, more waiting; the limit is lowered to 2. The documented rule
+/// (triggers/queues.sql): no job of the queue starts until the jobs above
+/// the new limit have ended, and no job started after the change ever runs
+/// with more than 2 of the queue's jobs alive (itself included). From the
+/// ledger's DB times: every run that started after the change found at most
+/// one other run alive; the six alive at the change were allowed; every
+/// waiting job ran after the change (so the check had runs to judge); the
+/// old limit held throughout; 2 free slot rows are left.
+///
+/// The six first jobs are `gated`: they stay alive until the test opens the
+/// gate, after the change has committed and every claim statement begun
+/// before it has finished. So no claim can start a job on the old limit
+/// "at the same instant" as the change: every run after the change is held
+/// to the new limit, and the check needs no allowance for a race. Once the
+/// gate opens, the six end one at a time, 200 ms apart (their payloads;
+/// twice the workers' poll interval, so claims are tried between any two
+/// ends): the claims see free slots at or below 2 while slots above 2 are
+/// still held. Which slot each of the six holds is up to the claims.
+///
+/// Teeth: with the `NOT EXISTS (… slot > max_running)` guard removed from
+/// claim_tx_limited.sql and claim_lease_limited.sql (so the free slots 1
+/// and 2 are taken while jobs above the new limit still run), both variants
+/// fail here (3 runs of 3 each) with runs that started while up to 5 others
+/// were alive.
+async fn lowered_max_running_holds_for_jobs_started_after_the_change(extra: &[&str]) {
+    let db = migrated_db().await;
+    create_run_ledger(&db).await;
+    db.client()
+        .await
+        .batch_execute("ALTER TABLE pgwake_runs ADD COLUMN ended_at timestamptz")
+        .await
+        .unwrap();
+    let gate = Gate::closed(&db).await;
+    let out = run_pgwake(
+        &["queue", "set", "lim", "--max-running", "6"],
+        Some(&db.url),
+    );
+    assert!(out.status.success(), "{}", stderr_of(&out));
+    let gated: Vec<i64> = db
+        .client()
+        .await
+        .query(
+            "INSERT INTO pgwake.jobs (queue, task, payload)
+             SELECT 'lim', 'gated', jsonb_build_object('ms', 200 * g)
+             FROM generate_series(1, 6) g RETURNING id",
+            &[],
+        )
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    // 3 × 4 = 12 places: the limit, not the workers, is what stops a 7th.
+    let mut args = vec![
+        "--sleep-ms",
+        "300",
+        "--poll-ms",
+        "100",
+        "--concurrency",
+        "4",
+        "--record-end",
+    ];
+    args.extend_from_slice(extra);
+    let workers: Vec<ChaosWorker> = (0..3).map(|_| ChaosWorker::spawn(&db, &args)).collect();
+    until_all_ran(&db, "the six gated jobs to run", &gated).await;
+    // Waiting behind them while the limit is still 6, with no free slot.
+    let waiting = insert_into(&db, "lim", 40).await;
+
+    let out = run_pgwake(
+        &["queue", "set", "lim", "--max-running", "2"],
+        Some(&db.url),
+    );
+    assert!(out.status.success(), "{}", stderr_of(&out));
+    // After the change committed: every claim snapshot taken from here on
+    // sees the new limit.
+    let change: String = db.scalar("SELECT clock_timestamp()::text").await;
+    // A claim statement begun before the change (snapshot of the old limit)
+    // has found no free slot, as all six are held; wait until every such
+    // statement has finished, so none is still running when slots free up.
+    // (The gated runs' ledger connections wait on the gate: not claims.)
+    wait_for(
+        "claims begun before the change to finish",
+        LONG,
+        async || {
+            let n: i64 = db
+                .client()
+                .await
+                .query_one(
+                    "SELECT count(*) FROM pg_stat_activity
+                 WHERE datname = current_database() AND state = 'active'
+                   AND pid <> pg_backend_pid() AND application_name <> 'chaos-ledger'
+                   AND query_start < $1::text::timestamptz",
+                    &[&change],
+                )
+                .await
+                .unwrap()
+                .get(0);
+            if n == 0 {
+                Ok(())
+            } else {
+                Err(format!("{n} statements"))
+            }
+        },
+    )
+    .await;
+    gate.open().await;
+
+    let all: Vec<i64> = gated.iter().chain(&waiting).copied().collect();
+    until_all_ran(&db, "every job to run", &all).await;
+    until_drained(&db).await;
+    for w in workers {
+        w.terminate().await;
+    }
+
+    // Ledger.
+    let unended: i64 = db
+        .scalar("SELECT count(*) FROM pgwake_runs WHERE ended_at IS NULL")
+        .await;
+    assert_eq!(unended, 0, "a run has no end recorded");
+    let over = started_over_limit(&db, &all, &change, 2).await;
+    assert!(
+        over.is_empty(),
+        "runs started after the limit was lowered to 2 while 2 or more others ran \
+         (job, start, alive): {over:?}"
+    );
+    let (after, alive_at_change): (i64, i64) = {
+        let row = db
+            .client()
+            .await
+            .query_one(
+                "SELECT count(*) FILTER (WHERE at > $2::text::timestamptz),
+                        count(*) FILTER (WHERE at <= $2::text::timestamptz AND ended_at > $2::text::timestamptz)
+                 FROM pgwake_runs WHERE job_id = ANY($1)",
+                &[&all, &change],
+            )
+            .await
+            .unwrap();
+        (row.get(0), row.get(1))
+    };
+    assert_eq!(
+        after,
+        waiting.len() as i64,
+        "every waiting job, and only those, ran after the change"
+    );
+    assert_eq!(
+        alive_at_change, 6,
+        "six jobs ran when the limit was lowered"
+    );
+    let peak = peak_running(&db, &all, &[]).await;
+    assert!(peak <= 6, "{peak} jobs of a queue limited to 6 ran at once");
+    let (runs, overlap) = runs_of(&db, &all).await;
+    assert_eq!(runs, all.len(), "a job ran more than once");
+    assert!(!overlap, "a job ran twice at once");
+    // The rows above the new limit were deleted once free; the two left are free.
+    let slots: Vec<(i32, Option<i64>)> = db
+        .client()
+        .await
+        .query(
+            "SELECT slot, lease_token FROM pgwake.queue_slots ORDER BY slot",
+            &[],
+        )
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| (r.get(0), r.get(1)))
+        .collect();
+    assert_eq!(slots, vec![(1, None), (2, None)]);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn lowered_max_running_holds_for_jobs_started_after_the_change_tx() {
+    lowered_max_running_holds_for_jobs_started_after_the_change(&[]).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn lowered_max_running_holds_for_jobs_started_after_the_change_lease() {
+    lowered_max_running_holds_for_jobs_started_after_the_change(&["--lease-handler"]).await;
+}
+
+/// A limited queue uses all of its limit when its jobs arrive one at a
+/// time: with `--max-running 3` and batches of up to 10, a claim that finds
+/// one ready job must not keep the other slots from other claims. Three
+/// jobs, inserted one after another, all run at once (they wait at the
+/// closed gate, so each is alive until the test opens it). No poll: the
+/// inserts' notifications and the claims' own wake-ups do it.
+async fn a_limited_queue_runs_up_to_its_limit_when_jobs_arrive_one_by_one(extra: &[&str]) {
+    let db = migrated_db().await;
+    create_run_ledger(&db).await;
+    let out = run_pgwake(
+        &["queue", "set", "lim", "--max-running", "3"],
+        Some(&db.url),
+    );
+    assert!(out.status.success(), "{}", stderr_of(&out));
+    let gate = Gate::closed(&db).await;
+    let mut args = vec![
+        "--batch",
+        "10",
+        "--concurrency",
+        "4",
+        "--poll-ms",
+        "600000",
+        "--sleep-ms",
+        "0",
+    ];
+    args.extend_from_slice(extra);
+    let workers: Vec<ChaosWorker> = (0..2).map(|_| ChaosWorker::spawn(&db, &args)).collect();
+    let c = db.client().await;
+    for n in 1..=3usize {
+        c.execute(
+            "INSERT INTO pgwake.jobs (queue, task, payload) VALUES ('lim', 'gated', '{\"ms\": 0}')",
+            &[],
+        )
+        .await
+        .unwrap();
+        until_runs(&db, &format!("{n} jobs running at once"), LONG, |runs| {
+            runs.len() >= n
+        })
+        .await;
+    }
+    let runs = ledger_runs(&db).await;
+    assert_eq!(runs.len(), 3, "{runs:?}");
+    gate.open().await;
+    until_drained(&db).await;
+    for w in workers {
+        w.terminate().await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_limited_queue_runs_up_to_its_limit_when_jobs_arrive_one_by_one_tx() {
+    a_limited_queue_runs_up_to_its_limit_when_jobs_arrive_one_by_one(&[]).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_limited_queue_runs_up_to_its_limit_when_jobs_arrive_one_by_one_lease() {
+    a_limited_queue_runs_up_to_its_limit_when_jobs_arrive_one_by_one(&["--lease-handler"]).await;
+}
+
+/// A limited queue's backlog drains on its own: with the poll 10 minutes
+/// away, a claim that found every slot held must be started again when a
+/// slot frees. In lease mode a slot frees when the completer deletes the
+/// lease, after the claim task went idle: 348 of 400 jobs were still waiting
+/// after 3 minutes before the completer woke a claim for limited queues.
+async fn a_limited_queue_drains_its_backlog_without_polls(extra: &[&str]) {
+    let db = migrated_db().await;
+    create_run_ledger(&db).await;
+    let out = run_pgwake(
+        &["queue", "set", "lim", "--max-running", "3"],
+        Some(&db.url),
+    );
+    assert!(out.status.success(), "{}", stderr_of(&out));
+    let ids = insert_into(&db, "lim", 200).await;
+    let mut args = vec!["--poll-ms", "600000", "--sleep-ms", "2"];
+    args.extend_from_slice(extra);
+    let workers: Vec<ChaosWorker> = (0..2).map(|_| ChaosWorker::spawn(&db, &args)).collect();
+    until_drained(&db).await;
+    for w in workers {
+        w.terminate().await;
+    }
+    let (runs, overlap) = runs_of(&db, &ids).await;
+    assert_eq!(runs, 200);
+    assert!(!overlap);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_limited_queue_drains_its_backlog_without_polls_tx() {
+    a_limited_queue_drains_its_backlog_without_polls(&[]).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_limited_queue_drains_its_backlog_without_polls_lease() {
+    a_limited_queue_drains_its_backlog_without_polls(&["--lease-handler"]).await;
+}
+
+/// A tx-mode claim of a limited queue holds one slot, for the one job it
+/// claims: with 3 slots and 2 ready jobs, a claim of up to 10 leaves 2
+/// slots free for other claims while its transaction is open. (It locked
+/// all 3, one per batch place, for a batch that runs its jobs one after
+/// another.)
+#[tokio::test]
+async fn a_tx_claim_of_a_limited_queue_holds_one_slot() {
+    let db = migrated_db().await;
+    let c = db.client().await;
+    c.batch_execute("SELECT pgwake.set_queue_max_running('lim', 3)")
+        .await
+        .unwrap();
+    insert_into(&db, "lim", 2).await;
+    let claimer = db.client().await;
+    claimer.batch_execute("BEGIN").await.unwrap();
+    let none: Option<Vec<String>> = None;
+    let empty: Vec<String> = vec![];
+    let claimed = pgwake::sql::Db::unnamed(&claimer)
+        .query(
+            &pgwake::sql::CLAIM_TX_LIMITED,
+            &[&10i64, &"lim", &none, &empty, &None::<i64>],
+        )
+        .await
+        .unwrap();
+    assert_eq!(claimed.len(), 1);
+    let free: i64 = db
+        .scalar(
+            "SELECT count(*) FROM (SELECT slot FROM pgwake.queue_slots WHERE queue = 'lim'
+                                   FOR UPDATE SKIP LOCKED) s",
+        )
+        .await;
+    assert_eq!(free, 2, "the claim of one job holds more than one slot");
+    claimer.batch_execute("ROLLBACK").await.unwrap();
 }

@@ -96,13 +96,7 @@ async fn rate_holds_across_workers_kills_and_retries(extra: &[&str]) {
     let killed = workers[0].pid();
     workers[0].kill9();
     workers.push(ChaosWorker::spawn(&db, &args));
-    wait_for("both queues to drain", LONG, async || {
-        let left: i64 = db
-            .scalar("SELECT (SELECT count(*) FROM pgwake.jobs) + (SELECT count(*) FROM pgwake.leased_jobs)")
-            .await;
-        if left == 0 { Ok(()) } else { Err(format!("{left} jobs left")) }
-    })
-    .await;
+    until_drained(&db).await;
     for w in workers.drain(..) {
         if w.pid() != killed {
             w.terminate().await;
@@ -380,13 +374,15 @@ async fn claims_without_admissions_take_nothing_of_a_rate_limited_queue() {
 
     // Admissions: 2 of 2 slots, ready 5 → the next free slot is a window
     // away.
-    let row = db_
-        .query_one(
+    let reserve = async || {
+        db_.query_one(
             &pgwake::sql::RATE_RESERVE,
             &[&Some("api"), &10i64, &None::<i64>],
         )
         .await
-        .unwrap();
+        .unwrap()
+    };
+    let row = reserve().await;
     let slots: Vec<i32> = row.get(2);
     assert_eq!(slots, vec![1, 2]);
     let next_free: Option<std::time::SystemTime> = row.get(5);
@@ -404,14 +400,7 @@ async fn claims_without_admissions_take_nothing_of_a_rate_limited_queue() {
     db_.execute(&pgwake::sql::RATE_RELEASE, &[&"api", &vec![2i32], &at])
         .await
         .unwrap();
-    let row = db_
-        .query_one(
-            &pgwake::sql::RATE_RESERVE,
-            &[&Some("api"), &10i64, &None::<i64>],
-        )
-        .await
-        .unwrap();
-    let slots: Vec<i32> = row.get(2);
+    let slots: Vec<i32> = reserve().await.get(2);
     assert_eq!(
         slots,
         vec![2],

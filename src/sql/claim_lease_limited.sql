@@ -53,8 +53,8 @@ c AS (
         -- or has no limit any more (the worker re-reads which queues are
         -- limited).
         LIMIT coalesce((SELECT least(coalesce($7::int8,
-                                              CASE WHEN st.rate_count IS NULL THEN $1 ELSE 0 END),
-                                     CASE WHEN st.max_running IS NULL THEN $1
+                                              CASE WHEN st.rate_count IS NULL THEN $1::int8 ELSE 0 END),
+                                     CASE WHEN st.max_running IS NULL THEN $1::int8
                                           ELSE (SELECT count(*) FROM free) END)
                         FROM settings st), 0)
         FOR UPDATE SKIP LOCKED))

@@ -5,8 +5,8 @@
 -- no rate limit). Same columns and ordering-key predicate as
 -- claim_tx_queue.sql.
 --
--- Takes free slot rows of pgwake.queue_slots with FOR UPDATE SKIP LOCKED
--- and claims at most as many jobs as it got slots. The row locks are held by
+-- Takes a free slot row of pgwake.queue_slots with FOR UPDATE SKIP LOCKED
+-- and claims at most one job per slot it got. The row locks are held by
 -- this claim transaction until it ends: while the jobs run, no other claim
 -- can take those slots; a crash rolls back and frees them together with the
 -- jobs. A slot a lease-mode claim holds has lease_token set by a committed
@@ -32,7 +32,13 @@ slots AS (
       AND NOT EXISTS (SELECT FROM pgwake.queue_slots x
                       WHERE x.queue = $2::text AND x.slot > settings.max_running)
     ORDER BY s.slot
-    LIMIT $1
+    -- One slot, so one job, per claim transaction: a tx batch runs its
+    -- jobs one after another and holds every slot it locked until it
+    -- commits, so a batch of k would keep k slots for the time of k jobs
+    -- in a row (and a claim that found fewer ready jobs than slots would
+    -- hold the rest idle). The worker lets one more claim task in after
+    -- each hit, so the queue still runs up to max_running jobs at once.
+    LIMIT 1
     FOR UPDATE OF s SKIP LOCKED
 ),
 c AS (
@@ -50,8 +56,8 @@ c AS (
         -- or has no limit any more (the worker re-reads which queues are
         -- limited).
         LIMIT coalesce((SELECT least(coalesce($5::int8,
-                                              CASE WHEN st.rate_count IS NULL THEN $1 ELSE 0 END),
-                                     CASE WHEN st.max_running IS NULL THEN $1
+                                              CASE WHEN st.rate_count IS NULL THEN $1::int8 ELSE 0 END),
+                                     CASE WHEN st.max_running IS NULL THEN $1::int8
                                           ELSE (SELECT count(*) FROM slots) END)
                         FROM settings st), 0)
         FOR UPDATE SKIP LOCKED))

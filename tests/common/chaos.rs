@@ -109,6 +109,31 @@ impl Drop for ChaosWorker {
     }
 }
 
+/// The gate `gated` chaos jobs wait for after their run is recorded: the
+/// two-key advisory lock (0, 1) (`GATE` in examples/chaos_worker.rs), held
+/// exclusively on this connection while closed.
+pub struct Gate(tokio_postgres::Client);
+
+impl Gate {
+    /// A closed gate: `gated` runs stay alive until [`Gate::open`].
+    pub async fn closed(db: &TestDb) -> Gate {
+        let client = db.client().await;
+        client
+            .batch_execute("SELECT pg_advisory_lock(0, 1)")
+            .await
+            .unwrap();
+        Gate(client)
+    }
+
+    /// Let every `gated` run go on.
+    pub async fn open(self) {
+        self.0
+            .batch_execute("SELECT pg_advisory_unlock(0, 1)")
+            .await
+            .unwrap();
+    }
+}
+
 /// Wait until the run ledger satisfies `cond`.
 pub async fn until_runs(
     db: &TestDb,
@@ -122,6 +147,22 @@ pub async fn until_runs(
             Ok(())
         } else {
             Err(format!("runs so far: {runs:?}"))
+        }
+    })
+    .await
+}
+
+/// Wait until no job is waiting or running (none in `pgwake.jobs` or
+/// `pgwake.leased_jobs`).
+pub async fn until_drained(db: &TestDb) {
+    wait_for("every job to finish", Duration::from_secs(180), async || {
+        let left: i64 = db
+            .scalar("SELECT (SELECT count(*) FROM pgwake.jobs) + (SELECT count(*) FROM pgwake.leased_jobs)")
+            .await;
+        if left == 0 {
+            Ok(())
+        } else {
+            Err(format!("{left} jobs left"))
         }
     })
     .await

@@ -1,6 +1,7 @@
 //! A worker under steady load for the observability tests: successes,
-//! retries, dead jobs, a rescued lease, a scheduled job per queue and a
-//! session idle in transaction, with its endpoint served; and waiting until
+//! retries, dead jobs, a rescued lease, a scheduled job per queue, a
+//! limited and rate-limited queue, a paused one and a session idle in transaction, with its
+//! endpoint served; and waiting until
 //! its `/metrics` exports what the dashboard names.
 
 use std::collections::BTreeSet;
@@ -18,8 +19,8 @@ use super::DEADLINE;
 pub const QUEUES: [&str; 3] = ["emails", "reports", "leases"];
 
 /// A worker under steady load (successes, retries, dead jobs, a rescued
-/// lease, a scheduled job per queue, a session idle in transaction), with its
-/// endpoint served.
+/// lease, a scheduled job per queue, a limited queue and a paused one, a
+/// session idle in transaction), with its endpoint served.
 pub struct Load {
     pub endpoint: SocketAddr,
     pub ledger: Ledger,
@@ -101,6 +102,19 @@ impl Load {
             .execute(
                 "SELECT pgwake.schedule_add('obs-every-second', '* * * * * *', 'send', queue => 'emails')",
                 &[],
+            )
+            .await
+            .unwrap();
+        // Queue settings: `reports` runs at most 4 jobs at once (the
+        // limited claims) and starts at most 25 a second, below the ~30 a
+        // second of runs the producer asks for (a send and a flaky job
+        // every 100 ms, the flaky one twice), so its claims are throttled;
+        // `archive`, which has no jobs, is paused.
+        client
+            .batch_execute(
+                "SELECT pgwake.set_queue_max_running('reports', 4);
+                 SELECT pgwake.set_queue_rate('reports', 25, '1 second');
+                 SELECT pgwake.pause_queue('archive');",
             )
             .await
             .unwrap();
