@@ -30,3 +30,8 @@ CREATE TABLE pgwake.queue_rate_slots (
     prev_start timestamptz NOT NULL DEFAULT '-infinity',
     PRIMARY KEY (queue, slot)
 );
+-- The reservation takes the oldest admissions first and stops at the first
+-- one younger than a window: a range scan of this index, however many slots
+-- the queue has (without it, --rate 100000/s read and sorted every slot row
+-- on every claim: 75 ms).
+CREATE INDEX queue_rate_slots_oldest_idx ON pgwake.queue_rate_slots (queue, last_start);

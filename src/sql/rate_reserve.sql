@@ -3,7 +3,8 @@
 -- of job $3, for the one-job claim of a suspect), $2: most admissions
 -- wanted.
 --
--- Takes up to $2 slots whose last admission is at least a window old, never
+-- Takes up to $2 slots whose last admission is at least a window old (the
+-- oldest first), never
 -- more than the queue has ready jobs (so a short queue does not take
 -- admissions it cannot use), and stamps them with this statement's now():
 -- from then on they admit nothing for one window. FOR UPDATE SKIP LOCKED
@@ -29,16 +30,21 @@ ready AS (
         LIMIT $2::int8) r
 ),
 free AS (
-    SELECT s.slot FROM pgwake.queue_rate_slots s, q
-    WHERE s.queue = q.name AND s.slot <= q.rate_count AND s.last_start <= now() - q.rate_window
-    ORDER BY s.slot
+    -- Oldest admissions first, on queue_rate_slots_oldest_idx: the scan
+    -- stops after the slots it takes, or at the first admission younger
+    -- than a window. Scalar subqueries (not a join with q) keep the plan an
+    -- ordered index scan, whatever the number of slots.
+    SELECT s.slot FROM pgwake.queue_rate_slots s
+    WHERE s.queue = (SELECT name FROM q)
+      AND s.last_start <= now() - (SELECT rate_window FROM q)
+      AND s.slot <= (SELECT rate_count FROM q)
+    ORDER BY s.last_start
     LIMIT (SELECT n FROM ready)
     FOR UPDATE OF s SKIP LOCKED
 ),
 taken AS (
     UPDATE pgwake.queue_rate_slots s SET prev_start = s.last_start, last_start = now()
-    FROM free f, q
-    WHERE s.queue = q.name AND s.slot = f.slot
+    WHERE s.queue = (SELECT name FROM q) AND s.slot = ANY(ARRAY(SELECT slot FROM free))
     RETURNING s.slot
 )
 SELECT (SELECT name FROM target) AS queue,
@@ -49,10 +55,10 @@ SELECT (SELECT name FROM target) AS queue,
        CASE WHEN (SELECT count(*) FROM taken) < (SELECT n FROM ready) THEN
            -- The slots not taken now hold admissions younger than a window
            -- (or another reservation has them locked this instant).
-           coalesce((SELECT min(s.last_start) + q.rate_window
-                     FROM pgwake.queue_rate_slots s, q
-                     WHERE s.queue = q.name AND s.slot <= q.rate_count
-                       AND s.last_start > now() - q.rate_window
-                     GROUP BY q.rate_window),
+           coalesce((SELECT min(s.last_start) + (SELECT rate_window FROM q)
+                     FROM pgwake.queue_rate_slots s
+                     WHERE s.queue = (SELECT name FROM q)
+                       AND s.last_start > now() - (SELECT rate_window FROM q)
+                       AND s.slot <= (SELECT rate_count FROM q)),
                     now() + (SELECT rate_window FROM q))
        END AS next_free
