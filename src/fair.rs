@@ -8,9 +8,11 @@
 //! that appeared since the list was read.
 //!
 //! ```text
-//!  round: list stale (≥ REFRESH_ROUNDS rounds, or the last round found nothing)?
+//!  round: list stale (≥ REFRESH_ROUNDS rounds, or the last round, started by
+//!         a notification, poll or reconnect, found nothing)?
 //!           └─ yes: re-read the ready queues
-//!         try each listed queue in turn from a rotating start (queue = $2)
+//!         try each listed queue in turn from a rotating start (queue = $2;
+//!         a lone plain queue is left to the all-queues statement, plan.rs)
 //!         then the all-queues statement (new queues)
 //! ```
 //!
