@@ -16,8 +16,12 @@ WITH c AS (
                           WHERE q.name = $2::text AND (q.paused OR q.max_running IS NOT NULL
                                                          OR q.rate_count IS NOT NULL))
           AND ($3::text[] IS NULL OR task = ANY($3::text[])) AND task <> ALL($4::text[])
-          AND (ordering_key IS NULL
-               OR pgwake.ordering_free(ordering_key, priority, coalesce(ordering_at, run_at), id))
+          -- CASE, not `ordering_key IS NULL OR …`: with no column statistics
+          -- (a table analyzed empty) the planner rates IS NULL at 0.5%, takes
+          -- the queue's rows for few and reads and sorts all of them instead of
+          -- the ordered index scan (0.3-0.5x end to end); CASE is rated 50%.
+          AND CASE WHEN ordering_key IS NULL THEN true
+                   ELSE pgwake.ordering_free(ordering_key, priority, coalesce(ordering_at, run_at), id) END
         ORDER BY priority, run_at, id
         LIMIT $1
         FOR UPDATE SKIP LOCKED))
