@@ -1,6 +1,6 @@
 //! A worker under steady load for the observability tests: successes,
 //! retries, dead jobs, a rescued lease, a scheduled job per queue, a
-//! limited and rate-limited queue, a paused one and a session idle in transaction, with its
+//! limited queue, a rate-limited one, a paused one and a session idle in transaction, with its
 //! endpoint served; and waiting until
 //! its `/metrics` exports what the dashboard names.
 
@@ -28,6 +28,8 @@ pub struct Load {
     pub producer: tokio::task::JoinHandle<Vec<(i64, String)>>,
     pub producing: CancellationToken,
     pub rescued: i64,
+    /// The rate-limited queue's jobs (each runs exactly once).
+    pub metered: Vec<i64>,
     _idle: tokio_postgres::Client,
     _http: tokio::task::JoinHandle<()>,
     pub http_stop: CancellationToken,
@@ -106,18 +108,30 @@ impl Load {
             .await
             .unwrap();
         // Queue settings: `reports` runs at most 4 jobs at once (the
-        // limited claims) and starts at most 25 a second, below the ~30 a
-        // second of runs the producer asks for (a send and a flaky job
-        // every 100 ms, the flaky one twice), so its claims are throttled;
-        // `archive`, which has no jobs, is paused.
+        // limited claims); `metered` starts at most 20 jobs a second and
+        // gets 100 `send` jobs at once (then 10 a second from the
+        // producer), so its claims are throttled for about 5 s (each job
+        // must still run exactly once); `archive`,
+        // which has no jobs, is paused.
         client
             .batch_execute(
                 "SELECT pgwake.set_queue_max_running('reports', 4);
-                 SELECT pgwake.set_queue_rate('reports', 25, '1 second');
+                 SELECT pgwake.set_queue_rate('metered', 20, '1 second');
                  SELECT pgwake.pause_queue('archive');",
             )
             .await
             .unwrap();
+        let metered: Vec<i64> = client
+            .query(
+                "INSERT INTO pgwake.jobs (queue, task)
+                 SELECT 'metered', 'send' FROM generate_series(1, 100) RETURNING id",
+                &[],
+            )
+            .await
+            .unwrap()
+            .iter()
+            .map(|r| r.get(0))
+            .collect();
         // Another application keeps a transaction open.
         let idle = connect_as(db, "obs-report-tool").await;
         idle.batch_execute("BEGIN; SELECT txid_current();")
@@ -133,6 +147,7 @@ impl Load {
             producer,
             producing,
             rescued,
+            metered,
             _idle: idle,
             _http: http,
             http_stop,
@@ -162,6 +177,7 @@ impl Load {
             .filter(|(_, task)| task == "send")
             .map(|(id, _)| *id)
             .chain([self.rescued])
+            .chain(self.metered.iter().copied())
             .collect();
         let flaky: Vec<i64> = produced
             .iter()
@@ -180,7 +196,14 @@ impl Load {
             .iter()
             .filter(|id| counts.get(id) != Some(&2))
             .collect();
-        assert!(odd.is_empty(), "flaky jobs not run exactly twice: {odd:?}");
+        let odd_counts: Vec<_> = odd
+            .iter()
+            .map(|id| (**id, counts.get(*id).copied()))
+            .collect();
+        assert!(
+            odd.is_empty(),
+            "flaky jobs not run exactly twice (id, runs): {odd_counts:?}"
+        );
         let dead: i64 = db
             .client()
             .await
@@ -201,7 +224,8 @@ impl Load {
 }
 
 /// Enqueue, every 100 ms until `stop`, a `send` and a `flaky` job (at most
-/// 2 attempts) on every queue; returns what it enqueued.
+/// 2 attempts) on every queue of [`QUEUES`], and a `send` job on the
+/// rate-limited `metered`; returns what it enqueued.
 pub async fn produce(
     client: tokio_postgres::Client,
     stop: CancellationToken,
@@ -217,6 +241,7 @@ pub async fn produce(
             .query(
                 "INSERT INTO pgwake.jobs (queue, task, max_attempts)
                  SELECT q, t, 2 FROM unnest($1::text[]) q, unnest(ARRAY['send', 'flaky']) t
+                 UNION ALL SELECT 'metered', 'send', 2
                  RETURNING id, task",
                 &[&QUEUES.to_vec()],
             )
