@@ -198,35 +198,19 @@ impl Sampler {
             ::metrics::gauge!(metrics::QUEUE_PAUSED, "queue" => q.clone()).set(0.0);
         }
         self.seen_paused = paused;
-        // Limited queues: their limit (summed over the queues reported as
-        // `other`); a queue whose limit was removed since the last sample: 0,
-        // which no limit can be (max_running > 0).
-        let mut limits: std::collections::BTreeMap<String, i64> = Default::default();
-        for (q, n) in &s.max_running {
-            *limits.entry(metrics::queue_label(q)).or_insert(0) += i64::from(*n);
-        }
-        for (q, n) in &limits {
-            ::metrics::gauge!(metrics::QUEUE_MAX_RUNNING, "queue" => q.clone()).set(*n as f64);
-        }
-        let limited: HashSet<String> = limits.into_keys().collect();
-        for q in self.seen_limited.difference(&limited) {
-            ::metrics::gauge!(metrics::QUEUE_MAX_RUNNING, "queue" => q.clone()).set(0.0);
-        }
-        self.seen_limited = limited;
-        // Rate-limited queues: admissions per second (summed over `other`);
-        // 0 once removed, which no rate can be.
-        let mut rates: std::collections::BTreeMap<String, f64> = Default::default();
-        for (q, r) in &s.rate {
-            *rates.entry(metrics::queue_label(q)).or_insert(0.0) += r;
-        }
-        for (q, r) in &rates {
-            ::metrics::gauge!(metrics::QUEUE_RATE_LIMIT, "queue" => q.clone()).set(*r);
-        }
-        let rated: HashSet<String> = rates.into_keys().collect();
-        for q in self.seen_rated.difference(&rated) {
-            ::metrics::gauge!(metrics::QUEUE_RATE_LIMIT, "queue" => q.clone()).set(0.0);
-        }
-        self.seen_rated = rated;
+        // Limits per queue (summed over the queues reported as `other`); a
+        // queue whose limit was removed since the last sample: 0, which no
+        // limit can be (max_running > 0, a rate > 0).
+        self.seen_limited = publish_limit(
+            metrics::QUEUE_MAX_RUNNING,
+            s.max_running.iter().map(|(q, n)| (q, f64::from(*n))),
+            &self.seen_limited,
+        );
+        self.seen_rated = publish_limit(
+            metrics::QUEUE_RATE_LIMIT,
+            s.rate.iter().map(|(q, r)| (q, *r)),
+            &self.seen_rated,
+        );
         // application_name is whatever a client sets: capped like queues.
         let mut apps: std::collections::BTreeMap<String, i64> = Default::default();
         for (app, n) in &s.idle_in_transaction {
@@ -253,6 +237,28 @@ impl Sampler {
 /// Read one sample within [`TIME_LIMIT_DEFAULT`]; see [`sample_with`].
 pub async fn sample(pool: &deadpool_postgres::Pool, depth_cap: i64) -> Result<Sample> {
     sample_with(pool, depth_cap, Some(TIME_LIMIT_DEFAULT)).await
+}
+
+/// Publish one per-queue limit gauge: each queue label's value (summed
+/// over the queues reported as `other`), and 0 for the labels in `seen`
+/// that have none now. Returns the labels published.
+fn publish_limit<'a>(
+    metric: &'static str,
+    values: impl Iterator<Item = (&'a String, f64)>,
+    seen: &HashSet<String>,
+) -> HashSet<String> {
+    let mut by_label: std::collections::BTreeMap<String, f64> = Default::default();
+    for (q, v) in values {
+        *by_label.entry(metrics::queue_label(q)).or_insert(0.0) += v;
+    }
+    for (q, v) in &by_label {
+        ::metrics::gauge!(metric, "queue" => q.clone()).set(*v);
+    }
+    let now: HashSet<String> = by_label.into_keys().collect();
+    for q in seen.difference(&now) {
+        ::metrics::gauge!(metric, "queue" => q.clone()).set(0.0);
+    }
+    now
 }
 
 /// Read one sample: three pipelined queries in one read-only transaction on a
