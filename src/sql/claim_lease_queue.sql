@@ -23,7 +23,14 @@ WITH c AS (
           AND CASE WHEN ordering_key IS NULL THEN true
                    ELSE pgwake.ordering_free(ordering_key, priority, coalesce(ordering_at, run_at), id) END
         ORDER BY priority, run_at, id
-        LIMIT $1
+        -- `(SELECT $1::int8)`, not `$1`: a limit the planner cannot see makes
+        -- it plan for the first 10% of the matching rows. Told the limit, it
+        -- compares it with its estimate of those rows, which without column
+        -- statistics (a burst into a table analyzed empty) is a few dozen:
+        -- for any limit above that, reading the whole queue and sorting it
+        -- looks cheaper than the ordered index scan (35 ms against 0.5 ms per
+        -- claim of 100 at 50,000 jobs; 0.35x end to end, README -> Performance).
+        LIMIT (SELECT $1::int8)
         FOR UPDATE SKIP LOCKED))
     RETURNING *
 )
