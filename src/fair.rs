@@ -32,7 +32,9 @@ use crate::sql::{Db, LIMITED_QUEUES, READY_QUEUES};
 
 /// Where `spec` claims this round (reading the ready queues when stale).
 pub(crate) async fn targets(ctx: &ClaimContext, spec: &ClaimSpec) -> Result<Targets> {
-    let (ready, limited) = ctx.ready_queues.get(ctx).await?;
+    // Listed queues are tried by name: they need the limited queues only.
+    let wants_ready = matches!(spec.queues, crate::plan::Queues::AllExcept(_));
+    let (ready, limited) = ctx.ready_queues.get(ctx, wants_ready).await?;
     Ok(spec.targets(&ctx.cursor, &ready, &limited))
 }
 
@@ -57,19 +59,31 @@ struct State {
     limited: HashMap<String, bool>,
     /// Rounds since the last read; `None`: read at the next round.
     rounds: Option<u32>,
+    /// Whether any spec claims "every queue" and so needs the ready
+    /// queues: a worker with listed queues only reads just the limited ones
+    /// (a scan of the queue index they would not use).
+    wants_ready: bool,
 }
 
 impl ReadyQueues {
-    /// The queues with ready jobs (re-read when stale) and the limited
-    /// queues (`true`: rate-limited).
-    pub async fn get(&self, ctx: &ClaimContext) -> Result<(Vec<String>, HashMap<String, bool>)> {
-        {
+    /// The queues with ready jobs (re-read when stale; empty unless some
+    /// caller asked for them with `wants_ready`) and the limited queues
+    /// (`true`: rate-limited).
+    pub async fn get(
+        &self,
+        ctx: &ClaimContext,
+        wants_ready: bool,
+    ) -> Result<(Vec<String>, HashMap<String, bool>)> {
+        let read_ready = {
             let mut s = self.state.lock().expect("ready queues lock");
-            if let Some(r) = s.rounds.as_mut().filter(|r| **r < REFRESH_ROUNDS) {
+            let fresh = wants_ready <= s.wants_ready;
+            s.wants_ready |= wants_ready;
+            if let Some(r) = s.rounds.as_mut().filter(|r| fresh && **r < REFRESH_ROUNDS) {
                 *r += 1;
                 return Ok((s.queues.clone(), s.limited.clone()));
             }
-        }
+            s.wants_ready
+        };
         let mut conn = PooledConn::get(&ctx.pool, "claim: no connection to list queues").await?;
         let db = Db::pooled(&conn, ctx.config.prepared_statements);
         // Every ready queue (each spec keeps those it claims: plan.rs), so
@@ -77,7 +91,13 @@ impl ReadyQueues {
         let none: &[String] = &[];
         let params: [&(dyn tokio_postgres::types::ToSql + Sync); 2] = [&none, &LISTED_MAX];
         let (ready, limited) = tokio::join!(
-            db.query(&READY_QUEUES, &params),
+            async {
+                if read_ready {
+                    db.query(&READY_QUEUES, &params).await
+                } else {
+                    Ok(Vec::new())
+                }
+            },
             db.query(&LIMITED_QUEUES, &[])
         );
         let limited: HashMap<String, bool> = conn

@@ -73,9 +73,7 @@ async fn claims_walk_the_claim_index_after_a_burst_into_a_table_analyzed_empty()
         .await
         .unwrap();
     let stats: i64 = db
-        .scalar(
-            "SELECT count(*) FROM pg_stats WHERE schemaname = 'pgwake' AND tablename = 'jobs'",
-        )
+        .scalar("SELECT count(*) FROM pg_stats WHERE schemaname = 'pgwake' AND tablename = 'jobs'")
         .await;
     assert_eq!(stats, 0, "the table must have no column statistics");
     let mut bad = Vec::new();
