@@ -63,6 +63,20 @@ struct State {
     /// queues: a worker with listed queues only reads just the limited ones
     /// (a scan of the queue index they would not use).
     wants_ready: bool,
+    /// A read is under way: other claim tasks go on with the list they have
+    /// rather than read it too (a notification after idle wakes every task
+    /// at once, and each read on the burst's critical path). Safe with a
+    /// stale list: the claim statements check pause and limits themselves.
+    reading: bool,
+}
+
+/// Clears [`State::reading`] however the read ends.
+struct Reading<'a>(&'a Mutex<State>);
+
+impl Drop for Reading<'_> {
+    fn drop(&mut self) {
+        self.0.lock().expect("ready queues lock").reading = false;
+    }
 }
 
 impl ReadyQueues {
@@ -82,8 +96,13 @@ impl ReadyQueues {
                 *r += 1;
                 return Ok((s.queues.clone(), s.limited.clone()));
             }
+            if s.reading {
+                return Ok((s.queues.clone(), s.limited.clone()));
+            }
+            s.reading = true;
             s.wants_ready
         };
+        let _reading = Reading(&self.state);
         let mut conn = PooledConn::get(&ctx.pool, "claim: no connection to list queues").await?;
         let db = Db::pooled(&conn, ctx.config.prepared_statements);
         // Every ready queue (each spec keeps those it claims: plan.rs), so
