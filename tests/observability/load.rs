@@ -196,14 +196,34 @@ impl Load {
             .iter()
             .filter(|id| counts.get(id) != Some(&2))
             .collect();
-        let odd_counts: Vec<_> = odd
-            .iter()
-            .map(|id| (**id, counts.get(*id).copied()))
-            .collect();
-        assert!(
-            odd.is_empty(),
-            "flaky jobs not run exactly twice (id, runs): {odd_counts:?}"
-        );
+        if !odd.is_empty() {
+            // Each odd job's runs (the attempt each saw) and where it ended,
+            // to tell a lost outcome (runs 1, 1, 2) from a charge too many
+            // (one run, then dead) in a log.
+            let runs = self.ledger.runs();
+            let client = db.client().await;
+            let mut report = Vec::new();
+            for id in &odd {
+                let attempts: Vec<i32> =
+                    runs.iter().filter(|(j, _)| j == *id).map(|r| r.1).collect();
+                let ended: Vec<String> = client
+                    .query(
+                        "SELECT format('dead: attempts %s, %s', attempts, last_error) FROM pgwake.dead_jobs WHERE id = $1
+                         UNION ALL SELECT format('waiting: attempts %s', attempts) FROM pgwake.jobs WHERE id = $1
+                         UNION ALL SELECT format('charged %s', charged) FROM pgwake.tx_attempts WHERE job_id = $1",
+                        &[*id],
+                    )
+                    .await
+                    .unwrap()
+                    .iter()
+                    .map(|r| r.get(0))
+                    .collect();
+                report.push(format!(
+                    "job {id}: runs with attempts {attempts:?}; {ended:?}"
+                ));
+            }
+            panic!("flaky jobs not run exactly twice:\n{}", report.join("\n"));
+        }
         let dead: i64 = db
             .client()
             .await
