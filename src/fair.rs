@@ -90,7 +90,9 @@ impl ReadyQueues {
     ) -> Result<(Vec<String>, HashMap<String, bool>)> {
         let read_ready = {
             let mut s = self.state.lock().expect("ready queues lock");
-            let fresh = wants_ready <= s.wants_ready;
+            // A list read without the ready queues cannot serve a caller
+            // that wants them.
+            let fresh = !wants_ready || s.wants_ready;
             s.wants_ready |= wants_ready;
             if let Some(r) = s.rounds.as_mut().filter(|r| fresh && **r < REFRESH_ROUNDS) {
                 *r += 1;

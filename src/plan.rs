@@ -79,12 +79,10 @@ impl ClaimSpec {
                     .into_iter()
                     .filter(|q| !except.contains(q))
                     .collect();
-                // One plain queue ready: nothing to be fair between, and the
-                // all-queues statement takes it on jobs_claim_idx. Its
-                // `queue = $2` form can get a plan that reads and sorts the
-                // whole queue while the table's statistics are stale (a
-                // burst into a table analyzed nearly empty): 0.3-0.5x of
-                // the all-queues claim end to end, README → Performance.
+                // One plain queue ready: nothing to be fair between, so the
+                // all-queues statement alone takes it (one statement a round
+                // rather than `queue = $2` and then, once it is empty, the
+                // all-queues statement anyway).
                 let plain = mine
                     .iter()
                     .filter(|q| !limited.contains_key(q.as_str()))

@@ -19,20 +19,14 @@ WITH c AS (
           AND queue NOT IN (SELECT name FROM pgwake.queues
                             WHERE paused OR max_running IS NOT NULL OR rate_count IS NOT NULL)
           AND ($3::text[] IS NULL OR task = ANY($3::text[])) AND task <> ALL($4::text[])
-          -- CASE, not `ordering_key IS NULL OR …`: with no column statistics
-          -- (a table analyzed empty) the planner rates IS NULL at 0.5%, takes
-          -- the queue's rows for few and reads and sorts all of them instead of
-          -- the ordered index scan (0.3-0.5x end to end); CASE is rated 50%.
+          -- CASE, not `ordering_key IS NULL OR …`, which the planner rates at
+          -- 0.5% without statistics (ARCHITECTURE.md, "The claim predicate").
           AND CASE WHEN ordering_key IS NULL THEN true
                    ELSE pgwake.ordering_free(ordering_key, priority, coalesce(ordering_at, run_at), id) END
         ORDER BY priority, run_at, id
-        -- `(SELECT $1::int8)`, not `$1`: a limit the planner cannot see makes
-        -- it plan for the first 10% of the matching rows. Told the limit, it
-        -- compares it with its estimate of those rows, which without column
-        -- statistics (a burst into a table analyzed empty) is a few dozen:
-        -- for any limit above that, reading the whole queue and sorting it
-        -- looks cheaper than the ordered index scan (35 ms against 0.5 ms per
-        -- claim of 100 at 50,000 jobs; 0.35x end to end, README -> Performance).
+        -- `(SELECT $1::int8)`, not `$1`: hidden from the planner, which could
+        -- otherwise read and sort the whole queue after a burst into a table
+        -- analyzed empty (ARCHITECTURE.md, "The limit is hidden from the planner").
         LIMIT (SELECT $1::int8)
         FOR UPDATE SKIP LOCKED))
     RETURNING *

@@ -44,10 +44,8 @@ c AS (
         SELECT id FROM pgwake.jobs
         WHERE queue = $2::text AND run_at <= now()
           AND ($3::text[] IS NULL OR task = ANY($3::text[])) AND task <> ALL($4::text[])
-          -- CASE, not `ordering_key IS NULL OR …`: with no column statistics
-          -- (a table analyzed empty) the planner rates IS NULL at 0.5%, takes
-          -- the queue's rows for few and reads and sorts all of them instead of
-          -- the ordered index scan (0.3-0.5x end to end); CASE is rated 50%.
+          -- CASE, not `ordering_key IS NULL OR …`, which the planner rates at
+          -- 0.5% without statistics (ARCHITECTURE.md, "The claim predicate").
           AND CASE WHEN ordering_key IS NULL THEN true
                    ELSE pgwake.ordering_free(ordering_key, priority, coalesce(ordering_at, run_at), id) END
         ORDER BY priority, run_at, id
