@@ -84,6 +84,11 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "0010_rate.sql",
         sql: include_str!("../migrations/0010_rate.sql"),
     },
+    Migration {
+        version: 11,
+        name: "0011_slot_release.sql",
+        sql: include_str!("../migrations/0011_slot_release.sql"),
+    },
 ];
 
 /// Idempotent definitions re-applied by every migrate.

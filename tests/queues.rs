@@ -739,3 +739,144 @@ async fn a_tx_claim_of_a_limited_queue_holds_one_slot() {
     assert_eq!(free, 2, "the claim of one job holds more than one slot");
     claimer.batch_execute("ROLLBACK").await.unwrap();
 }
+
+/// Slots of held leases, by queue: `(queue, slot, lease_token)` of every
+/// slot that is not free.
+async fn held_slots(db: &TestDb) -> Vec<(String, i32, i64)> {
+    db.client()
+        .await
+        .query(
+            "SELECT queue, slot, lease_token FROM pgwake.queue_slots
+             WHERE lease_token IS NOT NULL ORDER BY queue, slot",
+            &[],
+        )
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| (r.get(0), r.get(1), r.get(2)))
+        .collect()
+}
+
+/// A lease row written the way a writer that predates `holds_slot` writes
+/// one (pgwake before migration 0011, or by hand); its token, now holding
+/// slot 1 of `queue`.
+async fn old_style_lease_holding_slot_1(c: &tokio_postgres::Client, id: i64, queue: &str) -> i64 {
+    let token: i64 = c
+        .query_one(
+            "INSERT INTO pgwake.leased_jobs (id, queue, task, payload, priority, run_at, attempts,
+                                             max_attempts, created_at, worker_id, lease_until)
+             VALUES ($1, $2, 'work', '{}', 0, now(), 1, 5, now(), 'old', now() + interval '1 hour')
+             RETURNING token",
+            &[&id, &queue],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    c.execute(
+        "UPDATE pgwake.queue_slots SET lease_token = $2 WHERE queue = $1 AND slot = 1",
+        &[&queue, &token],
+    )
+    .await
+    .unwrap();
+    token
+}
+
+/// The slot of a lease is freed by a row trigger that fires only for leases
+/// marked `holds_slot` (migration 0011): the claims of limited queues mark
+/// theirs, the plain claims do not (their completions skip the trigger),
+/// and every writer that does not know the column — a lease held across the
+/// upgrade, an older pgwake binary, a hand-written INSERT — gets the
+/// release by default. A slot must never stay held after its lease is gone.
+#[tokio::test]
+async fn every_lease_that_holds_a_slot_frees_it_across_the_upgrade_that_marks_them() {
+    let db = empty_db().await;
+    let mut c = db.client().await;
+    // The schema at version 10, with a lease of a limited queue holding its
+    // one slot, as a worker of that version left it.
+    c.batch_execute(
+        "CREATE SCHEMA pgwake;
+         CREATE TABLE pgwake.schema_migrations (version integer PRIMARY KEY, name text NOT NULL,
+                                                applied_at timestamptz NOT NULL DEFAULT now());
+         CREATE TABLE pgwake.schema_definitions (name text PRIMARY KEY, sql text NOT NULL,
+                                                 applied_at timestamptz NOT NULL DEFAULT now());",
+    )
+    .await
+    .unwrap();
+    for m in pgwake::schema::MIGRATIONS
+        .iter()
+        .filter(|m| m.version <= 10)
+    {
+        c.batch_execute(m.sql).await.unwrap();
+        c.execute(
+            "INSERT INTO pgwake.schema_migrations (version, name) VALUES ($1, $2)",
+            &[&m.version, &m.name],
+        )
+        .await
+        .unwrap();
+    }
+    c.batch_execute(
+        "INSERT INTO pgwake.queues (name, max_running) VALUES ('lim', 1), ('lim2', 1);
+         INSERT INTO pgwake.queue_slots (queue, slot) VALUES ('lim', 1), ('lim2', 1);",
+    )
+    .await
+    .unwrap();
+    let across = old_style_lease_holding_slot_1(&c, 1, "lim").await;
+    pgwake::schema::migrate(&mut c).await.unwrap();
+    assert_eq!(held_slots(&db).await, vec![("lim".into(), 1, across)]);
+
+    // An older binary's lease after the upgrade.
+    let old = old_style_lease_holding_slot_1(&c, 2, "lim2").await;
+    // A lease claim of a limited queue, and one of a queue without a limit.
+    c.batch_execute(
+        "SELECT pgwake.set_queue_max_running('lim3', 2);
+         INSERT INTO pgwake.jobs (id, queue, task) VALUES (3, 'lim3', 'work'), (4, 'free', 'work');",
+    )
+    .await
+    .unwrap();
+    let (none, empty) = (None::<Vec<String>>, Vec::<String>::new());
+    let db_ = pgwake::sql::Db::unnamed(&c);
+    let limited = db_
+        .query(
+            &pgwake::sql::CLAIM_LEASE_LIMITED,
+            &[&10i64, &"lim3", &none, &empty, &"w", &60.0f64, &None::<i64>],
+        )
+        .await
+        .unwrap();
+    let plain = db_
+        .query(
+            &pgwake::sql::CLAIM_LEASE_QUEUE,
+            &[&10i64, &"free", &none, &empty, &"w", &60.0f64],
+        )
+        .await
+        .unwrap();
+    assert_eq!((limited.len(), plain.len()), (1, 1));
+    let claimed: i64 = limited[0].get(12);
+    let marks: Vec<(i64, bool)> = c
+        .query(
+            "SELECT id, holds_slot FROM pgwake.leased_jobs ORDER BY id",
+            &[],
+        )
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| (r.get(0), r.get(1)))
+        .collect();
+    assert_eq!(
+        marks,
+        vec![(1, true), (2, true), (3, true), (4, false)],
+        "leases across the upgrade, of older writers and of limited claims hold slots; plain claims do not"
+    );
+    assert_eq!(
+        held_slots(&db).await,
+        vec![
+            ("lim".into(), 1, across),
+            ("lim2".into(), 1, old),
+            ("lim3".into(), 1, claimed)
+        ]
+    );
+    // Every way a lease ends deletes its row: each frees its slot.
+    c.batch_execute("DELETE FROM pgwake.leased_jobs")
+        .await
+        .unwrap();
+    assert_eq!(held_slots(&db).await, vec![], "a slot outlived its lease");
+}

@@ -34,10 +34,10 @@ WITH c AS (
 INSERT INTO pgwake.leased_jobs
     (id, queue, task, payload, priority, run_at, attempts, max_attempts, last_error,
      created_at, timeout, worker_id, leased_at, lease_until, ordering_key, unique_key,
-     ordering_at)
+     ordering_at, holds_slot)
 SELECT id, queue, task, payload, priority, run_at, attempts + 1, max_attempts, last_error,
        created_at, timeout, $5, now(), now() + make_interval(secs => $6), ordering_key,
-       unique_key, ordering_at
+       unique_key, ordering_at, false
 FROM c
 RETURNING id, queue, task, payload::text, priority, run_at, attempts, max_attempts, last_error,
           created_at, extract(epoch FROM timeout)::float8,

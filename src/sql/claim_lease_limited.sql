@@ -66,10 +66,10 @@ l AS (
     INSERT INTO pgwake.leased_jobs
         (id, queue, task, payload, priority, run_at, attempts, max_attempts, last_error,
          created_at, timeout, worker_id, leased_at, lease_until, ordering_key, unique_key,
-         ordering_at)
+         ordering_at, holds_slot)
     SELECT id, queue, task, payload, priority, run_at, attempts + 1, max_attempts, last_error,
            created_at, timeout, $5, now(), now() + make_interval(secs => $6), ordering_key,
-           unique_key, ordering_at
+           unique_key, ordering_at, true
     FROM c
     RETURNING *
 ),
