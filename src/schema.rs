@@ -86,8 +86,8 @@ pub const MIGRATIONS: &[Migration] = &[
     },
     Migration {
         version: 11,
-        name: "0011_slot_release.sql",
-        sql: include_str!("../migrations/0011_slot_release.sql"),
+        name: "0011_claim_costs.sql",
+        sql: include_str!("../migrations/0011_claim_costs.sql"),
     },
 ];
 

@@ -14,11 +14,9 @@ WITH c AS (
     WHERE id = ANY(ARRAY(
         SELECT id FROM pgwake.jobs
         WHERE queue = $2::text AND run_at <= now()
-          -- Paused or limited (migration 0009; a limited queue is claimed by
-          -- claim_*_limited.sql): one probe of pgwake.queues, once.
-          AND NOT EXISTS (SELECT FROM pgwake.queues q
-                          WHERE q.name = $2::text AND (q.paused OR q.max_running IS NOT NULL
-                                                         OR q.rate_count IS NOT NULL))
+          -- Paused or limited (a limited queue is claimed by
+          -- claim_*_limited.sql): a one-time filter (migration 0011).
+          AND pgwake.queue_claimable($2::text)
           AND ($3::text[] IS NULL OR task = ANY($3::text[])) AND task <> ALL($4::text[])
           -- CASE, not `ordering_key IS NULL OR …`, which the planner rates at
           -- 0.5% without statistics (ARCHITECTURE.md, "The claim predicate").
