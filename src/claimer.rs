@@ -17,6 +17,7 @@
 //! tries again, and the worker reports not-ready meanwhile.
 
 use std::panic::AssertUnwindSafe;
+use std::sync::atomic::{AtomicBool, Ordering::SeqCst};
 use std::sync::Arc;
 
 use futures::FutureExt;
@@ -28,15 +29,89 @@ use crate::handler::Delivery;
 use crate::txmode::BatchSizer;
 use crate::wake::Trigger;
 
+/// What a claim round did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Round {
+    /// Jobs claimed.
+    pub claimed: usize,
+    /// Another task was turned away from a lease claim while this round
+    /// held the turn ([`LeaseTurn`]): claim again for it, even if this round
+    /// found nothing (its wake-up may be for jobs this claim's snapshot did
+    /// not see).
+    pub again: bool,
+}
+
+/// One lease claim statement in flight per worker at a time.
+///
+/// Every lease claim takes the free slots there are; with one claim per
+/// task, `concurrency` tasks each held the one slot it claimed with, so no
+/// slot was ever free and every statement took one job (a no-op handler at
+/// concurrency 8 sent a claim per job). With one claim at a time, the
+/// claim takes every slot freed while the previous one was in flight. A
+/// task that finds the turn taken goes back to idle and leaves a request
+/// (`again`) that the holder serves with one more claim after its own: no
+/// wake-up is lost, and the requests of any number of tasks cost one
+/// statement.
+#[derive(Debug, Default)]
+pub(crate) struct LeaseTurn {
+    busy: AtomicBool,
+    again: AtomicBool,
+}
+
+/// The held turn; dropping it frees the turn (also on an error or a panic
+/// of the claim).
+pub(crate) struct Turn<'a>(&'a LeaseTurn);
+
+impl Drop for Turn<'_> {
+    fn drop(&mut self) {
+        self.0.busy.store(false, SeqCst);
+    }
+}
+
+impl LeaseTurn {
+    /// The turn, or `None` when another task holds it; then the holder
+    /// claims again when it ends its turn.
+    pub fn take(&self) -> Option<Turn<'_>> {
+        if self.try_take() {
+            return Some(Turn(self));
+        }
+        self.again.store(true, SeqCst);
+        // The holder may have ended its turn, and read `again`, before the
+        // store: take the turn ourselves then. Otherwise it ends it after
+        // the store and will see the request.
+        self.try_take().then_some(Turn(self))
+    }
+
+    fn try_take(&self) -> bool {
+        let taken = self
+            .busy
+            .compare_exchange(false, true, SeqCst, SeqCst)
+            .is_ok();
+        if taken {
+            // The claim about to be sent sees every job committed before the
+            // requests made so far.
+            self.again.store(false, SeqCst);
+        }
+        taken
+    }
+
+    /// End the turn; whether a task was turned away meanwhile.
+    pub fn end(&self, turn: Turn<'_>) -> bool {
+        drop(turn);
+        self.again.swap(false, SeqCst)
+    }
+}
+
 /// One claim round holding `permit`: each spec of the plan in turn, until
-/// one finds jobs. Returns how many were claimed.
+/// one finds jobs.
 pub(crate) async fn claim_round(
     ctx: &Arc<ClaimContext>,
     trigger: Trigger,
     permit: OwnedSemaphorePermit,
     sizer: &mut BatchSizer,
-) -> Result<usize> {
+) -> Result<Round> {
     let mut permits = vec![permit];
+    let (mut turned_away, mut again) = (false, false);
     for spec in crate::plan::rotated(&ctx.plan, &ctx.cursor) {
         let claimed = match spec.mode {
             Delivery::Tx => {
@@ -45,6 +120,12 @@ pub(crate) async fn claim_round(
                 crate::txmode::claim_and_run(ctx, spec, sizer.size(), sizer, trigger).await?
             }
             Delivery::Lease => {
+                let Some(turn) = ctx.lease_turn.take() else {
+                    // Another task's lease claim is in flight; it claims
+                    // again for us when it is done.
+                    turned_away = true;
+                    continue;
+                };
                 // Claim as many jobs as there are free slots, one statement.
                 while permits.len() < ctx.config.batch {
                     match ctx.slots.clone().try_acquire_owned() {
@@ -52,10 +133,18 @@ pub(crate) async fn claim_round(
                         Err(_) => break,
                     }
                 }
-                let (claimed, sent) =
-                    crate::leasemode::claim(ctx, spec, permits.len(), trigger).await?;
+                let draining = (trigger == Trigger::Drain).then(|| ctx.wait_state.draining_claim());
+                let r = crate::leasemode::claim(ctx, spec, permits.len(), trigger).await;
+                again |= ctx.lease_turn.end(turn);
+                drop(draining);
+                let (claimed, sent) = r?;
                 let n = claimed.len();
-                if n == permits.len() {
+                // A full claim: there is more. This task claims it next
+                // round; another woken task could only wait for the turn,
+                // holding a slot this task's next claim would have taken
+                // (slots go to waiting tasks first: every claim took one
+                // job). A plan with tx specs wakes one for those.
+                if n == permits.len() && ctx.plan.iter().any(|s| s.mode == Delivery::Tx) {
                     ctx.wake.wake_one(Trigger::Drain);
                 }
                 for c in claimed {
@@ -63,14 +152,19 @@ pub(crate) async fn claim_round(
                     crate::leasemode::spawn_run(ctx.clone(), c, sent, permit);
                 }
                 if permits.is_empty() {
-                    return Ok(n);
+                    return Ok(Round { claimed: n, again });
                 }
                 n
             }
         };
         if claimed > 0 {
-            return Ok(claimed);
+            return Ok(Round { claimed, again });
         }
+    }
+    if turned_away || again {
+        // The holder of the turn (or this task, again) claims once more: no
+        // reason to read the ready queues again.
+        return Ok(Round { claimed: 0, again });
     }
     // Nothing anywhere after an event (a notification, a poll, a
     // reconnect): the next round re-reads which queues are ready. Not after
@@ -80,7 +174,10 @@ pub(crate) async fn claim_round(
     if trigger != Trigger::Drain {
         ctx.ready_queues.invalidate();
     }
-    Ok(0)
+    Ok(Round {
+        claimed: 0,
+        again: false,
+    })
 }
 
 /// One claim task: wait, claim, run, drain; until `stop`.
@@ -113,12 +210,14 @@ pub(crate) async fn run_task(ctx: Arc<ClaimContext>) {
                     Err(crate::Error::Panicked("a claim round"))
                 });
             match round {
-                Ok(claimed) => {
+                Ok(round) => {
                     ctx.health.set_db(true);
-                    if claimed == 0 {
+                    if round.claimed == 0 && !round.again {
                         break;
                     }
-                    ctx.wait_state.hit();
+                    if round.claimed > 0 {
+                        ctx.wait_state.hit();
+                    }
                     backoff = ctx.config.reconnect_backoff();
                     trigger = Trigger::Drain;
                 }
@@ -135,6 +234,69 @@ pub(crate) async fn run_task(ctx: Arc<ClaimContext>) {
                     trigger = Trigger::Poll;
                 }
             }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::LeaseTurn;
+
+    #[test]
+    fn a_task_turned_away_leaves_a_request_the_holder_sees_when_it_ends() {
+        let t = LeaseTurn::default();
+        let held = t.take().expect("a free turn is taken");
+        assert!(t.take().is_none(), "one claim in flight at a time");
+        assert!(t.end(held), "the holder is told to claim again");
+        let again = t.take().expect("the turn is free once ended");
+        assert!(!t.end(again), "a request is served once");
+    }
+
+    #[test]
+    fn a_turn_is_freed_when_its_claim_fails_or_panics() {
+        let t = LeaseTurn::default();
+        let held = t.take().unwrap();
+        drop(held);
+        assert!(t.take().is_some(), "a dropped turn is free");
+    }
+
+    #[test]
+    fn a_request_racing_the_end_of_the_turn_is_never_lost() {
+        // Many tasks take, request and end turns at once: every request is
+        // either seen by the holder that ended after it, or made by a task
+        // that then took the turn itself (its own claim serves it).
+        use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
+        use std::sync::Arc;
+        let t = Arc::new(LeaseTurn::default());
+        let served = Arc::new(AtomicUsize::new(0));
+        let turned_away = Arc::new(AtomicUsize::new(0));
+        std::thread::scope(|s| {
+            for _ in 0..4 {
+                let (t, served, turned_away) = (t.clone(), served.clone(), turned_away.clone());
+                s.spawn(move || {
+                    for _ in 0..20_000 {
+                        match t.take() {
+                            Some(turn) => {
+                                if t.end(turn) {
+                                    served.fetch_add(1, SeqCst);
+                                }
+                            }
+                            None => {
+                                turned_away.fetch_add(1, SeqCst);
+                            }
+                        }
+                    }
+                });
+            }
+        });
+        // After the last turn ended no request is pending: each one was
+        // handed to a holder (or superseded by a turn that started later).
+        assert!(!t.again.load(SeqCst), "a request left unserved");
+        if turned_away.load(SeqCst) > 0 {
+            assert!(
+                served.load(SeqCst) > 0,
+                "requests were never handed to a holder"
+            );
         }
     }
 }

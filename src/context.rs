@@ -94,6 +94,8 @@ pub(crate) struct ClaimContext {
     pub cursor: AtomicUsize,
     /// The queues with ready jobs, for fair all-queues claims (`fair.rs`).
     pub ready_queues: crate::fair::ReadyQueues,
+    /// One lease claim in flight at a time (`claimer.rs`).
+    pub lease_turn: crate::claimer::LeaseTurn,
     /// Idle/draining state for the waiting registration.
     pub wait_state: Arc<crate::waiting::WaitState>,
     /// One permit per job that may run at once (`concurrency`).

@@ -60,6 +60,8 @@ pub const RENEW_EVERY: Duration = Duration::from_secs(10);
 pub struct WaitState {
     started: Instant,
     idle: AtomicUsize,
+    /// Claims in flight that continue a drain ([`WaitState::draining_claim`]).
+    claiming: AtomicUsize,
     /// Milliseconds since `started` of the last claim that found jobs.
     last_hit_ms: AtomicU64,
     changed: Notify,
@@ -70,6 +72,7 @@ impl Default for WaitState {
         WaitState {
             started: Instant::now(),
             idle: AtomicUsize::new(0),
+            claiming: AtomicUsize::new(0),
             last_hit_ms: AtomicU64::new(0),
             changed: Notify::new(),
         }
@@ -97,8 +100,21 @@ impl WaitState {
         }
     }
 
+    /// A claim that continues a drain (the one before found jobs) is in
+    /// flight: the worker counts as draining until it ends. One lease claim
+    /// is in flight at a time (claimer.rs, `LeaseTurn`), and on a loaded
+    /// server one can take longer than [`LINGER`]: between its hits the
+    /// worker registered, re-checked with a wake-up and unregistered again.
+    pub fn draining_claim(&self) -> DrainingClaim<'_> {
+        self.claiming.fetch_add(1, Ordering::SeqCst);
+        DrainingClaim(self)
+    }
+
     /// Time left until the worker no longer counts as draining.
     fn draining_for(&self) -> Option<Duration> {
+        if self.claiming.load(Ordering::SeqCst) > 0 {
+            return Some(LINGER);
+        }
         let last = self.last_hit_ms.load(Ordering::SeqCst);
         if last == 0 {
             return None;
@@ -107,6 +123,16 @@ impl WaitState {
         until
             .checked_sub(self.started.elapsed())
             .filter(|d| !d.is_zero())
+    }
+}
+
+/// Ends a [`WaitState::draining_claim`] when dropped; the claim's hit, if
+/// any, counts from then.
+pub struct DrainingClaim<'a>(&'a WaitState);
+
+impl Drop for DrainingClaim<'_> {
+    fn drop(&mut self) {
+        self.0.claiming.fetch_sub(1, Ordering::SeqCst);
     }
 }
 

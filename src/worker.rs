@@ -374,6 +374,7 @@ impl Worker {
             wait_state: self.wait_state.clone(),
             cursor: Default::default(),
             ready_queues: Default::default(),
+            lease_turn: Default::default(),
             slots: Arc::new(Semaphore::new(self.config.concurrency)),
             leases: Default::default(),
             completer,
@@ -414,7 +415,9 @@ impl Worker {
         // One full batch, as configured (the service sizes batches by time).
         let mut sizer = crate::txmode::BatchSizer::at(self.config.batch);
         let claimed =
-            crate::claimer::claim_round(&ctx, crate::wake::Trigger::Poll, permit, &mut sizer).await;
+            crate::claimer::claim_round(&ctx, crate::wake::Trigger::Poll, permit, &mut sizer)
+                .await
+                .map(|r| r.claimed);
         ctx.jobs.close();
         ctx.jobs.wait().await;
         done.cancel();
