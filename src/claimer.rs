@@ -17,7 +17,7 @@
 //! tries again, and the worker reports not-ready meanwhile.
 
 use std::panic::AssertUnwindSafe;
-use std::sync::atomic::{AtomicBool, Ordering::SeqCst};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::SeqCst};
 use std::sync::Arc;
 
 use futures::FutureExt;
@@ -41,51 +41,77 @@ pub(crate) struct Round {
     pub again: bool,
 }
 
-/// One lease claim statement in flight per worker at a time.
+/// As many lease claim statements in flight per worker as it takes to fill
+/// every slot: `concurrency / batch`, rounded up (one at the default batch
+/// of 10 and concurrency 8).
 ///
-/// Every lease claim takes the free slots there are; with one claim per
-/// task, `concurrency` tasks each held the one slot it claimed with, so no
-/// slot was ever free and every statement took one job (a no-op handler at
-/// concurrency 8 sent a claim per job). With one claim at a time, the
-/// claim takes every slot freed while the previous one was in flight. A
-/// task that finds the turn taken goes back to idle and leaves a request
-/// (`again`) that the holder serves with one more claim after its own: no
-/// wake-up is lost, and the requests of any number of tasks cost one
-/// statement.
-#[derive(Debug, Default)]
+/// Every lease claim takes the free slots there are, up to `batch`; with
+/// one claim per task, `concurrency` tasks each held the one slot it
+/// claimed with, so no slot was ever free and every statement took one job
+/// (a no-op handler at concurrency 8 sent a claim per job). With fewer
+/// claims in flight, each takes every slot freed while the one before was
+/// in flight. More turns than that would only take slots from each other;
+/// fewer would leave slots idle (at `--batch 1` one turn ran one claim of
+/// one job at a time: 0.31× of the lease burn-down). A task that finds
+/// every turn taken goes back to idle and leaves a request (`again`) that a
+/// holder serves with one more claim after its own: no wake-up is lost,
+/// and the requests of any number of tasks cost one statement.
+#[derive(Debug)]
 pub(crate) struct LeaseTurn {
-    busy: AtomicBool,
+    turns: usize,
+    busy: AtomicUsize,
     again: AtomicBool,
 }
 
-/// The held turn; dropping it frees the turn (also on an error or a panic
-/// of the claim).
+/// A held turn; dropping it frees the turn (also on an error or a panic of
+/// the claim).
 pub(crate) struct Turn<'a>(&'a LeaseTurn);
 
 impl Drop for Turn<'_> {
     fn drop(&mut self) {
-        self.0.busy.store(false, SeqCst);
+        self.0.busy.fetch_sub(1, SeqCst);
     }
 }
 
 impl LeaseTurn {
-    /// The turn, or `None` when another task holds it; then the holder
-    /// claims again when it ends its turn.
+    /// `turns` lease claims in flight at most (at least one).
+    pub fn new(turns: usize) -> LeaseTurn {
+        LeaseTurn {
+            turns: turns.max(1),
+            busy: AtomicUsize::new(0),
+            again: AtomicBool::new(false),
+        }
+    }
+
+    /// The turns for a worker of `concurrency` slots claiming up to `batch`
+    /// jobs per statement.
+    pub fn for_worker(concurrency: usize, batch: usize) -> LeaseTurn {
+        LeaseTurn::new(concurrency.div_ceil(batch.max(1)))
+    }
+
+    /// How many claims may be in flight at once.
+    pub fn turns(&self) -> usize {
+        self.turns
+    }
+
+    /// A turn, or `None` when every turn is taken; then a holder claims
+    /// again when it ends its turn.
     pub fn take(&self) -> Option<Turn<'_>> {
         if self.try_take() {
             return Some(Turn(self));
         }
         self.again.store(true, SeqCst);
-        // The holder may have ended its turn, and read `again`, before the
-        // store: take the turn ourselves then. Otherwise it ends it after
-        // the store and will see the request.
-        self.try_take().then_some(Turn(self))
+        // A holder may have ended its turn, and read `again`, before the
+        // store: take the turn ourselves then. Otherwise every turn is
+        // still held after the store, and the first to end sees the
+        // request.
+        self.try_take().then(|| Turn(self))
     }
 
     fn try_take(&self) -> bool {
         let taken = self
             .busy
-            .compare_exchange(false, true, SeqCst, SeqCst)
+            .fetch_update(SeqCst, SeqCst, |b| (b < self.turns).then_some(b + 1))
             .is_ok();
         if taken {
             // The claim about to be sent sees every job committed before the
@@ -140,11 +166,15 @@ pub(crate) async fn claim_round(
                 let (claimed, sent) = r?;
                 let n = claimed.len();
                 // A full claim: there is more. This task claims it next
-                // round; another woken task could only wait for the turn,
-                // holding a slot this task's next claim would have taken
-                // (slots go to waiting tasks first: every claim took one
-                // job). A plan with tx specs wakes one for those.
-                if n == permits.len() && ctx.plan.iter().any(|s| s.mode == Delivery::Tx) {
+                // round. With one turn, another woken task could only wait
+                // for it, holding a slot this task's next claim would have
+                // taken (slots go to waiting tasks first: every claim took
+                // one job). With more turns, or tx specs in the plan, wake
+                // one to claim alongside.
+                if n == permits.len()
+                    && (ctx.lease_turn.turns() > 1
+                        || ctx.plan.iter().any(|s| s.mode == Delivery::Tx))
+                {
                     ctx.wake.wake_one(Trigger::Drain);
                 }
                 for c in claimed {
@@ -244,17 +274,34 @@ mod tests {
 
     #[test]
     fn a_task_turned_away_leaves_a_request_the_holder_sees_when_it_ends() {
-        let t = LeaseTurn::default();
+        let t = LeaseTurn::new(1);
         let held = t.take().expect("a free turn is taken");
         assert!(t.take().is_none(), "one claim in flight at a time");
+        assert!(
+            t.take().is_none(),
+            "a task turned away does not free the holder's turn"
+        );
         assert!(t.end(held), "the holder is told to claim again");
         let again = t.take().expect("the turn is free once ended");
         assert!(!t.end(again), "a request is served once");
     }
 
     #[test]
+    fn turns_fill_every_slot_and_no_more() {
+        assert_eq!(LeaseTurn::for_worker(8, 10).turns(), 1);
+        assert_eq!(LeaseTurn::for_worker(8, 1).turns(), 8);
+        assert_eq!(LeaseTurn::for_worker(100, 10).turns(), 10);
+        assert_eq!(LeaseTurn::for_worker(8, 3).turns(), 3);
+        let t = LeaseTurn::new(2);
+        let (a, b) = (t.take().unwrap(), t.take().unwrap());
+        assert!(t.take().is_none(), "at most two claims in flight");
+        assert!(t.end(a), "the first holder to end serves the request");
+        assert!(!t.end(b));
+    }
+
+    #[test]
     fn a_turn_is_freed_when_its_claim_fails_or_panics() {
-        let t = LeaseTurn::default();
+        let t = LeaseTurn::new(1);
         let held = t.take().unwrap();
         drop(held);
         assert!(t.take().is_some(), "a dropped turn is free");
@@ -267,7 +314,7 @@ mod tests {
         // that then took the turn itself (its own claim serves it).
         use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
         use std::sync::Arc;
-        let t = Arc::new(LeaseTurn::default());
+        let t = Arc::new(LeaseTurn::new(2));
         let served = Arc::new(AtomicUsize::new(0));
         let turned_away = Arc::new(AtomicUsize::new(0));
         std::thread::scope(|s| {

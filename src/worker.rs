@@ -374,7 +374,10 @@ impl Worker {
             wait_state: self.wait_state.clone(),
             cursor: Default::default(),
             ready_queues: Default::default(),
-            lease_turn: Default::default(),
+            lease_turn: crate::claimer::LeaseTurn::for_worker(
+                self.config.concurrency,
+                self.config.batch,
+            ),
             slots: Arc::new(Semaphore::new(self.config.concurrency)),
             leases: Default::default(),
             completer,
