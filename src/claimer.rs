@@ -147,8 +147,8 @@ pub(crate) async fn claim_round(
             }
             Delivery::Lease => {
                 let Some(turn) = ctx.lease_turn.take() else {
-                    // Another task's lease claim is in flight; it claims
-                    // again for us when it is done.
+                    // Every turn is taken by another task's lease claim;
+                    // the first to end claims again for us.
                     turned_away = true;
                     continue;
                 };
@@ -192,7 +192,7 @@ pub(crate) async fn claim_round(
         }
     }
     if turned_away || again {
-        // The holder of the turn (or this task, again) claims once more: no
+        // A holder of a turn (this task, when `again`) claims once more: no
         // reason to read the ready queues again.
         return Ok(Round { claimed: 0, again });
     }
