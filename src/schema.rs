@@ -89,6 +89,11 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "0011_claim_costs.sql",
         sql: include_str!("../migrations/0011_claim_costs.sql"),
     },
+    Migration {
+        version: 12,
+        name: "0012_claim_functions.sql",
+        sql: include_str!("../migrations/0012_claim_functions.sql"),
+    },
 ];
 
 /// Idempotent definitions re-applied by every migrate.

@@ -3,42 +3,10 @@
 --
 -- Runs inside the claim transaction: the rows stay deleted-but-uncommitted
 -- (locked) while their handlers run and come back by themselves if the
--- worker dies. `= ANY(ARRAY(...))` evaluates the locking subquery once.
--- Returns the claim columns (context.rs), the claim transaction's xid (for
--- the batch marker) and its server process (to cancel a timed-out
--- handler's statement). Which claimed jobs are suspects is asked by the next
--- statement (suspects.sql), whose snapshot is taken after these rows are
--- locked.
-WITH c AS (
-    DELETE FROM pgwake.jobs
-    WHERE id = ANY(ARRAY(
-        SELECT id FROM pgwake.jobs
-        WHERE run_at <= now() AND queue <> ALL($2::text[])
-          -- Paused and limited queues (migration 0009; limited ones are
-          -- claimed by claim_*_limited.sql): one scan of pgwake.queues into
-          -- a hash, once. Not `<> ALL(ARRAY(…))`: the planner cannot size
-          -- that array, estimates one matching job, and sorts the whole
-          -- table instead of reading jobs_claim_idx in order (10× slower at
-          -- 100,000 jobs). `name` is the primary key: never NULL.
-          AND queue NOT IN (SELECT name FROM pgwake.queues
-                            WHERE paused OR max_running IS NOT NULL OR rate_count IS NOT NULL)
-          AND ($3::text[] IS NULL OR task = ANY($3::text[])) AND task <> ALL($4::text[])
-          -- CASE, not `ordering_key IS NULL OR …`, which the planner rates at
-          -- 0.5% without statistics (ARCHITECTURE.md, "The claim predicate").
-          AND CASE WHEN ordering_key IS NULL THEN true
-                   ELSE pgwake.ordering_free(ordering_key, priority, coalesce(ordering_at, run_at), id) END
-        ORDER BY priority, run_at, id
-        -- `(SELECT $1::int8)`, not `$1`: hidden from the planner, which could
-        -- otherwise read and sort the whole queue after a burst into a table
-        -- analyzed empty (ARCHITECTURE.md, "The limit is hidden from the planner").
-        LIMIT (SELECT $1::int8)
-        FOR UPDATE SKIP LOCKED))
-    RETURNING *
-)
-SELECT id, queue, task, payload::text, priority, run_at, attempts, max_attempts, last_error,
-       created_at, extract(epoch FROM timeout)::float8,
-       extract(epoch FROM clock_timestamp() - greatest(created_at, run_at))::float8,
-       pg_current_xact_id()::text,
-       pg_backend_pid(),
-       ordering_key, unique_key, coalesce(ordering_at, run_at)
-FROM c
+-- worker dies. The query is the function's (migration 0012), planned once
+-- per session. Returns the claim columns (context.rs), the claim
+-- transaction's xid (for the batch marker) and its server process (to
+-- cancel a timed-out handler's statement). Which claimed jobs are suspects
+-- is asked by the next statement (suspects.sql), whose snapshot is taken
+-- after these rows are locked.
+SELECT * FROM pgwake.claim_tx_all($1::int8, $2::text[], $3::text[], $4::text[])
