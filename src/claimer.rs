@@ -59,6 +59,9 @@ pub(crate) struct Round {
 #[derive(Debug)]
 pub(crate) struct LeaseTurn {
     turns: usize,
+    /// Whether a full lease claim wakes another task (derived once, see
+    /// [`LeaseTurn::full_claim_wakes_another`]).
+    wake_on_full: bool,
     busy: AtomicUsize,
     again: AtomicBool,
 }
@@ -76,22 +79,36 @@ impl Drop for Turn<'_> {
 impl LeaseTurn {
     /// `turns` lease claims in flight at most (at least one).
     pub fn new(turns: usize) -> LeaseTurn {
+        let turns = turns.max(1);
         LeaseTurn {
-            turns: turns.max(1),
+            turns,
+            wake_on_full: turns > 1,
             busy: AtomicUsize::new(0),
             again: AtomicBool::new(false),
         }
     }
 
     /// The turns for a worker of `concurrency` slots claiming up to `batch`
-    /// jobs per statement.
-    pub fn for_worker(concurrency: usize, batch: usize) -> LeaseTurn {
-        LeaseTurn::new(concurrency.div_ceil(batch.max(1)))
+    /// jobs per statement; `tx_specs`: its plan also claims in tx mode.
+    pub fn for_worker(concurrency: usize, batch: usize, tx_specs: bool) -> LeaseTurn {
+        let mut t = LeaseTurn::new(concurrency.div_ceil(batch.max(1)));
+        t.wake_on_full |= tx_specs;
+        t
     }
 
     /// How many claims may be in flight at once.
+    #[cfg(test)]
     pub fn turns(&self) -> usize {
         self.turns
+    }
+
+    /// Whether a full lease claim wakes one more task to claim alongside.
+    /// With one turn, another woken task could only wait for it, holding a
+    /// slot the holder's next claim would have taken (slots go to waiting
+    /// tasks first: every claim took one job). With more turns, or tx specs
+    /// in the plan, the woken task has a claim of its own to make.
+    pub fn full_claim_wakes_another(&self) -> bool {
+        self.wake_on_full
     }
 
     /// A turn, or `None` when every turn is taken; then a holder claims
@@ -166,15 +183,8 @@ pub(crate) async fn claim_round(
                 let (claimed, sent) = r?;
                 let n = claimed.len();
                 // A full claim: there is more. This task claims it next
-                // round. With one turn, another woken task could only wait
-                // for it, holding a slot this task's next claim would have
-                // taken (slots go to waiting tasks first: every claim took
-                // one job). With more turns, or tx specs in the plan, wake
-                // one to claim alongside.
-                if n == permits.len()
-                    && (ctx.lease_turn.turns() > 1
-                        || ctx.plan.iter().any(|s| s.mode == Delivery::Tx))
-                {
+                // round, and another alongside when that helps.
+                if n == permits.len() && ctx.lease_turn.full_claim_wakes_another() {
                     ctx.wake.wake_one(Trigger::Drain);
                 }
                 for c in claimed {
@@ -288,10 +298,10 @@ mod tests {
 
     #[test]
     fn turns_fill_every_slot_and_no_more() {
-        assert_eq!(LeaseTurn::for_worker(8, 10).turns(), 1);
-        assert_eq!(LeaseTurn::for_worker(8, 1).turns(), 8);
-        assert_eq!(LeaseTurn::for_worker(100, 10).turns(), 10);
-        assert_eq!(LeaseTurn::for_worker(8, 3).turns(), 3);
+        assert_eq!(LeaseTurn::for_worker(8, 10, false).turns(), 1);
+        assert_eq!(LeaseTurn::for_worker(8, 1, false).turns(), 8);
+        assert_eq!(LeaseTurn::for_worker(100, 10, false).turns(), 10);
+        assert_eq!(LeaseTurn::for_worker(8, 3, false).turns(), 3);
         let t = LeaseTurn::new(2);
         let (a, b) = (t.take().unwrap(), t.take().unwrap());
         assert!(t.take().is_none(), "at most two claims in flight");

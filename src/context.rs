@@ -94,7 +94,7 @@ pub(crate) struct ClaimContext {
     pub cursor: AtomicUsize,
     /// The queues with ready jobs, for fair all-queues claims (`fair.rs`).
     pub ready_queues: crate::fair::ReadyQueues,
-    /// One lease claim in flight at a time (`claimer.rs`).
+    /// At most `concurrency / batch` lease claims in flight (`claimer.rs`).
     pub lease_turn: crate::claimer::LeaseTurn,
     /// Idle/draining state for the waiting registration.
     pub wait_state: Arc<crate::waiting::WaitState>,

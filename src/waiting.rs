@@ -101,10 +101,11 @@ impl WaitState {
     }
 
     /// A claim that continues a drain (the one before found jobs) is in
-    /// flight: the worker counts as draining until it ends. One lease claim
-    /// is in flight at a time (claimer.rs, `LeaseTurn`), and on a loaded
-    /// server one can take longer than [`LINGER`]: between its hits the
-    /// worker registered, re-checked with a wake-up and unregistered again.
+    /// flight: the worker counts as draining until it ends. Few lease
+    /// claims are in flight at a time (claimer.rs, `LeaseTurn`; one with
+    /// the defaults), and on a loaded server one can take longer than
+    /// [`LINGER`]: between its hits the worker registered, re-checked with a
+    /// wake-up and unregistered again.
     pub fn draining_claim(&self) -> DrainingClaim<'_> {
         self.claiming.fetch_add(1, Ordering::SeqCst);
         DrainingClaim(self)

@@ -357,13 +357,13 @@ impl Worker {
         abort: CancellationToken,
         completer: crate::leases::CompleterHandle,
     ) -> ClaimContext {
+        let plan = crate::plan::build(&self.config, &self.registry);
         ClaimContext {
             begin_sql: crate::txmode::begin_sql(&self.config),
             config: self.config.clone(),
             pool: self.pool.clone(),
             ledger_pool: self.ledger_pool.clone(),
             registry: self.registry.clone(),
-            plan: crate::plan::build(&self.config, &self.registry),
             wake,
             schedule,
             health: self.health.clone(),
@@ -377,7 +377,9 @@ impl Worker {
             lease_turn: crate::claimer::LeaseTurn::for_worker(
                 self.config.concurrency,
                 self.config.batch,
+                plan.iter().any(|s| s.mode == crate::handler::Delivery::Tx),
             ),
+            plan,
             slots: Arc::new(Semaphore::new(self.config.concurrency)),
             leases: Default::default(),
             completer,
