@@ -94,6 +94,11 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "0012_claim_functions.sql",
         sql: include_str!("../migrations/0012_claim_functions.sql"),
     },
+    Migration {
+        version: 13,
+        name: "0013_ready_queues_function.sql",
+        sql: include_str!("../migrations/0013_ready_queues_function.sql"),
+    },
 ];
 
 /// Idempotent definitions re-applied by every migrate.

@@ -19,7 +19,9 @@ mod common;
 
 use common::*;
 use futures::StreamExt;
-use pgwake::sql::{Sql, CLAIM_LEASE_ALL, CLAIM_LEASE_QUEUE, CLAIM_TX_ALL, CLAIM_TX_QUEUE};
+use pgwake::sql::{
+    Sql, CLAIM_LEASE_ALL, CLAIM_LEASE_QUEUE, CLAIM_TX_ALL, CLAIM_TX_QUEUE, READY_QUEUES,
+};
 use serde_json::Value;
 use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver};
 use tokio_postgres::{AsyncMessage, Client, NoTls};
@@ -153,6 +155,26 @@ async fn bad_plans(client: &Client, notices: &mut UnboundedReceiver<String>) -> 
             }
         }
     }
+    // The fair claims' read of the ready queues (migration 0013): every read
+    // of the jobs walks jobs_queue_claim_idx (the loose scan of the distinct
+    // queues and each queue's first ready row), never jobs_claim_idx or
+    // jobs_run_at_idx, which read every other queue's jobs too.
+    for args in ["'{}', 100", "'{busy}', 1"] {
+        let nodes = plans_of(client, notices, &READY_QUEUES, args).await;
+        let scans: Vec<&String> = nodes
+            .iter()
+            .filter(|n| n.contains(" jobs") && n.contains("Scan"))
+            .collect();
+        let good = !scans.is_empty()
+            && scans.iter().all(|n| {
+                *n == "Index Scan jobs jobs_queue_claim_idx"
+                    || *n == "Index Only Scan jobs jobs_queue_claim_idx"
+            });
+        let extra = nodes.iter().any(|n| n.starts_with("Sort") || n == "JIT");
+        if !good || extra {
+            bad.push(format!("{} ({args}): {nodes:?}", READY_QUEUES.name));
+        }
+    }
     bad
 }
 
@@ -200,10 +222,11 @@ async fn claims_walk_the_claim_index_after_a_burst_into_a_table_analyzed_empty()
     );
 }
 
-/// The claim functions plan once per session, generically (the reason for
-/// migration 0012), and without sorting (what keeps that one plan an index
-/// walk). Neither PostgreSQL's plan cache nor EXPLAIN shows a function's
-/// plan counts, so this checks the two settings each function runs with.
+/// The claim functions and the ready-queues read plan once per session,
+/// generically (the reason for migrations 0012 and 0013), and without
+/// sorting (what keeps that one plan an index walk). Neither PostgreSQL's
+/// plan cache nor EXPLAIN shows a function's plan counts, so this checks the
+/// settings each function runs with.
 #[tokio::test]
 async fn every_plain_claim_function_plans_generically_with_sorting_off() {
     let db = migrated_db().await;
@@ -219,11 +242,16 @@ async fn every_plain_claim_function_plans_generically_with_sorting_off() {
                 "claim_lease_queue",
                 "claim_tx_all",
                 "claim_tx_queue",
+                "ready_queues",
             ]],
         )
         .await
         .unwrap();
-    assert_eq!(rows.len(), 4, "the four claim functions exist");
+    assert_eq!(
+        rows.len(),
+        5,
+        "the four claim functions and ready_queues exist"
+    );
     for row in rows {
         let name: String = row.get(0);
         let mut config: Vec<String> = row.get(1);
