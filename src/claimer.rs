@@ -207,12 +207,13 @@ pub(crate) async fn claim_round(
         return Ok(Round { claimed: 0, again });
     }
     // Nothing anywhere after an event (a notification, a poll, a
-    // reconnect): the next round re-reads which queues are ready. Not after
-    // a drain round that found its peers had taken the rest: nothing new
-    // happened, and re-reading there (every burst ends with one per claim
-    // task) cost lease mode a quarter of its claim time.
+    // reconnect): the round after next re-reads which queues are ready (the
+    // next one, often an idle worker's pickup, claims without the read:
+    // fair.rs). Not after a drain round that found its peers had taken the
+    // rest: nothing new happened, and re-reading there (every burst ends
+    // with one per claim task) cost lease mode a quarter of its claim time.
     if trigger != Trigger::Drain {
-        ctx.ready_queues.invalidate();
+        ctx.ready_queues.found_nothing();
     }
     Ok(Round {
         claimed: 0,
