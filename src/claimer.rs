@@ -207,13 +207,17 @@ pub(crate) async fn claim_round(
         return Ok(Round { claimed: 0, again });
     }
     // Nothing anywhere after an event (a notification, a poll, a
-    // reconnect): the round after next re-reads which queues are ready (the
-    // next one, often an idle worker's pickup, claims without the read:
-    // fair.rs). Not after a drain round that found its peers had taken the
+    // reconnect): the list of ready queues is read again (fair.rs: with no
+    // limited queue, only if the next round finds nothing too; that round,
+    // often an idle worker's pickup, then claims once more at once, with
+    // the read). Not after a drain round that found its peers had taken the
     // rest: nothing new happened, and re-reading there (every burst ends
     // with one per claim task) cost lease mode a quarter of its claim time.
-    if trigger != Trigger::Drain {
-        ctx.ready_queues.found_nothing();
+    if trigger != Trigger::Drain && ctx.ready_queues.found_nothing() {
+        return Ok(Round {
+            claimed: 0,
+            again: true,
+        });
     }
     Ok(Round {
         claimed: 0,

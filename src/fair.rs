@@ -8,9 +8,10 @@
 //! that appeared since the list was read.
 //!
 //! ```text
-//!  round: list stale (≥ REFRESH_ROUNDS rounds, or the round before last,
-//!         started by a notification, poll or reconnect, found nothing: the
-//!         list is emptied then, and the next round claims without it)?
+//!  round: list stale (≥ REFRESH_ROUNDS rounds, or the last round, started
+//!         by a notification, poll or reconnect, found nothing; with no
+//!         limited queue known the list is emptied instead, the next round
+//!         claims without reading, and reads at once if it finds nothing)?
 //!           └─ yes: re-read the ready queues
 //!         try each listed queue in turn from a rotating start (queue = $2;
 //!         a lone plain queue is left to the all-queues statement, plan.rs)
@@ -64,6 +65,9 @@ struct State {
     /// queues: a worker with listed queues only reads just the limited ones
     /// (a scan of the queue index they would not use).
     wants_ready: bool,
+    /// The list was emptied by [`State::found_nothing`] and not read since:
+    /// the next round claims without it.
+    unread: bool,
     /// A read is under way: other claim tasks go on with the list they have
     /// rather than read it too (a notification after idle wakes every task
     /// at once, and each read on the burst's critical path). Safe with a
@@ -109,14 +113,27 @@ impl State {
         self.queues = queues;
         self.limited = limited;
         self.rounds = Some(0);
+        self.unread = false;
     }
 
     /// See [`ReadyQueues::found_nothing`].
-    fn found_nothing(&mut self) {
-        self.queues.clear();
-        if let Some(r) = self.rounds.as_mut() {
-            *r = (*r).max(REFRESH_ROUNDS - 1);
+    fn found_nothing(&mut self) -> bool {
+        if self.unread {
+            // This round (or another since the list was emptied) claimed
+            // without reading it and found nothing: read it now.
+            self.rounds = Some(REFRESH_ROUNDS);
+            return true;
         }
+        if self.rounds.is_none() || !self.limited.is_empty() {
+            // Limited queues are claimed only when the list shows them
+            // ready (the plain claims skip them): read before claiming.
+            self.rounds = None;
+            return false;
+        }
+        self.queues.clear();
+        self.unread = true;
+        self.rounds = Some(REFRESH_ROUNDS - 1);
+        false
     }
 }
 
@@ -191,22 +208,27 @@ impl ReadyQueues {
     }
 
     /// A round started by an event (a notification, a poll, a reconnect)
-    /// found nothing in any queue, so no listed queue has a claimable job
-    /// now: the list is emptied, and read again at the round after next.
-    /// The next round (typically the wake-up of an idle worker for a new
-    /// job) claims with the all-queues statement alone; reading the list
-    /// first put a round trip on every idle pickup (`pgwake bench`: p50
-    /// 1.08 against 0.72 ms before issue 10, one ready-queues read per
-    /// pickup by `pg_stat_statements`). At most one round goes without the
-    /// read: a round on the emptied list that finds nothing again leaves
-    /// the read due (`max`), so a queue only a fresh read would show (one
-    /// that became limited while the worker idled) waits one round, never
-    /// more. The bound of the module doc is unchanged.
-    pub fn found_nothing(&self) {
+    /// found nothing in any queue. Returns whether the caller claims once
+    /// more at once (that round reads the list).
+    ///
+    /// With no limited queue known, no queue had a claimable job: the list
+    /// is emptied, and the next round (typically the wake-up of an idle
+    /// worker for a new job) claims with the all-queues statement alone,
+    /// without reading the list first. That read put a round trip on every
+    /// idle pickup (`pgwake bench`: p50 1.08 against 0.72 ms before issue
+    /// 10, one ready-queues read per pickup by `pg_stat_statements`). If
+    /// that round finds nothing either, the job may be in a queue only a
+    /// read shows (one limited since the last read: the plain claims skip
+    /// it), and no event may come to start another round (no poll for
+    /// minutes): so `true`, read and claim again now.
+    ///
+    /// With limited queues known, the next round reads first, as before:
+    /// a limited queue is claimed only when the list shows it ready.
+    pub fn found_nothing(&self) -> bool {
         self.state
             .lock()
             .expect("ready queues lock")
-            .found_nothing();
+            .found_nothing()
     }
 }
 
@@ -252,7 +274,7 @@ mod tests {
     #[test]
     fn after_a_round_that_found_nothing_the_next_claims_without_reading() {
         let mut s = read(&["a"]);
-        s.found_nothing();
+        assert!(!s.found_nothing());
         assert!(
             uses(&mut s).is_empty(),
             "no queue had a job: the list is emptied"
@@ -260,26 +282,38 @@ mod tests {
         reads(&mut s);
     }
 
-    /// A queue only a fresh read shows (one that became limited while the
-    /// worker idled: the plain claims skip it) must not wait for ever: a
-    /// round on the emptied list that finds nothing leaves the read due.
+    /// A queue only a fresh read shows (one limited while the worker idled:
+    /// the plain claims skip it) must not wait for another event: a round
+    /// on the emptied list that finds nothing claims again at once, and
+    /// that round reads. In a CI run a limited queue's job waited 30 s
+    /// (until another job's timeout woke a claim) with no poll.
     #[test]
-    fn rounds_that_keep_finding_nothing_read_every_other_round() {
+    fn a_round_on_the_emptied_list_that_finds_nothing_claims_again_with_a_read() {
         let mut s = read(&[]);
         for _ in 0..3 {
-            s.found_nothing();
+            assert!(!s.found_nothing(), "the first empty round: go idle");
             assert!(uses(&mut s).is_empty());
-            s.found_nothing();
+            assert!(s.found_nothing(), "claim again at once");
             reads(&mut s);
             s.read(Vec::new(), HashMap::new());
         }
+    }
+
+    /// With limited queues known, a round after one that found nothing reads
+    /// first: a limited queue is claimed only when listed ready.
+    #[test]
+    fn with_limited_queues_the_round_after_an_empty_one_reads_first() {
+        let mut s = read(&["a"]);
+        s.limited.insert("lim".into(), false);
+        assert!(!s.found_nothing());
+        reads(&mut s);
     }
 
     /// Before the first read there is nothing to claim with: read.
     #[test]
     fn a_round_before_any_read_reads() {
         let mut s = State::default();
-        s.found_nothing();
+        assert!(!s.found_nothing());
         reads(&mut s);
     }
 
