@@ -107,8 +107,22 @@ async fn plans_of(
     nodes
 }
 
-/// Which of the four plain claims, at these limits, ran a plan that does
-/// anything but this: walk its claim index in order (`jobs_queue_claim_idx`
+/// The plan nodes that read `pgwake.jobs`.
+fn scans_of_jobs(nodes: &[String]) -> Vec<&String> {
+    nodes
+        .iter()
+        .filter(|n| n.contains(" jobs") && n.contains("Scan"))
+        .collect()
+}
+
+/// Whether a plan sorts or is compiled (JIT).
+fn sorts_or_compiles(nodes: &[String]) -> bool {
+    nodes.iter().any(|n| n.starts_with("Sort") || n == "JIT")
+}
+
+/// Which of the four plain claims, at these limits (and the ready-queues
+/// read, below), ran a plan that does anything but this: walk its claim
+/// index in order (`jobs_queue_claim_idx`
 /// for one queue, `jobs_claim_idx` for all), then delete the rows it locked
 /// by their addresses (a TID scan). Found wrong before: a sort of the whole
 /// queue, a sequential scan of it, the delete walking `jobs_queue_claim_idx`
@@ -141,16 +155,12 @@ async fn bad_plans(client: &Client, notices: &mut UnboundedReceiver<String>) -> 
             ),
         ] {
             let nodes = plans_of(client, notices, sql, &args).await;
-            let scans: Vec<&String> = nodes
-                .iter()
-                .filter(|n| n.contains(" jobs") && n.contains("Scan"))
-                .collect();
+            let scans = scans_of_jobs(&nodes);
             let walk = format!("Index Scan jobs {index}");
             let good = scans.len() == 2
                 && scans.iter().any(|n| **n == walk)
                 && scans.iter().any(|n| *n == "Tid Scan jobs");
-            let extra = nodes.iter().any(|n| n.starts_with("Sort") || n == "JIT");
-            if !good || extra {
+            if !good || sorts_or_compiles(&nodes) {
                 bad.push(format!("{} at limit {limit}: {nodes:?}", sql.name));
             }
         }
@@ -161,17 +171,13 @@ async fn bad_plans(client: &Client, notices: &mut UnboundedReceiver<String>) -> 
     // jobs_run_at_idx, which read every other queue's jobs too.
     for args in ["'{}', 100", "'{busy}', 1"] {
         let nodes = plans_of(client, notices, &READY_QUEUES, args).await;
-        let scans: Vec<&String> = nodes
-            .iter()
-            .filter(|n| n.contains(" jobs") && n.contains("Scan"))
-            .collect();
+        let scans = scans_of_jobs(&nodes);
         let good = !scans.is_empty()
             && scans.iter().all(|n| {
                 *n == "Index Scan jobs jobs_queue_claim_idx"
                     || *n == "Index Only Scan jobs jobs_queue_claim_idx"
             });
-        let extra = nodes.iter().any(|n| n.starts_with("Sort") || n == "JIT");
-        if !good || extra {
+        if !good || sorts_or_compiles(&nodes) {
             bad.push(format!("{} ({args}): {nodes:?}", READY_QUEUES.name));
         }
     }
