@@ -55,24 +55,24 @@ git show "$BASE:src/sql/claim_tx_all.sql" >"$DIR/base_all.in"
 git show "$BASE:src/sql/claim_tx_queue.sql" >"$DIR/base_queue.in"
 script base_all "$DIR/base_all.in" "$ALL"
 script base_queue "$DIR/base_queue.in" "$ONE"
-script all src/sql/claim_tx_all.sql "$ALL"
-script queue src/sql/claim_tx_queue.sql "$ONE"
-script limited src/sql/claim_tx_limited.sql "$ONE, 5=>'NULL'"
-fill src/sql/ready_queues.sql "1=>\"'{}'\", 2=>'1000'" >"$DIR/ready.sql"; echo ';' >>"$DIR/ready.sql"
+script all src/db/sql/claim_tx_all.sql "$ALL"
+script queue src/db/sql/claim_tx_queue.sql "$ONE"
+script limited src/db/sql/claim_tx_limited.sql "$ONE, 5=>'NULL'"
+fill src/db/sql/ready_queues.sql "1=>\"'{}'\", 2=>'1000'" >"$DIR/ready.sql"; echo ';' >>"$DIR/ready.sql"
 
 # Rate: the admission statement (its own autocommit transaction; \gset
 # keeps its columns as r_*), then the claim capped at the admissions taken.
-RESERVE="$(fill src/sql/rate_reserve.sql "1=>\"'default'\", 2=>'10', 3=>'NULL'") \\gset r_"
+RESERVE="$(fill src/db/sql/rate_reserve.sql "1=>\"'default'\", 2=>'10', 3=>'NULL'") \\gset r_"
 TAKEN="cardinality(:r_slots::int4[])"
-{ echo "$RESERVE"; echo 'BEGIN;'; fill src/sql/claim_tx_limited.sql "$ONE, 5=>'$TAKEN'"; echo ';'; echo 'COMMIT;'; } \
+{ echo "$RESERVE"; echo 'BEGIN;'; fill src/db/sql/claim_tx_limited.sql "$ONE, 5=>'$TAKEN'"; echo ';'; echo 'COMMIT;'; } \
     >"$DIR/rated.sql"
 # Lease: autocommit claim, then this client's leases done (deleted).
 LEASE="5=>\"'w' || :client_id::text\", 6=>'300'"
 DONE="DELETE FROM pgwake.leased_jobs WHERE worker_id = 'w' || :client_id::text;"
-{ fill src/sql/claim_lease_queue.sql "$ONE, $LEASE"; echo ';'; echo "$DONE"; } >"$DIR/lease_queue.sql"
-{ fill src/sql/claim_lease_limited.sql "$ONE, $LEASE, 7=>'NULL'"; echo ';'; echo "$DONE"; } \
+{ fill src/db/sql/claim_lease_queue.sql "$ONE, $LEASE"; echo ';'; echo "$DONE"; } >"$DIR/lease_queue.sql"
+{ fill src/db/sql/claim_lease_limited.sql "$ONE, $LEASE, 7=>'NULL'"; echo ';'; echo "$DONE"; } \
     >"$DIR/lease_limited.sql"
-{ echo "$RESERVE"; fill src/sql/claim_lease_limited.sql "$ONE, $LEASE, 7=>'$TAKEN'"; echo ';'; echo "$DONE"; } \
+{ echo "$RESERVE"; fill src/db/sql/claim_lease_limited.sql "$ONE, $LEASE, 7=>'$TAKEN'"; echo ';'; echo "$DONE"; } \
     >"$DIR/lease_rated.sql"
 
 load() { # queues

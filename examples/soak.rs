@@ -14,7 +14,7 @@ use std::collections::HashMap;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-#[path = "../src/embedded.rs"]
+#[path = "../cli/embedded.rs"]
 #[allow(dead_code)]
 mod embedded;
 
@@ -111,7 +111,9 @@ async fn soak(mode: &str, duration: Duration, workers: usize, rate: u64) -> bool
     let url = cluster.url("postgres");
     {
         let mut c = connect(&url).await;
-        pgwake::schema::migrate(&mut c).await.expect("migrate");
+        pgwake::admin::schema::migrate(&mut c)
+            .await
+            .expect("migrate");
         c.batch_execute(
             "CREATE TABLE pgwake_runs (job_id bigint NOT NULL, attempt int NOT NULL, pid int NOT NULL,
                                        overlap bool NOT NULL, at timestamptz NOT NULL DEFAULT clock_timestamp());

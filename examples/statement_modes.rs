@@ -11,7 +11,7 @@
 //! With `DATABASE_URL` set it uses that database instead (it must be
 //! migrated and have no jobs; the example deletes nothing it did not add).
 
-#[path = "../src/embedded.rs"]
+#[path = "../cli/embedded.rs"]
 #[allow(dead_code)]
 mod embedded;
 
@@ -121,7 +121,7 @@ async fn main() {
             let mut c = pgwake::connect::connect(&pgwake::connect::parse_url(&url).unwrap())
                 .await
                 .unwrap();
-            pgwake::schema::migrate(&mut c).await.unwrap();
+            pgwake::admin::schema::migrate(&mut c).await.unwrap();
             (Some(cluster), url)
         }
     };

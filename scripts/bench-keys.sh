@@ -26,8 +26,8 @@ PGOPTIONS="-c client_min_messages=warning" psql -qX "$ADMIN" -c "DROP DATABASE I
 # The claim as shipped ($1 limit 10, every queue, any task), and the same
 # statement without the two predicate lines (the claim before issue 10).
 bind() { sed -e '/^--/d' -e 's/\$1/10/g; s/\$2::text\[\]/'"'{}'"'::text[]/g; s/\$3::text\[\]/NULL::text[]/g; s/\$4::text\[\]/'"'{}'"'::text[]/g' "$1"; }
-bind "$HERE/src/sql/claim_tx_all.sql" | tr '\n' ' ' > "$TMP/with.sql"; echo >> "$TMP/with.sql"
-bind "$HERE/src/sql/claim_tx_all.sql" | grep -v "ordering_key IS NULL" | grep -v "pgwake.ordering_free" \
+bind "$HERE/src/db/sql/claim_tx_all.sql" | tr '\n' ' ' > "$TMP/with.sql"; echo >> "$TMP/with.sql"
+bind "$HERE/src/db/sql/claim_tx_all.sql" | grep -v "ordering_key IS NULL" | grep -v "pgwake.ordering_free" \
     | tr '\n' ' ' > "$TMP/without.sql"; echo >> "$TMP/without.sql"
 
 # load KIND: 100,000 ready jobs; KIND none | keys1000 (1,000 keys × 100) | keys100k (100,000 keys × 1)

@@ -252,9 +252,9 @@ pub async fn enqueue_many_detailed<C: GenericClient>(
     let ordering_key: Vec<Option<&str>> = jobs.iter().map(|j| j.ordering_key.as_deref()).collect();
     let unique_key: Vec<Option<&str>> = jobs.iter().map(|j| j.unique_key.as_deref()).collect();
     let unique_running: Vec<Option<bool>> = jobs.iter().map(|j| j.unique_running).collect();
-    let rows = crate::sql::Db::unnamed(client.client())
+    let rows = crate::db::sql::Db::unnamed(client.client())
         .query(
-            &crate::sql::ENQUEUE,
+            &crate::db::sql::ENQUEUE,
             &[
                 &task,
                 &payload,

@@ -129,7 +129,7 @@ pub struct WorkerConfig {
     pub concurrency: usize,
     /// Most jobs one claim statement takes. In `tx` mode a batch runs its
     /// jobs one after another in one transaction, and its size adapts below
-    /// this cap so a batch runs about 100 ms (`txmode::TX_BATCH_TARGET`); in
+    /// this cap so a batch runs about 100 ms (`tx::TX_BATCH_TARGET`); in
     /// `lease` mode a claim takes one job per free slot, at most this many.
     /// Default 10.
     pub batch: usize,
@@ -180,20 +180,20 @@ pub struct WorkerConfig {
     /// How often this worker looks for cancel requests of the jobs it runs
     /// (the fallback when a cancel notification was missed). Default 1 s.
     pub cancel_poll_interval: Duration,
-    /// The recurring-job scheduler (`crate::scheduler`); `None` turns it off
+    /// The recurring-job scheduler (`crate::services::scheduler`); `None` turns it off
     /// on this worker (the other workers still serve every schedule).
     /// Default on, with `SchedulerConfig::default()`.
-    pub scheduler: Option<crate::scheduler::SchedulerConfig>,
+    pub scheduler: Option<crate::services::scheduler::SchedulerConfig>,
     /// How the claim path (claims, outcomes, heartbeats: the statements
     /// that run per job) sends its statements: `Cached` named prepared
     /// statements, or `Unnamed` ones for a transaction-mode pooler. The
     /// other services and every command always send unnamed statements.
     /// Default `Cached`.
     pub prepared_statements: PreparedStatements,
-    /// History of finished jobs and its retention (`crate::history`).
+    /// History of finished jobs and its retention (`crate::admin::history`).
     /// Default: leave the database's setting as it is (history is off
     /// unless turned on).
-    pub history: crate::history::HistoryConfig,
+    pub history: crate::admin::history::HistoryConfig,
 }
 
 impl Default for WorkerConfig {
@@ -219,9 +219,9 @@ impl Default for WorkerConfig {
             rescue_interval: RESCUE_INTERVAL_DEFAULT,
             sample_interval: Some(SAMPLE_INTERVAL_DEFAULT),
             cancel_poll_interval: CANCEL_POLL_INTERVAL_DEFAULT,
-            scheduler: Some(crate::scheduler::SchedulerConfig::default()),
+            scheduler: Some(crate::services::scheduler::SchedulerConfig::default()),
             prepared_statements: PREPARED_STATEMENTS_DEFAULT,
-            history: crate::history::HistoryConfig::default(),
+            history: crate::admin::history::HistoryConfig::default(),
         }
     }
 }

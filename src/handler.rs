@@ -140,8 +140,8 @@ impl<'a> JobContext<'a> {
             let ms = (by + crate::config::IDLE_TIMEOUT_MARGIN)
                 .as_millis()
                 .to_string();
-            crate::sql::Db::unnamed(tx.client)
-                .execute(&crate::sql::SET_LIMITS, &[&ms])
+            crate::db::sql::Db::unnamed(tx.client)
+                .execute(&crate::db::sql::SET_LIMITS, &[&ms])
                 .await?;
         }
         self.deadline.extend_to(at);
@@ -225,7 +225,7 @@ impl std::fmt::Debug for Registry {
 impl Registry {
     /// Register `handler` for `task`; `*` registers the catch-all. Returns
     /// false (and changes nothing) if `task` already has a handler.
-    pub fn insert(&mut self, task: &str, handler: Arc<dyn Handler>) -> bool {
+    pub(crate) fn insert(&mut self, task: &str, handler: Arc<dyn Handler>) -> bool {
         if task == "*" {
             if self.catch_all.is_some() {
                 return false;
@@ -241,12 +241,12 @@ impl Registry {
     }
 
     /// The handler for `task`, falling back to the catch-all.
-    pub fn get(&self, task: &str) -> Option<&Arc<dyn Handler>> {
+    pub(crate) fn get(&self, task: &str) -> Option<&Arc<dyn Handler>> {
         self.by_task.get(task).or(self.catch_all.as_ref())
     }
 
     /// Task names with a handler (`*` for the catch-all), sorted.
-    pub fn tasks(&self) -> Vec<String> {
+    pub(crate) fn tasks(&self) -> Vec<String> {
         let mut tasks: Vec<String> = self.by_task.keys().cloned().collect();
         tasks.sort();
         if self.catch_all.is_some() {
@@ -256,17 +256,17 @@ impl Registry {
     }
 
     /// The catch-all handler, if any.
-    pub fn catch_all(&self) -> Option<&Arc<dyn Handler>> {
+    pub(crate) fn catch_all(&self) -> Option<&Arc<dyn Handler>> {
         self.catch_all.as_ref()
     }
 
     /// Named tasks and their handlers.
-    pub fn named(&self) -> impl Iterator<Item = (&String, &Arc<dyn Handler>)> {
+    pub(crate) fn named(&self) -> impl Iterator<Item = (&String, &Arc<dyn Handler>)> {
         self.by_task.iter()
     }
 
     /// Whether no handler at all is registered.
-    pub fn is_empty(&self) -> bool {
+    pub(crate) fn is_empty(&self) -> bool {
         self.by_task.is_empty() && self.catch_all.is_none()
     }
 }

@@ -111,7 +111,7 @@ impl Outcome {
 
 /// The `last_error` of a cancelled job in `pgwake.dead_jobs` (the same text
 /// `pgwake.cancel()` writes for a waiting job).
-pub const CANCELLED_REASON: &str = "cancelled";
+pub(crate) const CANCELLED_REASON: &str = "cancelled";
 
 /// What becomes of a job once its run has ended: the handler's [`Outcome`]
 /// resolved against the job's remaining attempts, or the run not counted at
@@ -169,14 +169,14 @@ impl Resolution {
 
 /// Longest `last_error` kept, in bytes; longer reasons keep their end (where
 /// a stderr tail has the actual error) behind a marker.
-pub const LAST_ERROR_MAX_BYTES: usize = 4096;
+pub(crate) const LAST_ERROR_MAX_BYTES: usize = 4096;
 
 /// A failure reason that the database can always store: no NUL (PostgreSQL
 /// text cannot hold one), other control characters except tab and newline
 /// replaced, at most [`LAST_ERROR_MAX_BYTES`] bytes cut at a character
 /// boundary. An outcome write must never fail because of what a handler
 /// printed: that would take the job's batch with it.
-pub fn sanitize_reason(reason: &str) -> String {
+pub(crate) fn sanitize_reason(reason: &str) -> String {
     let cleaned: String = reason
         .chars()
         .map(|c| match c {

@@ -28,6 +28,7 @@
 //! # }
 //! ```
 #![warn(missing_docs)]
+#![warn(unreachable_pub)]
 //!
 //! ## What this crate offers an embedder
 //!
@@ -36,10 +37,9 @@
 //! | run a worker | [`Worker`], [`WorkerBuilder`], [`WorkerConfig`] (defaults: the `*_DEFAULT` constants in [`config`]), [`JobEvent`], [`Health`] |
 //! | write a handler | [`Handler`], [`JobContext`], [`Job`], [`Outcome`], [`Resolution`]; built-in `exec`/`sql` handlers in [`handlers`] |
 //! | enqueue jobs | [`client`] |
-//! | recurring jobs | [`schedules`] (define, list, remove), [`cron`] (expressions), [`scheduler`] (the service every worker runs) |
-//! | administer | [`schema`] (migrate), [`dead`] (dead jobs), [`cancel`](mod@cancel) (cancel jobs), [`stats`] (queue depth), [`history`] (finished jobs and results, retention) |
-//! | recurring jobs | [`schedules`] (add, list, remove), [`cron`] (expressions, DST rule), [`scheduler`] (the service every worker runs) |
-//! | connect | [`connect`] (parsing, connections, pools), [`conninfo`] (libpq URLs, key=value strings, `PG*` environment), [`tls`] (`sslmode`) |
+//! | administer | [`admin::schema`] (migrate), [`admin::queues`] (pause, limits, rates), [`admin::dead`] (dead jobs), [`cancel()`] (cancel jobs), [`admin::stats`] (queue depth), [`admin::history`] (finished jobs and results, retention) |
+//! | recurring jobs | [`admin::schedules`] (add, list, remove), [`admin::cron`] (expressions, DST rule); every worker runs the scheduler |
+//! | connect | [`connect`] (parsing, libpq URLs and `PG*` environment, TLS, connections, pools) |
 //! | serve metrics, stop on signals | [`endpoint`], [`metrics`], [`signals`] |
 //! | errors | [`Error`], [`Result`] |
 //!
@@ -47,75 +47,49 @@
 //! throwaway clusters they start) are part of the `pgwake` binary, not of
 //! this library.
 
-// The public surface: what an embedder needs.
-pub mod cancel;
+// The public API: what an embedder uses. Everything else is private; the
+// roles are the folders (see ARCHITECTURE.md, "The tree shows the roles").
+pub mod admin;
 pub mod client;
 pub mod config;
-pub mod connect;
-pub mod conninfo;
-pub mod cron;
-pub mod dead;
 pub mod endpoint;
 pub mod error;
-pub mod handler;
 pub mod handlers;
-pub mod history;
-pub mod job;
 pub mod metrics;
-pub mod queues;
-pub mod scheduler;
-pub mod schedules;
-pub mod schema;
 pub mod signals;
-pub mod stats;
-pub mod tls;
-pub mod worker;
 
-// Services that the test suite drives directly (`run_once`, one sample).
-// Reachable so that the tests can use them, hidden from the documentation:
-// they are not part of the API and change without notice.
-#[doc(hidden)]
-pub mod rescuer;
-#[doc(hidden)]
-pub mod sampler;
-#[doc(hidden)]
-pub mod sql;
+mod handler;
+mod health;
+mod job;
+mod worker;
 
-/// Not part of the API: what the `pgwake` binary's bench needs from inside
-/// the worker.
+/// One job's way from claim to outcome (private).
+mod claim;
+/// The database: connecting, TLS, and the statement catalogue (private,
+/// but for [`connect`]).
+mod db;
+/// What runs beside the claim path in every worker (private).
+mod services;
+
+pub use db::connect;
+
+/// Not part of the API: what the `pgwake` binary's bench and the test suite
+/// reach inside the worker for. Changes without notice.
 #[doc(hidden)]
 pub mod internal {
-    /// How long a worker lingers after its last claim that found jobs before
-    /// it registers as waiting (the bench sizes its idle gaps with it).
-    pub use crate::waiting::LINGER;
+    pub use crate::db::sql;
+    pub use crate::services::scheduler::{RoundReport, Scheduler, SchedulerConfig};
+    pub use crate::services::waiting::LINGER;
+    pub use crate::services::{rescuer, sampler};
 }
 
-// Internals: the claim path (claimer → txmode | leasemode → completer, with
-// the claim context and plan), and the services around it.
-mod claimed;
-mod claimer;
-mod completer;
-mod context;
-mod executor;
-mod fair;
-mod health;
-mod leasemode;
-mod leases;
-mod listener;
-mod plan;
-mod poller;
-mod rate;
-mod txmode;
-mod waiting;
-mod wake;
-
+pub use admin::cancel::{cancel, CancelOutcome};
 pub use async_trait::async_trait;
-pub use cancel::{cancel, CancelOutcome};
+pub use claim::context::JobEvent;
+pub use claim::tx::TX_BATCH_TARGET;
 pub use config::WorkerConfig;
-pub use context::JobEvent;
 pub use error::{Error, Result};
 pub use handler::{BoxError, Delivery, Handler, JobContext};
 pub use health::Health;
-pub use job::{Job, Outcome, Resolution};
-pub use txmode::TX_BATCH_TARGET;
+pub use job::{Job, Outcome, Resolution, PAYLOAD_DEPTH_LIMIT};
 pub use worker::{Worker, WorkerBuilder};

@@ -18,21 +18,21 @@ use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
+use crate::claim::context::{ClaimContext, JobEvent};
+use crate::claim::wake::Wakeup;
 use crate::config::WorkerConfig;
-use crate::connect;
-use crate::context::{ClaimContext, JobEvent};
+use crate::db::connect;
 use crate::error::{Error, Result};
 use crate::handler::{Handler, Registry};
 use crate::health::Health;
-use crate::listener::{Listener, ListenerConfig};
-use crate::poller::{Poller, Schedule};
-use crate::rescuer::Rescuer;
-use crate::sampler::Sampler;
-use crate::wake::Wakeup;
+use crate::services::listener::{Listener, ListenerConfig};
+use crate::services::poller::{Poller, Schedule};
+use crate::services::rescuer::Rescuer;
+use crate::services::sampler::Sampler;
 
 /// After the grace period and the abort, how long the supervisor still waits
 /// for claim tasks to hand their jobs back before it returns regardless.
-pub const HARD_DEADLINE: Duration = Duration::from_secs(5);
+pub(crate) const HARD_DEADLINE: Duration = Duration::from_secs(5);
 
 /// Builds a [`Worker`].
 pub struct WorkerBuilder {
@@ -91,7 +91,7 @@ impl WorkerBuilder {
         let db = connect::with_application_name(&self.db, app);
         // Pools connect lazily: building them does no I/O.
         let pool = connect::pool(&db, self.config.concurrency + 2)?;
-        // Batch marks and crash charges (txmode.rs): committed durably, on
+        // Batch marks and crash charges (tx.rs): committed durably, on
         // connections outside any claim transaction.
         let ledger_db = connect::with_application_name(&self.db, &format!("{app}-ledger"));
         let ledger_pool = connect::pool(&ledger_db, 2)?;
@@ -106,7 +106,7 @@ impl WorkerBuilder {
             registry: self.registry,
             events,
             worker_id: worker_id(),
-            wait_state: Arc::new(crate::waiting::WaitState::default()),
+            wait_state: Arc::new(crate::services::waiting::WaitState::default()),
             history: Arc::default(),
         })
     }
@@ -119,13 +119,13 @@ pub struct Worker {
     pool: deadpool_postgres::Pool,
     ledger_pool: deadpool_postgres::Pool,
     worker_id: String,
-    wait_state: Arc<crate::waiting::WaitState>,
+    wait_state: Arc<crate::services::waiting::WaitState>,
     config: WorkerConfig,
     registry: Registry,
     events: broadcast::Sender<JobEvent>,
     health: Arc<Health>,
     /// Whether finished jobs are recorded (the database's setting).
-    history: Arc<crate::history::Switch>,
+    history: Arc<crate::admin::history::Switch>,
 }
 
 impl Worker {
@@ -180,8 +180,8 @@ impl Worker {
         let wake = Arc::new(Wakeup::default());
         let schedule = Arc::new(Schedule::default());
         let service_stop = CancellationToken::new();
-        let (completer, completions) = crate::leases::channel();
-        let cancels = Arc::new(crate::cancel::CancelBook::default());
+        let (completer, completions) = crate::claim::leases::channel();
+        let cancels = Arc::new(crate::admin::cancel::CancelBook::default());
         let ctx = Arc::new(self.context(
             cancels.clone(),
             wake.clone(),
@@ -209,7 +209,7 @@ impl Worker {
                 cancels.clone(),
             );
             services.spawn(listener.run(service_stop.clone()));
-            let registration = crate::waiting::Registration::new(
+            let registration = crate::services::waiting::Registration::new(
                 pool.clone(),
                 self.worker_id.clone(),
                 self.worked_queues(),
@@ -220,7 +220,7 @@ impl Worker {
             services.spawn(registration.run(service_stop.clone()));
         } else {
             // Poll-only: nobody else wakes the tasks at start.
-            wake.wake_all(crate::wake::Trigger::Poll);
+            wake.wake_all(crate::claim::wake::Trigger::Poll);
         }
         let poller = Poller::new(
             pool.clone(),
@@ -232,16 +232,21 @@ impl Worker {
         services.spawn(poller.run(service_stop.clone()));
         // Cancel requests: the fallback for notifications the listener
         // missed. Stops with the services, after every job has ended.
-        let watcher =
-            crate::cancel::Watcher::new(pool.clone(), cancels, self.config.cancel_poll_interval);
+        let watcher = crate::admin::cancel::Watcher::new(
+            pool.clone(),
+            cancels,
+            self.config.cancel_poll_interval,
+        );
         services.spawn(watcher.run(service_stop.clone()));
         let rescuer = Rescuer::new(pool.clone(), self.config.rescue_interval);
         services.spawn(rescuer.run(service_stop.clone()));
-        let history = crate::history::Maintenance::new(pool.clone(), self.config.history.clone())
-            .with_switch(self.history.clone());
+        let history =
+            crate::admin::history::Maintenance::new(pool.clone(), self.config.history.clone())
+                .with_switch(self.history.clone());
         services.spawn(history.run(service_stop.clone()));
         if let Some(config) = &self.config.scheduler {
-            let scheduler = crate::scheduler::Scheduler::new(pool.clone(), config.clone());
+            let scheduler =
+                crate::services::scheduler::Scheduler::new(pool.clone(), config.clone());
             services.spawn(scheduler.run(service_stop.clone()));
         }
         if let Some(interval) = self.config.sample_interval {
@@ -253,16 +258,19 @@ impl Worker {
         let lease_stop = CancellationToken::new();
         let completer_done = CancellationToken::new();
         let mut lease_services = JoinSet::new();
-        lease_services.spawn(crate::completer::run(
+        lease_services.spawn(crate::claim::completer::run(
             ctx.clone(),
             completions,
             completer_done.clone(),
         ));
-        lease_services.spawn(crate::leasemode::heartbeat(ctx.clone(), lease_stop.clone()));
+        lease_services.spawn(crate::claim::lease::heartbeat(
+            ctx.clone(),
+            lease_stop.clone(),
+        ));
 
         let mut claimers = JoinSet::new();
         for _ in 0..self.config.concurrency {
-            claimers.spawn(crate::claimer::run_task(ctx.clone()));
+            claimers.spawn(crate::claim::claimer::run_task(ctx.clone()));
         }
         tracing::info!(
             database = %connect::describe(&self.db),
@@ -270,7 +278,7 @@ impl Worker {
             batch = self.config.batch,
             listen = self.config.listen,
             queues = %self.config.queues_label(),
-            modes = %crate::plan::describe(&self.config, &self.registry),
+            modes = %crate::claim::plan::describe(&self.config, &self.registry),
             "worker started"
         );
 
@@ -322,8 +330,8 @@ impl Worker {
             .batch_execute("BEGIN")
             .await
             .map_err(Error::db("start-up check"))?;
-        crate::schema::check(&client).await?;
-        let keep = crate::history::apply(&client, self.config.history.keep_finished).await?;
+        crate::admin::schema::check(&client).await?;
+        let keep = crate::admin::history::apply(&client, self.config.history.keep_finished).await?;
         self.history.set(keep.is_some());
         for task in self.registry.tasks() {
             if let Some(h) = self.registry.get(&task) {
@@ -350,16 +358,16 @@ impl Worker {
 
     fn context(
         &self,
-        cancels: Arc<crate::cancel::CancelBook>,
+        cancels: Arc<crate::admin::cancel::CancelBook>,
         wake: Arc<Wakeup>,
         schedule: Arc<Schedule>,
         stop: CancellationToken,
         abort: CancellationToken,
-        completer: crate::leases::CompleterHandle,
+        completer: crate::claim::leases::CompleterHandle,
     ) -> ClaimContext {
-        let plan = crate::plan::build(&self.config, &self.registry);
+        let plan = crate::claim::plan::build(&self.config, &self.registry);
         ClaimContext {
-            begin_sql: crate::txmode::begin_sql(&self.config),
+            begin_sql: crate::claim::tx::begin_sql(&self.config),
             config: self.config.clone(),
             pool: self.pool.clone(),
             ledger_pool: self.ledger_pool.clone(),
@@ -374,7 +382,7 @@ impl Worker {
             wait_state: self.wait_state.clone(),
             cursor: Default::default(),
             ready_queues: Default::default(),
-            lease_turn: crate::claimer::LeaseTurn::for_worker(
+            lease_turn: crate::claim::claimer::LeaseTurn::for_worker(
                 self.config.concurrency,
                 self.config.batch,
                 plan.iter().any(|s| s.mode == crate::handler::Delivery::Tx),
@@ -395,7 +403,7 @@ impl Worker {
     /// the future at any point loses no job and leaves no pooled connection
     /// in a transaction. For tests and tools; `run` is the service.
     pub async fn claim_once(&self) -> Result<usize> {
-        let (completer, completions) = crate::leases::channel();
+        let (completer, completions) = crate::claim::leases::channel();
         let ctx = Arc::new(self.context(
             Default::default(),
             Arc::new(Wakeup::default()),
@@ -405,12 +413,12 @@ impl Worker {
             completer,
         ));
         let done = CancellationToken::new();
-        let completer = tokio::spawn(crate::completer::run(
+        let completer = tokio::spawn(crate::claim::completer::run(
             ctx.clone(),
             completions,
             done.clone(),
         ));
-        let heartbeat = tokio::spawn(crate::leasemode::heartbeat(ctx.clone(), done.clone()));
+        let heartbeat = tokio::spawn(crate::claim::lease::heartbeat(ctx.clone(), done.clone()));
         let permit = ctx
             .slots
             .clone()
@@ -418,11 +426,15 @@ impl Worker {
             .await
             .expect("fresh semaphore");
         // One full batch, as configured (the service sizes batches by time).
-        let mut sizer = crate::txmode::BatchSizer::at(self.config.batch);
-        let claimed =
-            crate::claimer::claim_round(&ctx, crate::wake::Trigger::Poll, permit, &mut sizer)
-                .await
-                .map(|r| r.claimed);
+        let mut sizer = crate::claim::tx::BatchSizer::at(self.config.batch);
+        let claimed = crate::claim::claimer::claim_round(
+            &ctx,
+            crate::claim::wake::Trigger::Poll,
+            permit,
+            &mut sizer,
+        )
+        .await
+        .map(|r| r.claimed);
         ctx.jobs.close();
         ctx.jobs.wait().await;
         done.cancel();

@@ -1,4 +1,4 @@
-//! Cancellation (`pgwake cancel`, `pgwake.cancel()`, `pgwake::cancel`): a
+//! Cancellation (`pgwake cancel`, `pgwake.cancel()`, `pgwake::admin::cancel`): a
 //! waiting job leaves the queue at once; a running one is stopped on the
 //! worker that runs it, in both delivery modes (tx: its work rolled back;
 //! lease: its process killed, its late writes fenced), also when the
@@ -358,7 +358,7 @@ async fn assert_lease_cancelled(db: &TestDb, id: i64, pid: i32) {
     assert_eq!(counts(db).await, (0, 0), "nothing left queued or leased");
     let renewed = client
         .query(
-            include_str!("../src/sql/lease_heartbeat.sql"),
+            include_str!("../src/db/sql/lease_heartbeat.sql"),
             &[&vec![id], &30.0_f64],
         )
         .await
@@ -399,7 +399,10 @@ async fn a_running_lease_job_has_its_process_killed_and_its_lease_fenced() {
     // Recorded once stopped, and the run's token matches nothing since.
     assert_eq!(dead_reason(&client, id).await, "cancelled");
     let done = client
-        .query(include_str!("../src/sql/lease_done.sql"), &[&vec![token]])
+        .query(
+            include_str!("../src/db/sql/lease_done.sql"),
+            &[&vec![token]],
+        )
         .await
         .unwrap();
     assert!(done.is_empty(), "a cancelled lease cannot be completed");
@@ -856,9 +859,9 @@ async fn a_cancelled_lease_job_is_in_dead_jobs_only_after_its_process_is_gone() 
         .await;
     assert_eq!(dead, 0, "in dead_jobs while its process still runs");
     assert!(!process_dead(pid));
-    let retried = pgwake::dead::retry(
+    let retried = pgwake::admin::dead::retry(
         &client,
-        &pgwake::dead::Selection {
+        &pgwake::admin::dead::Selection {
             ids: Some(vec![id]),
             ..Default::default()
         },

@@ -3,7 +3,7 @@
 //! server; a worker whose clock runs an hour ahead (under libfaketime)
 //! sleeps until a scheduled job is due by the database's clock instead of
 //! polling in a tight loop. (The conversion of retry hints with the
-//! measured offset is tested in `src/poller.rs`.)
+//! measured offset is tested in `src/services/poller.rs`.)
 
 mod common;
 

@@ -43,7 +43,7 @@ async fn the_worker_follows_a_promoted_standby_and_loses_nothing() {
         )
         .await
         .unwrap();
-        pgwake::schema::migrate(&mut c).await.unwrap();
+        pgwake::admin::schema::migrate(&mut c).await.unwrap();
     }
     let (primary, standby) = tokio::task::spawn_blocking(move || {
         let standby = primary.start_standby().expect("pg_basebackup a standby");

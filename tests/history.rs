@@ -8,8 +8,8 @@ mod common;
 use std::time::Duration;
 
 use common::*;
+use pgwake::admin::history::{HistoryConfig, KeepFinished, Maintenance};
 use pgwake::client::{enqueue, NewJob};
-use pgwake::history::{HistoryConfig, KeepFinished, Maintenance};
 use pgwake::{async_trait, BoxError, Handler, Job, JobContext, Outcome, Worker, WorkerConfig};
 use serde_json::json;
 
@@ -136,7 +136,7 @@ async fn a_cancelled_job_is_recorded_as_cancelled() {
     // 'cancelled'; the trigger on dead_jobs records it as such.
     let db = migrated_db().await;
     let client = db.client().await;
-    pgwake::history::apply(&client, KeepFinished::Keep(Duration::from_secs(86400)))
+    pgwake::admin::history::apply(&client, KeepFinished::Keep(Duration::from_secs(86400)))
         .await
         .unwrap();
     let id = enqueue(&client, &NewJob::new("t", json!({"x": 1})))
@@ -333,7 +333,7 @@ async fn a_tx_result_commits_with_its_job_and_a_failed_commit_leaves_neither() {
 async fn retention_drops_expired_partitions_whole_and_keeps_recent_rows() {
     let db = migrated_db().await;
     let client = db.client().await;
-    pgwake::history::apply(&client, KeepFinished::Keep(Duration::from_secs(7 * 86400)))
+    pgwake::admin::history::apply(&client, KeepFinished::Keep(Duration::from_secs(7 * 86400)))
         .await
         .unwrap();
     // A partition ten days old (as if history had been on then), with rows.
@@ -397,7 +397,7 @@ async fn rows_written_before_their_partition_existed_move_into_it() {
     // default partition; creating today's partition takes them along.
     let db = migrated_db().await;
     let client = db.client().await;
-    pgwake::history::apply(&client, KeepFinished::Keep(Duration::from_secs(86400)))
+    pgwake::admin::history::apply(&client, KeepFinished::Keep(Duration::from_secs(86400)))
         .await
         .unwrap();
     client
@@ -436,7 +436,7 @@ async fn rows_written_before_their_partition_existed_move_into_it() {
 async fn maintenance_of_many_workers_at_once_creates_each_partition_once() {
     let db = migrated_db().await;
     let client = db.client().await;
-    pgwake::history::apply(&client, KeepFinished::Keep(Duration::from_secs(86400)))
+    pgwake::admin::history::apply(&client, KeepFinished::Keep(Duration::from_secs(86400)))
         .await
         .unwrap();
     let pool = pgwake::connect::pool(&db.config(), 8).unwrap();
@@ -491,16 +491,16 @@ async fn history_off_records_nothing() {
 async fn keep_finished_off_turns_history_off_for_every_worker() {
     let db = migrated_db().await;
     let client = db.client().await;
-    let on = pgwake::history::apply(&client, KeepFinished::Keep(Duration::from_secs(86400)))
+    let on = pgwake::admin::history::apply(&client, KeepFinished::Keep(Duration::from_secs(86400)))
         .await
         .unwrap();
     assert_eq!(on, Some(Duration::from_secs(86400)));
     // A worker without the flag follows the database's setting.
-    let followed = pgwake::history::apply(&client, KeepFinished::Unchanged)
+    let followed = pgwake::admin::history::apply(&client, KeepFinished::Unchanged)
         .await
         .unwrap();
     assert_eq!(followed, on);
-    let off = pgwake::history::apply(&client, KeepFinished::Off)
+    let off = pgwake::admin::history::apply(&client, KeepFinished::Off)
         .await
         .unwrap();
     assert_eq!(off, None);
@@ -740,7 +740,7 @@ async fn bench_history_cost_per_job_and_retention() {
     }
     // Retention: one day of 1,000,000 rows, dropped whole, against deleting
     // the same rows.
-    pgwake::history::apply(&client, KeepFinished::Keep(Duration::from_secs(86400)))
+    pgwake::admin::history::apply(&client, KeepFinished::Keep(Duration::from_secs(86400)))
         .await
         .unwrap();
     let fill = "INSERT INTO pgwake.finished_jobs (id, queue, task, payload, outcome, result, attempts, enqueued_at, finished_at)
@@ -792,11 +792,11 @@ async fn a_deleted_history_setting_reads_as_off_and_keep_finished_restores_it() 
         .batch_execute("DELETE FROM pgwake.history_settings")
         .await
         .unwrap();
-    let off = pgwake::history::apply(&client, KeepFinished::Unchanged)
+    let off = pgwake::admin::history::apply(&client, KeepFinished::Unchanged)
         .await
         .unwrap();
     assert_eq!(off, None);
-    let on = pgwake::history::apply(&client, KeepFinished::Keep(Duration::from_secs(3600)))
+    let on = pgwake::admin::history::apply(&client, KeepFinished::Keep(Duration::from_secs(3600)))
         .await
         .unwrap();
     assert_eq!(on, Some(Duration::from_secs(3600)));

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use common::*;
 use pgwake::client::{enqueue, NewJob};
-use pgwake::rescuer::Rescuer;
+use pgwake::internal::rescuer::Rescuer;
 use pgwake::{async_trait, BoxError, Handler, Job, JobContext, Outcome, Worker, WorkerConfig};
 use tokio::sync::{Notify, Semaphore};
 
@@ -82,7 +82,7 @@ fn gate(fail: bool) -> (Gate, Arc<Semaphore>, Arc<Notify>, Arc<Semaphore>) {
     )
 }
 
-async fn expire_and_rescue(db: &TestDb) -> pgwake::rescuer::RescueReport {
+async fn expire_and_rescue(db: &TestDb) -> pgwake::internal::rescuer::RescueReport {
     let client = db.client().await;
     client
         .batch_execute("UPDATE pgwake.leased_jobs SET lease_until = now() - interval '1 second'")
@@ -297,7 +297,7 @@ async fn two_rescuers_at_once_requeue_each_expired_lease_exactly_once() {
         let pool = pgwake::connect::pool(&db.config(), 1).unwrap();
         tasks.push(tokio::spawn(async move {
             let r = Rescuer::new(pool, Duration::from_secs(1));
-            let mut total = pgwake::rescuer::RescueReport::default();
+            let mut total = pgwake::internal::rescuer::RescueReport::default();
             loop {
                 let once = r.run_once().await.unwrap();
                 if once.requeued + once.dead == 0 {

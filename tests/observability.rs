@@ -32,7 +32,7 @@ use common::*;
 use dashboard::{grafana_dir, Dashboard};
 use http::Endpoint;
 use load::{until_exported, Load};
-use pgwake::sampler::{sample, Sample, Sampler, DEPTH_CAP_DEFAULT};
+use pgwake::internal::sampler::{sample, Sample, Sampler, DEPTH_CAP_DEFAULT};
 use pgwake::{Worker, WorkerConfig};
 use prometheus::{promtool_check_metrics, tool, Prometheus};
 use promql::metric_names;
@@ -246,29 +246,29 @@ async fn queue_settings_gauges_follow_pause_resume_and_the_max_running_and_rate_
     // Before any setting: no series.
     assert_eq!(publish().await, [None, None, None, None]);
 
-    pgwake::queues::set_max_running(&client, limited, Some(3))
+    pgwake::admin::queues::set_max_running(&client, limited, Some(3))
         .await
         .unwrap();
-    pgwake::queues::pause(&client, held).await.unwrap();
+    pgwake::admin::queues::pause(&client, held).await.unwrap();
     // [limited: max running, paused; held: max running, paused]
     assert_eq!(publish().await, [Some(3.0), None, None, Some(1.0)]);
 
     // Lowered: the gauge follows.
-    pgwake::queues::set_max_running(&client, limited, Some(1))
+    pgwake::admin::queues::set_max_running(&client, limited, Some(1))
         .await
         .unwrap();
     assert_eq!(publish().await, [Some(1.0), None, None, Some(1.0)]);
 
     // Removed and resumed: 0, which no limit can be (max_running > 0), and
     // not paused.
-    pgwake::queues::set_max_running(&client, limited, None)
+    pgwake::admin::queues::set_max_running(&client, limited, None)
         .await
         .unwrap();
-    pgwake::queues::resume(&client, held).await.unwrap();
+    pgwake::admin::queues::resume(&client, held).await.unwrap();
     assert_eq!(publish().await, [Some(0.0), None, None, Some(0.0)]);
 
     // Set again: back.
-    pgwake::queues::set_max_running(&client, limited, Some(2))
+    pgwake::admin::queues::set_max_running(&client, limited, Some(2))
         .await
         .unwrap();
     assert_eq!(publish().await, [Some(2.0), None, None, Some(0.0)]);
@@ -276,7 +276,7 @@ async fn queue_settings_gauges_follow_pause_resume_and_the_max_running_and_rate_
     // A rate limit, in admissions per second whatever its window; 0 once
     // removed.
     let mut rate = async |r: Option<&str>| {
-        pgwake::queues::set_rate(&client, held, r.map(|r| r.parse().unwrap()))
+        pgwake::admin::queues::set_rate(&client, held, r.map(|r| r.parse().unwrap()))
             .await
             .unwrap();
         sampler.publish(&sample(&pool, DEPTH_CAP_DEFAULT).await.unwrap());

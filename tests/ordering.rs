@@ -389,8 +389,8 @@ async fn a_dead_job_brought_back_takes_its_old_place_after_the_running_one() {
         lease_claim(&c).await.is_empty(),
         "a job started beside a running one of its key"
     );
-    let done = pgwake::sql::Db::unnamed(&c)
-        .query(&pgwake::sql::LEASE_DONE, &[&vec![running[0].1]])
+    let done = pgwake::internal::sql::Db::unnamed(&c)
+        .query(&pgwake::internal::sql::LEASE_DONE, &[&vec![running[0].1]])
         .await
         .unwrap();
     assert_eq!(done.len(), 1);

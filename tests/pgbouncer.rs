@@ -158,7 +158,7 @@ async fn cached_statements_through_session_pooling_lose_nothing() {
         let mut c = pgwake::connect::connect(&pgwake::connect::parse_url(&direct).unwrap())
             .await
             .unwrap();
-        pgwake::schema::migrate(&mut c).await.unwrap();
+        pgwake::admin::schema::migrate(&mut c).await.unwrap();
     }
     let bouncer = Bouncer::start(&cluster, 40).await;
     let producer_url = bouncer.url("app_tx");
@@ -282,7 +282,7 @@ async fn migrated_cluster() -> (Cluster, String) {
     let mut c = pgwake::connect::connect(&pgwake::connect::parse_url(&direct).unwrap())
         .await
         .unwrap();
-    pgwake::schema::migrate(&mut c).await.unwrap();
+    pgwake::admin::schema::migrate(&mut c).await.unwrap();
     (cluster, direct)
 }
 
@@ -621,7 +621,7 @@ async fn the_default_cached_statements_through_transaction_pooling_are_refused_a
 async fn every_catalogued_statement_declares_the_parameter_types_the_server_infers() {
     let db = migrated_db().await;
     let client = db.client().await;
-    for sql in pgwake::sql::ALL {
+    for sql in pgwake::internal::sql::ALL {
         let stmt = client
             .prepare(sql.text)
             .await
@@ -633,7 +633,7 @@ async fn every_catalogued_statement_declares_the_parameter_types_the_server_infe
 #[tokio::test]
 async fn through_transaction_pooling_a_cached_statement_is_lost_and_an_unnamed_one_is_not() {
     use pgwake::config::PreparedStatements;
-    use pgwake::sql::{Db, WAITING_SNAPSHOT};
+    use pgwake::internal::sql::{Db, WAITING_SNAPSHOT};
     let (cluster, _direct) = migrated_cluster().await;
     let bouncer = Bouncer::start(&cluster, 5).await;
     let pool = pgwake::connect::pool(

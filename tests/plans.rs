@@ -19,7 +19,7 @@ mod common;
 
 use common::*;
 use futures::StreamExt;
-use pgwake::sql::{
+use pgwake::internal::sql::{
     Sql, CLAIM_LEASE_ALL, CLAIM_LEASE_QUEUE, CLAIM_TX_ALL, CLAIM_TX_QUEUE, READY_QUEUES,
 };
 use serde_json::Value;

@@ -159,15 +159,15 @@ async fn settings_are_validated_and_reported() {
     let db = migrated_db().await;
     let pool = pgwake::connect::pool(&db.config(), 1).unwrap();
     let client = db.client().await;
-    assert!(!pgwake::queues::resume(&client, "q").await.unwrap());
-    assert!(pgwake::queues::pause(&client, "q").await.unwrap());
-    assert!(!pgwake::queues::pause(&client, "q").await.unwrap());
-    let sample = pgwake::sampler::sample(&pool, 100).await.unwrap();
+    assert!(!pgwake::admin::queues::resume(&client, "q").await.unwrap());
+    assert!(pgwake::admin::queues::pause(&client, "q").await.unwrap());
+    assert!(!pgwake::admin::queues::pause(&client, "q").await.unwrap());
+    let sample = pgwake::internal::sampler::sample(&pool, 100).await.unwrap();
     assert_eq!(sample.paused, vec!["q".to_string()]);
-    assert!(pgwake::queues::resume(&client, "q").await.unwrap());
-    let sample = pgwake::sampler::sample(&pool, 100).await.unwrap();
+    assert!(pgwake::admin::queues::resume(&client, "q").await.unwrap());
+    let sample = pgwake::internal::sampler::sample(&pool, 100).await.unwrap();
     assert!(sample.paused.is_empty());
-    assert!(pgwake::queues::pause(&client, "").await.is_err());
+    assert!(pgwake::admin::queues::pause(&client, "").await.is_err());
     let err = client
         .query_one("SELECT pgwake.pause_queue('')", &[])
         .await
@@ -191,23 +191,23 @@ async fn settings_are_validated_and_reported() {
         .query_one("SELECT pgwake.set_queue_max_running('q', 0)", &[])
         .await
         .is_err());
-    pgwake::queues::set_max_running(&client, "q", Some(2))
+    pgwake::admin::queues::set_max_running(&client, "q", Some(2))
         .await
         .unwrap();
-    let list = pgwake::queues::list(&client).await.unwrap();
+    let list = pgwake::admin::queues::list(&client).await.unwrap();
     assert_eq!(list[0].max_running, Some(2));
     let slots: i64 = db.scalar("SELECT count(*) FROM pgwake.queue_slots").await;
     assert_eq!(slots, 2);
-    let sample = pgwake::sampler::sample(&pool, 100).await.unwrap();
+    let sample = pgwake::internal::sampler::sample(&pool, 100).await.unwrap();
     assert_eq!(sample.max_running, vec![("q".to_string(), 2)]);
     assert!(sample.paused.is_empty());
     let out = run_pgwake(&["queue", "set", "q", "--no-max-running"], Some(&db.url));
     assert!(out.status.success(), "{}", stderr_of(&out));
-    let list = pgwake::queues::list(&client).await.unwrap();
+    let list = pgwake::admin::queues::list(&client).await.unwrap();
     assert_eq!(list[0].max_running, None);
     let slots: i64 = db.scalar("SELECT count(*) FROM pgwake.queue_slots").await;
     assert_eq!(slots, 0);
-    let sample = pgwake::sampler::sample(&pool, 100).await.unwrap();
+    let sample = pgwake::internal::sampler::sample(&pool, 100).await.unwrap();
     assert!(sample.max_running.is_empty());
 }
 
@@ -432,7 +432,7 @@ async fn started_over_limit(
 
 /// `--max-running 6`, six jobs of the queue running on three worker
 /// processes, more waiting; the limit is lowered to 2. The documented rule
-/// (triggers/queues.sql): no job of the queue starts until the jobs above
+/// (functions/queues.sql): no job of the queue starts until the jobs above
 /// the new limit have ended, and no job started after the change ever runs
 /// with more than 2 of the queue's jobs alive (itself included). From the
 /// ledger's DB times: every run that started after the change found at most
@@ -722,9 +722,9 @@ async fn a_tx_claim_of_a_limited_queue_holds_one_slot() {
     claimer.batch_execute("BEGIN").await.unwrap();
     let none: Option<Vec<String>> = None;
     let empty: Vec<String> = vec![];
-    let claimed = pgwake::sql::Db::unnamed(&claimer)
+    let claimed = pgwake::internal::sql::Db::unnamed(&claimer)
         .query(
-            &pgwake::sql::CLAIM_TX_LIMITED,
+            &pgwake::internal::sql::CLAIM_TX_LIMITED,
             &[&10i64, &"lim", &none, &empty, &None::<i64>],
         )
         .await
@@ -802,7 +802,7 @@ async fn every_lease_that_holds_a_slot_frees_it_across_the_upgrade_that_marks_th
     )
     .await
     .unwrap();
-    for m in pgwake::schema::MIGRATIONS
+    for m in pgwake::admin::schema::MIGRATIONS
         .iter()
         .filter(|m| m.version <= 10)
     {
@@ -821,7 +821,7 @@ async fn every_lease_that_holds_a_slot_frees_it_across_the_upgrade_that_marks_th
     .await
     .unwrap();
     let across = old_style_lease_holding_slot_1(&c, 1, "lim").await;
-    pgwake::schema::migrate(&mut c).await.unwrap();
+    pgwake::admin::schema::migrate(&mut c).await.unwrap();
     assert_eq!(held_slots(&db).await, vec![("lim".into(), 1, across)]);
 
     // An older binary's lease after the upgrade.
@@ -834,17 +834,17 @@ async fn every_lease_that_holds_a_slot_frees_it_across_the_upgrade_that_marks_th
     .await
     .unwrap();
     let (none, empty) = (None::<Vec<String>>, Vec::<String>::new());
-    let db_ = pgwake::sql::Db::unnamed(&c);
+    let db_ = pgwake::internal::sql::Db::unnamed(&c);
     let limited = db_
         .query(
-            &pgwake::sql::CLAIM_LEASE_LIMITED,
+            &pgwake::internal::sql::CLAIM_LEASE_LIMITED,
             &[&10i64, &"lim3", &none, &empty, &"w", &60.0f64, &None::<i64>],
         )
         .await
         .unwrap();
     let plain = db_
         .query(
-            &pgwake::sql::CLAIM_LEASE_QUEUE,
+            &pgwake::internal::sql::CLAIM_LEASE_QUEUE,
             &[&10i64, &"free", &none, &empty, &"w", &60.0f64],
         )
         .await

@@ -278,7 +278,7 @@ async fn rate_settings_are_validated_and_lowering_keeps_the_newest_admissions() 
     let out = run_pgwake(&["queue", "set", "api", "--rate", "600/min"], Some(&db.url));
     assert!(out.status.success(), "{}", stderr_of(&out));
     assert!(String::from_utf8_lossy(&out.stdout).contains("at most 600 started in any 1m"));
-    let list = pgwake::queues::list(&c).await.unwrap();
+    let list = pgwake::admin::queues::list(&c).await.unwrap();
     assert_eq!(list[0].rate.map(|r| r.to_string()), Some("600/min".into()));
     let out = run_pgwake(&["queue", "list"], Some(&db.url));
     assert!(String::from_utf8_lossy(&out.stdout).contains("600/min"));
@@ -297,7 +297,7 @@ async fn rate_settings_are_validated_and_lowering_keeps_the_newest_admissions() 
     )
     .await
     .unwrap();
-    pgwake::queues::set_rate(&c, "api", Some("2/min".parse().unwrap()))
+    pgwake::admin::queues::set_rate(&c, "api", Some("2/min".parse().unwrap()))
         .await
         .unwrap();
     let ages: Vec<f64> = c
@@ -313,7 +313,7 @@ async fn rate_settings_are_validated_and_lowering_keeps_the_newest_admissions() 
         .collect();
     assert_eq!(ages, vec![1.0, 2.0]);
     // Raising adds free slots.
-    pgwake::queues::set_rate(&c, "api", Some("4/min".parse().unwrap()))
+    pgwake::admin::queues::set_rate(&c, "api", Some("4/min".parse().unwrap()))
         .await
         .unwrap();
     let free: i64 = db
@@ -323,7 +323,7 @@ async fn rate_settings_are_validated_and_lowering_keeps_the_newest_admissions() 
 
     let out = run_pgwake(&["queue", "set", "api", "--no-rate"], Some(&db.url));
     assert!(out.status.success(), "{}", stderr_of(&out));
-    assert_eq!(pgwake::queues::list(&c).await.unwrap()[0].rate, None);
+    assert_eq!(pgwake::admin::queues::list(&c).await.unwrap()[0].rate, None);
     let slots: i64 = db
         .scalar("SELECT count(*) FROM pgwake.queue_rate_slots")
         .await;
@@ -345,10 +345,10 @@ async fn claims_without_admissions_take_nothing_of_a_rate_limited_queue() {
         .unwrap();
     let none: Option<Vec<String>> = None;
     let empty: Vec<String> = vec![];
-    let db_ = pgwake::sql::Db::unnamed(&c);
+    let db_ = pgwake::internal::sql::Db::unnamed(&c);
     let plain = db_
         .query(
-            &pgwake::sql::CLAIM_LEASE_QUEUE,
+            &pgwake::internal::sql::CLAIM_LEASE_QUEUE,
             &[&10i64, &"api", &none, &empty, &"w", &60.0f64],
         )
         .await
@@ -361,7 +361,7 @@ async fn claims_without_admissions_take_nothing_of_a_rate_limited_queue() {
     let no_cap: Option<i64> = None;
     let limited = db_
         .query(
-            &pgwake::sql::CLAIM_LEASE_LIMITED,
+            &pgwake::internal::sql::CLAIM_LEASE_LIMITED,
             &[&10i64, &"api", &none, &empty, &"w", &60.0f64, &no_cap],
         )
         .await
@@ -376,7 +376,7 @@ async fn claims_without_admissions_take_nothing_of_a_rate_limited_queue() {
     // away.
     let reserve = async || {
         db_.query_one(
-            &pgwake::sql::RATE_RESERVE,
+            &pgwake::internal::sql::RATE_RESERVE,
             &[&Some("api"), &10i64, &None::<i64>],
         )
         .await
@@ -390,16 +390,19 @@ async fn claims_without_admissions_take_nothing_of_a_rate_limited_queue() {
     let at: std::time::SystemTime = row.get(3);
     let claimed = db_
         .query(
-            &pgwake::sql::CLAIM_LEASE_LIMITED,
+            &pgwake::internal::sql::CLAIM_LEASE_LIMITED,
             &[&10i64, &"api", &none, &empty, &"w", &60.0f64, &Some(1i64)],
         )
         .await
         .unwrap();
     assert_eq!(claimed.len(), 1, "one admission used");
     // The unused one is given back: free again, the used one is not.
-    db_.execute(&pgwake::sql::RATE_RELEASE, &[&"api", &vec![2i32], &at])
-        .await
-        .unwrap();
+    db_.execute(
+        &pgwake::internal::sql::RATE_RELEASE,
+        &[&"api", &vec![2i32], &at],
+    )
+    .await
+    .unwrap();
     let slots: Vec<i32> = reserve().await.get(2);
     assert_eq!(
         slots,
@@ -408,7 +411,10 @@ async fn claims_without_admissions_take_nothing_of_a_rate_limited_queue() {
     );
     // A second give-back of the same admission changes nothing.
     let n = db_
-        .execute(&pgwake::sql::RATE_RELEASE, &[&"api", &vec![2i32], &at])
+        .execute(
+            &pgwake::internal::sql::RATE_RELEASE,
+            &[&"api", &vec![2i32], &at],
+        )
         .await
         .unwrap();
     assert_eq!(n, 0);

@@ -9,7 +9,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use common::*;
-use pgwake::sampler::{sample, sample_with, Sampler, DEPTH_CAP_DEFAULT, TIME_LIMIT_DEFAULT};
+use pgwake::internal::sampler::{
+    sample, sample_with, Sampler, DEPTH_CAP_DEFAULT, TIME_LIMIT_DEFAULT,
+};
 
 const QUEUES: i64 = 10_000;
 

@@ -13,8 +13,8 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use common::*;
-use pgwake::scheduler::{RoundReport, Scheduler, SchedulerConfig};
-use pgwake::schedules::{self, CatchUp, NewSchedule};
+use pgwake::admin::schedules::{self, CatchUp, NewSchedule};
+use pgwake::internal::{RoundReport, Scheduler, SchedulerConfig};
 
 /// How long any awaited condition may take before the test fails.
 const DEADLINE: Duration = Duration::from_secs(60);

@@ -14,7 +14,7 @@ async fn concurrent_migrate_leaves_one_correct_schema() {
             let mut c = pgwake::connect::connect(&pgwake::connect::parse_url(&url).unwrap())
                 .await
                 .unwrap();
-            pgwake::schema::migrate(&mut c).await.unwrap()
+            pgwake::admin::schema::migrate(&mut c).await.unwrap()
         }));
     }
     let mut applied = Vec::new();
@@ -22,7 +22,7 @@ async fn concurrent_migrate_leaves_one_correct_schema() {
         applied.extend(t.await.unwrap().applied);
     }
     applied.sort();
-    let all: Vec<i32> = pgwake::schema::MIGRATIONS
+    let all: Vec<i32> = pgwake::admin::schema::MIGRATIONS
         .iter()
         .map(|m| m.version)
         .collect();
@@ -44,9 +44,9 @@ async fn concurrent_migrate_leaves_one_correct_schema() {
 async fn migrate_twice_is_a_no_op() {
     let db = migrated_db().await;
     let mut c = db.client().await;
-    let report = pgwake::schema::migrate(&mut c).await.unwrap();
+    let report = pgwake::admin::schema::migrate(&mut c).await.unwrap();
     assert!(report.unchanged(), "{report:?}");
-    assert_eq!(report.version, pgwake::schema::latest_version());
+    assert_eq!(report.version, pgwake::admin::schema::latest_version());
 }
 
 #[tokio::test]
@@ -87,7 +87,7 @@ async fn worker_refuses_a_newer_schema() {
         .to_string();
     assert!(err.contains("newer than this pgwake knows"), "{err}");
     let mut c = db.client().await;
-    let err = pgwake::schema::migrate(&mut c)
+    let err = pgwake::admin::schema::migrate(&mut c)
         .await
         .unwrap_err()
         .to_string();
@@ -232,7 +232,7 @@ async fn migrate_on_a_current_schema_changes_nothing_and_never_waits_for_a_runni
     let mut c = db.client().await;
     let report = tokio::time::timeout(
         std::time::Duration::from_secs(60),
-        pgwake::schema::migrate(&mut c),
+        pgwake::admin::schema::migrate(&mut c),
     )
     .await
     .expect("migrate waited behind a running claim")
@@ -267,11 +267,11 @@ async fn migrate_that_must_lock_the_table_steps_aside_for_producers_and_finishes
     cfg.application_name("pgwake-migrate-test");
     let migrating = tokio::spawn(async move {
         let mut c = pgwake::connect::connect(&cfg).await.unwrap();
-        let opts = pgwake::schema::MigrateOptions {
+        let opts = pgwake::admin::schema::MigrateOptions {
             lock_timeout: std::time::Duration::from_millis(200),
             lock_retries: 10_000,
         };
-        pgwake::schema::migrate_with(&mut c, &opts).await
+        pgwake::admin::schema::migrate_with(&mut c, &opts).await
     });
     // Migrate is in the lock queue (or between tries) …
     eventually(

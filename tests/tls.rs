@@ -156,7 +156,7 @@ async fn verify_full_with_the_right_name_runs_migrate_pool_listener_and_cli_over
     let url = server.verify_full("localhost");
     let mut client = try_connect(&url).await.expect("verify-full to localhost");
     assert!(uses_tls(&client).await);
-    pgwake::schema::migrate(&mut client).await.unwrap();
+    pgwake::admin::schema::migrate(&mut client).await.unwrap();
 
     // The worker: claim pool and listener, both through TLS (hostssl only).
     let worker = Worker::builder(pgwake::connect::parse_url(&url).unwrap())

@@ -299,9 +299,9 @@ async fn a_leased_job_does_not_count_and_its_retry_yields_the_key_to_the_newer_j
     assert!(!newer.duplicate);
     assert_ne!(newer.id, running.id);
     // The running job fails: back to the queue, without the key.
-    let back = pgwake::sql::Db::unnamed(&client)
+    let back = pgwake::internal::sql::Db::unnamed(&client)
         .query(
-            &pgwake::sql::LEASE_REQUEUE,
+            &pgwake::internal::sql::LEASE_REQUEUE,
             &[
                 &vec![token],
                 &vec![1i32],

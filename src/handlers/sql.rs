@@ -37,10 +37,10 @@ use deadpool_postgres::{Object, Pool};
 
 use tokio_postgres::types::Type;
 
+use crate::db::sql::{self, Db};
 use crate::error::{Error, Result};
 use crate::handler::{BoxError, Handler, JobContext};
 use crate::job::{Job, Outcome};
-use crate::sql::{self, Db};
 
 /// Which arguments the function takes (found by [`Handler::check`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -175,7 +175,7 @@ impl SqlHandler {
         job: &Job,
     ) -> std::result::Result<Vec<tokio_postgres::Row>, tokio_postgres::Error> {
         // Unnamed: the statement is built per handler, and the call must
-        // go through a transaction-mode pooler too (`crate::sql`).
+        // go through a transaction-mode pooler too (`crate::db::sql`).
         let statement = self.statement();
         let db = Db::unnamed(client);
         if self.signature().takes_job() {

@@ -119,7 +119,7 @@ pub async fn empty_db() -> TestDb {
 pub async fn migrated_db() -> TestDb {
     let db = empty_db().await;
     let mut client = db.client().await;
-    pgwake::schema::migrate(&mut client).await.unwrap();
+    pgwake::admin::schema::migrate(&mut client).await.unwrap();
     db
 }
 
@@ -158,7 +158,7 @@ pub async fn private_cluster_db() -> (Cluster, TestDb) {
         name: "postgres".into(),
     };
     let mut client = db.client().await;
-    pgwake::schema::migrate(&mut client).await.unwrap();
+    pgwake::admin::schema::migrate(&mut client).await.unwrap();
     (cluster, db)
 }
 
@@ -181,13 +181,13 @@ pub async fn connect_as(db: &TestDb, application_name: &str) -> tokio_postgres::
 }
 
 /// One tx-mode claim of up to 10 ready jobs of any queue and task, as the
-/// worker sends it (`src/sql/claim_tx_all.sql`), on `c`: the claimed rows.
+/// worker sends it (`src/db/sql/claim_tx_all.sql`), on `c`: the claimed rows.
 /// Inside a transaction the caller opened, the jobs stay claimed until it
 /// ends.
 pub async fn claim_tx_all(c: &tokio_postgres::Client) -> Vec<tokio_postgres::Row> {
-    pgwake::sql::Db::unnamed(c)
+    pgwake::internal::sql::Db::unnamed(c)
         .query(
-            &pgwake::sql::CLAIM_TX_ALL,
+            &pgwake::internal::sql::CLAIM_TX_ALL,
             &[
                 &10i64,
                 &Vec::<String>::new(),
@@ -200,12 +200,12 @@ pub async fn claim_tx_all(c: &tokio_postgres::Client) -> Vec<tokio_postgres::Row
 }
 
 /// One lease-mode claim of up to 10 ready jobs of any queue and task
-/// (`src/sql/claim_lease_all.sql`) for worker id `worker`, 60 s leases: the
+/// (`src/db/sql/claim_lease_all.sql`) for worker id `worker`, 60 s leases: the
 /// claimed rows (column 12 is the claim token).
 pub async fn claim_lease_all(c: &tokio_postgres::Client, worker: &str) -> Vec<tokio_postgres::Row> {
-    pgwake::sql::Db::unnamed(c)
+    pgwake::internal::sql::Db::unnamed(c)
         .query(
-            &pgwake::sql::CLAIM_LEASE_ALL,
+            &pgwake::internal::sql::CLAIM_LEASE_ALL,
             &[
                 &10i64,
                 &Vec::<String>::new(),

@@ -15,9 +15,9 @@
 
 pub mod chaos;
 pub mod db;
-/// The throwaway clusters of the `pgwake` binary (`src/embedded.rs`), shared
+/// The throwaway clusters of the `pgwake` binary (`cli/embedded.rs`), shared
 /// by path: they are a tool of the command line and the tests, not library API.
-#[path = "../../src/embedded.rs"]
+#[path = "../../cli/embedded.rs"]
 pub mod embedded;
 pub mod ledger;
 pub mod notify;

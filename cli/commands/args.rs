@@ -1,0 +1,373 @@
+//! The command line's argument types (clap). Defaults come from the
+//! library's `*_DEFAULT` constants, so `--help`, the README and the library
+//! agree.
+
+use std::net::SocketAddr;
+use std::time::{Duration, SystemTime};
+
+use clap::{Args, Parser, Subcommand};
+use pgwake::config;
+use pgwake::error::Error;
+
+/// A PostgreSQL job-queue worker: insert trigger → LISTEN → SKIP LOCKED
+/// claims → handlers, with Prometheus metrics.
+#[derive(Parser)]
+#[command(name = "pgwake", version, about, long_about = None)]
+pub struct Cli {
+    /// Log format.
+    #[arg(long, global = true, value_parser = ["text", "json"], default_value = "text")]
+    pub log_format: String,
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// The database to work on.
+#[derive(Args, Clone)]
+pub struct Db {
+    /// PostgreSQL URL or key=value string, e.g. postgres://user:pass@host:5432/db?sslmode=verify-full;
+    /// without it, the libpq variables PGHOST, PGUSER, PGDATABASE, … (README "Connecting").
+    #[arg(long, env = "DATABASE_URL", hide_env_values = true)]
+    pub database_url: Option<String>,
+}
+
+impl Db {
+    /// Parsed connection settings (the URL, else the libpq environment), or
+    /// a message saying how to give them.
+    pub fn config(&self) -> Result<pgwake::connect::DbConfig, Error> {
+        pgwake::connect::resolve(self.database_url.as_deref())
+    }
+}
+
+/// The subcommands.
+#[derive(Subcommand)]
+pub enum Command {
+    /// Run the worker.
+    Run(Box<RunArgs>),
+    /// Create or upgrade the pgwake schema (safe to run concurrently).
+    Migrate(Db),
+    /// Enqueue a job, or many from NDJSON on stdin.
+    Enqueue(EnqueueArgs),
+    /// Per-queue depth, dead count and oldest ready age.
+    Stats {
+        #[command(flatten)]
+        db: Db,
+        /// Print JSON instead of a table.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Inspect, retry and purge dead jobs.
+    Dead {
+        #[command(subcommand)]
+        action: DeadAction,
+    },
+    /// Finished jobs and their results, newest first (history is on once a
+    /// worker ran with --keep-finished).
+    History(HistoryArgs),
+    /// Cancel jobs: waiting ones leave the queue, running ones are stopped; both end in
+    /// dead_jobs as cancelled. Exits 2 if any id is unknown, finished or already dead.
+    Cancel(super::cancel::CancelArgs),
+    /// Queue settings, read by every worker without a restart: list, pause, resume.
+    Queue {
+        #[command(subcommand)]
+        action: super::queue::QueueAction,
+    },
+    /// Recurring jobs: add, list and remove cron schedules.
+    Schedule {
+        #[command(subcommand)]
+        action: super::schedule::ScheduleAction,
+    },
+    /// Measure throughput, pickup latency and producer cost against the raw-SQL ceiling.
+    Bench(crate::bench::BenchArgs),
+    /// Run a demo on a throwaway PostgreSQL (or --database-url), then keep it up to look
+    /// around until Ctrl-C.
+    Demo(DemoArgs),
+}
+
+/// `pgwake demo` flags.
+#[derive(Args)]
+pub struct DemoArgs {
+    /// Use this database instead of a throwaway cluster.
+    #[arg(long)]
+    pub database_url: Option<String>,
+    #[arg(long, help = format!(
+        "Where to serve /metrics [default: {}, or a free port if that is taken]",
+        config::METRICS_ADDR_DEFAULT
+    ))]
+    pub metrics_addr: Option<SocketAddr>,
+}
+
+/// A duration flag: `500ms`, `2s`, `1m`, `1h 30m`. Displayed the same way,
+/// so defaults print as the user would type them.
+pub type HumanDuration = humantime::Duration;
+
+fn task_name(s: &str) -> Result<String, String> {
+    if s.is_empty() {
+        return Err("the task name must not be empty".into());
+    }
+    Ok(s.to_string())
+}
+
+fn queue_name(s: &str) -> Result<String, String> {
+    config::validate_queue_name(s).map_err(|e| match e {
+        Error::Config(m) => m,
+        other => other.to_string(),
+    })?;
+    Ok(s.to_string())
+}
+
+fn duration(s: &str) -> Result<HumanDuration, String> {
+    s.parse::<HumanDuration>()
+        .map_err(|e| format!("{e} (examples: 500ms, 2s, 1m)"))
+}
+
+fn human(d: Duration) -> HumanDuration {
+    d.into()
+}
+
+/// `pgwake run` flags.
+#[derive(Args)]
+pub struct RunArgs {
+    #[command(flatten)]
+    pub db: Db,
+    /// LISTEN through this database URL instead of DATABASE_URL, e.g. when
+    /// claims go through PgBouncer in transaction mode (which cannot LISTEN).
+    #[arg(long, env = "PGWAKE_LISTEN_DATABASE_URL", hide_env_values = true)]
+    pub listen_database_url: Option<String>,
+    /// How the claim path sends statements: `cached` (named prepared statements, prepared once
+    /// per connection: direct or session pooling) or `unnamed` (never a named prepared statement:
+    /// PgBouncer in transaction mode).
+    #[arg(long, env = "PGWAKE_PREPARED_STATEMENTS", value_name = "cached|unnamed",
+          default_value_t = config::PREPARED_STATEMENTS_DEFAULT)]
+    pub prepared_statements: config::PreparedStatements,
+    /// Handler per task: TASK=exec:COMMAND [ARGS] or TASK=sql:[SCHEMA.]FUNCTION; `*` matches
+    /// every task. Repeatable, one per task.
+    #[arg(long = "handler", value_name = "TASK=KIND:SPEC", required = true)]
+    pub handlers: Vec<String>,
+    /// Queues to work, comma-separated (default: all).
+    #[arg(long, value_delimiter = ',')]
+    pub queues: Option<Vec<String>>,
+    /// Claim tasks = jobs in flight at once.
+    #[arg(long, default_value_t = config::CONCURRENCY_DEFAULT, allow_negative_numbers = true)]
+    pub concurrency: usize,
+    /// Jobs per claim (run one after another in one transaction; use 1 for slow jobs).
+    #[arg(long, default_value_t = config::BATCH_DEFAULT, allow_negative_numbers = true)]
+    pub batch: usize,
+    /// Fallback poll interval (jittered ±25%).
+    #[arg(long, value_parser = duration, default_value_t = human(config::POLL_INTERVAL_DEFAULT))]
+    pub poll_interval: HumanDuration,
+    /// Poll only; no LISTEN (e.g. behind PgBouncer in transaction mode).
+    #[arg(long)]
+    pub no_listen: bool,
+    /// Per-job timeout; a job running longer fails its attempt.
+    #[arg(long, value_parser = duration, default_value_t = human(config::JOB_TIMEOUT_DEFAULT))]
+    pub job_timeout: HumanDuration,
+    /// First retry delay (doubles per attempt, equal jitter).
+    #[arg(long, value_parser = duration, default_value_t = human(config::RETRY_BASE_DEFAULT))]
+    pub retry_base: HumanDuration,
+    /// Retry delay cap.
+    #[arg(long, value_parser = duration, default_value_t = human(config::RETRY_MAX_DEFAULT))]
+    pub retry_max: HumanDuration,
+    /// Time in-flight jobs get to finish after SIGTERM/SIGINT.
+    #[arg(long, value_parser = duration, default_value_t = human(config::GRACE_PERIOD_DEFAULT))]
+    pub grace_period: HumanDuration,
+    /// Queues whose jobs all run in lease mode, whatever their handler declares (comma-separated).
+    /// Default: the mode follows the handler (exec: lease; sql: tx).
+    #[arg(long, value_delimiter = ',')]
+    pub lease_queues: Vec<String>,
+    /// Queues whose jobs all run in tx mode, whatever their handler declares (comma-separated).
+    #[arg(long, value_delimiter = ',')]
+    pub tx_queues: Vec<String>,
+    /// Lease length of a lease-mode job (renewed every third of it).
+    #[arg(long, value_parser = duration, default_value_t = human(config::LEASE_DURATION_DEFAULT))]
+    pub lease_duration: HumanDuration,
+    /// How often expired leases are moved back to the queue.
+    #[arg(long, value_parser = duration, default_value_t = human(config::RESCUE_INTERVAL_DEFAULT))]
+    pub rescue_interval: HumanDuration,
+    /// How often the worker looks for cancel requests of the jobs it runs (fallback for missed notifications).
+    #[arg(long, value_parser = duration, default_value_t = human(config::CANCEL_POLL_INTERVAL_DEFAULT))]
+    pub cancel_poll_interval: HumanDuration,
+    /// Database sampling interval for queue and pressure gauges.
+    #[arg(long, value_parser = duration, default_value_t = human(config::SAMPLE_INTERVAL_DEFAULT))]
+    pub sample_interval: HumanDuration,
+    /// application_name of the worker's connections.
+    #[arg(long, env = "PGAPPNAME", default_value = config::APPLICATION_NAME_DEFAULT)]
+    pub application_name: String,
+    /// Address of /metrics, /health and /ready. Use 0.0.0.0:9187 to expose it.
+    #[arg(long, default_value_t = config::METRICS_ADDR_DEFAULT)]
+    pub metrics_addr: SocketAddr,
+    /// Keep finished jobs (done, dead, cancelled) and their results in pgwake.finished_jobs
+    /// for at least this long (e.g. 7d; at least 1h), for every worker of the database;
+    /// `off` turns history off. Default: leave the database's setting (off unless turned on).
+    #[arg(long, value_parser = keep_finished)]
+    pub keep_finished: Option<pgwake::admin::history::KeepFinished>,
+    /// Most bytes of an exec command's stdout kept as its result; 0 keeps none.
+    #[arg(long, default_value_t = pgwake::handlers::exec::EXEC_STDOUT_MAX_DEFAULT, value_parser = exec_stdout_max)]
+    pub exec_stdout_max: usize,
+}
+
+fn keep_finished(s: &str) -> Result<pgwake::admin::history::KeepFinished, String> {
+    pgwake::admin::history::KeepFinished::parse(s)
+}
+
+fn exec_stdout_max(s: &str) -> Result<usize, String> {
+    let max = pgwake::handlers::exec::EXEC_STDOUT_MAX_LIMIT;
+    match s.parse::<usize>() {
+        Ok(n) if n <= max => Ok(n),
+        _ => Err(format!("expected a number of bytes from 0 to {max}")),
+    }
+}
+
+/// Since when `pgwake history` shows finished jobs.
+#[derive(Debug, Clone, Copy)]
+pub enum Since {
+    /// This long before now (database clock).
+    Ago(Duration),
+    /// This moment.
+    At(SystemTime),
+}
+
+fn since(s: &str) -> Result<Since, String> {
+    if let Ok(d) = s.parse::<HumanDuration>() {
+        return Ok(Since::Ago(d.into()));
+    }
+    super::timestamp::parse(s).map(Since::At).map_err(|_| {
+        format!(
+            "{s:?}: expected a duration (e.g. 1h, 7d) or {}",
+            &super::timestamp::EXPECTED["expected ".len()..]
+        )
+    })
+}
+
+/// `pgwake history` flags.
+#[derive(Args)]
+pub struct HistoryArgs {
+    #[command(flatten)]
+    pub db: Db,
+    /// Only this queue.
+    #[arg(long)]
+    pub queue: Option<String>,
+    /// Only this task.
+    #[arg(long)]
+    pub task: Option<String>,
+    /// Only this outcome.
+    #[arg(long, value_parser = ["done", "dead", "cancelled"])]
+    pub outcome: Option<String>,
+    /// Only jobs finished since: a duration back from now (e.g. 1h) or an RFC 3339 timestamp.
+    #[arg(long, value_parser = since)]
+    pub since: Option<Since>,
+    /// At most this many.
+    #[arg(long, default_value_t = pgwake::admin::history::LIST_LIMIT_DEFAULT, value_parser = clap::value_parser!(i64).range(1..))]
+    pub limit: i64,
+    /// Print JSON (an array; payloads and results embedded as JSON).
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// `pgwake enqueue` flags.
+#[derive(Args)]
+pub struct EnqueueArgs {
+    #[command(flatten)]
+    pub db: Db,
+    /// Task name.
+    #[arg(long, required_unless_present = "ndjson", conflicts_with = "ndjson", value_parser = task_name)]
+    pub task: Option<String>,
+    /// JSON payload.
+    #[arg(long, default_value = "{}")]
+    pub payload: String,
+    /// Queue [default: default].
+    #[arg(long, value_parser = queue_name)]
+    pub queue: Option<String>,
+    /// Run at: an RFC 3339 timestamp with a time zone, e.g. 2026-12-01T08:00:00Z
+    /// [default: now].
+    #[arg(long, conflicts_with = "delay", value_parser = super::timestamp::parse)]
+    pub run_at: Option<SystemTime>,
+    /// Run after this delay (e.g. 30s, 5m).
+    #[arg(long, value_parser = duration)]
+    pub delay: Option<HumanDuration>,
+    /// Priority, lower runs first [default: 0].
+    #[arg(long, allow_negative_numbers = true)]
+    pub priority: Option<i32>,
+    /// Attempts before the job is dead [default: 25].
+    #[arg(long, value_parser = clap::value_parser!(i32).range(1..), allow_negative_numbers = true)]
+    pub max_attempts: Option<i32>,
+    /// This job's timeout (e.g. 90s, 2h) [default: the worker's --job-timeout].
+    #[arg(long, value_parser = duration)]
+    pub timeout: Option<HumanDuration>,
+    /// Ordering key: jobs with the same key run one at a time, in order.
+    #[arg(long, conflicts_with = "ndjson")]
+    pub ordering_key: Option<String>,
+    /// Unique key: at most one waiting job per key; a duplicate is not
+    /// enqueued, the waiting job's id is printed (and "duplicate" on stderr).
+    #[arg(long, conflicts_with = "ndjson")]
+    pub unique_key: Option<String>,
+    /// With --unique-key: a running job with the key counts too (at most
+    /// one waiting-or-running).
+    #[arg(long, requires = "unique_key")]
+    pub unique_running: bool,
+    /// Read jobs from stdin, one JSON object per line:
+    /// {"task": "...", "payload": {...}, "queue": "...", "run_at": "...", "priority": 0, "max_attempts": 25, "timeout": "90s", "ordering_key": "...", "unique_key": "...", "unique_running": false}.
+    /// All lines commit together or not at all.
+    #[arg(long)]
+    pub ndjson: bool,
+}
+
+/// `pgwake dead …` subcommands.
+#[derive(Subcommand)]
+pub enum DeadAction {
+    /// List dead jobs, newest first.
+    List {
+        #[command(flatten)]
+        db: Db,
+        /// Only this queue.
+        #[arg(long)]
+        queue: Option<String>,
+        /// At most this many.
+        #[arg(long, default_value_t = pgwake::admin::dead::LIST_LIMIT_DEFAULT, allow_negative_numbers = true)]
+        limit: i64,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Move dead jobs back to the queue, attempts reset.
+    Retry {
+        #[command(flatten)]
+        db: Db,
+        #[command(flatten)]
+        sel: SelectArgs,
+    },
+    /// Delete dead jobs for good.
+    Purge {
+        #[command(flatten)]
+        db: Db,
+        #[command(flatten)]
+        sel: SelectArgs,
+        /// Only jobs that died longer ago than this (e.g. 7d).
+        #[arg(long, value_parser = duration)]
+        older_than: Option<HumanDuration>,
+    },
+}
+
+/// Which dead jobs a retry or purge acts on.
+#[derive(Args)]
+pub struct SelectArgs {
+    /// Job id (repeatable).
+    #[arg(long = "id", allow_negative_numbers = true)]
+    pub ids: Vec<i64>,
+    /// Every dead job (of --queue, if given).
+    #[arg(long, conflicts_with = "ids")]
+    pub all: bool,
+    /// Only this queue.
+    #[arg(long)]
+    pub queue: Option<String>,
+}
+
+impl SelectArgs {
+    /// The library's selection.
+    pub fn selection(&self) -> pgwake::admin::dead::Selection {
+        pgwake::admin::dead::Selection {
+            ids: (!self.ids.is_empty()).then(|| self.ids.clone()),
+            queue: self.queue.clone(),
+            all: self.all,
+        }
+    }
+}

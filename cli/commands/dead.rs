@@ -1,0 +1,115 @@
+//! `pgwake dead list | retry | purge`, and how dead jobs are printed.
+
+use pgwake::admin::dead::DeadJob;
+use pgwake::error::Error;
+use pgwake::{admin::dead, admin::schema, connect};
+
+use super::args::{DeadAction, SelectArgs};
+
+/// One line per dead job.
+fn print_table(rows: Vec<DeadJob>) {
+    if rows.is_empty() {
+        println!("no dead jobs");
+        return;
+    }
+    for r in rows {
+        println!(
+            "{:>8}  {:<12} {:<20} attempts {}/{}  died {}  {}",
+            r.id,
+            r.queue,
+            r.task,
+            r.attempts,
+            r.max_attempts,
+            r.failed_at,
+            r.last_error.unwrap_or_default()
+        );
+        // The payload as stored, cut at 200 characters.
+        let cut: String = r.payload.chars().take(200).collect();
+        let more = if cut.len() < r.payload.len() {
+            "…"
+        } else {
+            ""
+        };
+        println!("          payload {cut}{more}");
+    }
+}
+
+/// Refuse ids that name no dead job, before anything changes: a typo must
+/// not look like success ("moved 0 dead jobs").
+async fn refuse_missing(
+    tx: &tokio_postgres::Transaction<'_>,
+    sel: &SelectArgs,
+) -> Result<(), Error> {
+    let missing = dead::missing(tx, &sel.selection()).await?;
+    if missing.is_empty() {
+        return Ok(());
+    }
+    let ids = missing
+        .iter()
+        .map(i64::to_string)
+        .collect::<Vec<_>>()
+        .join(", ");
+    let queue = sel
+        .queue
+        .as_deref()
+        .map(|q| format!(" in queue {q:?}"))
+        .unwrap_or_default();
+    Err(Error::Config(format!(
+        "--id {ids}: no such dead job{queue}; nothing was changed (`pgwake dead list` shows the dead jobs)"
+    )))
+}
+
+/// Run a `pgwake dead …` subcommand.
+pub async fn command(action: DeadAction) -> Result<(), Error> {
+    match action {
+        DeadAction::List {
+            db,
+            queue,
+            limit,
+            json,
+        } => {
+            let client = connect::connect(&db.config()?).await?;
+            schema::check(&client).await?;
+            let rows = dead::list(&client, queue.as_deref(), limit).await?;
+            if json {
+                println!(
+                    "{}",
+                    serde_json::to_string_pretty(&rows).unwrap_or_default()
+                );
+            } else {
+                print_table(rows);
+            }
+            Ok(())
+        }
+        DeadAction::Retry { db, sel } => {
+            let mut client = connect::connect(&db.config()?).await?;
+            schema::check(&client).await?;
+            let tx = client
+                .transaction()
+                .await
+                .map_err(Error::db("dead retry: begin"))?;
+            refuse_missing(&tx, &sel).await?;
+            let ids = dead::retry(&tx, &sel.selection()).await?;
+            tx.commit().await.map_err(Error::db("dead retry: commit"))?;
+            println!("moved {} dead jobs back to the queue", ids.len());
+            Ok(())
+        }
+        DeadAction::Purge {
+            db,
+            sel,
+            older_than,
+        } => {
+            let mut client = connect::connect(&db.config()?).await?;
+            schema::check(&client).await?;
+            let tx = client
+                .transaction()
+                .await
+                .map_err(Error::db("dead purge: begin"))?;
+            refuse_missing(&tx, &sel).await?;
+            let n = dead::purge(&tx, &sel.selection(), older_than.map(Into::into)).await?;
+            tx.commit().await.map_err(Error::db("dead purge: commit"))?;
+            println!("purged {n} dead jobs");
+            Ok(())
+        }
+    }
+}

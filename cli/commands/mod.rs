@@ -1,0 +1,92 @@
+//! The `pgwake` command line, one module per concern: [`args`] (flags),
+//! [`logging`], [`explain`] (error messages and exit codes), [`run`] (the
+//! worker's wiring), [`enqueue`] and [`ndjson`] (producing), [`dead`] (dead
+//! jobs), [`schedule`] (recurring jobs), [`cancel`] (cancelling jobs), [`queue`] (pause and resume queues), [`history`] (finished jobs), and here the dispatch and the small
+//! commands.
+
+pub mod args;
+pub mod cancel;
+pub mod dead;
+pub mod enqueue;
+pub mod explain;
+pub mod history;
+pub mod logging;
+pub mod ndjson;
+pub mod queue;
+pub mod run;
+pub mod schedule;
+pub mod timestamp;
+
+use pgwake::error::Error;
+use pgwake::{admin::schema, admin::stats, connect};
+
+use args::{Command, Db};
+
+/// The log level when `RUST_LOG` is unset.
+pub fn default_log_level(command: &Command) -> &'static str {
+    match command {
+        // The demo prints every outcome itself; its logs would repeat them.
+        Command::Demo(_) => "error",
+        // The bench starts dozens of in-process workers; their start/stop
+        // lines would bury its progress.
+        Command::Bench(_) => "warn",
+        _ => "info",
+    }
+}
+
+/// Run one command.
+pub async fn dispatch(command: Command) -> Result<(), Error> {
+    match command {
+        Command::Run(args) => run::run(*args).await,
+        Command::Migrate(db) => migrate(db).await,
+        Command::Enqueue(args) => enqueue::enqueue(args).await,
+        Command::Stats { db, json } => print_stats(db, json).await,
+        Command::Dead { action } => dead::command(action).await,
+        Command::History(args) => history::command(args).await,
+        Command::Schedule { action } => schedule::command(action).await,
+        Command::Cancel(args) => cancel::command(args).await,
+        Command::Queue { action } => queue::command(action).await,
+        Command::Bench(args) => crate::bench::run(args).await,
+        Command::Demo(args) => {
+            crate::demo::run(crate::demo::DemoOptions {
+                database_url: args.database_url,
+                metrics_addr: args.metrics_addr,
+            })
+            .await
+        }
+    }
+}
+
+async fn migrate(db: Db) -> Result<(), Error> {
+    let mut client = connect::connect(&db.config()?).await?;
+    let report = schema::migrate(&mut client).await?;
+    if report.unchanged() {
+        println!(
+            "schema is current (version {}); nothing changed",
+            report.version
+        );
+    } else {
+        if !report.applied.is_empty() {
+            println!("applied migrations {:?}", report.applied);
+        }
+        if !report.definitions.is_empty() {
+            println!("applied definitions {}", report.definitions.join(", "));
+        }
+        println!("schema at version {}", report.version);
+    }
+    Ok(())
+}
+
+async fn print_stats(db: Db, json: bool) -> Result<(), Error> {
+    let config = db.config()?;
+    let client = connect::connect(&config).await?;
+    schema::check(&client).await?;
+    let pool = connect::pool(&config, 1)?;
+    let s = stats::read(&pool).await?;
+    if json {
+        println!("{}", serde_json::to_string_pretty(&s).unwrap_or_default());
+    } else {
+        print!("{}", stats::render_table(&s));
+    }
+    Ok(())
+}

@@ -1,0 +1,136 @@
+//! `pgwake queue list | pause Q | resume Q | set Q [--max-running N] [--rate N/s]`, on top of
+//! [`pgwake::admin::queues`].
+
+use clap::Subcommand;
+use pgwake::error::Error;
+use pgwake::{admin::queues, admin::schema, connect};
+
+use super::args::Db;
+
+/// `pgwake queue …` subcommands.
+#[derive(Subcommand)]
+pub enum QueueAction {
+    /// Every queue with settings or waiting jobs, and its state.
+    List {
+        #[command(flatten)]
+        db: Db,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Start no new job of QUEUE on any worker until it is resumed (running jobs finish).
+    Pause {
+        #[command(flatten)]
+        db: Db,
+        /// The queue.
+        #[arg(value_name = "QUEUE", value_parser = queue_name)]
+        queue: String,
+    },
+    /// Change a queue's limits (held across every worker, read without a restart).
+    #[command(group(clap::ArgGroup::new("limit").required(true).multiple(true)
+        .args(["max_running", "no_max_running", "rate", "no_rate"])))]
+    Set {
+        #[command(flatten)]
+        db: Db,
+        /// The queue.
+        #[arg(value_name = "QUEUE", value_parser = queue_name)]
+        queue: String,
+        /// At most N jobs of QUEUE run at once, across every worker process.
+        #[arg(long, value_name = "N", value_parser = clap::value_parser!(i32).range(1..))]
+        max_running: Option<i32>,
+        /// Remove the --max-running limit.
+        #[arg(long, conflicts_with = "max_running")]
+        no_max_running: bool,
+        /// At most N jobs of QUEUE start in any window of the given length (sliding), across
+        /// every worker process: N/s, N/min, N/h or N/<duration> (20/s, 600/min, 1/50ms).
+        #[arg(long, value_name = "N/WINDOW", value_parser = clap::value_parser!(queues::RateLimit))]
+        rate: Option<queues::RateLimit>,
+        /// Remove the --rate limit.
+        #[arg(long, conflicts_with = "rate")]
+        no_rate: bool,
+    },
+    /// Let workers start jobs of a paused QUEUE again.
+    Resume {
+        #[command(flatten)]
+        db: Db,
+        /// The queue.
+        #[arg(value_name = "QUEUE", value_parser = queue_name)]
+        queue: String,
+    },
+}
+
+fn queue_name(s: &str) -> Result<String, String> {
+    if s.is_empty() {
+        return Err("the queue name must not be empty".into());
+    }
+    Ok(s.to_string())
+}
+
+/// Run one `pgwake queue` subcommand.
+pub async fn command(action: QueueAction) -> Result<(), Error> {
+    match action {
+        QueueAction::List { db, json } => {
+            let client = connect::connect(&db.config()?).await?;
+            schema::check(&client).await?;
+            let list = queues::list(&client).await?;
+            if json {
+                println!(
+                    "{}",
+                    serde_json::to_string_pretty(&list).unwrap_or_default()
+                );
+            } else {
+                print!("{}", queues::render_table(&list));
+            }
+        }
+        QueueAction::Pause { db, queue } => {
+            let client = connect::connect(&db.config()?).await?;
+            schema::check(&client).await?;
+            if queues::pause(&client, &queue).await? {
+                println!("{queue}: paused (running jobs finish; no new job starts until `pgwake queue resume {queue}`)");
+            } else {
+                println!("{queue}: already paused");
+            }
+        }
+        QueueAction::Set {
+            db,
+            queue,
+            max_running,
+            no_max_running,
+            rate,
+            no_rate,
+        } => {
+            let client = connect::connect(&db.config()?).await?;
+            schema::check(&client).await?;
+            if max_running.is_some() || no_max_running {
+                queues::set_max_running(&client, &queue, max_running).await?;
+                match max_running {
+                    Some(n) => {
+                        println!("{queue}: at most {n} running at once, across every worker")
+                    }
+                    None => println!("{queue}: no max-running limit"),
+                }
+            }
+            if rate.is_some() || no_rate {
+                queues::set_rate(&client, &queue, rate).await?;
+                match rate {
+                    Some(r) => println!(
+                        "{queue}: at most {} started in any {} (rate {r}), across every worker",
+                        r.count,
+                        humantime::format_duration(r.per)
+                    ),
+                    None => println!("{queue}: no rate limit"),
+                }
+            }
+        }
+        QueueAction::Resume { db, queue } => {
+            let client = connect::connect(&db.config()?).await?;
+            schema::check(&client).await?;
+            if queues::resume(&client, &queue).await? {
+                println!("{queue}: resumed");
+            } else {
+                println!("{queue}: was not paused");
+            }
+        }
+    }
+    Ok(())
+}

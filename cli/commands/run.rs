@@ -1,0 +1,105 @@
+//! `pgwake run`: flags → [`WorkerConfig`], handlers, the metrics endpoint,
+//! signal handling, and the worker.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use pgwake::error::Error;
+use pgwake::Handler;
+use pgwake::{connect, Worker, WorkerConfig};
+use tokio_util::sync::CancellationToken;
+
+use super::args::RunArgs;
+
+/// The worker's settings from the flags, validated.
+pub fn worker_config(args: &RunArgs) -> Result<WorkerConfig, Error> {
+    let config = WorkerConfig {
+        queues: args.queues.clone(),
+        concurrency: args.concurrency,
+        batch: args.batch,
+        poll_interval: args.poll_interval.into(),
+        listen: !args.no_listen,
+        job_timeout: args.job_timeout.into(),
+        retry_base: args.retry_base.into(),
+        retry_max: args.retry_max.into(),
+        grace_period: args.grace_period.into(),
+        sample_interval: Some(args.sample_interval.into()),
+        application_name: args.application_name.clone(),
+        lease_queues: args.lease_queues.clone(),
+        lease_duration: args.lease_duration.into(),
+        tx_queues: args.tx_queues.clone(),
+        rescue_interval: args.rescue_interval.into(),
+        prepared_statements: args.prepared_statements,
+        history: pgwake::admin::history::HistoryConfig {
+            keep_finished: args.keep_finished.unwrap_or_default(),
+            ..Default::default()
+        },
+        cancel_poll_interval: args.cancel_poll_interval.into(),
+        ..WorkerConfig::default()
+    };
+    config.validate()?;
+    Ok(config)
+}
+
+/// Bind `--metrics-addr` (before any start-up work, so that a taken port
+/// is the first thing the user hears about).
+pub async fn bind_metrics(addr: std::net::SocketAddr) -> Result<tokio::net::TcpListener, Error> {
+    pgwake::endpoint::bind(addr).await.map_err(|e| {
+        let why = match &e {
+            Error::Io { source, .. } => source.to_string(),
+            other => other.to_string(),
+        };
+        Error::Config(format!(
+            "--metrics-addr {addr}: cannot listen ({why}); is another pgwake or demo running? \
+             Pick another port, e.g. --metrics-addr 127.0.0.1:0 for any free one"
+        ))
+    })
+}
+
+/// A task name and its handler.
+type TaskHandler = (String, Arc<dyn Handler>);
+
+/// The handlers of the `--handler` flags; a task given twice is refused
+/// (silently keeping the last would run a handler the user did not mean).
+fn handlers(flags: &[String], exec_stdout_max: usize) -> Result<Vec<TaskHandler>, Error> {
+    let mut seen: HashMap<String, &str> = HashMap::new();
+    let mut out = Vec::with_capacity(flags.len());
+    for flag in flags {
+        let (task, handler) = pgwake::handlers::parse_flag_with(flag, exec_stdout_max)?;
+        if let Some(first) = seen.insert(task.clone(), flag) {
+            return Err(Error::Config(format!(
+                "--handler {flag:?}: task {task:?} already has a handler (--handler {first:?}); \
+                 give each task one --handler"
+            )));
+        }
+        out.push((task, handler));
+    }
+    Ok(out)
+}
+
+/// Run the worker until SIGTERM/SIGINT.
+pub async fn run(args: RunArgs) -> Result<(), Error> {
+    let config = worker_config(&args)?;
+    let handlers = handlers(&args.handlers, args.exec_stdout_max)?;
+    let metrics_listener = bind_metrics(args.metrics_addr).await?;
+    let db = args.db.config()?;
+    let mut builder = Worker::builder(db).config(config);
+    if let Some(url) = &args.listen_database_url {
+        builder = builder.listen_database(connect::parse_url(url)?);
+    }
+    for (task, handler) in handlers {
+        builder = builder.handler_arc(&task, handler);
+    }
+    let worker = builder.build()?;
+    let stop = CancellationToken::new();
+    let abort = CancellationToken::new();
+    let handle = pgwake::metrics::install();
+    let (addr, http) =
+        pgwake::endpoint::serve_on(metrics_listener, handle, worker.health(), abort.clone())?;
+    tracing::info!(%addr, "serving /metrics, /health, /ready");
+    pgwake::signals::spawn(stop.clone(), abort.clone(), worker.config().grace_period)?;
+    let result = worker.run(stop, abort.clone()).await;
+    abort.cancel();
+    let _ = http.await;
+    result
+}

@@ -1,0 +1,39 @@
+//! The `pgwake` command line. The library (`pgwake::…`) is the worker, the
+//! producer and the admin API; this binary adds the flags ([`commands`]), the
+//! demo ([`demo`]), the benchmark ([`bench`]) and the throwaway PostgreSQL
+//! clusters they start ([`embedded`]).
+
+mod bench;
+mod commands;
+mod demo;
+mod embedded;
+
+use std::process::ExitCode;
+use std::time::Duration;
+
+use clap::Parser;
+
+fn main() -> ExitCode {
+    let cli = commands::args::Cli::parse();
+    commands::logging::init(&cli.log_format, commands::default_log_level(&cli.command));
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("pgwake: error: cannot start the async runtime: {e}");
+            return ExitCode::from(1);
+        }
+    };
+    let result = runtime.block_on(commands::dispatch(cli.command));
+    // A handler that ignores cancellation must not keep the process alive.
+    runtime.shutdown_timeout(Duration::from_secs(1));
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("pgwake: error: {}", commands::explain::explain(&e));
+            commands::explain::exit_code(&e)
+        }
+    }
+}

@@ -1,0 +1,147 @@
+-- SQL admin API of queue settings (migration 0009, `pgwake queue …`):
+--
+--   SELECT pgwake.pause_queue('mail');   -- true: it was running, now paused
+--   SELECT pgwake.resume_queue('mail');  -- true: it was paused, now running
+--
+-- A paused queue starts no new job on any worker: every claim statement
+-- reads pgwake.queues (src/db/sql/claim_*.sql), so a claim that starts after
+-- pause_queue() committed takes nothing from the queue. Jobs already running
+-- (and those a claim took concurrently with the pause) finish. The state is
+-- a row: it survives restarts of workers and of the database.
+CREATE OR REPLACE FUNCTION pgwake.pause_queue(queue text) RETURNS boolean
+LANGUAGE plpgsql AS $$
+DECLARE
+    changed boolean;
+BEGIN
+    IF queue IS NULL OR queue = '' THEN
+        RAISE EXCEPTION 'pgwake.pause_queue: the queue name must not be empty';
+    END IF;
+    INSERT INTO pgwake.queues AS q (name, paused, paused_at)
+    VALUES (pause_queue.queue, true, now())
+    ON CONFLICT (name) DO UPDATE SET paused = true, paused_at = now(), updated_at = now()
+        WHERE NOT q.paused
+    RETURNING true INTO changed;
+    RETURN coalesce(changed, false);
+END
+$$;
+
+-- Resume: claims take the queue's jobs again; a NOTIFY on the wake-up
+-- channel (payload: the queue, as the insert trigger sends) starts idle
+-- workers at once instead of at their next poll.
+CREATE OR REPLACE FUNCTION pgwake.resume_queue(queue text) RETURNS boolean
+LANGUAGE plpgsql AS $$
+DECLARE
+    changed boolean;
+BEGIN
+    UPDATE pgwake.queues q SET paused = false, paused_at = NULL, updated_at = now()
+    WHERE q.name = resume_queue.queue AND q.paused
+    RETURNING true INTO changed;
+    IF coalesce(changed, false) THEN
+        PERFORM pg_notify('pgwake', resume_queue.queue);
+    END IF;
+    RETURN coalesce(changed, false);
+END
+$$;
+
+-- At most `max_running` jobs of the queue run at once, across every worker
+-- (NULL: no limit). Returns nothing; `pgwake queue list` shows the setting.
+--
+-- Slots 1..max_running exist as rows of pgwake.queue_slots (the claims hold
+-- them, see src/db/sql/claim_*_limited.sql). Raising the limit adds rows.
+-- Lowering it (or clearing it) deletes the free rows above the new limit;
+-- a held one stays until its job ends, and while any row above the limit
+-- remains, claims start no job of the queue: the jobs running when the limit
+-- was lowered finish first, and the new limit is never exceeded by a job
+-- started after the change.
+CREATE OR REPLACE FUNCTION pgwake.set_queue_max_running(queue text, max_running integer)
+RETURNS void
+LANGUAGE plpgsql AS $$
+#variable_conflict use_column
+BEGIN
+    IF set_queue_max_running.queue IS NULL OR set_queue_max_running.queue = '' THEN
+        RAISE EXCEPTION 'pgwake.set_queue_max_running: the queue name must not be empty';
+    END IF;
+    IF set_queue_max_running.max_running < 1 THEN
+        RAISE EXCEPTION 'pgwake.set_queue_max_running: max_running must be at least 1 (NULL: no limit), got %',
+            set_queue_max_running.max_running;
+    END IF;
+    -- The upsert locks the queue's row: concurrent changes run one at a time.
+    INSERT INTO pgwake.queues AS q (name, max_running)
+    VALUES (set_queue_max_running.queue, set_queue_max_running.max_running)
+    ON CONFLICT (name) DO UPDATE SET max_running = excluded.max_running, updated_at = now();
+    IF set_queue_max_running.max_running IS NOT NULL THEN
+        INSERT INTO pgwake.queue_slots (queue, slot)
+        SELECT set_queue_max_running.queue, g
+        FROM generate_series(1, set_queue_max_running.max_running) g
+        ON CONFLICT DO NOTHING;
+    END IF;
+    DELETE FROM pgwake.queue_slots s
+    WHERE (s.queue, s.slot) IN (
+        SELECT x.queue, x.slot FROM pgwake.queue_slots x
+        WHERE x.queue = set_queue_max_running.queue AND x.lease_token IS NULL
+          AND (set_queue_max_running.max_running IS NULL
+               OR x.slot > set_queue_max_running.max_running)
+        FOR UPDATE SKIP LOCKED);
+    -- More slots, or no limit: idle workers may start jobs now.
+    PERFORM pg_notify('pgwake', set_queue_max_running.queue);
+END
+$$;
+
+-- At most `count` jobs of the queue are admitted in any window of `per`
+-- (sliding), across every worker; NULL count: no rate limit. For example
+-- pgwake.set_queue_rate('mail', 20, '1 second').
+--
+-- Slots 1..count are rows of pgwake.queue_rate_slots (migration 0010, see
+-- src/db/sql/rate_reserve.sql). Raising the limit adds free slots. Lowering it
+-- keeps the newest admissions in the remaining slots, so a queue that was
+-- running at its old rate does not get a fresh burst: any window that begins
+-- after the change admits at most the new count (one that straddles it holds
+-- at most what the old limit let in before the change plus the new count).
+CREATE OR REPLACE FUNCTION pgwake.set_queue_rate(queue text, count integer, per interval DEFAULT interval '1 second')
+RETURNS void
+LANGUAGE plpgsql AS $$
+#variable_conflict use_column
+BEGIN
+    IF set_queue_rate.queue IS NULL OR set_queue_rate.queue = '' THEN
+        RAISE EXCEPTION 'pgwake.set_queue_rate: the queue name must not be empty';
+    END IF;
+    IF set_queue_rate.count IS NOT NULL THEN
+        IF set_queue_rate.count NOT BETWEEN 1 AND 100000 THEN
+            RAISE EXCEPTION 'pgwake.set_queue_rate: count must be between 1 and 100000 (NULL: no limit), got %',
+                set_queue_rate.count;
+        END IF;
+        IF set_queue_rate.per IS NULL OR set_queue_rate.per <= interval '0' THEN
+            RAISE EXCEPTION 'pgwake.set_queue_rate: the window must be longer than 0, got %',
+                set_queue_rate.per;
+        END IF;
+    END IF;
+    -- The upsert locks the queue's row: concurrent changes run one at a time.
+    INSERT INTO pgwake.queues AS q (name, rate_count, rate_window)
+    VALUES (set_queue_rate.queue, set_queue_rate.count,
+            CASE WHEN set_queue_rate.count IS NOT NULL THEN set_queue_rate.per END)
+    ON CONFLICT (name) DO UPDATE
+        SET rate_count = excluded.rate_count, rate_window = excluded.rate_window, updated_at = now();
+    IF set_queue_rate.count IS NULL THEN
+        DELETE FROM pgwake.queue_rate_slots s WHERE s.queue = set_queue_rate.queue;
+    ELSE
+        -- Wait for admissions in flight (row locks of a few milliseconds),
+        -- then keep the newest `count` admission times in slots 1..count.
+        PERFORM FROM pgwake.queue_rate_slots s WHERE s.queue = set_queue_rate.queue FOR UPDATE;
+        WITH ranked AS (
+            SELECT s.last_start, row_number() OVER (ORDER BY s.last_start DESC, s.slot) AS n
+            FROM pgwake.queue_rate_slots s WHERE s.queue = set_queue_rate.queue
+        )
+        UPDATE pgwake.queue_rate_slots s
+        SET last_start = r.last_start, prev_start = '-infinity'
+        FROM ranked r
+        WHERE s.queue = set_queue_rate.queue AND s.slot = r.n AND r.n <= set_queue_rate.count;
+        DELETE FROM pgwake.queue_rate_slots s
+        WHERE s.queue = set_queue_rate.queue AND s.slot > set_queue_rate.count;
+        INSERT INTO pgwake.queue_rate_slots (queue, slot)
+        SELECT set_queue_rate.queue, g FROM generate_series(1, set_queue_rate.count) g
+        ON CONFLICT DO NOTHING;
+    END IF;
+    -- A higher rate, or none: idle workers may start jobs now.
+    PERFORM pg_notify('pgwake', set_queue_rate.queue);
+END
+$$;

@@ -1,0 +1,12 @@
+//! What the command line and operators call: migrate the schema, look at
+//! and change queues, dead jobs, history, schedules, and cancel jobs. Each
+//! function takes a connection; none needs a running worker.
+
+pub mod cancel;
+pub mod cron;
+pub mod dead;
+pub mod history;
+pub mod queues;
+pub mod schedules;
+pub mod schema;
+pub mod stats;

@@ -1,0 +1,401 @@
+//! Schema migrations: numbered, forward-only SQL files embedded in the
+//! binary, applied in order under an advisory lock, followed by the
+//! idempotent trigger and function definitions of `functions/`.
+//!
+//! Three `pgwake migrate` processes started at once serialise on the lock:
+//! the first applies everything, the others find nothing left to do.
+//!
+//! Migrate never stalls producers or claims:
+//! - on an up-to-date schema it changes nothing and takes no lock on
+//!   `pgwake.jobs`: each `functions/` file is applied only when its text
+//!   differs from the one recorded in `pgwake.schema_definitions`, and the
+//!   trigger itself is created only when it is missing;
+//! - whatever must change runs with `lock_timeout` ([`LOCK_TIMEOUT_DEFAULT`]):
+//!   behind a running claim it gives up the lock queue after that long (so
+//!   inserts and claims queued behind it go on) and tries again, up to
+//!   [`LOCK_RETRIES_DEFAULT`] times, logging each wait.
+
+use std::time::Duration;
+
+use tokio_postgres::Client;
+
+use crate::error::{Error, Result};
+
+/// One embedded migration.
+#[derive(Debug, Clone, Copy)]
+pub struct Migration {
+    /// Version number; migrations apply in ascending order.
+    pub version: i32,
+    /// File name, for logs.
+    pub name: &'static str,
+    /// The SQL.
+    pub sql: &'static str,
+}
+
+/// Every migration this binary knows, oldest first.
+pub const MIGRATIONS: &[Migration] = &[
+    Migration {
+        version: 1,
+        name: "0001_jobs.sql",
+        sql: include_str!("../../migrations/0001_jobs.sql"),
+    },
+    Migration {
+        version: 2,
+        name: "0002_leases.sql",
+        sql: include_str!("../../migrations/0002_leases.sql"),
+    },
+    Migration {
+        version: 3,
+        name: "0003_waiting_workers.sql",
+        sql: include_str!("../../migrations/0003_waiting_workers.sql"),
+    },
+    Migration {
+        version: 4,
+        name: "0004_schedules.sql",
+        sql: include_str!("../../migrations/0004_schedules.sql"),
+    },
+    Migration {
+        version: 5,
+        name: "0005_delivery_v2.sql",
+        sql: include_str!("../../migrations/0005_delivery_v2.sql"),
+    },
+    Migration {
+        version: 6,
+        name: "0006_history.sql",
+        sql: include_str!("../../migrations/0006_history.sql"),
+    },
+    Migration {
+        version: 7,
+        name: "0007_cancel.sql",
+        sql: include_str!("../../migrations/0007_cancel.sql"),
+    },
+    Migration {
+        version: 8,
+        name: "0008_keys.sql",
+        sql: include_str!("../../migrations/0008_keys.sql"),
+    },
+    Migration {
+        version: 9,
+        name: "0009_queues.sql",
+        sql: include_str!("../../migrations/0009_queues.sql"),
+    },
+    Migration {
+        version: 10,
+        name: "0010_rate.sql",
+        sql: include_str!("../../migrations/0010_rate.sql"),
+    },
+    Migration {
+        version: 11,
+        name: "0011_claim_costs.sql",
+        sql: include_str!("../../migrations/0011_claim_costs.sql"),
+    },
+    Migration {
+        version: 12,
+        name: "0012_claim_functions.sql",
+        sql: include_str!("../../migrations/0012_claim_functions.sql"),
+    },
+    Migration {
+        version: 13,
+        name: "0013_ready_queues_function.sql",
+        sql: include_str!("../../migrations/0013_ready_queues_function.sql"),
+    },
+];
+
+/// Idempotent definitions re-applied by every migrate.
+pub const TRIGGERS: &[(&str, &str)] = &[
+    ("notify.sql", include_str!("../../functions/notify.sql")),
+    ("keys.sql", include_str!("../../functions/keys.sql")),
+    ("enqueue.sql", include_str!("../../functions/enqueue.sql")),
+    (
+        "schedules.sql",
+        include_str!("../../functions/schedules.sql"),
+    ),
+    ("cancel.sql", include_str!("../../functions/cancel.sql")),
+    ("queues.sql", include_str!("../../functions/queues.sql")),
+    ("roles.sql", include_str!("../../functions/roles.sql")),
+];
+
+/// The schema version this binary was built for.
+pub fn latest_version() -> i32 {
+    MIGRATIONS.last().map(|m| m.version).unwrap_or(0)
+}
+
+/// Advisory lock key that serialises migrations: `hashtext('pgwake.migrate')`
+/// computed once, as a constant, so every version of pgwake uses the same key.
+const MIGRATE_LOCK_KEY: i64 = 0x7067_7761_6b65_6d67; // "pgwakemg"
+
+/// How long one migration step may wait for a table lock before it steps
+/// out of the lock queue (letting producers and claims through) to retry.
+pub const LOCK_TIMEOUT_DEFAULT: Duration = Duration::from_secs(1);
+/// How often a step that cannot get its lock is tried before migrate gives up.
+pub const LOCK_RETRIES_DEFAULT: u32 = 60;
+/// Pause between tries (doubling, capped at [`LOCK_RETRY_PAUSE_MAX`]).
+pub const LOCK_RETRY_PAUSE_MIN: Duration = Duration::from_millis(200);
+/// Longest pause between tries.
+pub const LOCK_RETRY_PAUSE_MAX: Duration = Duration::from_secs(5);
+
+/// How migrate waits for locks.
+#[derive(Debug, Clone)]
+pub struct MigrateOptions {
+    /// `lock_timeout` of every step. Default [`LOCK_TIMEOUT_DEFAULT`].
+    pub lock_timeout: Duration,
+    /// Tries per step. Default [`LOCK_RETRIES_DEFAULT`].
+    pub lock_retries: u32,
+}
+
+impl Default for MigrateOptions {
+    fn default() -> Self {
+        MigrateOptions {
+            lock_timeout: LOCK_TIMEOUT_DEFAULT,
+            lock_retries: LOCK_RETRIES_DEFAULT,
+        }
+    }
+}
+
+/// What a migrate run did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MigrateReport {
+    /// Versions applied by this run (empty when the schema was current).
+    pub applied: Vec<i32>,
+    /// `functions/` files (re)applied because their text changed (empty when
+    /// nothing changed).
+    pub definitions: Vec<&'static str>,
+    /// The schema version afterwards.
+    pub version: i32,
+}
+
+impl MigrateReport {
+    /// Whether the run changed nothing.
+    pub fn unchanged(&self) -> bool {
+        self.applied.is_empty() && self.definitions.is_empty()
+    }
+}
+
+/// Apply every pending migration and every changed `functions/` file, under
+/// the migrate advisory lock, with the default lock waits. Refuses a schema
+/// newer than this binary.
+pub async fn migrate(client: &mut Client) -> Result<MigrateReport> {
+    migrate_with(client, &MigrateOptions::default()).await
+}
+
+/// [`migrate`] with explicit lock waits.
+pub async fn migrate_with(client: &mut Client, opts: &MigrateOptions) -> Result<MigrateReport> {
+    client
+        .execute("SELECT pg_advisory_lock($1)", &[&MIGRATE_LOCK_KEY])
+        .await
+        .map_err(Error::db("cannot take the migration lock"))?;
+    let result = migrate_locked(client, opts).await;
+    // Unlock even when a migration failed; a lost connection drops it anyway.
+    let _ = client
+        .execute("SELECT pg_advisory_unlock($1)", &[&MIGRATE_LOCK_KEY])
+        .await;
+    result
+}
+
+async fn migrate_locked(client: &mut Client, opts: &MigrateOptions) -> Result<MigrateReport> {
+    // Only when missing: CREATE … IF NOT EXISTS on an existing object still
+    // needs the CREATE privilege on the database.
+    let bootstrapped: bool = client
+        .query_one(
+            "SELECT to_regclass('pgwake.schema_definitions') IS NOT NULL",
+            &[],
+        )
+        .await
+        .map_err(Error::db("cannot read the schema version"))?
+        .get(0);
+    if !bootstrapped {
+        let created = client
+            .batch_execute(
+                // client_min_messages: `IF NOT EXISTS` on an existing schema
+                // is the normal case, not news (no "NOTICE: … skipping").
+                "BEGIN;
+                 SET LOCAL client_min_messages = warning;
+                 CREATE SCHEMA IF NOT EXISTS pgwake;
+                 CREATE TABLE IF NOT EXISTS pgwake.schema_migrations (
+                     version    integer PRIMARY KEY,
+                     name       text NOT NULL,
+                     applied_at timestamptz NOT NULL DEFAULT now()
+                 );
+                 CREATE TABLE IF NOT EXISTS pgwake.schema_definitions (
+                     name       text PRIMARY KEY,
+                     sql        text NOT NULL,
+                     applied_at timestamptz NOT NULL DEFAULT now()
+                 );
+                 COMMIT;",
+            )
+            .await;
+        if let Err(source) = created {
+            // Leave the caller's session usable: end the failed transaction.
+            let _ = client.batch_execute("ROLLBACK").await;
+            return Err(Error::Db {
+                context: "cannot create the pgwake schema",
+                source,
+            });
+        }
+    }
+    let current = current_version(client).await?.unwrap_or(0);
+    if current > latest_version() {
+        return Err(newer_schema(current));
+    }
+    let mut applied = Vec::new();
+    for m in MIGRATIONS.iter().filter(|m| m.version > current) {
+        with_lock_retries(client, opts, m.name, |tx| {
+            Box::pin(async move {
+                tx.batch_execute(m.sql).await?;
+                tx.execute(
+                    "INSERT INTO pgwake.schema_migrations (version, name) VALUES ($1, $2)",
+                    &[&m.version, &m.name],
+                )
+                .await?;
+                Ok(())
+            })
+        })
+        .await?;
+        tracing::info!(version = m.version, name = m.name, "applied migration");
+        applied.push(m.version);
+    }
+    let recorded: std::collections::HashMap<String, String> = client
+        .query("SELECT name, sql FROM pgwake.schema_definitions", &[])
+        .await
+        .map_err(Error::db("cannot read the applied definitions"))?
+        .iter()
+        .map(|r| (r.get(0), r.get(1)))
+        .collect();
+    let mut definitions = Vec::new();
+    for (name, sql) in TRIGGERS {
+        if recorded.get(*name).map(String::as_str) == Some(*sql) {
+            continue;
+        }
+        with_lock_retries(client, opts, name, |tx| {
+            Box::pin(async move {
+                tx.batch_execute(sql).await?;
+                tx.execute(
+                    "INSERT INTO pgwake.schema_definitions (name, sql) VALUES ($1, $2)
+                     ON CONFLICT (name) DO UPDATE SET sql = excluded.sql, applied_at = now()",
+                    &[name, sql],
+                )
+                .await?;
+                Ok(())
+            })
+        })
+        .await?;
+        tracing::info!(file = name, "applied definition");
+        definitions.push(*name);
+    }
+    Ok(MigrateReport {
+        applied,
+        definitions,
+        version: latest_version().max(current),
+    })
+}
+
+type StepFuture<'a> = std::pin::Pin<
+    Box<
+        dyn std::future::Future<Output = std::result::Result<(), tokio_postgres::Error>>
+            + Send
+            + 'a,
+    >,
+>;
+
+/// Run one migration step in its own transaction with `lock_timeout`; when
+/// the lock is not available in time, roll back (leaving the lock queue, so
+/// producers and claims waiting behind us go on) and try again later.
+async fn with_lock_retries<F>(
+    client: &mut Client,
+    opts: &MigrateOptions,
+    step: &str,
+    f: F,
+) -> Result<()>
+where
+    F: for<'a> Fn(&'a tokio_postgres::Transaction<'a>) -> StepFuture<'a>,
+{
+    let mut pause = LOCK_RETRY_PAUSE_MIN;
+    let timeout_ms = opts.lock_timeout.as_millis().max(1) as u64;
+    for attempt in 1..=opts.lock_retries.max(1) {
+        let tx = client
+            .transaction()
+            .await
+            .map_err(Error::db("cannot begin a migration step"))?;
+        // client_min_messages: `IF NOT EXISTS` notices are not news.
+        tx.batch_execute(&format!(
+            "SET LOCAL lock_timeout = {timeout_ms}; SET LOCAL client_min_messages = warning"
+        ))
+        .await
+        .map_err(Error::db("cannot set lock_timeout"))?;
+        let r = match f(&tx).await {
+            Ok(()) => tx.commit().await,
+            Err(e) => Err(e),
+        };
+        match r {
+            Ok(()) => return Ok(()),
+            Err(e) if e.code().map(|c| c.code()) == Some("55P03") => {
+                tracing::warn!(
+                    step,
+                    attempt,
+                    of = opts.lock_retries,
+                    retry_in = ?pause,
+                    "a table is busy (lock not granted within lock_timeout); stepped aside so producers and claims go on, retrying"
+                );
+                tokio::time::sleep(pause).await;
+                pause = (pause * 2).min(LOCK_RETRY_PAUSE_MAX);
+            }
+            Err(source) => {
+                tracing::error!(step, "migration step failed");
+                return Err(Error::Db {
+                    context: "migration failed",
+                    source,
+                });
+            }
+        }
+    }
+    Err(Error::Schema(format!(
+        "migration step {step} could not get its table lock in {} tries of {:?} (a long transaction holds pgwake.jobs?); nothing was changed by this step; run `pgwake migrate` again when the long transaction has ended",
+        opts.lock_retries, opts.lock_timeout
+    )))
+}
+
+/// The applied schema version, or `None` when pgwake was never migrated here.
+/// Unnamed statements (`query_typed`): the commands check the schema through
+/// whatever pooler `DATABASE_URL` names.
+pub async fn current_version(client: &Client) -> Result<Option<i32>> {
+    let exists: bool = client
+        .query_typed_one(
+            "SELECT to_regclass('pgwake.schema_migrations') IS NOT NULL",
+            &[],
+        )
+        .await
+        .map_err(Error::db("cannot read the schema version"))?
+        .get(0);
+    if !exists {
+        return Ok(None);
+    }
+    let v: Option<i32> = client
+        .query_typed_one("SELECT max(version) FROM pgwake.schema_migrations", &[])
+        .await
+        .map_err(Error::db("cannot read the schema version"))?
+        .get(0);
+    Ok(v)
+}
+
+fn newer_schema(found: i32) -> Error {
+    Error::Schema(format!(
+        "the pgwake schema is at version {found}, newer than this pgwake knows ({}); upgrade pgwake",
+        latest_version()
+    ))
+}
+
+/// Check the schema a worker is about to use: present, and exactly the
+/// version this binary knows. The error is one line that says what to run.
+pub async fn check(client: &Client) -> Result<()> {
+    match current_version(client).await? {
+        None => Err(Error::Schema(
+            "the pgwake schema is missing from this database; run `pgwake migrate` first".into(),
+        )),
+        Some(v) if v > latest_version() => Err(newer_schema(v)),
+        Some(v) if v < latest_version() => Err(Error::Schema(format!(
+            "the pgwake schema is at version {v}, this pgwake needs {}; run `pgwake migrate`",
+            latest_version()
+        ))),
+        Some(_) => Ok(()),
+    }
+}

@@ -1,0 +1,125 @@
+//! `pgwake stats`: per queue, ready and scheduled depth, lease-mode jobs in
+//! flight, dead count, the oldest ready job's age and whether the queue is
+//! paused; uncapped counts (this is an on-demand command, not
+//! the per-interval sampler). Running tx-mode claims are left out of `ready`
+//! among each queue's first `sampler::RUNNING_CHECK_WINDOW` ready jobs.
+
+use serde::Serialize;
+
+use crate::error::Result;
+
+/// One queue's line.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct QueueStats {
+    /// Queue name.
+    pub queue: String,
+    /// Jobs ready to run now (running jobs excluded).
+    pub ready: i64,
+    /// Jobs scheduled for later.
+    pub scheduled: i64,
+    /// Lease-mode jobs in flight: running, or held by a worker that died
+    /// until the rescuer moves them back (`expired_leases` of them have
+    /// passed their `lease_until`). Running tx-mode jobs are not counted
+    /// here (they are rows a claim transaction holds; the
+    /// idle-in-transaction metrics show them).
+    pub leased: i64,
+    /// Of `leased`, those whose lease has expired: their worker stopped
+    /// heartbeating; the next rescue moves them back (or to `dead_jobs`).
+    pub expired_leases: i64,
+    /// Jobs in `dead_jobs`.
+    pub dead: i64,
+    /// Age of the oldest ready job, seconds (0 when none is ready).
+    pub oldest_ready_age_seconds: f64,
+    /// Whether the queue is paused (`pgwake queue pause`): its jobs wait.
+    pub paused: bool,
+}
+
+/// Read every queue's numbers.
+pub async fn read(pool: &deadpool_postgres::Pool) -> Result<Vec<QueueStats>> {
+    // Every queue, uncapped counts, no time limit: an on-demand command.
+    let sample = crate::services::sampler::sample_with(pool, i64::MAX, None).await?;
+    let conn = pool
+        .get()
+        .await
+        .map_err(crate::error::Error::pool("stats: no connection"))?;
+    let leased: std::collections::HashMap<String, (i64, i64)> = crate::db::sql::Db::unnamed(&conn)
+        .query(&crate::db::sql::STATS_LEASED, &[])
+        .await
+        .map_err(crate::error::Error::db("stats: reading leases"))?
+        .into_iter()
+        .map(|r| (r.get(0), (r.get(1), r.get(2))))
+        .collect();
+    let mut stats: Vec<QueueStats> = sample
+        .queues
+        .into_iter()
+        .map(|q| QueueStats {
+            paused: sample.paused.contains(&q.queue),
+            leased: leased.get(&q.queue).map_or(0, |l| l.0),
+            expired_leases: leased.get(&q.queue).map_or(0, |l| l.1),
+            queue: q.queue,
+            ready: q.ready,
+            scheduled: q.scheduled,
+            dead: q.dead,
+            oldest_ready_age_seconds: q.oldest_ready_age,
+        })
+        .collect();
+    // A paused queue shows even when it holds no job, and a queue whose
+    // only jobs are leased shows too.
+    let extra = sample
+        .paused
+        .iter()
+        .chain(leased.keys())
+        .cloned()
+        .collect::<std::collections::BTreeSet<String>>();
+    for q in extra {
+        if !stats.iter().any(|s| s.queue == q) {
+            let (leased, expired_leases) = leased.get(&q).copied().unwrap_or((0, 0));
+            stats.push(QueueStats {
+                paused: sample.paused.contains(&q),
+                queue: q,
+                ready: 0,
+                scheduled: 0,
+                leased,
+                expired_leases,
+                dead: 0,
+                oldest_ready_age_seconds: 0.0,
+            });
+        }
+    }
+    stats.sort_by(|a, b| a.queue.cmp(&b.queue));
+    Ok(stats)
+}
+
+/// Render as a fixed-width table.
+pub fn render_table(stats: &[QueueStats]) -> String {
+    let width = stats
+        .iter()
+        .map(|s| s.queue.chars().count())
+        .max()
+        .unwrap_or(5)
+        .max(5);
+    let mut out = format!(
+        "{:<width$}  {:>10}  {:>10}  {:>10}  {:>10}  {:>16}  {}\n",
+        "QUEUE", "READY", "SCHEDULED", "LEASED", "DEAD", "OLDEST READY (s)", "STATE"
+    );
+    for s in stats {
+        let leased = match s.expired_leases {
+            0 => s.leased.to_string(),
+            n => format!("{} ({n} exp.)", s.leased),
+        };
+        out.push_str(&format!(
+            "{:<width$}  {:>10}  {:>10}  {:>10}  {:>10}  {:>16.3}  {}\n",
+            s.queue,
+            s.ready,
+            s.scheduled,
+            leased,
+            s.dead,
+            s.oldest_ready_age_seconds,
+            if s.paused { "paused" } else { "running" }
+        ));
+    }
+    if stats.is_empty() {
+        out.push_str("(no jobs)\n");
+    }
+    out
+}

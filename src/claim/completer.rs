@@ -1,0 +1,243 @@
+//! The completer: writes lease-mode outcomes in batches. Every run that
+//! ends sends its resolution here; the completer takes everything that has
+//! arrived and writes it with at most three statements (done, back to the
+//! queue, dead), each fenced by the claim tokens. While a flush is in
+//! flight, new outcomes queue up and go out together in the next one, so
+//! the batch size follows the load with no added delay when idle.
+//!
+//! A write that fails for a connection reason is retried with backoff for
+//! up to a lease length (the heartbeat keeps the leases meanwhile); after
+//! that the leases expire and the rescuer puts the jobs back (they run
+//! again: at-least-once). A token that matches no row was fenced out: the
+//! lease was lost and the job is someone else's; nothing is written for it.
+
+use std::collections::HashSet;
+use std::sync::Arc;
+use std::time::Instant;
+
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+
+use crate::claim::context::ClaimContext;
+use crate::claim::leases::Finished;
+use crate::db::connect::PooledConn;
+use crate::error::{Error, Result};
+use crate::job::Resolution;
+
+use crate::db::sql::{
+    Db, LEASE_BURY as BURY, LEASE_DONE as DONE, LEASE_DONE_HISTORY as DONE_HISTORY,
+    LEASE_REQUEUE as REQUEUE,
+};
+
+/// Most outcomes written by one flush.
+pub(crate) const FLUSH_MAX: usize = 2000;
+
+/// Write outcomes until `done` is cancelled and everything received is
+/// written.
+pub(crate) async fn run(
+    ctx: Arc<ClaimContext>,
+    mut rx: mpsc::UnboundedReceiver<Finished>,
+    done: CancellationToken,
+) {
+    loop {
+        let first = tokio::select! {
+            biased;
+            f = rx.recv() => f,
+            _ = done.cancelled() => rx.try_recv().ok(),
+        };
+        let Some(first) = first else { return };
+        let mut batch = vec![first];
+        while batch.len() < FLUSH_MAX {
+            match rx.try_recv() {
+                Ok(f) => batch.push(f),
+                Err(_) => break,
+            }
+        }
+        flush(&ctx, batch).await;
+    }
+}
+
+/// The rows of one flush, by statement.
+#[derive(Default)]
+struct Writes {
+    done: Vec<i64>,
+    /// Results of `done` (JSON text or NULL), when history is on.
+    done_results: Option<Vec<Option<String>>>,
+    back_tokens: Vec<i64>,
+    back_attempts: Vec<i32>,
+    back_errors: Vec<Option<String>>,
+    back_delays: Vec<Option<f64>>,
+    dead_tokens: Vec<i64>,
+    dead_errors: Vec<String>,
+}
+
+impl Writes {
+    fn of<'a>(batch: impl Iterator<Item = &'a Finished>, history: bool) -> Writes {
+        let mut w = Writes::default();
+        if history {
+            w.done_results = Some(Vec::new());
+        }
+        for f in batch {
+            let (token, attempt) = (f.claimed.token, f.claimed.job.attempt);
+            match &f.resolution {
+                Resolution::Done => {
+                    w.done.push(token);
+                    if let Some(results) = &mut w.done_results {
+                        results.push(f.result.clone());
+                    }
+                }
+                Resolution::Retry { reason, delay } => {
+                    w.back_tokens.push(token);
+                    w.back_attempts.push(attempt);
+                    w.back_errors.push(Some(reason.clone()));
+                    w.back_delays.push(Some(delay.as_secs_f64()));
+                }
+                Resolution::Returned => {
+                    w.back_tokens.push(token);
+                    w.back_attempts.push(attempt - 1);
+                    w.back_errors.push(f.claimed.last_error.clone());
+                    w.back_delays.push(None);
+                }
+                Resolution::Dead { reason } => {
+                    w.dead_tokens.push(token);
+                    w.dead_errors.push(reason.clone());
+                }
+                // The run has stopped on a cancel request: bury it as
+                // cancelled, fenced by the token (a no-op if the lease was
+                // lost meanwhile and the rescuer buried it).
+                Resolution::Cancelled => {
+                    w.dead_tokens.push(token);
+                    w.dead_errors.push(crate::job::CANCELLED_REASON.to_string());
+                }
+                Resolution::Lost => {}
+            }
+        }
+        w
+    }
+
+    /// Run the writes (pipelined); returns the tokens that matched.
+    async fn write(&self, ctx: &ClaimContext) -> Result<HashSet<i64>> {
+        let mut conn = PooledConn::get(&ctx.pool, "completer: no connection").await?;
+        let (done, back, dead) = {
+            let c = Db::pooled(&conn, ctx.config.prepared_statements);
+            let done = async {
+                if self.done.is_empty() {
+                    return Ok(Vec::new());
+                }
+                // History on: the completion and its history row are one
+                // statement, fenced by the same tokens.
+                match &self.done_results {
+                    Some(results) => c.query(&DONE_HISTORY, &[&self.done, results]).await,
+                    None => c.query(&DONE, &[&self.done]).await,
+                }
+            };
+            let back = async {
+                if self.back_tokens.is_empty() {
+                    return Ok(Vec::new());
+                }
+                c.query(
+                    &REQUEUE,
+                    &[
+                        &self.back_tokens,
+                        &self.back_attempts,
+                        &self.back_errors,
+                        &self.back_delays,
+                    ],
+                )
+                .await
+            };
+            let dead = async {
+                if self.dead_tokens.is_empty() {
+                    return Ok(Vec::new());
+                }
+                c.query(&BURY, &[&self.dead_tokens, &self.dead_errors])
+                    .await
+            };
+            tokio::join!(done, back, dead)
+        };
+        let mut matched = HashSet::new();
+        for rows in [done, back, dead] {
+            let rows = conn.check(rows).map_err(Error::db("completer"))?;
+            matched.extend(rows.iter().map(|r| r.get::<_, i64>(0)));
+        }
+        Ok(matched)
+    }
+}
+
+/// Write one batch of outcomes, then report them.
+async fn flush(ctx: &ClaimContext, batch: Vec<Finished>) {
+    let history = ctx.history.on();
+    // A job of an ordering key that leaves leased_jobs may free the key's
+    // next job, which no INSERT (so no NOTIFY) announces: claim again here
+    // rather than at the next poll.
+    // So may a job of a limited queue: its slot is free once its lease row
+    // is gone, and a claim that found every slot held went idle.
+    let keyed = batch.iter().any(|f| {
+        f.claimed.keys.ordering_key.is_some() || ctx.ready_queues.is_limited(&f.claimed.job.queue)
+    });
+    let writes = Writes::of(batch.iter(), history);
+    let matched = match write_retrying(ctx, &writes).await {
+        Ok(m) => Some(m),
+        Err(e) if !e.is_transient() => {
+            // A data error (never expected: reasons are sanitised): write
+            // each outcome alone so one cannot hold back the others.
+            tracing::error!(error = %e, "writing lease-mode outcomes failed; writing them one by one");
+            let mut all = HashSet::new();
+            for f in &batch {
+                match Writes::of(std::iter::once(f), history).write(ctx).await {
+                    Ok(m) => all.extend(m),
+                    Err(e) => {
+                        tracing::error!(job = f.claimed.job.id, error = %e, "cannot write this job's outcome; its lease will expire and it runs again")
+                    }
+                }
+            }
+            Some(all)
+        }
+        Err(e) => {
+            tracing::error!(error = %e, jobs = batch.len(), "giving up on writing lease-mode outcomes; the leases will expire and the jobs run again");
+            None
+        }
+    };
+    for f in batch {
+        ctx.leases.remove(f.claimed.token);
+        let written = matches!(&matched, Some(m) if m.contains(&f.claimed.token));
+        let resolution = match f.resolution {
+            Resolution::Lost => Resolution::Lost,
+            // Recorded as cancelled whoever wrote it (pgwake.cancel() or
+            // this flush).
+            Resolution::Cancelled => Resolution::Cancelled,
+            r if written => r,
+            _ => {
+                if matched.is_some() {
+                    tracing::warn!(
+                        job = f.claimed.job.id,
+                        attempt = f.claimed.job.attempt,
+                        "late outcome fenced: the lease was rescued, the job runs again"
+                    );
+                }
+                Resolution::Lost
+            }
+        };
+        ctx.report(&f.claimed.job, resolution, f.duration);
+    }
+    if keyed {
+        ctx.wake.wake_one(crate::claim::wake::Trigger::Drain);
+    }
+}
+
+/// Retry a flush on connection errors for up to one lease length.
+async fn write_retrying(ctx: &ClaimContext, writes: &Writes) -> Result<HashSet<i64>> {
+    let give_up = Instant::now() + ctx.config.lease_duration;
+    let mut backoff = ctx.config.reconnect_backoff();
+    loop {
+        match writes.write(ctx).await {
+            Ok(matched) => return Ok(matched),
+            Err(e) if e.is_transient() && Instant::now() < give_up => {
+                let delay = backoff.next().unwrap_or(ctx.config.reconnect_max);
+                tracing::warn!(error = %e, retry_in = ?delay, "writing lease-mode outcomes failed");
+                tokio::time::sleep(delay).await;
+            }
+            Err(e) => return Err(e),
+        }
+    }
+}

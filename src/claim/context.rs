@@ -1,0 +1,241 @@
+//! The claim context: what every part of the claim path shares (config,
+//! pools, handlers, wake-ups, slots, the lease book), and the steps both
+//! delivery modes take the same way: turning claimed rows into jobs, the
+//! checks before a job runs, resolving an outcome, and reporting it.
+//!
+//! ```text
+//!   claimer.rs ── claim ──▶ tx.rs | lease.rs ── run ──▶ executor.rs
+//!        ▲                        │                                   │
+//!        └──── slots ◀────────────┴──── record (tx: commit | lease: completer.rs)
+//!                                                   │
+//!                                          report() here: metrics, events
+//! ```
+//!
+//! Dependencies run one way: `claimed` ← `leases` ← `context` ←
+//! {`tx`, `lease`, `completer`} ← `claimer` (and `plan`, `executor`
+//! below them all).
+
+use std::sync::atomic::AtomicUsize;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use tokio::sync::{broadcast, Semaphore};
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+use crate::claim::claimed::Claimed;
+use crate::claim::executor::Ended;
+use crate::claim::plan::ClaimSpec;
+use crate::claim::wake::Wakeup;
+use crate::config::WorkerConfig;
+use crate::handler::{Handler, Registry};
+use crate::health::Health;
+use crate::job::{sanitize_reason, Job, Outcome, Resolution};
+use crate::metrics;
+use crate::services::poller::Schedule;
+
+/// What became of one job; sent to [`crate::Worker::subscribe`]rs after the
+/// outcome is committed.
+#[derive(Debug, Clone, PartialEq)]
+pub struct JobEvent {
+    /// The job's id.
+    pub id: i64,
+    /// Its queue.
+    pub queue: String,
+    /// Its task.
+    pub task: String,
+    /// The attempt that ended (1-based).
+    pub attempt: i32,
+    /// What happened.
+    pub resolution: Resolution,
+}
+
+impl JobEvent {
+    /// The `outcome` label: `done`, `retry`, `dead`, `returned`, `lost` or
+    /// `cancelled`.
+    pub fn outcome(&self) -> &'static str {
+        self.resolution.label()
+    }
+
+    /// The failure reason, for retries and dead jobs.
+    pub fn error(&self) -> Option<&str> {
+        self.resolution.reason()
+    }
+}
+
+/// Longest delay a handler's `Outcome::Retry { after }` may ask for; longer
+/// ones are cut to it (a `run_at` past PostgreSQL's range would make the
+/// outcome write fail).
+pub(crate) const RETRY_AFTER_MAX: Duration = Duration::from_secs(10 * 365 * 24 * 3600);
+
+/// State shared by a worker's claim path.
+pub(crate) struct ClaimContext {
+    pub config: WorkerConfig,
+    pub pool: deadpool_postgres::Pool,
+    /// Durable writes outside the claim transaction (tx-mode batch markers
+    /// and crash charges).
+    pub ledger_pool: deadpool_postgres::Pool,
+    pub registry: Registry,
+    /// What to claim, in which mode.
+    pub plan: Vec<ClaimSpec>,
+    pub wake: Arc<Wakeup>,
+    pub schedule: Arc<Schedule>,
+    pub health: Arc<Health>,
+    pub events: broadcast::Sender<JobEvent>,
+    /// Cancelled at shutdown: claim nothing more, start no more jobs.
+    pub stop: CancellationToken,
+    /// Cancelled when the grace period is over: interrupt running jobs.
+    pub abort: CancellationToken,
+    /// `BEGIN` plus the claim transaction's `SET LOCAL`s.
+    pub begin_sql: String,
+    /// This worker's id in `leased_jobs.worker_id` and `tx_batches`.
+    pub worker_id: String,
+    /// Rotates the order in which specs and queues are tried.
+    pub cursor: AtomicUsize,
+    /// The queues with ready jobs, for fair all-queues claims (`fair.rs`).
+    pub ready_queues: crate::claim::fair::ReadyQueues,
+    /// At most `concurrency / batch` lease claims in flight (`claimer.rs`).
+    pub lease_turn: crate::claim::claimer::LeaseTurn,
+    /// Idle/draining state for the waiting registration.
+    pub wait_state: Arc<crate::services::waiting::WaitState>,
+    /// One permit per job that may run at once (`concurrency`).
+    pub slots: Arc<Semaphore>,
+    /// Running lease-mode jobs (their tokens, for the heartbeat).
+    pub leases: Arc<crate::claim::leases::LeaseBook>,
+    /// Where lease-mode runs send their resolutions.
+    pub completer: crate::claim::leases::CompleterHandle,
+    /// Lease-mode job tasks, joined at shutdown.
+    pub jobs: TaskTracker,
+    /// Whether finished jobs are recorded (`crate::admin::history`).
+    pub history: Arc<crate::admin::history::Switch>,
+    /// Running jobs a cancel request can stop (`cancel.rs`).
+    pub cancels: Arc<crate::admin::cancel::CancelBook>,
+}
+
+impl ClaimContext {
+    /// What must happen to a claimed job before any handler runs:
+    /// `Ok(handler)` to run it, or the resolution when it must not run.
+    pub(crate) fn precheck(&self, c: &Claimed) -> Result<Arc<dyn Handler>, Resolution> {
+        let job = &c.job;
+        if job.attempt > job.max_attempts {
+            return Err(Resolution::Dead {
+                reason: format!(
+                    "attempt {} exceeds max_attempts {}: earlier runs never reported an outcome (the worker or its database session crashed while running this job)",
+                    job.attempt, job.max_attempts
+                ),
+            });
+        }
+        if self.stop.is_cancelled() {
+            return Err(Resolution::Returned);
+        }
+        let Some(handler) = self.registry.get(&job.task) else {
+            return Err(Resolution::Dead {
+                reason: format!(
+                    "no handler for task {:?}: register one (or a `*` catch-all) and retry it with `pgwake dead retry --id {}`",
+                    job.task, job.id
+                ),
+            });
+        };
+        if let Some(why) = &c.undecodable {
+            if handler.decodes_payload() {
+                return Err(Resolution::Dead {
+                    reason: why.clone(),
+                });
+            }
+        }
+        Ok(handler.clone())
+    }
+
+    /// The timeout of one run of `job`.
+    pub(crate) fn timeout_of(&self, job: &Job) -> Duration {
+        job.timeout.unwrap_or(self.config.job_timeout)
+    }
+
+    /// The result to record for a run that ended so: only while history is
+    /// on (off, no work at all is done for results).
+    pub(crate) fn result_of(&self, ended: &Ended) -> Option<String> {
+        match ended {
+            Ended::Outcome(outcome) if self.history.on() => {
+                crate::admin::history::result_of(outcome)
+            }
+            _ => None,
+        }
+    }
+
+    /// What a finished run means for the job.
+    pub(crate) fn resolve(&self, job: &Job, ended: Ended) -> Resolution {
+        match ended {
+            Ended::Interrupted => Resolution::Returned,
+            Ended::Outcome(Outcome::Done | Outcome::DoneWith(_)) => Resolution::Done,
+            Ended::Outcome(Outcome::Fail { reason }) => Resolution::Dead {
+                reason: sanitize_reason(&reason),
+            },
+            Ended::Outcome(Outcome::Retry { reason, after }) => {
+                let reason = sanitize_reason(&reason);
+                if job.attempt >= job.max_attempts {
+                    Resolution::Dead {
+                        reason: sanitize_reason(&format!(
+                            "{reason} (attempt {} of {})",
+                            job.attempt, job.max_attempts
+                        )),
+                    }
+                } else {
+                    Resolution::Retry {
+                        reason,
+                        delay: after
+                            .map(|a| a.min(RETRY_AFTER_MAX))
+                            .unwrap_or_else(|| self.config.retry_delay(job.attempt)),
+                    }
+                }
+            }
+        }
+    }
+
+    /// After the outcome is committed: metrics, logs, events, and the next
+    /// due time of retried jobs for the poller.
+    pub(crate) fn report(&self, job: &Job, resolution: Resolution, duration: Duration) {
+        if let Resolution::Retry { delay, .. } = &resolution {
+            self.schedule.hint(SystemTime::now() + *delay);
+        }
+        let outcome = resolution.label();
+        let labels = [
+            ("queue", metrics::queue_label(&job.queue)),
+            ("task", metrics::task_label(&job.task)),
+            ("outcome", outcome.to_string()),
+        ];
+        ::metrics::counter!(metrics::JOBS, &labels).increment(1);
+        ::metrics::histogram!(metrics::JOB_DURATION, &labels).record(duration.as_secs_f64());
+        if self.history.on() {
+            match &resolution {
+                Resolution::Done => crate::admin::history::count_recorded("done", 1),
+                Resolution::Dead { .. } => crate::admin::history::count_recorded("dead", 1),
+                _ => {}
+            }
+        }
+        let error = resolution.reason().unwrap_or("");
+        match &resolution {
+            Resolution::Dead { .. } => {
+                tracing::warn!(job = job.id, task = %job.task, attempt = job.attempt, error, "job dead")
+            }
+            Resolution::Retry { .. } => {
+                tracing::info!(job = job.id, task = %job.task, attempt = job.attempt, error, "job failed, will retry")
+            }
+            Resolution::Lost => {
+                tracing::warn!(job = job.id, task = %job.task, attempt = job.attempt, "lease lost: this run's outcome was not recorded; the job runs again")
+            }
+            Resolution::Cancelled => {
+                ::metrics::counter!(metrics::JOBS_CANCELLED, "queue" => metrics::queue_label(&job.queue))
+                    .increment(1);
+                tracing::info!(job = job.id, task = %job.task, attempt = job.attempt, "job cancelled: stopped and moved to dead_jobs")
+            }
+            _ => tracing::debug!(job = job.id, task = %job.task, outcome, "job resolved"),
+        }
+        let _ = self.events.send(JobEvent {
+            id: job.id,
+            queue: job.queue.clone(),
+            task: job.task.clone(),
+            attempt: job.attempt,
+            resolution,
+        });
+    }
+}

@@ -1,0 +1,328 @@
+//! Fair claims over every queue. The all-queues claim statement orders jobs
+//! by (priority, run_at, id) across queues, so a deep backlog in one queue
+//! would be served before a job inserted later into another. Instead, a
+//! worker serving every queue keeps the list of queues that have ready jobs
+//! (`sql/ready_queues.sql`, a loose index scan) and claims from them one
+//! queue per statement, starting one queue further each round — as it does
+//! for `--queues` lists — with the all-queues statement last, for queues
+//! that appeared since the list was read.
+//!
+//! ```text
+//!  round: list stale (≥ REFRESH_ROUNDS rounds, or the last round, started
+//!         by a notification, poll or reconnect, found nothing; with no
+//!         limited queue known the list is emptied instead, the next round
+//!         claims without reading, and reads at once if it finds nothing)?
+//!           └─ yes: re-read the ready queues
+//!         try each listed queue in turn from a rotating start (queue = $2;
+//!         a lone plain queue is left to the all-queues statement, plan.rs)
+//!         then the all-queues statement (new queues)
+//! ```
+//!
+//! The bound: a queue with ready jobs is claimed from within
+//! `REFRESH_ROUNDS + n` claim rounds of the worker after its jobs became
+//! ready (`n`: queues with ready jobs), whatever the backlog of the others;
+//! priorities still order jobs within a queue.
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+
+use crate::claim::context::ClaimContext;
+use crate::claim::plan::{ClaimSpec, Targets};
+use crate::db::connect::PooledConn;
+use crate::db::sql::{Db, LIMITED_QUEUES, READY_QUEUES};
+use crate::error::{Error, Result};
+
+/// Where `spec` claims this round (reading the ready queues when stale).
+pub(crate) async fn targets(ctx: &ClaimContext, spec: &ClaimSpec) -> Result<Targets> {
+    // Listed queues are tried by name: they need the limited queues only.
+    let wants_ready = matches!(spec.queues, crate::claim::plan::Queues::AllExcept(_));
+    let (ready, limited) = ctx.ready_queues.get(ctx, wants_ready).await?;
+    Ok(spec.targets(&ctx.cursor, &ready, &limited))
+}
+
+/// Claim rounds (of the whole worker) between two reads of the ready queues.
+pub(crate) const REFRESH_ROUNDS: u32 = 16;
+
+/// Most queues one read lists; queues beyond are served by the all-queues
+/// statement that ends every round.
+pub(crate) const LISTED_MAX: i64 = 1000;
+
+/// The ready queues of one worker's all-queues claims.
+#[derive(Debug, Default)]
+pub(crate) struct ReadyQueues {
+    state: Mutex<State>,
+}
+
+#[derive(Debug, Default)]
+struct State {
+    queues: Vec<String>,
+    /// Queues with a max_running or rate limit (claimed with the slot
+    /// statement), and whether each has a rate limit.
+    limited: HashMap<String, bool>,
+    /// Rounds since the last read; `None`: read at the next round.
+    rounds: Option<u32>,
+    /// Whether any spec claims "every queue" and so needs the ready
+    /// queues: a worker with listed queues only reads just the limited ones
+    /// (a scan of the queue index they would not use).
+    wants_ready: bool,
+    /// The list was emptied by [`State::found_nothing`] and not read since:
+    /// the next round claims without it.
+    unread: bool,
+    /// A read is under way: other claim tasks go on with the list they have
+    /// rather than read it too (a notification after idle wakes every task
+    /// at once, and each read on the burst's critical path). Safe with a
+    /// stale list: the claim statements check pause and limits themselves.
+    reading: bool,
+}
+
+/// What a claim round does with the list.
+#[derive(Debug, PartialEq)]
+enum Next {
+    /// Claim with this list (ready queues, limited queues).
+    Use(Vec<String>, HashMap<String, bool>),
+    /// Read it first (the ready queues too, when `ready`).
+    Read { ready: bool },
+}
+
+impl State {
+    /// Count a round and say whether it reads the list first; a read
+    /// returned here is the caller's to make ([`State::reading`] is set).
+    fn next(&mut self, wants_ready: bool) -> Next {
+        // A list read without the ready queues cannot serve a caller that
+        // wants them.
+        let fresh = !wants_ready || self.wants_ready;
+        self.wants_ready |= wants_ready;
+        let counted = match self.rounds.as_mut() {
+            Some(r) if fresh && *r < REFRESH_ROUNDS => {
+                *r += 1;
+                true
+            }
+            _ => false,
+        };
+        if counted || self.reading {
+            return Next::Use(self.queues.clone(), self.limited.clone());
+        }
+        self.reading = true;
+        Next::Read {
+            ready: self.wants_ready,
+        }
+    }
+
+    /// A read ended with these lists.
+    fn read(&mut self, queues: Vec<String>, limited: HashMap<String, bool>) {
+        self.queues = queues;
+        self.limited = limited;
+        self.rounds = Some(0);
+        self.unread = false;
+    }
+
+    /// See [`ReadyQueues::found_nothing`].
+    fn found_nothing(&mut self) -> bool {
+        if self.unread {
+            // This round (or another since the list was emptied) claimed
+            // without reading it and found nothing: read it now.
+            self.rounds = Some(REFRESH_ROUNDS);
+            return true;
+        }
+        if self.rounds.is_none() || !self.limited.is_empty() {
+            // Limited queues are claimed only when the list shows them
+            // ready (the plain claims skip them): read before claiming.
+            self.rounds = None;
+            return false;
+        }
+        self.queues.clear();
+        self.unread = true;
+        self.rounds = Some(REFRESH_ROUNDS - 1);
+        false
+    }
+}
+
+/// Clears [`State::reading`] however the read ends.
+struct Reading<'a>(&'a Mutex<State>);
+
+impl Drop for Reading<'_> {
+    fn drop(&mut self) {
+        self.0.lock().expect("ready queues lock").reading = false;
+    }
+}
+
+impl ReadyQueues {
+    /// The queues with ready jobs (re-read when stale; empty unless some
+    /// caller asked for them with `wants_ready`) and the limited queues
+    /// (`true`: rate-limited).
+    pub(crate) async fn get(
+        &self,
+        ctx: &ClaimContext,
+        wants_ready: bool,
+    ) -> Result<(Vec<String>, HashMap<String, bool>)> {
+        let read_ready = match self
+            .state
+            .lock()
+            .expect("ready queues lock")
+            .next(wants_ready)
+        {
+            Next::Use(queues, limited) => return Ok((queues, limited)),
+            Next::Read { ready } => ready,
+        };
+        let _reading = Reading(&self.state);
+        let mut conn = PooledConn::get(&ctx.pool, "claim: no connection to list queues").await?;
+        let db = Db::pooled(&conn, ctx.config.prepared_statements);
+        // Every ready queue (each spec keeps those it claims: plan.rs), so
+        // that one read serves every spec of the worker.
+        let none: &[String] = &[];
+        let params: [&(dyn tokio_postgres::types::ToSql + Sync); 2] = [&none, &LISTED_MAX];
+        let (ready, limited) = tokio::join!(
+            async {
+                if read_ready {
+                    db.query(&READY_QUEUES, &params).await
+                } else {
+                    Ok(Vec::new())
+                }
+            },
+            db.query(&LIMITED_QUEUES, &[])
+        );
+        let limited: HashMap<String, bool> = conn
+            .check(limited)
+            .map_err(Error::db("claim: list limited queues"))?
+            .iter()
+            .map(|r| (r.get(0), r.get(1)))
+            .collect();
+        let ready: Vec<String> = conn
+            .check(ready)
+            .map_err(Error::db("claim: list ready queues"))?
+            .iter()
+            .map(|r| r.get(0))
+            .collect();
+        let mut s = self.state.lock().expect("ready queues lock");
+        s.read(ready, limited);
+        Ok((s.queues.clone(), s.limited.clone()))
+    }
+
+    /// Whether `queue` was limited (max_running or rate) at the last read.
+    pub(crate) fn is_limited(&self, queue: &str) -> bool {
+        self.state
+            .lock()
+            .expect("ready queues lock")
+            .limited
+            .contains_key(queue)
+    }
+
+    /// A round started by an event (a notification, a poll, a reconnect)
+    /// found nothing in any queue. Returns whether the caller claims once
+    /// more at once (that round reads the list).
+    ///
+    /// With no limited queue known, no queue had a claimable job: the list
+    /// is emptied, and the next round (typically the wake-up of an idle
+    /// worker for a new job) claims with the all-queues statement alone,
+    /// without reading the list first. That read put a round trip on every
+    /// idle pickup (`pgwake bench`: p50 1.08 against 0.72 ms before issue
+    /// 10, one ready-queues read per pickup by `pg_stat_statements`). If
+    /// that round finds nothing either, the job may be in a queue only a
+    /// read shows (one limited since the last read: the plain claims skip
+    /// it), and no event may come to start another round (no poll for
+    /// minutes): so `true`, read and claim again now.
+    ///
+    /// With limited queues known, the next round reads first, as before:
+    /// a limited queue is claimed only when the list shows it ready.
+    pub(crate) fn found_nothing(&self) -> bool {
+        self.state
+            .lock()
+            .expect("ready queues lock")
+            .found_nothing()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A state after a read that listed `queues`.
+    fn read(queues: &[&str]) -> State {
+        let mut s = State::default();
+        assert_eq!(s.next(true), Next::Read { ready: true });
+        s.read(
+            queues.iter().map(|q| q.to_string()).collect(),
+            HashMap::new(),
+        );
+        s.reading = false;
+        s
+    }
+
+    fn uses(s: &mut State) -> Vec<String> {
+        match s.next(true) {
+            Next::Use(queues, _) => queues,
+            read => panic!("expected a round on the list, got {read:?}"),
+        }
+    }
+
+    fn reads(s: &mut State) {
+        assert_eq!(s.next(true), Next::Read { ready: true });
+        s.reading = false;
+    }
+
+    #[test]
+    fn the_list_is_read_every_refresh_rounds() {
+        let mut s = read(&["a", "b"]);
+        for _ in 0..REFRESH_ROUNDS {
+            assert_eq!(uses(&mut s), ["a", "b"]);
+        }
+        reads(&mut s);
+    }
+
+    /// The wake-up of an idle worker (the round after one that found
+    /// nothing) claims at once, on an empty list; the round after it reads.
+    #[test]
+    fn after_a_round_that_found_nothing_the_next_claims_without_reading() {
+        let mut s = read(&["a"]);
+        assert!(!s.found_nothing());
+        assert!(
+            uses(&mut s).is_empty(),
+            "no queue had a job: the list is emptied"
+        );
+        reads(&mut s);
+    }
+
+    /// A queue only a fresh read shows (one limited while the worker idled:
+    /// the plain claims skip it) must not wait for another event: a round
+    /// on the emptied list that finds nothing claims again at once, and
+    /// that round reads. In a CI run a limited queue's job waited 30 s
+    /// (until another job's timeout woke a claim) with no poll.
+    #[test]
+    fn a_round_on_the_emptied_list_that_finds_nothing_claims_again_with_a_read() {
+        let mut s = read(&[]);
+        for _ in 0..3 {
+            assert!(!s.found_nothing(), "the first empty round: go idle");
+            assert!(uses(&mut s).is_empty());
+            assert!(s.found_nothing(), "claim again at once");
+            reads(&mut s);
+            s.read(Vec::new(), HashMap::new());
+        }
+    }
+
+    /// With limited queues known, a round after one that found nothing reads
+    /// first: a limited queue is claimed only when listed ready.
+    #[test]
+    fn with_limited_queues_the_round_after_an_empty_one_reads_first() {
+        let mut s = read(&["a"]);
+        s.limited.insert("lim".into(), false);
+        assert!(!s.found_nothing());
+        reads(&mut s);
+    }
+
+    /// Before the first read there is nothing to claim with: read.
+    #[test]
+    fn a_round_before_any_read_reads() {
+        let mut s = State::default();
+        assert!(!s.found_nothing());
+        reads(&mut s);
+    }
+
+    /// One read at a time: the others use the list they have.
+    #[test]
+    fn a_round_during_a_read_uses_the_list_it_has() {
+        let mut s = read(&["a"]);
+        s.rounds = Some(REFRESH_ROUNDS);
+        assert_eq!(s.next(true), Next::Read { ready: true });
+        assert_eq!(uses(&mut s), ["a"]);
+    }
+}

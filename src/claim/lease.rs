@@ -1,0 +1,271 @@
+//! `lease` delivery mode: for work outside the database and long jobs
+//! (DESIGN.md §2).
+//!
+//! ```text
+//!  claim ≤ free slots: WITH c AS (DELETE … SKIP LOCKED RETURNING *)
+//!        INSERT INTO leased_jobs (attempts + 1, token, lease_until) … — autocommit
+//!  each job on its own slot, concurrently, outside any transaction
+//!  heartbeat (one statement per worker): renew every token this worker holds
+//!     token missing → the lease was rescued: stop that run (Lost)
+//!     no renewal for lease − margin → stop every run before its lease ends
+//!  outcome → completer.rs: batched writes, each fenced by the claim token
+//! ```
+//!
+//! The attempt is committed with the claim, so a job that kills its worker
+//! uses up attempts and ends dead (the rescuer buries a lease that expires
+//! on the last attempt). The claim token comes from a sequence and is never
+//! reused: a stalled worker that wakes up after its job was rescued, retried
+//! and claimed again cannot renew or complete the new run.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use tokio::sync::OwnedSemaphorePermit;
+use tokio_util::sync::CancellationToken;
+
+use crate::claim::claimed::{
+    claimed_from_row, keys_from_row, sort_claim_order, Claimed, CLAIM_COLUMNS,
+};
+use crate::claim::context::ClaimContext;
+use crate::claim::executor::{execute, Ended};
+use crate::claim::leases::{stop_margin, Finished};
+use crate::claim::plan::{ClaimSpec, Target};
+use crate::claim::wake::Trigger;
+use crate::db::connect::PooledConn;
+use crate::error::{Error, Result};
+use crate::handler::{Deadline, JobContext};
+use crate::job::Resolution;
+use crate::metrics;
+
+use crate::db::sql::{
+    Db, CLAIM_LEASE_ALL as CLAIM_ALL, CLAIM_LEASE_LIMITED as CLAIM_LIMITED,
+    CLAIM_LEASE_QUEUE as CLAIM_QUEUE, LEASE_HEARTBEAT as HEARTBEAT,
+};
+
+/// Claim up to `limit` jobs for `spec` (one per free slot), moving them
+/// into `pgwake.leased_jobs`. Returns them with the instant the claim was
+/// sent (the lease is secured from then).
+pub(crate) async fn claim(
+    ctx: &ClaimContext,
+    spec: &ClaimSpec,
+    limit: usize,
+    trigger: Trigger,
+) -> Result<(Vec<Claimed>, Instant)> {
+    let mut conn = PooledConn::get(&ctx.pool, "lease claim: no connection").await?;
+    let targets = crate::claim::fair::targets(ctx, spec).await?;
+    let except = &targets.except[..];
+    let limit = limit as i64;
+    let lease = ctx.config.lease_duration.as_secs_f64();
+    let mut rows = Vec::new();
+    let mut sent = Instant::now();
+    let mut admission = None;
+    for queue in &targets.queues {
+        // A rate-limited queue's admissions are committed first (rate.rs).
+        crate::claim::rate::settle(ctx, admission.as_ref(), 0).await?;
+        admission = crate::claim::rate::reserve_for(ctx, queue, limit).await?;
+        if admission.as_ref().is_some_and(|a| a.none()) {
+            continue;
+        }
+        let cap = admission.as_ref().and_then(|a| a.cap());
+        sent = Instant::now();
+        let db = Db::pooled(&conn, ctx.config.prepared_statements);
+        let r = match queue {
+            Target::All => {
+                db.query(
+                    &CLAIM_ALL,
+                    &[
+                        &limit,
+                        &except,
+                        &spec.tasks_in,
+                        &spec.tasks_not_in,
+                        &ctx.worker_id,
+                        &lease,
+                    ],
+                )
+                .await
+            }
+            Target::Queue(q) => {
+                db.query(
+                    &CLAIM_QUEUE,
+                    &[
+                        &limit,
+                        q,
+                        &spec.tasks_in,
+                        &spec.tasks_not_in,
+                        &ctx.worker_id,
+                        &lease,
+                    ],
+                )
+                .await
+            }
+            Target::Limited(q) | Target::Rated(q) => {
+                db.query(
+                    &CLAIM_LIMITED,
+                    &[
+                        &limit,
+                        q,
+                        &spec.tasks_in,
+                        &spec.tasks_not_in,
+                        &ctx.worker_id,
+                        &lease,
+                        &cap,
+                    ],
+                )
+                .await
+            }
+        };
+        rows = conn.check(r).map_err(Error::db("lease claim"))?;
+        if !rows.is_empty() {
+            break;
+        }
+    }
+    crate::claim::rate::settle(ctx, admission.as_ref(), rows.len()).await?;
+    let admitted_at = admission.as_ref().and_then(|a| a.admitted());
+    let hit = if rows.is_empty() { "empty" } else { "hit" };
+    ::metrics::counter!(metrics::CLAIMS, "trigger" => trigger.as_str(), "result" => hit, "mode" => "lease")
+        .increment(1);
+    let mut claimed: Vec<Claimed> = rows
+        .iter()
+        .map(|row| {
+            let mut c = claimed_from_row(row);
+            c.token = row.get(CLAIM_COLUMNS);
+            c.keys = keys_from_row(row, CLAIM_COLUMNS + 1);
+            c.admitted_at = admitted_at;
+            c
+        })
+        .collect();
+    sort_claim_order(&mut claimed);
+    Ok((claimed, sent))
+}
+
+/// Run one leased job on its own slot (`permit`), in the background; its
+/// resolution goes to the completer.
+pub(crate) fn spawn_run(
+    ctx: Arc<ClaimContext>,
+    claimed: Claimed,
+    secured_from: Instant,
+    permit: OwnedSemaphorePermit,
+) {
+    let lost = ctx.leases.insert(
+        claimed.token,
+        secured_from + ctx.config.lease_duration,
+        &ctx.abort,
+    );
+    let tracker = ctx.jobs.clone();
+    tracker.spawn(async move {
+        let (resolution, result, duration) = run(&ctx, &claimed, &lost).await;
+        // The slot is free as soon as the handler is done; the outcome is
+        // written in the background (and the lease renewed until it is).
+        drop(permit);
+        ctx.completer.send(Finished {
+            claimed,
+            resolution,
+            result,
+            duration,
+        });
+    });
+}
+
+async fn run(
+    ctx: &ClaimContext,
+    claimed: &Claimed,
+    lost: &CancellationToken,
+) -> (Resolution, Option<String>, Duration) {
+    let handler = match ctx.precheck(claimed) {
+        Ok(handler) => handler,
+        Err(resolution) => return (resolution, None, Duration::ZERO),
+    };
+    let job = &claimed.job;
+    // Stops on a lost lease, shutdown past the grace period, or a cancel.
+    let watch = ctx.cancels.watch(job.id, lost);
+    let deadline = Deadline::new(ctx.timeout_of(job));
+    let gauge =
+        ::metrics::gauge!(metrics::JOBS_IN_FLIGHT, "queue" => metrics::queue_label(&job.queue));
+    gauge.increment(1.0);
+    let job_ctx = JobContext {
+        transaction: None,
+        pool: &ctx.pool,
+        cancel: watch.token().child_token(),
+        deadline: &deadline,
+        admitted_at: claimed.admitted_at,
+    };
+    let (ended, _, duration) = execute(handler.as_ref(), job, job_ctx, watch.token()).await;
+    gauge.decrement(1.0);
+    let result = ctx.result_of(&ended);
+    let resolution = match ended {
+        // Its cancel was requested: the completer buries it as cancelled,
+        // fenced by its token, now that the run has stopped (never before:
+        // a `dead retry` must not find it in dead_jobs while it runs).
+        _ if watch.cancelled() => Resolution::Cancelled,
+        Ended::Interrupted if !ctx.abort.is_cancelled() => Resolution::Lost,
+        ended => ctx.resolve(job, ended),
+    };
+    (resolution, result, duration)
+}
+
+/// The heartbeat service: renews every lease this worker holds in one
+/// statement every third of the lease, and stops runs whose lease is lost
+/// or could not be renewed in time. Runs until `stop`.
+pub(crate) async fn heartbeat(ctx: Arc<ClaimContext>, stop: CancellationToken) {
+    let lease = ctx.config.lease_duration;
+    // Two loops at once: a renewal that hangs (a black-holed connection)
+    // must not hold up the checks that stop runs whose lease runs out.
+    let watchdog = async {
+        let check = (lease / 12).max(Duration::from_millis(50));
+        loop {
+            tokio::select! {
+                _ = stop.cancelled() => return,
+                _ = tokio::time::sleep(check) => {}
+            }
+            let stopped = ctx.leases.stop_unsecured(stop_margin(lease));
+            if stopped > 0 {
+                tracing::error!(
+                    jobs = stopped,
+                    "cannot renew leases (database unreachable?): stopped their runs before the leases end; other workers will run them"
+                );
+            }
+        }
+    };
+    let renewals = async {
+        let every = lease / 3;
+        loop {
+            tokio::select! {
+                _ = stop.cancelled() => return,
+                _ = tokio::time::sleep(every) => {}
+            }
+            let tokens = ctx.leases.tokens();
+            if tokens.is_empty() {
+                continue;
+            }
+            let sent = Instant::now();
+            let renewal = tokio::time::timeout(every, renew(&ctx, &tokens)).await;
+            match renewal.unwrap_or(Err(Error::ConnectionLost("heartbeat timed out"))) {
+                Ok(renewed) => {
+                    let lost = ctx.leases.renewed(&tokens, &renewed, sent, lease);
+                    if lost > 0 {
+                        tracing::warn!(
+                            jobs = lost,
+                            "leases lost (expired and rescued): stopping those runs"
+                        );
+                    }
+                }
+                // The database may be briefly away; the watchdog stops the
+                // runs whose lease could end unrenewed.
+                Err(e) => tracing::warn!(error = %e, "lease heartbeat failed"),
+            }
+        }
+    };
+    tokio::join!(watchdog, renewals);
+}
+
+async fn renew(ctx: &ClaimContext, tokens: &[i64]) -> Result<Vec<i64>> {
+    let mut conn = PooledConn::get(&ctx.pool, "heartbeat: no connection").await?;
+    let r = Db::pooled(&conn, ctx.config.prepared_statements)
+        .query(
+            &HEARTBEAT,
+            &[&tokens, &ctx.config.lease_duration.as_secs_f64()],
+        )
+        .await;
+    let rows = conn.check(r).map_err(Error::db("heartbeat"))?;
+    Ok(rows.iter().map(|r| r.get(0)).collect())
+}

@@ -1,0 +1,141 @@
+//! What a worker holds in lease mode: the lease book (every token it holds,
+//! running or awaiting its outcome write, and until when each lease is known
+//! to hold) and the channel its runs send their resolutions to the
+//! completer on.
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+
+use crate::claim::claimed::Claimed;
+use crate::job::Resolution;
+
+/// The leases this worker holds: running jobs and finished ones whose
+/// outcome is not written yet.
+#[derive(Debug, Default)]
+pub(crate) struct LeaseBook {
+    inner: Mutex<HashMap<i64, Lease>>,
+}
+
+#[derive(Debug)]
+struct Lease {
+    /// Cancelled when the lease is lost: the run stops.
+    lost: CancellationToken,
+    /// Until when the lease is known to hold: the send time of the last
+    /// statement that set it, plus the lease length (the server's clock
+    /// counted from a moment no later than the server's `now()`).
+    secured_until: Instant,
+}
+
+impl LeaseBook {
+    /// Hold `token`, secured until `secured_until`; returns the token that
+    /// is cancelled if the lease is lost (a child of `abort`).
+    pub(crate) fn insert(
+        &self,
+        token: i64,
+        secured_until: Instant,
+        abort: &CancellationToken,
+    ) -> CancellationToken {
+        let lost = abort.child_token();
+        self.inner.lock().expect("lease book").insert(
+            token,
+            Lease {
+                lost: lost.clone(),
+                secured_until,
+            },
+        );
+        lost
+    }
+
+    /// The outcome of `token` is written (or abandoned).
+    pub(crate) fn remove(&self, token: i64) {
+        self.inner.lock().expect("lease book").remove(&token);
+    }
+
+    /// Every token held.
+    pub(crate) fn tokens(&self) -> Vec<i64> {
+        self.inner
+            .lock()
+            .expect("lease book")
+            .keys()
+            .copied()
+            .collect()
+    }
+
+    /// A heartbeat sent at `sent` renewed `renewed` out of `asked`: the
+    /// others are lost.
+    pub(crate) fn renewed(
+        &self,
+        asked: &[i64],
+        renewed: &[i64],
+        sent: Instant,
+        lease: Duration,
+    ) -> usize {
+        let renewed: std::collections::HashSet<i64> = renewed.iter().copied().collect();
+        let mut book = self.inner.lock().expect("lease book");
+        let mut lost = 0;
+        for token in asked {
+            let Some(l) = book.get_mut(token) else {
+                continue;
+            };
+            if renewed.contains(token) {
+                l.secured_until = sent + lease;
+            } else if !l.lost.is_cancelled() {
+                l.lost.cancel();
+                lost += 1;
+            }
+        }
+        lost
+    }
+
+    /// Stop every run whose lease may end within `margin`: it could not be
+    /// renewed, and another worker may take the job once it expires.
+    pub(crate) fn stop_unsecured(&self, margin: Duration) -> usize {
+        let now = Instant::now();
+        let book = self.inner.lock().expect("lease book");
+        let mut stopped = 0;
+        for l in book.values() {
+            if l.secured_until <= now + margin && !l.lost.is_cancelled() {
+                l.lost.cancel();
+                stopped += 1;
+            }
+        }
+        stopped
+    }
+}
+
+/// How long before a lease could end, unrenewed, its run is stopped.
+pub(crate) fn stop_margin(lease: Duration) -> Duration {
+    lease / 6
+}
+
+/// A lease-mode run that ended.
+pub(crate) struct Finished {
+    pub claimed: Claimed,
+    pub resolution: Resolution,
+    /// The handler's result (JSON text), kept only while history is on.
+    pub result: Option<String>,
+    pub duration: Duration,
+}
+
+/// Where runs send what they finished.
+#[derive(Clone)]
+pub(crate) struct CompleterHandle {
+    tx: mpsc::UnboundedSender<Finished>,
+}
+
+impl CompleterHandle {
+    pub(crate) fn send(&self, finished: Finished) {
+        // The completer outlives every run (the worker joins runs first).
+        let _ = self.tx.send(finished);
+    }
+}
+
+/// A handle and the receiving end for [`run`].
+pub(crate) fn channel() -> (CompleterHandle, mpsc::UnboundedReceiver<Finished>) {
+    let (tx, rx) = mpsc::unbounded_channel();
+    (CompleterHandle { tx }, rx)
+}

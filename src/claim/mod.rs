@@ -1,0 +1,18 @@
+//! One job's way from claim to outcome: claim tasks wait for a wake-up and
+//! claim ([`claimer`], [`plan`], [`fair`], [`rate`]), each delivery mode runs
+//! what it claimed ([`tx`], [`lease`], both through [`executor`]) and the
+//! outcome is written ([`tx`] in the claim transaction, [`completer`] for
+//! leases). Imports nothing from `services/` or `admin/`.
+
+pub(crate) mod claimed;
+pub(crate) mod claimer;
+pub(crate) mod completer;
+pub(crate) mod context;
+pub(crate) mod executor;
+pub(crate) mod fair;
+pub(crate) mod lease;
+pub(crate) mod leases;
+pub(crate) mod plan;
+pub(crate) mod rate;
+pub(crate) mod tx;
+pub(crate) mod wake;

@@ -1,0 +1,321 @@
+//! Every runtime SQL statement of the library — the text (one file in
+//! `src/db/sql/`) and its parameter types — and the one way they are sent
+//! ([`Db`]), so that no call site can create a named prepared statement
+//! where the connection cannot keep one.
+//!
+//! ```text
+//!   call site ── Db::query(&sql::CLAIM_TX_QUEUE, params)
+//!                  │
+//!                  ├─ claim path, PreparedStatements::Cached (default):
+//!                  │    prepare once per connection (named, cached), then Bind/Execute
+//!                  └─ claim path, PreparedStatements::Unnamed, and everything else:
+//!                       Parse/Bind/Execute of the unnamed statement in one round trip,
+//!                       parameter types from this catalogue
+//! ```
+//!
+//! Why two ways: a named statement lives in one server session. PgBouncer
+//! 1.18 in transaction mode hands a client a different server connection
+//! for each transaction, so a cached statement is missing there ("prepared
+//! statement … does not exist") or collides with another client's
+//! ("… already exists"). The unnamed statement lives only until the next
+//! Parse, inside one round trip, so it works through any pooler; it is
+//! planned on every call. Only the claim path runs often enough for the
+//! cached plan to matter (README → Performance has the figure); the other
+//! services run a statement every few seconds, and the commands once, so
+//! they always send unnamed statements (one round trip, where a prepare
+//! costs two, plus a Close).
+//!
+//! Each statement's parameter types are written here, next to its file
+//! name, and `tests/pgbouncer.rs` checks them against what the server
+//! infers for every statement ([`ALL`]): a new statement with a wrong list
+//! fails that test, not a worker in production.
+
+use deadpool_postgres::{ClientWrapper, StatementCache};
+use tokio_postgres::types::{ToSql, Type};
+use tokio_postgres::{Client, Row};
+
+use crate::config::PreparedStatements;
+
+/// One statement: where it comes from, its text and its parameter types.
+#[derive(Debug)]
+pub struct Sql {
+    /// The file's name in `src/db/sql/`, without `.sql`.
+    pub name: &'static str,
+    /// The statement.
+    pub text: &'static str,
+    /// The type of each `$n`, in order, as the server infers it.
+    pub params: &'static [Type],
+}
+
+macro_rules! statements {
+    ($($konst:ident = $file:literal [$($ty:ident),*];)*) => {
+        $(
+            #[doc = concat!("`src/db/sql/", $file, ".sql`.")]
+            pub const $konst: Sql = Sql {
+                name: $file,
+                text: include_str!(concat!("sql/", $file, ".sql")),
+                params: &[$(Type::$ty),*],
+            };
+        )*
+        /// Every statement above (the type check in `tests/pgbouncer.rs`).
+        pub const ALL: &[&Sql] = &[$(&$konst),*];
+    };
+}
+
+statements! {
+    ADOPT_STALE = "adopt_stale" [];
+    BACKEND_PID = "backend_pid" [];
+    BATCH_CLEAR = "batch_clear" [INT8];
+    BATCH_MARK = "batch_mark" [TEXT, INT8_ARRAY, TEXT];
+    BURY = "bury" [INT8_ARRAY, TEXT_ARRAY, TEXT_ARRAY, TEXT_ARRAY, INT4_ARRAY, TIMESTAMPTZ_ARRAY,
+        INT4_ARRAY, INT4_ARRAY, TEXT_ARRAY, TIMESTAMPTZ_ARRAY, FLOAT8_ARRAY, TEXT, TEXT_ARRAY,
+        TEXT_ARRAY, TIMESTAMPTZ_ARRAY];
+    CANCEL = "cancel" [INT8];
+    CANCEL_BACKEND = "cancel_backend" [INT4];
+    CANCEL_POLL = "cancel_poll" [INT8_ARRAY];
+    CANCEL_SWEEP = "cancel_sweep" [];
+    CHARGE = "charge" [INT8];
+    CLAIM_LEASE_ALL = "claim_lease_all" [INT8, TEXT_ARRAY, TEXT_ARRAY, TEXT_ARRAY, TEXT, FLOAT8];
+    CLAIM_LEASE_LIMITED = "claim_lease_limited" [INT8, TEXT, TEXT_ARRAY, TEXT_ARRAY, TEXT, FLOAT8,
+        INT8];
+    CLAIM_LEASE_QUEUE = "claim_lease_queue" [INT8, TEXT, TEXT_ARRAY, TEXT_ARRAY, TEXT, FLOAT8];
+    CLAIM_TX_ALL = "claim_tx_all" [INT8, TEXT_ARRAY, TEXT_ARRAY, TEXT_ARRAY];
+    CLAIM_TX_LIMITED = "claim_tx_limited" [INT8, TEXT, TEXT_ARRAY, TEXT_ARRAY, INT8];
+    CLAIM_TX_ONE = "claim_tx_one" [INT8, BOOL];
+    CLAIM_TX_QUEUE = "claim_tx_queue" [INT8, TEXT, TEXT_ARRAY, TEXT_ARRAY];
+    CLEANUP_ATTEMPTS = "cleanup_attempts" [];
+    CLEAR_ATTEMPTS = "clear_attempts" [INT8_ARRAY];
+    DEAD_LIST = "dead_list" [TEXT, INT8];
+    DEAD_MISSING = "dead_missing" [INT8_ARRAY, TEXT];
+    DEAD_PURGE = "dead_purge" [INT8_ARRAY, TEXT, FLOAT8];
+    DEAD_RETRY = "dead_retry" [INT8_ARRAY, TEXT];
+    ENQUEUE = "enqueue" [TEXT_ARRAY, JSONB_ARRAY, TEXT_ARRAY, TEXT_ARRAY, INT4_ARRAY, INT4_ARRAY,
+        FLOAT8_ARRAY, FLOAT8_ARRAY, TEXT_ARRAY, TEXT_ARRAY, BOOL_ARRAY];
+    HISTORY_DONE = "history_done" [INT8_ARRAY, TEXT_ARRAY, TEXT_ARRAY, TEXT_ARRAY, INT4_ARRAY,
+        TIMESTAMPTZ_ARRAY, TEXT_ARRAY, TEXT, TEXT_ARRAY, TEXT_ARRAY];
+    HISTORY_LIST = "history_list" [TEXT, TEXT, TEXT, INT8, FLOAT8, TIMESTAMPTZ];
+    HISTORY_LOCK = "history_lock" [];
+    HISTORY_MAINTAIN = "history_maintain" [FLOAT8, INT4, FLOAT8];
+    HISTORY_SETTINGS_GET = "history_settings_get" [];
+    HISTORY_SETTINGS_SET = "history_settings_set" [FLOAT8];
+    LEASE_BURY = "lease_bury" [INT8_ARRAY, TEXT_ARRAY];
+    LEASE_DONE = "lease_done" [INT8_ARRAY];
+    LEASE_DONE_HISTORY = "lease_done_history" [INT8_ARRAY, TEXT_ARRAY];
+    LEASE_HEARTBEAT = "lease_heartbeat" [INT8_ARRAY, FLOAT8];
+    LEASE_REQUEUE = "lease_requeue" [INT8_ARRAY, INT4_ARRAY, TEXT_ARRAY, FLOAT8_ARRAY];
+    NEXT_RUN_AT_ALL = "next_run_at_all" [];
+    NEXT_RUN_AT_QUEUES = "next_run_at_queues" [TEXT_ARRAY];
+    REQUEUE = "requeue" [INT8_ARRAY, TEXT_ARRAY, TEXT_ARRAY, TEXT_ARRAY, INT4_ARRAY,
+        TIMESTAMPTZ_ARRAY, FLOAT8_ARRAY, INT4_ARRAY, INT4_ARRAY, TEXT_ARRAY, TIMESTAMPTZ_ARRAY,
+        FLOAT8_ARRAY, TEXT_ARRAY, TEXT_ARRAY, TIMESTAMPTZ_ARRAY];
+    RESCUE = "rescue" [INT8];
+    SAMPLE_PRESSURE = "sample_pressure" [];
+    LIMITED_QUEUES = "limited_queues" [];
+    QUEUE_LIST = "queue_list" [];
+    QUEUE_PAUSE = "queue_pause" [TEXT];
+    QUEUE_RESUME = "queue_resume" [TEXT];
+    QUEUE_SET_MAX_RUNNING = "queue_set_max_running" [TEXT, INT4];
+    QUEUE_SET_RATE = "queue_set_rate" [TEXT, INT4, FLOAT8];
+    RATE_RELEASE = "rate_release" [TEXT, INT4_ARRAY, TIMESTAMPTZ];
+    RATE_RESERVE = "rate_reserve" [TEXT, INT8, INT8];
+    READY_QUEUES = "ready_queues" [TEXT_ARRAY, INT8];
+    SAMPLE_QUEUE_SETTINGS = "sample_queue_settings" [];
+    SAMPLE_QUEUES = "sample_queues" [INT8, INT8];
+    SCHEDULE_ADD = "schedule_add" [TEXT, TEXT, TEXT, JSONB, TEXT, INT4, TEXT, TEXT, BOOL];
+    SCHEDULE_ADVANCE = "schedule_advance" [TEXT_ARRAY, TIMESTAMPTZ_ARRAY, TIMESTAMPTZ_ARRAY,
+        INT8_ARRAY, INT8_ARRAY, INT8_ARRAY, INT8_ARRAY];
+    SCHEDULE_CLAIM = "schedule_claim" [INT8];
+    SCHEDULE_COUNTS = "schedule_counts" [];
+    SCHEDULE_ENQUEUE = "schedule_enqueue" [TEXT_ARRAY, JSONB_ARRAY, TEXT_ARRAY, INT4_ARRAY,
+        TIMESTAMPTZ_ARRAY];
+    SCHEDULE_INVALID = "schedule_invalid" [TEXT_ARRAY, TEXT_ARRAY];
+    SCHEDULE_LIST = "schedule_list" [];
+    SCHEDULE_NEXT = "schedule_next" [];
+    SCHEDULE_NOW = "schedule_now" [];
+    SCHEDULE_PREVIOUS_WAITING = "schedule_previous_waiting" [INT8_ARRAY];
+    SCHEDULE_REMOVE = "schedule_remove" [TEXT];
+    SET_LIMITS = "set_limits" [TEXT];
+    STATS_LEASED = "stats_leased" [];
+    SUSPECTS = "suspects" [];
+    WAITING_REGISTER = "waiting_register" [TEXT, TEXT_ARRAY, FLOAT8];
+    WAITING_SETTLED = "waiting_settled" [TEXT];
+    WAITING_SNAPSHOT = "waiting_snapshot" [];
+    WAITING_UNREGISTER = "waiting_unregister" [TEXT];
+}
+
+type Params<'p> = [&'p (dyn ToSql + Sync)];
+
+/// A connection and how statements go over it: named and cached (a pooled
+/// connection of the claim path in [`PreparedStatements::Cached`] mode), or
+/// unnamed (everything else).
+#[derive(Clone, Copy)]
+pub struct Db<'a> {
+    client: &'a Client,
+    cache: Option<&'a StatementCache>,
+}
+
+impl<'a> Db<'a> {
+    /// Unnamed statements only: safe through any pooler, one round trip.
+    pub fn unnamed(client: &'a Client) -> Db<'a> {
+        Db {
+            client,
+            cache: None,
+        }
+    }
+
+    /// A pooled connection of the worker's claim path, in `mode`.
+    pub fn pooled(conn: &'a ClientWrapper, mode: PreparedStatements) -> Db<'a> {
+        Db {
+            client: conn,
+            cache: match mode {
+                PreparedStatements::Cached => Some(&conn.statement_cache),
+                PreparedStatements::Unnamed => None,
+            },
+        }
+    }
+
+    /// The connection, for what is not a catalogued statement (`BEGIN`,
+    /// savepoints, …: the simple query protocol, which never prepares).
+    pub fn client(&self) -> &'a Client {
+        self.client
+    }
+
+    /// Run `sql`; its rows.
+    pub async fn query(
+        self,
+        sql: &Sql,
+        params: &Params<'_>,
+    ) -> Result<Vec<Row>, tokio_postgres::Error> {
+        match self.cache {
+            Some(cache) => {
+                let stmt = cache.prepare(self.client, sql.text).await?;
+                self.client.query(&stmt, params).await.map_err(lost_named)
+            }
+            None => {
+                self.client
+                    .query_typed(sql.text, &typed(sql.name, sql.params, params))
+                    .await
+            }
+        }
+    }
+
+    /// Run `sql`, which returns exactly one row.
+    pub async fn query_one(
+        self,
+        sql: &Sql,
+        params: &Params<'_>,
+    ) -> Result<Row, tokio_postgres::Error> {
+        match self.cache {
+            Some(cache) => {
+                let stmt = cache.prepare(self.client, sql.text).await?;
+                self.client
+                    .query_one(&stmt, params)
+                    .await
+                    .map_err(lost_named)
+            }
+            None => {
+                self.client
+                    .query_typed_one(sql.text, &typed(sql.name, sql.params, params))
+                    .await
+            }
+        }
+    }
+
+    /// Run `sql`; the number of rows it changed.
+    pub async fn execute(
+        self,
+        sql: &Sql,
+        params: &Params<'_>,
+    ) -> Result<u64, tokio_postgres::Error> {
+        match self.cache {
+            Some(cache) => {
+                let stmt = cache.prepare(self.client, sql.text).await?;
+                self.client.execute(&stmt, params).await.map_err(lost_named)
+            }
+            None => {
+                self.client
+                    .execute_typed(sql.text, &typed(sql.name, sql.params, params))
+                    .await
+            }
+        }
+    }
+
+    /// Run a statement that is not in the catalogue (a `sql` handler's
+    /// call, built from a validated function name) as an unnamed statement
+    /// with the given parameter types; its rows.
+    pub async fn query_text(
+        self,
+        text: &str,
+        types: &[Type],
+        params: &Params<'_>,
+    ) -> Result<Vec<Row>, tokio_postgres::Error> {
+        self.client
+            .query_typed(text, &typed(text, types, params))
+            .await
+    }
+}
+
+/// A cached (named) statement the server does not have, or a name taken
+/// by another client's: the connection goes through a transaction-mode
+/// pooler the start-up check did not see (`connect::check_pooling`). Say
+/// once what to set; the error itself goes on to the caller (the claim
+/// rolls back, nothing is lost).
+fn lost_named(e: tokio_postgres::Error) -> tokio_postgres::Error {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use tokio_postgres::error::SqlState;
+    static SAID: AtomicBool = AtomicBool::new(false);
+    let lost = matches!(
+        e.code(),
+        Some(c) if *c == SqlState::INVALID_SQL_STATEMENT_NAME || *c == SqlState::DUPLICATE_PSTATEMENT
+    );
+    if lost && !SAID.swap(true, Ordering::Relaxed) {
+        tracing::error!(
+            error = %crate::error::PgDisplay(&e),
+            "a prepared statement was lost between transactions: --database-url goes through a transaction-mode pooler; set --prepared-statements unnamed (PGWAKE_PREPARED_STATEMENTS=unnamed)"
+        );
+    }
+    e
+}
+
+/// Pair each parameter with its declared type. A count that differs is a
+/// programming error in this file, caught by any test that runs it.
+fn typed<'p>(
+    name: &str,
+    types: &[Type],
+    params: &Params<'p>,
+) -> Vec<(&'p (dyn ToSql + Sync), Type)> {
+    assert_eq!(
+        types.len(),
+        params.len(),
+        "statement {name}: {} parameter types declared, {} values given",
+        types.len(),
+        params.len()
+    );
+    params.iter().copied().zip(types.iter().cloned()).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_statement_is_listed_once_and_numbers_its_parameters_as_declared() {
+        let mut names: Vec<&str> = ALL.iter().map(|s| s.name).collect();
+        names.sort_unstable();
+        names.dedup();
+        assert_eq!(names.len(), ALL.len(), "a statement is listed twice");
+        for sql in ALL {
+            // The highest `$n` in the text is the number of parameters.
+            let highest = (1..=40)
+                .filter(|n| {
+                    let p = format!("${n}");
+                    sql.text.match_indices(&p).any(|(i, _)| {
+                        !sql.text[i + p.len()..].starts_with(|c: char| c.is_ascii_digit())
+                    })
+                })
+                .max()
+                .unwrap_or(0);
+            assert_eq!(highest, sql.params.len(), "statement {}", sql.name);
+        }
+    }
+}

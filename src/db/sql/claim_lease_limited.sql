@@ -1,0 +1,87 @@
+-- lease-mode claim from one queue ($2) that has a max_running limit
+-- (migration 0009) or a rate limit (migration 0010). $1: limit, $3: only
+-- these tasks (NULL: any), $4: never these tasks, $5: worker id, $6: lease
+-- seconds, $7: admissions the worker reserved for this claim
+-- (src/db/sql/rate_reserve.sql; NULL: the queue has no rate limit). Same
+-- columns and ordering-key predicate as claim_lease_queue.sql.
+--
+-- In one autocommit statement: lock free slot rows (FOR UPDATE SKIP LOCKED,
+-- `lease_token IS NULL` re-checked on the newest row version), claim at most
+-- as many jobs as slots, move them into pgwake.leased_jobs, and write each
+-- new claim token into one of the slots. The slot is freed only by the
+-- trigger on pgwake.leased_jobs when that lease row is deleted (done,
+-- retry, bury, rescue, cancel), matching by token: a token is never reused,
+-- so a second release matches nothing. Rows above max_running (a lowered
+-- limit) block new claims until they are gone; the free ones are deleted
+-- here (`excess`).
+WITH settings AS (
+    SELECT q.max_running, q.rate_count FROM pgwake.queues q
+    WHERE q.name = $2::text AND NOT q.paused
+      AND (q.max_running IS NOT NULL OR q.rate_count IS NOT NULL)
+),
+excess AS (
+    DELETE FROM pgwake.queue_slots s
+    WHERE s.queue = $2::text AND s.slot IN (
+        SELECT x.slot FROM pgwake.queue_slots x, settings
+        WHERE x.queue = $2::text AND x.slot > settings.max_running AND x.lease_token IS NULL
+        FOR UPDATE OF x SKIP LOCKED)
+),
+free AS (
+    SELECT f.slot, row_number() OVER (ORDER BY f.slot) AS n
+    FROM (
+        SELECT s.slot FROM pgwake.queue_slots s, settings
+        WHERE s.queue = $2::text AND s.lease_token IS NULL AND s.slot <= settings.max_running
+          AND NOT EXISTS (SELECT FROM pgwake.queue_slots x
+                          WHERE x.queue = $2::text AND x.slot > settings.max_running)
+        ORDER BY s.slot
+        LIMIT $1
+        FOR UPDATE OF s SKIP LOCKED
+    ) f
+),
+c AS (
+    DELETE FROM pgwake.jobs
+    WHERE id = ANY(ARRAY(
+        SELECT id FROM pgwake.jobs
+        WHERE queue = $2::text AND run_at <= now()
+          AND ($3::text[] IS NULL OR task = ANY($3::text[])) AND task <> ALL($4::text[])
+          -- CASE, not `ordering_key IS NULL OR …`, which the planner rates at
+          -- 0.5% without statistics (ARCHITECTURE.md, "The claim predicate").
+          AND CASE WHEN ordering_key IS NULL THEN true
+                   ELSE pgwake.ordering_free(ordering_key, priority, coalesce(ordering_at, run_at), id) END
+        ORDER BY priority, run_at, id
+        -- As many as free slots (no max_running: $1) and admissions
+        -- ($7). None when the queue has a rate limit but the worker
+        -- reserved no admissions (it has not seen the limit yet), is paused,
+        -- or has no limit any more (the worker re-reads which queues are
+        -- limited).
+        LIMIT coalesce((SELECT least(coalesce($7::int8,
+                                              CASE WHEN st.rate_count IS NULL THEN $1::int8 ELSE 0 END),
+                                     CASE WHEN st.max_running IS NULL THEN $1::int8
+                                          ELSE (SELECT count(*) FROM free) END)
+                        FROM settings st), 0)
+        FOR UPDATE SKIP LOCKED))
+    RETURNING *
+),
+l AS (
+    INSERT INTO pgwake.leased_jobs
+        (id, queue, task, payload, priority, run_at, attempts, max_attempts, last_error,
+         created_at, timeout, worker_id, leased_at, lease_until, ordering_key, unique_key,
+         ordering_at, holds_slot)
+    SELECT id, queue, task, payload, priority, run_at, attempts + 1, max_attempts, last_error,
+           created_at, timeout, $5, now(), now() + make_interval(secs => $6), ordering_key,
+           unique_key, ordering_at, true
+    FROM c
+    RETURNING *
+),
+held AS (
+    UPDATE pgwake.queue_slots s SET lease_token = t.token
+    FROM (SELECT token, row_number() OVER (ORDER BY token) AS n FROM l) t
+    JOIN free f ON f.n = t.n
+    WHERE s.queue = $2::text AND s.slot = f.slot
+)
+SELECT id, queue, task, payload::text, priority, run_at, attempts, max_attempts, last_error,
+       created_at, extract(epoch FROM timeout)::float8,
+       extract(epoch FROM clock_timestamp() - greatest(created_at, run_at))::float8,
+       token,
+       ordering_key, unique_key, coalesce(ordering_at, run_at)
+FROM l

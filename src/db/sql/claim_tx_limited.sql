@@ -1,0 +1,74 @@
+-- tx-mode claim from one queue ($2) that has a max_running limit
+-- (migration 0009) or a rate limit (migration 0010). $1: limit, $3: only
+-- these tasks (NULL: any), $4: never these tasks, $5: admissions the worker
+-- reserved for this claim (src/db/sql/rate_reserve.sql; NULL: the queue has
+-- no rate limit). Same columns and ordering-key predicate as
+-- claim_tx_queue.sql.
+--
+-- Takes a free slot row of pgwake.queue_slots with FOR UPDATE SKIP LOCKED
+-- and claims at most one job per slot it got. The row locks are held by
+-- this claim transaction until it ends: while the jobs run, no other claim
+-- can take those slots; a crash rolls back and frees them together with the
+-- jobs. A slot a lease-mode claim holds has lease_token set by a committed
+-- UPDATE; FOR UPDATE re-checks `lease_token IS NULL` on the newest row
+-- version (READ COMMITTED re-evaluation), so a stale snapshot cannot make
+-- a held slot look free. Rows above max_running (a lowered limit) block new
+-- claims until they are gone; the free ones are deleted here (`excess`).
+WITH settings AS (
+    SELECT q.max_running, q.rate_count FROM pgwake.queues q
+    WHERE q.name = $2::text AND NOT q.paused
+      AND (q.max_running IS NOT NULL OR q.rate_count IS NOT NULL)
+),
+excess AS (
+    DELETE FROM pgwake.queue_slots s
+    WHERE s.queue = $2::text AND s.slot IN (
+        SELECT x.slot FROM pgwake.queue_slots x, settings
+        WHERE x.queue = $2::text AND x.slot > settings.max_running AND x.lease_token IS NULL
+        FOR UPDATE OF x SKIP LOCKED)
+),
+slots AS (
+    SELECT s.slot FROM pgwake.queue_slots s, settings
+    WHERE s.queue = $2::text AND s.lease_token IS NULL AND s.slot <= settings.max_running
+      AND NOT EXISTS (SELECT FROM pgwake.queue_slots x
+                      WHERE x.queue = $2::text AND x.slot > settings.max_running)
+    ORDER BY s.slot
+    -- One slot, so one job, per claim transaction: a tx batch runs its
+    -- jobs one after another and holds every slot it locked until it
+    -- commits, so a batch of k would keep k slots for the time of k jobs
+    -- in a row (and a claim that found fewer ready jobs than slots would
+    -- hold the rest idle). The worker lets one more claim task in after
+    -- each hit, so the queue still runs up to max_running jobs at once.
+    LIMIT 1
+    FOR UPDATE OF s SKIP LOCKED
+),
+c AS (
+    DELETE FROM pgwake.jobs
+    WHERE id = ANY(ARRAY(
+        SELECT id FROM pgwake.jobs
+        WHERE queue = $2::text AND run_at <= now()
+          AND ($3::text[] IS NULL OR task = ANY($3::text[])) AND task <> ALL($4::text[])
+          -- CASE, not `ordering_key IS NULL OR …`, which the planner rates at
+          -- 0.5% without statistics (ARCHITECTURE.md, "The claim predicate").
+          AND CASE WHEN ordering_key IS NULL THEN true
+                   ELSE pgwake.ordering_free(ordering_key, priority, coalesce(ordering_at, run_at), id) END
+        ORDER BY priority, run_at, id
+        -- As many as free slots (no max_running: $1) and admissions
+        -- ($5). None when the queue has a rate limit but the worker
+        -- reserved no admissions (it has not seen the limit yet), is paused,
+        -- or has no limit any more (the worker re-reads which queues are
+        -- limited).
+        LIMIT coalesce((SELECT least(coalesce($5::int8,
+                                              CASE WHEN st.rate_count IS NULL THEN $1::int8 ELSE 0 END),
+                                     CASE WHEN st.max_running IS NULL THEN $1::int8
+                                          ELSE (SELECT count(*) FROM slots) END)
+                        FROM settings st), 0)
+        FOR UPDATE SKIP LOCKED))
+    RETURNING *
+)
+SELECT id, queue, task, payload::text, priority, run_at, attempts, max_attempts, last_error,
+       created_at, extract(epoch FROM timeout)::float8,
+       extract(epoch FROM clock_timestamp() - greatest(created_at, run_at))::float8,
+       pg_current_xact_id()::text,
+       pg_backend_pid(),
+       ordering_key, unique_key, coalesce(ordering_at, run_at)
+FROM c

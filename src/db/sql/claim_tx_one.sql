@@ -1,0 +1,49 @@
+-- tx-mode claim of one suspect job by id ($1), to run it alone (see
+-- tx_attempts in migrations/0005). Same columns and ordering-key
+-- predicate as claim_tx_all.sql.
+--
+-- Queue settings (migrations 0009, 0010) hold here too: nothing is claimed
+-- from a paused queue, a job of a queue with max_running takes a free slot
+-- (locked until this transaction ends, as in claim_tx_limited.sql) or is
+-- not claimed now, and a job of a rate-limited queue is claimed only with
+-- an admission the worker reserved for it ($2, src/db/sql/rate_reserve.sql).
+WITH j AS (
+    SELECT queue FROM pgwake.jobs WHERE id = $1
+),
+settings AS (
+    SELECT q.paused, q.max_running, q.rate_count FROM pgwake.queues q JOIN j ON q.name = j.queue
+),
+slot AS (
+    SELECT s.slot FROM pgwake.queue_slots s
+    JOIN j ON s.queue = j.queue
+    JOIN settings st ON s.slot <= st.max_running
+    WHERE s.lease_token IS NULL
+      AND NOT EXISTS (SELECT FROM pgwake.queue_slots x
+                      WHERE x.queue = j.queue AND x.slot > st.max_running)
+    ORDER BY s.slot
+    LIMIT 1
+    FOR UPDATE OF s SKIP LOCKED
+),
+c AS (
+    DELETE FROM pgwake.jobs
+    WHERE id = ANY(ARRAY(
+        SELECT id FROM pgwake.jobs
+        WHERE id = $1 AND run_at <= now()
+          -- CASE, not `ordering_key IS NULL OR …`, which the planner rates at
+          -- 0.5% without statistics (ARCHITECTURE.md, "The claim predicate").
+          AND CASE WHEN ordering_key IS NULL THEN true
+                   ELSE pgwake.ordering_free(ordering_key, priority, coalesce(ordering_at, run_at), id) END
+          AND NOT EXISTS (SELECT FROM settings WHERE paused)
+          AND (NOT EXISTS (SELECT FROM settings WHERE max_running IS NOT NULL)
+               OR EXISTS (SELECT FROM slot))
+          AND (NOT EXISTS (SELECT FROM settings WHERE rate_count IS NOT NULL) OR $2::bool)
+        FOR UPDATE SKIP LOCKED))
+    RETURNING *
+)
+SELECT id, queue, task, payload::text, priority, run_at, attempts, max_attempts, last_error,
+       created_at, extract(epoch FROM timeout)::float8,
+       extract(epoch FROM clock_timestamp() - greatest(created_at, run_at))::float8,
+       pg_current_xact_id()::text,
+       pg_backend_pid(),
+       ordering_key, unique_key, coalesce(ordering_at, run_at)
+FROM c

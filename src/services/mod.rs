@@ -1,0 +1,13 @@
+//! What runs beside the claim path in every worker, each a task the
+//! worker's supervisor starts and joins: the [`listener`] (LISTEN, wake-ups),
+//! the fallback [`poller`], the [`waiting`] registration, the [`rescuer`]
+//! (expired leases), the [`sampler`] (queue and database-pressure gauges)
+//! and the [`scheduler`] (cron ticks). Services use `claim/`; the claim
+//! path never uses them.
+
+pub(crate) mod listener;
+pub(crate) mod poller;
+pub mod rescuer;
+pub mod sampler;
+pub(crate) mod scheduler;
+pub(crate) mod waiting;

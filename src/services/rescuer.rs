@@ -1,0 +1,95 @@
+//! The rescuer: every worker, every `rescue_interval` (jittered), moves
+//! lease-mode jobs whose lease expired back into `pgwake.jobs` (the insert
+//! trigger wakes everyone), or into `dead_jobs` when the expired run was
+//! the last attempt. Safe to run on any number of workers at once: each
+//! expired lease is moved exactly once (DELETE … SKIP LOCKED). It also
+//! turns tx-mode batch marks that outlived their transaction into suspects
+//! (`tx.rs`), and forgets crash charges of jobs that are gone.
+
+use std::time::Duration;
+
+use tokio_util::sync::CancellationToken;
+
+use crate::db::sql::{self, Db};
+use crate::error::{Error, Result};
+use crate::metrics;
+
+/// Most expired leases moved per run.
+pub const RESCUE_BATCH_DEFAULT: i64 = 1000;
+
+/// What one rescue run did.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RescueReport {
+    /// Jobs moved back to the queue.
+    pub requeued: usize,
+    /// Jobs moved to `dead_jobs` (their last attempt's lease expired).
+    pub dead: usize,
+    /// tx-mode batches found never to have reported (their jobs now run one
+    /// at a time, each charged before it starts).
+    pub stale_batches: usize,
+}
+
+/// The rescuer service.
+pub struct Rescuer {
+    pool: deadpool_postgres::Pool,
+    interval: Duration,
+}
+
+impl Rescuer {
+    /// A rescuer on `pool` running every `interval`.
+    pub fn new(pool: deadpool_postgres::Pool, interval: Duration) -> Rescuer {
+        Rescuer { pool, interval }
+    }
+
+    /// Rescue until `shutdown`.
+    pub async fn run(self, shutdown: CancellationToken) {
+        loop {
+            tokio::select! {
+                _ = shutdown.cancelled() => return,
+                _ = tokio::time::sleep(crate::services::poller::jitter(self.interval)) => {}
+            }
+            match self.run_once().await {
+                Ok(r) if r.requeued + r.dead > 0 => {
+                    tracing::warn!(
+                        requeued = r.requeued,
+                        dead = r.dead,
+                        "rescued expired leases"
+                    )
+                }
+                Ok(_) => {}
+                Err(e) => tracing::debug!(error = %e, "rescuer: run failed"),
+            }
+        }
+    }
+
+    /// Move every expired lease (up to a batch) once.
+    pub async fn run_once(&self) -> Result<RescueReport> {
+        let mut conn = crate::db::connect::PooledConn::get(&self.pool, "rescuer").await?;
+        let r = Db::unnamed(&conn)
+            .query(&sql::RESCUE, &[&RESCUE_BATCH_DEFAULT])
+            .await;
+        let rows = conn.check(r).map_err(Error::db("rescuer"))?;
+        let mut report = RescueReport::default();
+        let r = Db::unnamed(&conn).query_one(&sql::ADOPT_STALE, &[]).await;
+        report.stale_batches = conn
+            .check(r)
+            .map_err(Error::db("rescuer: adopt"))?
+            .get::<_, i64>(0) as usize;
+        let r = Db::unnamed(&conn)
+            .execute(&sql::CLEANUP_ATTEMPTS, &[])
+            .await;
+        conn.check(r).map_err(Error::db("rescuer: cleanup"))?;
+        for row in &rows {
+            let queue: String = row.get(0);
+            let what: &str = row.get(1);
+            ::metrics::counter!(metrics::LEASES_RESCUED, "queue" => metrics::queue_label(&queue))
+                .increment(1);
+            if what == "dead" {
+                report.dead += 1;
+            } else {
+                report.requeued += 1;
+            }
+        }
+        Ok(report)
+    }
+}

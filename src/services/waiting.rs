@@ -1,0 +1,283 @@
+//! Waiting registration: the worker tells producers, through
+//! `pgwake.waiting_workers`, whether a NOTIFY would do any good. The insert
+//! trigger only NOTIFYs when some live registration covers the queue, so
+//! producers pay the NOTIFY commit lock only while a worker is actually idle.
+//!
+//! ```text
+//!            a claim task hits (finds jobs)
+//!   registered ─────────────────────────────▶ unregistered (draining)
+//!        ▲                                           │
+//!        │   no hit for LINGER, ≥1 task idle,        │
+//!        └── listener up: register, then wake one ◀──┘
+//!            task to re-check the queue
+//! ```
+//!
+//! While any task keeps finding jobs (gaps under [`LINGER`]) the worker
+//! stays unregistered: new rows are seen by its next claim, no NOTIFY
+//! needed. After registering it waits until every transaction that was in
+//! progress at that moment has ended (at most [`SETTLE_MAX`]; with durable
+//! commits an insert's trigger runs about a WAL flush before its commit),
+//! then re-checks the queue once, so a job whose trigger ran just before the
+//! registration is not left waiting.
+//!
+//! The one window: a job whose inserting transaction ran the trigger
+//! *before* the registration committed and stays open more than
+//! [`SETTLE_MAX`] after it (e.g. `BEGIN; INSERT …; <other work>; COMMIT`
+//! spanning the moment a worker goes idle). Such a job waits for the next
+//! wake-up: a notification for a later insert, or the fallback poll (at
+//! most `poll_interval` × 1.25).
+
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use tokio::sync::Notify;
+use tokio_util::sync::CancellationToken;
+
+use crate::claim::wake::{Trigger, Wakeup};
+use crate::db::sql::{self, Db};
+use crate::error::{Error, Result};
+use crate::health::Health;
+
+/// How long after the last claim that found jobs the worker still counts as
+/// draining (not registered). Short enough that a truly idle worker is
+/// registered almost at once; long enough that a steady stream of jobs never
+/// makes it register.
+pub const LINGER: Duration = Duration::from_millis(5);
+/// Registrations expire unless renewed; a crashed worker's row stops
+/// attracting notifications after this long.
+pub(crate) const REGISTRATION_TTL: Duration = Duration::from_secs(30);
+/// Longest wait, after registering, for producer transactions that were in
+/// progress to end before the re-check claim.
+pub(crate) const SETTLE_MAX: Duration = Duration::from_millis(100);
+/// How often that wait looks again.
+pub(crate) const SETTLE_POLL: Duration = Duration::from_millis(1);
+/// How often a registration is renewed.
+pub(crate) const RENEW_EVERY: Duration = Duration::from_secs(10);
+
+/// What the claim tasks report to the registration service.
+#[derive(Debug)]
+pub(crate) struct WaitState {
+    started: Instant,
+    idle: AtomicUsize,
+    /// Claims in flight that continue a drain ([`WaitState::draining_claim`]).
+    claiming: AtomicUsize,
+    /// Milliseconds since `started` of the last claim that found jobs.
+    last_hit_ms: AtomicU64,
+    changed: Notify,
+}
+
+impl Default for WaitState {
+    fn default() -> Self {
+        WaitState {
+            started: Instant::now(),
+            idle: AtomicUsize::new(0),
+            claiming: AtomicUsize::new(0),
+            last_hit_ms: AtomicU64::new(0),
+            changed: Notify::new(),
+        }
+    }
+}
+
+impl WaitState {
+    /// A claim task starts waiting for a wake-up.
+    pub(crate) fn enter_idle(&self) {
+        if self.idle.fetch_add(1, Ordering::SeqCst) == 0 {
+            self.changed.notify_one();
+        }
+    }
+
+    /// A claim task woke up.
+    pub(crate) fn leave_idle(&self) {
+        self.idle.fetch_sub(1, Ordering::SeqCst);
+    }
+
+    /// A claim found jobs.
+    pub(crate) fn hit(&self) {
+        let now = self.started.elapsed().as_millis() as u64 + 1;
+        if self.last_hit_ms.swap(now, Ordering::SeqCst) + LINGER.as_millis() as u64 <= now {
+            self.changed.notify_one();
+        }
+    }
+
+    /// A claim that continues a drain (the one before found jobs) is in
+    /// flight: the worker counts as draining until it ends. Few lease
+    /// claims are in flight at a time (claimer.rs, `LeaseTurn`; one with
+    /// the defaults), and on a loaded server one can take longer than
+    /// [`LINGER`]: between its hits the worker registered, re-checked with a
+    /// wake-up and unregistered again.
+    pub(crate) fn draining_claim(&self) -> DrainingClaim<'_> {
+        self.claiming.fetch_add(1, Ordering::SeqCst);
+        DrainingClaim(self)
+    }
+
+    /// Time left until the worker no longer counts as draining.
+    fn draining_for(&self) -> Option<Duration> {
+        if self.claiming.load(Ordering::SeqCst) > 0 {
+            return Some(LINGER);
+        }
+        let last = self.last_hit_ms.load(Ordering::SeqCst);
+        if last == 0 {
+            return None;
+        }
+        let until = Duration::from_millis(last) + LINGER;
+        until
+            .checked_sub(self.started.elapsed())
+            .filter(|d| !d.is_zero())
+    }
+}
+
+/// Ends a [`WaitState::draining_claim`] when dropped; the claim's hit, if
+/// any, counts from then.
+pub(crate) struct DrainingClaim<'a>(&'a WaitState);
+
+impl Drop for DrainingClaim<'_> {
+    fn drop(&mut self) {
+        self.0.claiming.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+/// The registration service.
+pub(crate) struct Registration {
+    pool: deadpool_postgres::Pool,
+    worker_id: String,
+    queues: Option<Vec<String>>,
+    state: Arc<WaitState>,
+    wake: Arc<Wakeup>,
+    health: Arc<Health>,
+}
+
+impl Registration {
+    /// A registration for `worker_id` over `queues` (`None`: all).
+    pub(crate) fn new(
+        pool: deadpool_postgres::Pool,
+        worker_id: String,
+        queues: Option<Vec<String>>,
+        state: Arc<WaitState>,
+        wake: Arc<Wakeup>,
+        health: Arc<Health>,
+    ) -> Registration {
+        Registration {
+            pool,
+            worker_id,
+            queues,
+            state,
+            wake,
+            health,
+        }
+    }
+
+    fn wanted(&self) -> (bool, Option<Duration>) {
+        let draining = self.state.draining_for();
+        let idle = self.state.idle.load(Ordering::SeqCst) > 0;
+        (
+            idle && draining.is_none() && self.health.listener_ok(),
+            draining,
+        )
+    }
+
+    /// Keep the registration in step with the worker's state until
+    /// `shutdown`, then remove it.
+    pub(crate) async fn run(self, shutdown: CancellationToken) {
+        let mut registered = false;
+        let mut renewed = Instant::now();
+        loop {
+            let (want, draining) = self.wanted();
+            let due = registered && renewed.elapsed() >= RENEW_EVERY;
+            if want != registered || (want && due) {
+                match self.apply(want).await {
+                    Ok(()) => {
+                        if want && !registered {
+                            // Re-check: a job whose transaction ran the
+                            // trigger before the registration committed sent
+                            // no NOTIFY. Wait (briefly) for the transactions
+                            // in progress at registration to end — with
+                            // durable commits that is at least a WAL flush —
+                            // then claim once.
+                            if let Err(e) = self.settle().await {
+                                tracing::debug!(error = %e, "waiting registration: settle failed");
+                            }
+                            self.wake.wake_one(Trigger::Poll);
+                        }
+                        registered = want;
+                        renewed = Instant::now();
+                    }
+                    Err(e) => {
+                        tracing::debug!(error = %e, "waiting registration failed");
+                        // Unknown state: try to converge again soon.
+                        registered = !want;
+                        tokio::select! {
+                            _ = shutdown.cancelled() => break,
+                            _ = tokio::time::sleep(Duration::from_millis(500)) => {}
+                        }
+                        continue;
+                    }
+                }
+            }
+            // Waiting on the listener to (re)connect: look again soon.
+            let listener_pending = !registered && !self.health.listener_ok();
+            let wait = match (draining, listener_pending) {
+                (Some(d), _) => d,
+                (None, true) => Duration::from_millis(50),
+                (None, false) => RENEW_EVERY,
+            };
+            tokio::select! {
+                _ = shutdown.cancelled() => break,
+                _ = self.state.changed.notified() => {}
+                _ = tokio::time::sleep(wait) => {}
+            }
+        }
+        if registered {
+            let _ = self.apply(false).await;
+        }
+    }
+
+    /// Wait until the transactions in progress right after the
+    /// registration have ended, polling every [`SETTLE_POLL`], for at most
+    /// [`SETTLE_MAX`] (a long producer transaction is the documented window).
+    async fn settle(&self) -> Result<()> {
+        let conn = crate::db::connect::PooledConn::get(&self.pool, "waiting registration").await?;
+        let db = Db::unnamed(&conn);
+        let snapshot: String = db
+            .query_one(&sql::WAITING_SNAPSHOT, &[])
+            .await
+            .map_err(Error::db("waiting registration: snapshot"))?
+            .get(0);
+        let deadline = Instant::now() + SETTLE_MAX;
+        loop {
+            let settled: bool = db
+                .query_one(&sql::WAITING_SETTLED, &[&snapshot])
+                .await
+                .map_err(Error::db("waiting registration: settle"))?
+                .get(0);
+            if settled || Instant::now() >= deadline {
+                return Ok(());
+            }
+            tokio::time::sleep(SETTLE_POLL).await;
+        }
+    }
+
+    async fn apply(&self, register: bool) -> Result<()> {
+        let mut conn =
+            crate::db::connect::PooledConn::get(&self.pool, "waiting registration").await?;
+        if register {
+            let r = Db::unnamed(&conn)
+                .execute(
+                    &sql::WAITING_REGISTER,
+                    &[
+                        &self.worker_id,
+                        &self.queues,
+                        &REGISTRATION_TTL.as_secs_f64(),
+                    ],
+                )
+                .await;
+            conn.check(r).map_err(Error::db("waiting registration"))?;
+        } else {
+            let r = Db::unnamed(&conn)
+                .execute(&sql::WAITING_UNREGISTER, &[&self.worker_id])
+                .await;
+            conn.check(r).map_err(Error::db("waiting registration"))?;
+        }
+        Ok(())
+    }
+}

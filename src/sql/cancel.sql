@@ -1,2 +1,0 @@
--- Cancel one job ($1): what became of it, as text (triggers/cancel.sql).
-SELECT pgwake.cancel($1::bigint)

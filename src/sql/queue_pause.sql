@@ -1,3 +1,0 @@
--- `pgwake queue pause`: $1 the queue. True when it was not paused before
--- (triggers/queues.sql).
-SELECT pgwake.pause_queue($1::text)
