@@ -183,7 +183,7 @@ pub struct WorkerConfig {
     /// The recurring-job scheduler (`crate::services::scheduler`); `None` turns it off
     /// on this worker (the other workers still serve every schedule).
     /// Default on, with `SchedulerConfig::default()`.
-    pub scheduler: Option<crate::services::scheduler::SchedulerConfig>,
+    pub scheduler: Option<SchedulerConfig>,
     /// How the claim path (claims, outcomes, heartbeats: the statements
     /// that run per job) sends its statements: `Cached` named prepared
     /// statements, or `Unnamed` ones for a transaction-mode pooler. The
@@ -193,7 +193,7 @@ pub struct WorkerConfig {
     /// History of finished jobs and its retention (`crate::admin::history`).
     /// Default: leave the database's setting as it is (history is off
     /// unless turned on).
-    pub history: crate::admin::history::HistoryConfig,
+    pub history: HistoryConfig,
 }
 
 impl Default for WorkerConfig {
@@ -219,9 +219,9 @@ impl Default for WorkerConfig {
             rescue_interval: RESCUE_INTERVAL_DEFAULT,
             sample_interval: Some(SAMPLE_INTERVAL_DEFAULT),
             cancel_poll_interval: CANCEL_POLL_INTERVAL_DEFAULT,
-            scheduler: Some(crate::services::scheduler::SchedulerConfig::default()),
+            scheduler: Some(SchedulerConfig::default()),
             prepared_statements: PREPARED_STATEMENTS_DEFAULT,
-            history: crate::admin::history::HistoryConfig::default(),
+            history: HistoryConfig::default(),
         }
     }
 }
@@ -384,6 +384,152 @@ pub(crate) fn reconnect_backoff(min: Duration, max: Duration) -> impl Iterator<I
         .build()
 }
 
+// History of finished jobs.
+
+/// How often each worker reads the history setting and (one worker at a
+/// time) maintains the partitions.
+pub const MAINTENANCE_INTERVAL_DEFAULT: Duration = Duration::from_secs(60);
+/// Daily partitions created ahead of today (UTC).
+pub const PARTITIONS_AHEAD_DEFAULT: i32 = 2;
+/// How long a partition's CREATE or DROP waits for its lock before giving
+/// up until the next round (history writes queue behind it meanwhile;
+/// producers and claims never touch the history table).
+pub const MAINTENANCE_LOCK_TIMEOUT_DEFAULT: Duration = Duration::from_millis(100);
+/// Shortest `--keep-finished`: partitions are daily, so a shorter setting
+/// would keep rows up to a day anyway.
+pub const KEEP_FINISHED_MIN: Duration = Duration::from_secs(3600);
+
+/// What a worker does to the database's history setting at start-up.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum KeepFinished {
+    /// Leave it as it is and follow it (the default: history stays off
+    /// unless someone turned it on).
+    #[default]
+    Unchanged,
+    /// Turn history off for the database (`--keep-finished off`).
+    Off,
+    /// Turn it on, keeping finished jobs at least this long (and at most a
+    /// day longer: partitions are dropped whole).
+    Keep(Duration),
+}
+
+impl KeepFinished {
+    /// Parse `off` or a duration (`7d`, `36h`).
+    pub fn parse(s: &str) -> std::result::Result<KeepFinished, String> {
+        if s == "off" {
+            return Ok(KeepFinished::Off);
+        }
+        let d = humantime::parse_duration(s)
+            .map_err(|e| format!("{e}; expected a duration such as 7d or 36h, or `off`"))?;
+        Ok(KeepFinished::Keep(d))
+    }
+}
+
+/// History settings of a worker.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HistoryConfig {
+    /// Set the database's history setting at start-up. Default
+    /// [`KeepFinished::Unchanged`].
+    pub keep_finished: KeepFinished,
+    /// How often the setting is re-read and partitions maintained. Default
+    /// 60 s ([`MAINTENANCE_INTERVAL_DEFAULT`]).
+    pub maintenance_interval: Duration,
+    /// Daily partitions created ahead. Default 2
+    /// ([`PARTITIONS_AHEAD_DEFAULT`]).
+    pub partitions_ahead: i32,
+    /// Lock wait of one partition CREATE/DROP. Default 100 ms
+    /// ([`MAINTENANCE_LOCK_TIMEOUT_DEFAULT`]).
+    pub lock_timeout: Duration,
+}
+
+impl Default for HistoryConfig {
+    fn default() -> Self {
+        HistoryConfig {
+            keep_finished: KeepFinished::Unchanged,
+            maintenance_interval: MAINTENANCE_INTERVAL_DEFAULT,
+            partitions_ahead: PARTITIONS_AHEAD_DEFAULT,
+            lock_timeout: MAINTENANCE_LOCK_TIMEOUT_DEFAULT,
+        }
+    }
+}
+
+impl HistoryConfig {
+    /// Check the settings; the error names the flag.
+    pub fn validate(&self) -> Result<()> {
+        if let KeepFinished::Keep(d) = self.keep_finished {
+            if d < KEEP_FINISHED_MIN {
+                return Err(Error::Config(format!(
+                    "--keep-finished {}: at least 1h (history is partitioned by day and dropped a day at a time); use `off` to turn history off",
+                    humantime::format_duration(d)
+                )));
+            }
+            if d > Duration::from_secs(100 * 365 * 24 * 3600) {
+                return Err(Error::Config("--keep-finished: at most 100 years".into()));
+            }
+        }
+        if self.maintenance_interval.is_zero() {
+            return Err(Error::Config(
+                "history maintenance interval must be positive".into(),
+            ));
+        }
+        if !(0..=366).contains(&self.partitions_ahead) {
+            return Err(Error::Config(
+                "history partitions ahead: 0 to 366 days".into(),
+            ));
+        }
+        Ok(())
+    }
+}
+
+// The scheduler.
+
+/// Default longest sleep between rounds: a schedule added (or redefined)
+/// while every scheduler sleeps is seen within this.
+pub const SCHEDULER_MAX_SLEEP_DEFAULT: Duration = Duration::from_secs(5);
+/// Default schedules claimed per transaction.
+pub const SCHEDULER_BATCH_DEFAULT: i64 = 100;
+/// Sleep after a failed round (database down, a schedule whose jobs cannot
+/// be inserted) before trying again.
+pub const SCHEDULER_ERROR_PAUSE_DEFAULT: Duration = Duration::from_secs(1);
+
+/// How the scheduler runs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SchedulerConfig {
+    /// Longest sleep between rounds. Default `SCHEDULER_MAX_SLEEP_DEFAULT` (5 s).
+    pub max_sleep: Duration,
+    /// Schedules claimed per transaction. Default `SCHEDULER_BATCH_DEFAULT` (100).
+    pub batch: i64,
+    /// Pause after a failed round. Default `SCHEDULER_ERROR_PAUSE_DEFAULT` (1 s).
+    pub error_pause: Duration,
+}
+
+impl Default for SchedulerConfig {
+    fn default() -> Self {
+        SchedulerConfig {
+            max_sleep: SCHEDULER_MAX_SLEEP_DEFAULT,
+            batch: SCHEDULER_BATCH_DEFAULT,
+            error_pause: SCHEDULER_ERROR_PAUSE_DEFAULT,
+        }
+    }
+}
+
+impl SchedulerConfig {
+    /// Check the settings; the error names the bad one.
+    pub fn validate(&self) -> Result<()> {
+        if self.max_sleep < Duration::from_millis(10) {
+            return Err(Error::Config(
+                "scheduler max_sleep must be at least 10ms".into(),
+            ));
+        }
+        if !(1..=10_000).contains(&self.batch) {
+            return Err(Error::Config(
+                "scheduler batch must be between 1 and 10000".into(),
+            ));
+        }
+        Ok(())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -452,5 +598,20 @@ mod tests {
         };
         assert!(c.validate().unwrap_err().to_string().contains("--queues"));
         assert!(WorkerConfig::default().validate().is_ok());
+    }
+
+    #[test]
+    fn keep_finished_parses_off_and_durations() {
+        assert_eq!(KeepFinished::parse("off"), Ok(KeepFinished::Off));
+        assert_eq!(
+            KeepFinished::parse("7d"),
+            Ok(KeepFinished::Keep(Duration::from_secs(7 * 86400)))
+        );
+        assert!(KeepFinished::parse("soon").is_err());
+        let short = HistoryConfig {
+            keep_finished: KeepFinished::Keep(Duration::from_secs(60)),
+            ..HistoryConfig::default()
+        };
+        assert!(short.validate().is_err());
     }
 }

@@ -77,9 +77,11 @@ pub use db::connect;
 /// reach inside the worker for. Changes without notice.
 #[doc(hidden)]
 pub mod internal {
+    pub use crate::claim::idle::LINGER;
+    pub use crate::config::SchedulerConfig;
     pub use crate::db::sql;
-    pub use crate::services::scheduler::{RoundReport, Scheduler, SchedulerConfig};
-    pub use crate::services::waiting::LINGER;
+    pub use crate::services::history::{Maintenance, MaintenanceReport};
+    pub use crate::services::scheduler::{RoundReport, Scheduler};
     pub use crate::services::{rescuer, sampler};
 }
 

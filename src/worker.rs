@@ -19,6 +19,7 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use crate::claim::context::{ClaimContext, JobEvent};
+use crate::claim::next_due::Schedule;
 use crate::claim::wake::Wakeup;
 use crate::config::WorkerConfig;
 use crate::db::connect;
@@ -26,7 +27,7 @@ use crate::error::{Error, Result};
 use crate::handler::{Handler, Registry};
 use crate::health::Health;
 use crate::services::listener::{Listener, ListenerConfig};
-use crate::services::poller::{Poller, Schedule};
+use crate::services::poller::Poller;
 use crate::services::rescuer::Rescuer;
 use crate::services::sampler::Sampler;
 
@@ -106,7 +107,7 @@ impl WorkerBuilder {
             registry: self.registry,
             events,
             worker_id: worker_id(),
-            wait_state: Arc::new(crate::services::waiting::WaitState::default()),
+            wait_state: Arc::new(crate::claim::idle::WaitState::default()),
             history: Arc::default(),
         })
     }
@@ -119,13 +120,13 @@ pub struct Worker {
     pool: deadpool_postgres::Pool,
     ledger_pool: deadpool_postgres::Pool,
     worker_id: String,
-    wait_state: Arc<crate::services::waiting::WaitState>,
+    wait_state: Arc<crate::claim::idle::WaitState>,
     config: WorkerConfig,
     registry: Registry,
     events: broadcast::Sender<JobEvent>,
     health: Arc<Health>,
     /// Whether finished jobs are recorded (the database's setting).
-    history: Arc<crate::admin::history::Switch>,
+    history: Arc<crate::claim::results::Switch>,
 }
 
 impl Worker {
@@ -181,7 +182,7 @@ impl Worker {
         let schedule = Arc::new(Schedule::default());
         let service_stop = CancellationToken::new();
         let (completer, completions) = crate::claim::leases::channel();
-        let cancels = Arc::new(crate::admin::cancel::CancelBook::default());
+        let cancels = Arc::new(crate::claim::cancels::CancelBook::default());
         let ctx = Arc::new(self.context(
             cancels.clone(),
             wake.clone(),
@@ -232,7 +233,7 @@ impl Worker {
         services.spawn(poller.run(service_stop.clone()));
         // Cancel requests: the fallback for notifications the listener
         // missed. Stops with the services, after every job has ended.
-        let watcher = crate::admin::cancel::Watcher::new(
+        let watcher = crate::services::cancel_watcher::Watcher::new(
             pool.clone(),
             cancels,
             self.config.cancel_poll_interval,
@@ -241,7 +242,7 @@ impl Worker {
         let rescuer = Rescuer::new(pool.clone(), self.config.rescue_interval);
         services.spawn(rescuer.run(service_stop.clone()));
         let history =
-            crate::admin::history::Maintenance::new(pool.clone(), self.config.history.clone())
+            crate::services::history::Maintenance::new(pool.clone(), self.config.history.clone())
                 .with_switch(self.history.clone());
         services.spawn(history.run(service_stop.clone()));
         if let Some(config) = &self.config.scheduler {
@@ -358,7 +359,7 @@ impl Worker {
 
     fn context(
         &self,
-        cancels: Arc<crate::admin::cancel::CancelBook>,
+        cancels: Arc<crate::claim::cancels::CancelBook>,
         wake: Arc<Wakeup>,
         schedule: Arc<Schedule>,
         stop: CancellationToken,
@@ -382,7 +383,7 @@ impl Worker {
             wait_state: self.wait_state.clone(),
             cursor: Default::default(),
             ready_queues: Default::default(),
-            lease_turn: crate::claim::claimer::LeaseTurn::for_worker(
+            lease_turn: crate::claim::turn::LeaseTurn::for_worker(
                 self.config.concurrency,
                 self.config.batch,
                 plan.iter().any(|s| s.mode == crate::handler::Delivery::Tx),

@@ -8,8 +8,9 @@ mod common;
 use std::time::Duration;
 
 use common::*;
-use pgwake::admin::history::{HistoryConfig, KeepFinished, Maintenance};
 use pgwake::client::{enqueue, NewJob};
+use pgwake::config::{HistoryConfig, KeepFinished};
+use pgwake::internal::Maintenance;
 use pgwake::{async_trait, BoxError, Handler, Job, JobContext, Outcome, Worker, WorkerConfig};
 use serde_json::json;
 

@@ -16,6 +16,8 @@ use pgwake::error::{Error, Result};
 
 /// Queue of every bench job but the producer phase's.
 pub(crate) const QUEUE: &str = "bench";
+/// Task name of every bench job.
+pub(crate) const TASK: &str = "noop";
 /// `application_name` of the bench's own connections.
 pub(crate) const CONTROL_APP: &str = "pgwake-bench";
 
@@ -193,7 +195,7 @@ impl BenchDb {
     pub async fn load(&self, load: Load) -> Result<()> {
         let jobs = i64::try_from(load.jobs).map_err(|_| Error::Config("too many jobs".into()))?;
         let params: [&(dyn tokio_postgres::types::ToSql + Sync); 4] =
-            [&jobs, &load.queue, &super::harness::TASK, &load.half_future];
+            [&jobs, &load.queue, &TASK, &load.half_future];
         if load.notify {
             self.control
                 .execute(LOAD, &params)

@@ -14,14 +14,13 @@ use tokio::sync::{broadcast, mpsc, watch};
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
+use super::database::TASK;
 use super::mode::Mode;
 use pgwake::error::{Error, Result};
 use pgwake::{
     async_trait, BoxError, Handler, Job, JobContext, JobEvent, Outcome, Worker, WorkerConfig,
 };
 
-/// Task name of every bench job.
-pub(crate) const TASK: &str = "noop";
 /// `application_name` prefix of the worker's connections.
 pub(crate) const WORKER_APP: &str = "pgwake-bench-worker";
 /// Payload key of a job's intended start time (Unix seconds); see

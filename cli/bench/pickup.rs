@@ -19,8 +19,9 @@ use std::time::Duration;
 
 use serde::Serialize;
 
+use super::database::TASK;
 use super::database::{INSERT_ONE, QUEUE};
-use super::harness::{Probe, RunningWorker, TASK};
+use super::harness::{Probe, RunningWorker};
 use super::stats::{signed_ms, LatencyMs, Percentiles};
 use super::Bench;
 use pgwake::error::{Error, Result};

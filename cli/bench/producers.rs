@@ -15,8 +15,9 @@ use futures::future::try_join_all;
 use serde::Serialize;
 use tokio_postgres::{Client, Statement};
 
+use super::database::TASK;
 use super::database::{Load, INSERT_ONE, QUEUE};
-use super::harness::{Probe, RunningWorker, TASK};
+use super::harness::{Probe, RunningWorker};
 use super::stats::{rate, ratio, Measure};
 use super::Bench;
 use pgwake::error::{Error, Result};

@@ -15,7 +15,8 @@ use serde::Serialize;
 use tokio_postgres::{Client, Statement};
 
 use super::database::QUEUE;
-use super::harness::{drain_timeout, unix_now, Probe, RunningWorker, TASK};
+use super::database::TASK;
+use super::harness::{drain_timeout, unix_now, Probe, RunningWorker};
 use super::stats::{rate, LatencyMs, Measure, Percentiles};
 use super::Bench;
 use pgwake::error::{Error, Result};

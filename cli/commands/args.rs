@@ -9,6 +9,8 @@ use clap::{Args, Parser, Subcommand};
 use pgwake::config;
 use pgwake::error::Error;
 
+pub use super::database::Db;
+
 /// A PostgreSQL job-queue worker: insert trigger → LISTEN → SKIP LOCKED
 /// claims → handlers, with Prometheus metrics.
 #[derive(Parser)]
@@ -19,23 +21,6 @@ pub struct Cli {
     pub log_format: String,
     #[command(subcommand)]
     pub command: Command,
-}
-
-/// The database to work on.
-#[derive(Args, Clone)]
-pub struct Db {
-    /// PostgreSQL URL or key=value string, e.g. postgres://user:pass@host:5432/db?sslmode=verify-full;
-    /// without it, the libpq variables PGHOST, PGUSER, PGDATABASE, … (README "Connecting").
-    #[arg(long, env = "DATABASE_URL", hide_env_values = true)]
-    pub database_url: Option<String>,
-}
-
-impl Db {
-    /// Parsed connection settings (the URL, else the libpq environment), or
-    /// a message saying how to give them.
-    pub fn config(&self) -> Result<pgwake::connect::DbConfig, Error> {
-        pgwake::connect::resolve(self.database_url.as_deref())
-    }
 }
 
 /// The subcommands.
@@ -199,14 +184,14 @@ pub struct RunArgs {
     /// for at least this long (e.g. 7d; at least 1h), for every worker of the database;
     /// `off` turns history off. Default: leave the database's setting (off unless turned on).
     #[arg(long, value_parser = keep_finished)]
-    pub keep_finished: Option<pgwake::admin::history::KeepFinished>,
+    pub keep_finished: Option<pgwake::config::KeepFinished>,
     /// Most bytes of an exec command's stdout kept as its result; 0 keeps none.
     #[arg(long, default_value_t = pgwake::handlers::exec::EXEC_STDOUT_MAX_DEFAULT, value_parser = exec_stdout_max)]
     pub exec_stdout_max: usize,
 }
 
-fn keep_finished(s: &str) -> Result<pgwake::admin::history::KeepFinished, String> {
-    pgwake::admin::history::KeepFinished::parse(s)
+fn keep_finished(s: &str) -> Result<pgwake::config::KeepFinished, String> {
+    pgwake::config::KeepFinished::parse(s)
 }
 
 fn exec_stdout_max(s: &str) -> Result<usize, String> {

@@ -5,7 +5,7 @@ use pgwake::admin::cancel::{self, CancelOutcome};
 use pgwake::error::Error;
 use pgwake::{admin::schema, connect};
 
-use super::args::Db;
+use super::database::Db;
 
 #[derive(Args)]
 pub struct CancelArgs {

@@ -71,7 +71,7 @@ pub async fn command(args: HistoryArgs) -> Result<(), Error> {
             serde_json::to_string_pretty(&rows).unwrap_or_default()
         );
     } else {
-        let on = history::apply(&client, history::KeepFinished::Unchanged)
+        let on = history::apply(&client, pgwake::config::KeepFinished::Unchanged)
             .await?
             .is_some();
         print_table(&rows, on);

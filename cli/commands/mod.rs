@@ -6,6 +6,7 @@
 
 pub mod args;
 pub mod cancel;
+pub mod database;
 pub mod dead;
 pub mod enqueue;
 pub mod explain;

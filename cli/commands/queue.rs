@@ -5,7 +5,7 @@ use clap::Subcommand;
 use pgwake::error::Error;
 use pgwake::{admin::queues, admin::schema, connect};
 
-use super::args::Db;
+use super::database::Db;
 
 /// `pgwake queue …` subcommands.
 #[derive(Subcommand)]

@@ -6,7 +6,7 @@ use pgwake::admin::schedules::{self, CatchUp, NewSchedule, ScheduleError, Schedu
 use pgwake::error::Error;
 use pgwake::{admin::schema, connect};
 
-use super::args::Db;
+use super::database::Db;
 
 /// Upcoming ticks `schedule add` prints.
 const PREVIEW_TICKS: usize = 3;

@@ -22,19 +22,13 @@
 //! lost: a worker whose listener was away when the NOTIFY went out finds the
 //! row on its next poll (River's issue #1358 was a cancel lost exactly so).
 
-use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use tokio::sync::Notify;
 use tokio_postgres::GenericClient;
-use tokio_util::sync::CancellationToken;
 
-use crate::db::connect::PooledConn;
 use crate::error::{Error, Result};
 
-use crate::db::sql::{Db, CANCEL, CANCEL_POLL as POLL, CANCEL_SWEEP as SWEEP};
+use crate::db::sql::{Db, CANCEL};
 
 /// The NOTIFY channel of cancel requests (payload `cancel <id>`).
 pub const CONTROL_CHANNEL: &str = "pgwake_control";
@@ -106,201 +100,9 @@ pub async fn cancel<C: GenericClient>(db: &C, id: i64) -> Result<CancelOutcome> 
     CancelOutcome::parse(row.get::<_, &str>(0))
 }
 
-/// The runs this worker can stop on a cancel, by job id.
-#[derive(Debug, Default)]
-pub(crate) struct CancelBook {
-    running: Mutex<HashMap<i64, Entry>>,
-    /// Ask the watcher to poll now (the listener (re)connected: whatever was
-    /// notified while it was away is lost).
-    poll_now: Notify,
-}
-
-#[derive(Debug)]
-struct Entry {
-    stop: CancellationToken,
-    cancelled: Arc<AtomicBool>,
-}
-
-/// A run registered in the [`CancelBook`]; unregistered when dropped.
-pub(crate) struct Watch {
-    book: Arc<CancelBook>,
-    id: i64,
-    token: CancellationToken,
-    cancelled: Arc<AtomicBool>,
-}
-
-impl Watch {
-    /// Fires when the run must stop: a cancel, or `parent`.
-    pub(crate) fn token(&self) -> &CancellationToken {
-        &self.token
-    }
-
-    /// Whether a cancel request for this job reached the worker.
-    pub(crate) fn cancelled(&self) -> bool {
-        self.cancelled.load(Ordering::Acquire)
-    }
-}
-
-impl Drop for Watch {
-    fn drop(&mut self) {
-        let mut running = self.book.running.lock().expect("cancel book");
-        if running
-            .get(&self.id)
-            .is_some_and(|e| Arc::ptr_eq(&e.cancelled, &self.cancelled))
-        {
-            running.remove(&self.id);
-        }
-    }
-}
-
-impl CancelBook {
-    /// Register a run of job `id`; its token is a child of `parent`.
-    pub(crate) fn watch(self: &Arc<Self>, id: i64, parent: &CancellationToken) -> Watch {
-        let token = parent.child_token();
-        let cancelled = Arc::new(AtomicBool::new(false));
-        self.running.lock().expect("cancel book").insert(
-            id,
-            Entry {
-                stop: token.clone(),
-                cancelled: cancelled.clone(),
-            },
-        );
-        Watch {
-            book: self.clone(),
-            id,
-            token,
-            cancelled,
-        }
-    }
-
-    /// Stop the run of job `id` if this worker has one; returns whether it
-    /// had.
-    pub(crate) fn cancel(&self, id: i64) -> bool {
-        let running = self.running.lock().expect("cancel book");
-        let Some(e) = running.get(&id) else {
-            return false;
-        };
-        if !e.cancelled.swap(true, Ordering::AcqRel) {
-            tracing::info!(job = id, "cancel request received: stopping the job");
-        }
-        e.stop.cancel();
-        true
-    }
-
-    /// A control notification's payload (`cancel <id>`).
-    pub(crate) fn on_notification(&self, payload: &str) {
-        match payload
-            .strip_prefix("cancel ")
-            .and_then(|id| id.parse::<i64>().ok())
-        {
-            Some(id) => {
-                self.cancel(id);
-            }
-            None => tracing::debug!(payload, "ignoring an unknown control notification"),
-        }
-    }
-
-    /// Ask the watcher to poll at once.
-    pub(crate) fn poll_soon(&self) {
-        self.poll_now.notify_one();
-    }
-
-    fn ids(&self) -> Vec<i64> {
-        self.running
-            .lock()
-            .expect("cancel book")
-            .keys()
-            .copied()
-            .collect()
-    }
-}
-
-/// The watcher service: the poll fallback of cancel delivery. Every
-/// `interval` (and at once after a listener (re)connect) it asks which of
-/// the jobs this worker runs have a cancel request, and stops them; every
-/// [`SWEEP_INTERVAL`] it removes requests whose job has finished.
-pub(crate) struct Watcher {
-    pool: deadpool_postgres::Pool,
-    book: Arc<CancelBook>,
-    interval: Duration,
-}
-
-impl Watcher {
-    pub(crate) fn new(
-        pool: deadpool_postgres::Pool,
-        book: Arc<CancelBook>,
-        interval: Duration,
-    ) -> Self {
-        Watcher {
-            pool,
-            book,
-            interval,
-        }
-    }
-
-    /// Poll until `shutdown`.
-    pub(crate) async fn run(self, shutdown: CancellationToken) {
-        let mut last_sweep = Instant::now();
-        loop {
-            tokio::select! {
-                _ = shutdown.cancelled() => return,
-                _ = self.book.poll_now.notified() => {}
-                _ = tokio::time::sleep(self.interval) => {}
-            }
-            if let Err(e) = self.run_once().await {
-                tracing::warn!(error = %e, "cancel poll failed; retrying at the next interval");
-            }
-            if last_sweep.elapsed() >= SWEEP_INTERVAL {
-                last_sweep = Instant::now();
-                if let Err(e) = self.sweep().await {
-                    tracing::warn!(error = %e, "removing finished jobs' cancel requests failed");
-                }
-            }
-        }
-    }
-
-    /// One poll: stop every run of this worker that has a cancel request;
-    /// returns how many were stopped.
-    pub(crate) async fn run_once(&self) -> Result<usize> {
-        let ids = self.book.ids();
-        if ids.is_empty() {
-            return Ok(0);
-        }
-        let mut conn = PooledConn::get(&self.pool, "cancel poll: no connection").await?;
-        let r = Db::unnamed(&conn).query(&POLL, &[&ids]).await;
-        let rows = conn.check(r).map_err(Error::db("cancel poll"))?;
-        Ok(rows
-            .iter()
-            .filter(|r| self.book.cancel(r.get::<_, i64>(0)))
-            .count())
-    }
-
-    async fn sweep(&self) -> Result<u64> {
-        let mut conn = PooledConn::get(&self.pool, "cancel sweep: no connection").await?;
-        let r = Db::unnamed(&conn).execute(&SWEEP, &[]).await;
-        conn.check(r).map_err(Error::db("cancel sweep"))
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn a_cancel_stops_only_the_watched_run_and_says_so() {
-        let book = Arc::new(CancelBook::default());
-        let parent = CancellationToken::new();
-        let a = book.watch(1, &parent);
-        let b = book.watch(2, &parent);
-        book.on_notification("cancel 1");
-        book.on_notification("cancel x");
-        assert!(a.token().is_cancelled() && a.cancelled());
-        assert!(!b.token().is_cancelled() && !b.cancelled());
-        drop(a);
-        assert!(!book.cancel(1), "an ended run is no longer in the book");
-        parent.cancel();
-        assert!(b.token().is_cancelled() && !b.cancelled());
-    }
 
     #[test]
     fn outcomes_round_trip_the_sql_values() {

@@ -5,6 +5,7 @@
 pub mod cancel;
 pub mod cron;
 pub mod dead;
+pub mod gauges;
 pub mod history;
 pub mod queues;
 pub mod schedules;

@@ -6,8 +6,8 @@
 //! (the scheduler service) enqueue each tick exactly once.
 //!
 //! ```no_run
-//! # async fn f(client: &tokio_postgres::Client) -> Result<(), pgwake::schedules::ScheduleError> {
-//! use pgwake::schedules::{self, CatchUp, NewSchedule};
+//! # async fn f(client: &tokio_postgres::Client) -> Result<(), pgwake::admin::schedules::ScheduleError> {
+//! use pgwake::admin::schedules::{self, CatchUp, NewSchedule};
 //! let nightly = NewSchedule::new("nightly-report", "0 3 * * *", "build_report")
 //!     .tz("Europe/Berlin")
 //!     .payload(serde_json::json!({"format": "pdf"}))

@@ -37,7 +37,7 @@ pub struct QueueStats {
 /// Read every queue's numbers.
 pub async fn read(pool: &deadpool_postgres::Pool) -> Result<Vec<QueueStats>> {
     // Every queue, uncapped counts, no time limit: an on-demand command.
-    let sample = crate::services::sampler::sample_with(pool, i64::MAX, None).await?;
+    let sample = crate::admin::gauges::sample_with(pool, i64::MAX, None).await?;
     let conn = pool
         .get()
         .await

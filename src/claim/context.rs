@@ -25,14 +25,14 @@ use tokio_util::task::TaskTracker;
 
 use crate::claim::claimed::Claimed;
 use crate::claim::executor::Ended;
-use crate::claim::plan::ClaimSpec;
+use crate::claim::next_due::Schedule;
+use crate::claim::plan::{ClaimSpec, Targets};
 use crate::claim::wake::Wakeup;
 use crate::config::WorkerConfig;
 use crate::handler::{Handler, Registry};
 use crate::health::Health;
 use crate::job::{sanitize_reason, Job, Outcome, Resolution};
 use crate::metrics;
-use crate::services::poller::Schedule;
 
 /// What became of one job; sent to [`crate::Worker::subscribe`]rs after the
 /// outcome is committed.
@@ -95,9 +95,9 @@ pub(crate) struct ClaimContext {
     /// The queues with ready jobs, for fair all-queues claims (`fair.rs`).
     pub ready_queues: crate::claim::fair::ReadyQueues,
     /// At most `concurrency / batch` lease claims in flight (`claimer.rs`).
-    pub lease_turn: crate::claim::claimer::LeaseTurn,
+    pub lease_turn: crate::claim::turn::LeaseTurn,
     /// Idle/draining state for the waiting registration.
-    pub wait_state: Arc<crate::services::waiting::WaitState>,
+    pub wait_state: Arc<crate::claim::idle::WaitState>,
     /// One permit per job that may run at once (`concurrency`).
     pub slots: Arc<Semaphore>,
     /// Running lease-mode jobs (their tokens, for the heartbeat).
@@ -107,12 +107,23 @@ pub(crate) struct ClaimContext {
     /// Lease-mode job tasks, joined at shutdown.
     pub jobs: TaskTracker,
     /// Whether finished jobs are recorded (`crate::admin::history`).
-    pub history: Arc<crate::admin::history::Switch>,
+    pub history: Arc<crate::claim::results::Switch>,
     /// Running jobs a cancel request can stop (`cancel.rs`).
-    pub cancels: Arc<crate::admin::cancel::CancelBook>,
+    pub cancels: Arc<crate::claim::cancels::CancelBook>,
 }
 
 impl ClaimContext {
+    /// Where `spec` claims this round (reading the ready queues when stale).
+    pub(crate) async fn targets(&self, spec: &ClaimSpec) -> crate::error::Result<Targets> {
+        // Listed queues are tried by name: they need the limited queues only.
+        let wants_ready = matches!(spec.queues, crate::claim::plan::Queues::AllExcept(_));
+        let (ready, limited) = self
+            .ready_queues
+            .get(&self.pool, self.config.prepared_statements, wants_ready)
+            .await?;
+        Ok(spec.targets(&self.cursor, &ready, &limited))
+    }
+
     /// What must happen to a claimed job before any handler runs:
     /// `Ok(handler)` to run it, or the resolution when it must not run.
     pub(crate) fn precheck(&self, c: &Claimed) -> Result<Arc<dyn Handler>, Resolution> {
@@ -156,7 +167,7 @@ impl ClaimContext {
     pub(crate) fn result_of(&self, ended: &Ended) -> Option<String> {
         match ended {
             Ended::Outcome(outcome) if self.history.on() => {
-                crate::admin::history::result_of(outcome)
+                crate::claim::results::result_of(outcome)
             }
             _ => None,
         }
@@ -207,8 +218,8 @@ impl ClaimContext {
         ::metrics::histogram!(metrics::JOB_DURATION, &labels).record(duration.as_secs_f64());
         if self.history.on() {
             match &resolution {
-                Resolution::Done => crate::admin::history::count_recorded("done", 1),
-                Resolution::Dead { .. } => crate::admin::history::count_recorded("dead", 1),
+                Resolution::Done => crate::claim::results::count_recorded("done", 1),
+                Resolution::Dead { .. } => crate::claim::results::count_recorded("dead", 1),
                 _ => {}
             }
         }

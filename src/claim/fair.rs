@@ -26,19 +26,10 @@
 use std::collections::HashMap;
 use std::sync::Mutex;
 
-use crate::claim::context::ClaimContext;
-use crate::claim::plan::{ClaimSpec, Targets};
+use crate::config::PreparedStatements;
 use crate::db::connect::PooledConn;
 use crate::db::sql::{Db, LIMITED_QUEUES, READY_QUEUES};
 use crate::error::{Error, Result};
-
-/// Where `spec` claims this round (reading the ready queues when stale).
-pub(crate) async fn targets(ctx: &ClaimContext, spec: &ClaimSpec) -> Result<Targets> {
-    // Listed queues are tried by name: they need the limited queues only.
-    let wants_ready = matches!(spec.queues, crate::claim::plan::Queues::AllExcept(_));
-    let (ready, limited) = ctx.ready_queues.get(ctx, wants_ready).await?;
-    Ok(spec.targets(&ctx.cursor, &ready, &limited))
-}
 
 /// Claim rounds (of the whole worker) between two reads of the ready queues.
 pub(crate) const REFRESH_ROUNDS: u32 = 16;
@@ -152,7 +143,8 @@ impl ReadyQueues {
     /// (`true`: rate-limited).
     pub(crate) async fn get(
         &self,
-        ctx: &ClaimContext,
+        pool: &deadpool_postgres::Pool,
+        prepared: PreparedStatements,
         wants_ready: bool,
     ) -> Result<(Vec<String>, HashMap<String, bool>)> {
         let read_ready = match self
@@ -165,8 +157,8 @@ impl ReadyQueues {
             Next::Read { ready } => ready,
         };
         let _reading = Reading(&self.state);
-        let mut conn = PooledConn::get(&ctx.pool, "claim: no connection to list queues").await?;
-        let db = Db::pooled(&conn, ctx.config.prepared_statements);
+        let mut conn = PooledConn::get(pool, "claim: no connection to list queues").await?;
+        let db = Db::pooled(&conn, prepared);
         // Every ready queue (each spec keeps those it claims: plan.rs), so
         // that one read serves every spec of the worker.
         let none: &[String] = &[];

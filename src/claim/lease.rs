@@ -52,7 +52,7 @@ pub(crate) async fn claim(
     trigger: Trigger,
 ) -> Result<(Vec<Claimed>, Instant)> {
     let mut conn = PooledConn::get(&ctx.pool, "lease claim: no connection").await?;
-    let targets = crate::claim::fair::targets(ctx, spec).await?;
+    let targets = ctx.targets(spec).await?;
     let except = &targets.except[..];
     let limit = limit as i64;
     let lease = ctx.config.lease_duration.as_secs_f64();

@@ -4,15 +4,20 @@
 //! outcome is written ([`tx`] in the claim transaction, [`completer`] for
 //! leases). Imports nothing from `services/` or `admin/`.
 
+pub(crate) mod cancels;
 pub(crate) mod claimed;
 pub(crate) mod claimer;
 pub(crate) mod completer;
 pub(crate) mod context;
 pub(crate) mod executor;
 pub(crate) mod fair;
+pub(crate) mod idle;
 pub(crate) mod lease;
 pub(crate) mod leases;
+pub(crate) mod next_due;
 pub(crate) mod plan;
 pub(crate) mod rate;
+pub(crate) mod results;
+pub(crate) mod turn;
 pub(crate) mod tx;
 pub(crate) mod wake;

@@ -168,7 +168,7 @@ pub(crate) async fn claim_and_run(
         .get()
         .await
         .map_err(Error::pool("claim: no connection"))?;
-    let targets = crate::claim::fair::targets(ctx, spec).await?;
+    let targets = ctx.targets(spec).await?;
     let (queues, except) = (&targets.queues, &targets.except[..]);
     let tx = OpenTx { conn: Some(conn) };
     let c = tx.conn();
@@ -428,7 +428,7 @@ async fn run_batch(
     let mut results = Vec::with_capacity(claimed.len());
     // Every job of the batch can be cancelled from the claim on, also while
     // it waits for its siblings (it then never starts).
-    let mut watches: std::collections::HashMap<i64, crate::admin::cancel::Watch> = claimed
+    let mut watches: std::collections::HashMap<i64, crate::claim::cancels::Watch> = claimed
         .iter()
         .map(|c| (c.job.id, ctx.cancels.watch(c.job.id, &ctx.abort)))
         .collect();
@@ -477,7 +477,7 @@ async fn run_group(
     c: &Object,
     group: &[Claimed],
     session: &mut Session,
-    watches: &std::collections::HashMap<i64, crate::admin::cancel::Watch>,
+    watches: &std::collections::HashMap<i64, crate::claim::cancels::Watch>,
 ) -> Result<Option<Vec<Ran>>> {
     let Ok(handler) = ctx.precheck(&group[0]) else {
         return Ok(None);
@@ -579,7 +579,7 @@ async fn run_one(
     c: &Object,
     claimed: &Claimed,
     session: &mut Session,
-    watch: &crate::admin::cancel::Watch,
+    watch: &crate::claim::cancels::Watch,
 ) -> Result<(Resolution, Option<String>, Duration)> {
     let job = &claimed.job;
     if watch.cancelled() {

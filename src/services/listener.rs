@@ -29,7 +29,8 @@ use tokio::sync::mpsc;
 use tokio_postgres::AsyncMessage;
 use tokio_util::sync::CancellationToken;
 
-use crate::admin::cancel::{CancelBook, CONTROL_CHANNEL};
+use crate::admin::cancel::CONTROL_CHANNEL;
+use crate::claim::cancels::CancelBook;
 use crate::claim::wake::{Trigger, Wakeup};
 use crate::error::PgDisplay;
 use crate::health::Health;

@@ -5,6 +5,8 @@
 //! and the [`scheduler`] (cron ticks). Services use `claim/`; the claim
 //! path never uses them.
 
+pub(crate) mod cancel_watcher;
+pub(crate) mod history;
 pub(crate) mod listener;
 pub(crate) mod poller;
 pub mod rescuer;

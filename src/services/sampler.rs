@@ -21,73 +21,16 @@
 
 use std::collections::HashSet;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
 
-use crate::db::sql::{self, Db};
-use crate::error::{Error, Result};
+pub use crate::admin::gauges::{
+    sample, sample_with, QueueSample, Sample, DEPTH_CAP_DEFAULT, RUNNING_CHECK_WINDOW,
+    TIME_LIMIT_DEFAULT,
+};
 use crate::health::Health;
 use crate::metrics;
-
-/// Per queue and state, rows are counted up to this many; a deeper queue
-/// reports this number. It bounds the sampling query's cost on huge backlogs.
-pub const DEPTH_CAP_DEFAULT: i64 = 100_000;
-
-/// Time limit of one sample (the server's `statement_timeout` for its
-/// queries). 5 s: the default sampling interval.
-pub const TIME_LIMIT_DEFAULT: Duration = Duration::from_secs(5);
-
-/// How many ready jobs of each queue, in claim order, are checked for a
-/// running tx-mode claim (see [`QueueSample::ready`]). Bounds the heap reads
-/// of the sample; claims take their rows from the head of the queue.
-pub const RUNNING_CHECK_WINDOW: i64 = 10_000;
-
-/// One queue's gauges.
-#[derive(Debug, Clone, PartialEq)]
-pub struct QueueSample {
-    /// The queue.
-    pub queue: String,
-    /// Ready jobs (`run_at <= now()`) that no tx-mode claim is running,
-    /// counted up to the cap. Running claims are recognised among the first
-    /// [`RUNNING_CHECK_WINDOW`] ready jobs in claim order; in a deeper queue
-    /// the count may include jobs in flight further back (at most that many).
-    pub ready: i64,
-    /// Scheduled jobs (capped).
-    pub scheduled: i64,
-    /// Dead jobs (capped).
-    pub dead: i64,
-    /// Seconds the longest-waiting ready job has been ready (since the later
-    /// of its `created_at` and `run_at`); 0 when none is ready.
-    pub oldest_ready_age: f64,
-}
-
-/// What one sample read.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Sample {
-    /// Per-queue gauges.
-    pub queues: Vec<QueueSample>,
-    /// Idle-in-transaction sessions by application_name.
-    pub idle_in_transaction: Vec<(String, i64)>,
-    /// Transaction age of the oldest idle-in-transaction session.
-    pub idle_in_transaction_max_age: f64,
-    /// Age of the oldest open transaction on the server.
-    pub oldest_transaction_age: f64,
-    /// `pg_notification_queue_usage()`.
-    pub notification_queue_usage: f64,
-    /// Dead tuples of `pgwake.jobs`.
-    pub dead_tuples: i64,
-    /// Paused queues (`pgwake queue pause`), by name.
-    pub paused: Vec<String>,
-    /// Queues with a max-running limit (`pgwake queue set --max-running`)
-    /// and that limit, by name.
-    pub max_running: Vec<(String, i32)>,
-    /// Queues with a rate limit (`pgwake queue set --rate`) and that rate
-    /// in admissions per second, by name.
-    pub rate: Vec<(String, f64)>,
-    /// How long the sample took (connection checkout included).
-    pub duration: Duration,
-}
 
 /// The sampler service.
 pub struct Sampler {
@@ -234,11 +177,6 @@ impl Sampler {
     }
 }
 
-/// Read one sample within [`TIME_LIMIT_DEFAULT`]; see [`sample_with`].
-pub async fn sample(pool: &deadpool_postgres::Pool, depth_cap: i64) -> Result<Sample> {
-    sample_with(pool, depth_cap, Some(TIME_LIMIT_DEFAULT)).await
-}
-
 /// Publish one per-queue limit gauge: each queue label's value (summed
 /// over the queues reported as `other`), and 0 for the labels in `seen`
 /// that have none now. Returns the labels published.
@@ -259,92 +197,4 @@ fn publish_limit<'a>(
         ::metrics::gauge!(metric, "queue" => q.clone()).set(0.0);
     }
     now
-}
-
-/// Read one sample: three pipelined queries in one read-only transaction on a
-/// pooled connection, under `statement_timeout` = `time_limit` (`None`: no
-/// limit, as `pgwake stats` reads). Counts stop at `depth_cap` (`i64::MAX`:
-/// no cap).
-pub async fn sample_with(
-    pool: &deadpool_postgres::Pool,
-    depth_cap: i64,
-    time_limit: Option<Duration>,
-) -> Result<Sample> {
-    let started = Instant::now();
-    let mut conn = pool.get().await.map_err(Error::pool("sampler"))?;
-    let tx = conn
-        .build_transaction()
-        .read_only(true)
-        .start()
-        .await
-        .map_err(Error::db("sampler: begin"))?;
-    tx.batch_execute("SET LOCAL jit = off")
-        .await
-        .map_err(Error::db("sampler: set jit"))?;
-    let limit_ms = time_limit.map_or(0, |d| d.as_millis().max(1) as u64);
-    tx.batch_execute(&format!("SET LOCAL statement_timeout = {limit_ms}"))
-        .await
-        .map_err(Error::db("sampler: set statement_timeout"))?;
-    let window = depth_cap.min(RUNNING_CHECK_WINDOW);
-    let params: [&(dyn tokio_postgres::types::ToSql + Sync); 2] = [&depth_cap, &window];
-    let db = Db::unnamed(tx.client());
-    let (queues, pressure, settings) = tokio::join!(
-        db.query(&sql::SAMPLE_QUEUES, &params),
-        db.query_one(&sql::SAMPLE_PRESSURE, &[]),
-        db.query(&sql::SAMPLE_QUEUE_SETTINGS, &[]),
-    );
-    // Pipelined: when the first fails (e.g. statement_timeout), the others
-    // only say "transaction aborted"; report the first.
-    let (queues, pressure, settings) = match (queues, pressure, settings) {
-        (Ok(q), Ok(p), Ok(z)) => (q, p, z),
-        (Err(e), _, _) | (Ok(_), Err(e), _) | (Ok(_), Ok(_), Err(e)) => {
-            return Err(Error::Db {
-                context: "sampler",
-                source: e,
-            })
-        }
-    };
-    tx.commit().await.map_err(Error::db("sampler: commit"))?;
-    let idle: serde_json::Value = pressure.get(0);
-    let idle_in_transaction = idle
-        .as_array()
-        .map(|a| {
-            a.iter()
-                .filter_map(|pair| {
-                    Some((pair.get(0)?.as_str()?.to_string(), pair.get(1)?.as_i64()?))
-                })
-                .collect()
-        })
-        .unwrap_or_default();
-    Ok(Sample {
-        queues: queues
-            .iter()
-            .map(|r| QueueSample {
-                queue: r.get(0),
-                ready: r.get(1),
-                oldest_ready_age: r.get(2),
-                scheduled: r.get(3),
-                dead: r.get(4),
-            })
-            .collect(),
-        idle_in_transaction,
-        idle_in_transaction_max_age: pressure.get(1),
-        oldest_transaction_age: pressure.get(2),
-        notification_queue_usage: pressure.get(3),
-        dead_tuples: pressure.get(4),
-        paused: settings
-            .iter()
-            .filter(|r| r.get::<_, bool>(1))
-            .map(|r| r.get(0))
-            .collect(),
-        max_running: settings
-            .iter()
-            .filter_map(|r| Some((r.get(0), r.get::<_, Option<i32>>(2)?)))
-            .collect(),
-        rate: settings
-            .iter()
-            .filter_map(|r| Some((r.get(0), r.get::<_, Option<f64>>(3)?)))
-            .collect(),
-        duration: started.elapsed(),
-    })
 }

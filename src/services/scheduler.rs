@@ -31,69 +31,24 @@ use std::time::{Duration, Instant};
 
 use tokio_util::sync::CancellationToken;
 
+use crate::config::SchedulerConfig;
 use crate::db::sql::{self, Db};
 use crate::error::{Error, Result};
 use crate::metrics;
 
 mod round;
 
-/// Default longest sleep between rounds: a schedule added (or redefined)
-/// while every scheduler sleeps is seen within this.
-pub(crate) const MAX_SLEEP_DEFAULT: Duration = Duration::from_secs(5);
-/// Default schedules claimed per transaction.
-pub(crate) const BATCH_DEFAULT: i64 = 100;
 /// Delay (jittered ±25%) of a scheduler's first look after start-up.
 pub(crate) const STARTUP_DELAY: Duration = Duration::from_millis(500);
 /// Sleep when due schedules are all locked by other schedulers (serving
 /// them right now, or a dead worker's session the server has not ended yet).
 pub(crate) const LOCKED_PAUSE: Duration = Duration::from_millis(100);
-/// Sleep after a failed round (database down, a schedule whose jobs cannot
-/// be inserted) before trying again.
-pub(crate) const ERROR_PAUSE_DEFAULT: Duration = Duration::from_secs(1);
 /// Schedules that get their own `schedule` label value in
 /// `pgwake_schedule_ticks_total` (the first ones this process serves); the
 /// others share `_other`, so 10,000 schedules cannot blow up the series count.
 pub(crate) const SCHEDULE_LABELS_MAX: usize = 50;
 /// The label value shared by schedules past [`SCHEDULE_LABELS_MAX`].
 pub(crate) const OTHER_LABEL: &str = "_other";
-
-/// How the scheduler runs.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct SchedulerConfig {
-    /// Longest sleep between rounds. Default `MAX_SLEEP_DEFAULT` (5 s).
-    pub max_sleep: Duration,
-    /// Schedules claimed per transaction. Default `BATCH_DEFAULT` (100).
-    pub batch: i64,
-    /// Pause after a failed round. Default `ERROR_PAUSE_DEFAULT` (1 s).
-    pub error_pause: Duration,
-}
-
-impl Default for SchedulerConfig {
-    fn default() -> Self {
-        SchedulerConfig {
-            max_sleep: MAX_SLEEP_DEFAULT,
-            batch: BATCH_DEFAULT,
-            error_pause: ERROR_PAUSE_DEFAULT,
-        }
-    }
-}
-
-impl SchedulerConfig {
-    /// Check the settings; the error names the bad one.
-    pub fn validate(&self) -> Result<()> {
-        if self.max_sleep < Duration::from_millis(10) {
-            return Err(Error::Config(
-                "scheduler max_sleep must be at least 10ms".into(),
-            ));
-        }
-        if !(1..=10_000).contains(&self.batch) {
-            return Err(Error::Config(
-                "scheduler batch must be between 1 and 10000".into(),
-            ));
-        }
-        Ok(())
-    }
-}
 
 /// What one round did.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]

@@ -45,10 +45,8 @@ impl Load {
                 rescue_interval: Duration::from_millis(200),
                 sample_interval: Some(Duration::from_millis(250)),
                 // History on: the dashboard's history panels have data.
-                history: pgwake::admin::history::HistoryConfig {
-                    keep_finished: pgwake::admin::history::KeepFinished::Keep(Duration::from_secs(
-                        86400,
-                    )),
+                history: pgwake::config::HistoryConfig {
+                    keep_finished: pgwake::config::KeepFinished::Keep(Duration::from_secs(86400)),
                     ..Default::default()
                 },
                 ..test_config()

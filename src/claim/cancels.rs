@@ -1,0 +1,141 @@
+//! The runs a worker can stop on a cancel ([`CancelBook`]), by job id: each
+//! run registers a [`Watch`] whose token fires on a cancel. The listener
+//! and the watcher service (`services/cancel_watcher.rs`) call into it;
+//! what a cancel does to each kind of job is in `admin/cancel.rs`.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+
+use tokio::sync::Notify;
+use tokio_util::sync::CancellationToken;
+
+/// The runs this worker can stop on a cancel, by job id.
+#[derive(Debug, Default)]
+pub(crate) struct CancelBook {
+    running: Mutex<HashMap<i64, Entry>>,
+    /// Ask the watcher to poll now (the listener (re)connected: whatever was
+    /// notified while it was away is lost).
+    pub(crate) poll_now: Notify,
+}
+
+#[derive(Debug)]
+struct Entry {
+    stop: CancellationToken,
+    cancelled: Arc<AtomicBool>,
+}
+
+/// A run registered in the [`CancelBook`]; unregistered when dropped.
+pub(crate) struct Watch {
+    book: Arc<CancelBook>,
+    id: i64,
+    token: CancellationToken,
+    cancelled: Arc<AtomicBool>,
+}
+
+impl Watch {
+    /// Fires when the run must stop: a cancel, or `parent`.
+    pub(crate) fn token(&self) -> &CancellationToken {
+        &self.token
+    }
+
+    /// Whether a cancel request for this job reached the worker.
+    pub(crate) fn cancelled(&self) -> bool {
+        self.cancelled.load(Ordering::Acquire)
+    }
+}
+
+impl Drop for Watch {
+    fn drop(&mut self) {
+        let mut running = self.book.running.lock().expect("cancel book");
+        if running
+            .get(&self.id)
+            .is_some_and(|e| Arc::ptr_eq(&e.cancelled, &self.cancelled))
+        {
+            running.remove(&self.id);
+        }
+    }
+}
+
+impl CancelBook {
+    /// Register a run of job `id`; its token is a child of `parent`.
+    pub(crate) fn watch(self: &Arc<Self>, id: i64, parent: &CancellationToken) -> Watch {
+        let token = parent.child_token();
+        let cancelled = Arc::new(AtomicBool::new(false));
+        self.running.lock().expect("cancel book").insert(
+            id,
+            Entry {
+                stop: token.clone(),
+                cancelled: cancelled.clone(),
+            },
+        );
+        Watch {
+            book: self.clone(),
+            id,
+            token,
+            cancelled,
+        }
+    }
+
+    /// Stop the run of job `id` if this worker has one; returns whether it
+    /// had.
+    pub(crate) fn cancel(&self, id: i64) -> bool {
+        let running = self.running.lock().expect("cancel book");
+        let Some(e) = running.get(&id) else {
+            return false;
+        };
+        if !e.cancelled.swap(true, Ordering::AcqRel) {
+            tracing::info!(job = id, "cancel request received: stopping the job");
+        }
+        e.stop.cancel();
+        true
+    }
+
+    /// A control notification's payload (`cancel <id>`).
+    pub(crate) fn on_notification(&self, payload: &str) {
+        match payload
+            .strip_prefix("cancel ")
+            .and_then(|id| id.parse::<i64>().ok())
+        {
+            Some(id) => {
+                self.cancel(id);
+            }
+            None => tracing::debug!(payload, "ignoring an unknown control notification"),
+        }
+    }
+
+    /// Ask the watcher to poll at once.
+    pub(crate) fn poll_soon(&self) {
+        self.poll_now.notify_one();
+    }
+
+    pub(crate) fn ids(&self) -> Vec<i64> {
+        self.running
+            .lock()
+            .expect("cancel book")
+            .keys()
+            .copied()
+            .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_cancel_stops_only_the_watched_run_and_says_so() {
+        let book = Arc::new(CancelBook::default());
+        let parent = CancellationToken::new();
+        let a = book.watch(1, &parent);
+        let b = book.watch(2, &parent);
+        book.on_notification("cancel 1");
+        book.on_notification("cancel x");
+        assert!(a.token().is_cancelled() && a.cancelled());
+        assert!(!b.token().is_cancelled() && !b.cancelled());
+        drop(a);
+        assert!(!book.cancel(1), "an ended run is no longer in the book");
+        parent.cancel();
+        assert!(b.token().is_cancelled() && !b.cancelled());
+    }
+}

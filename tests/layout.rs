@@ -1,0 +1,178 @@
+//! The tree shows the roles (ARCHITECTURE.md, "The tree shows the roles"):
+//! the library's modules import each other without cycles, the claim path
+//! never reaches into the services or the admin API, and the admin API and
+//! the database layer never reach into the worker. Read from the source, so
+//! a change that breaks a rule fails here, naming the files.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+
+/// A module's path (`claim::tx`) → the modules it names with `crate::…`
+/// or `super::…` outside its tests.
+fn imports() -> BTreeMap<String, BTreeSet<String>> {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let mut files = Vec::new();
+    collect(&src, &mut files);
+    let modules: BTreeSet<String> = files.iter().map(|f| module_of(&src, f)).collect();
+    let mut graph = BTreeMap::new();
+    for file in &files {
+        let me = module_of(&src, file);
+        let text = std::fs::read_to_string(file).unwrap();
+        let code = text.split("#[cfg(test)]\nmod tests").next().unwrap();
+        let mut uses = BTreeSet::new();
+        for line in code.lines() {
+            let line = line.trim_start();
+            if line.starts_with("//") {
+                continue;
+            }
+            for (prefix, base) in [("crate::", String::new()), ("super::", parent(&me))] {
+                for (i, _) in line.match_indices(prefix) {
+                    let rest = &line[i + prefix.len()..];
+                    let path: String = rest
+                        .chars()
+                        .take_while(|c| c.is_alphanumeric() || *c == '_' || *c == ':')
+                        .collect();
+                    let mut full = base.clone();
+                    for seg in path.split("::").filter(|s| !s.is_empty()) {
+                        let next = if full.is_empty() {
+                            seg.to_string()
+                        } else {
+                            format!("{full}::{seg}")
+                        };
+                        if !modules.contains(&next) {
+                            break;
+                        }
+                        full = next;
+                    }
+                    if !full.is_empty() && full != me && !me.starts_with(&format!("{full}::")) {
+                        uses.insert(full);
+                    }
+                }
+            }
+        }
+        graph.insert(me, uses);
+    }
+    graph
+}
+
+fn collect(dir: &Path, out: &mut Vec<PathBuf>) {
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.is_dir() {
+            collect(&path, out);
+        } else if path.extension().is_some_and(|e| e == "rs") {
+            out.push(path);
+        }
+    }
+}
+
+/// `src/claim/tx.rs` → `claim::tx`; `src/claim/mod.rs` → `claim`;
+/// `src/lib.rs` → `` (the crate root).
+fn module_of(src: &Path, file: &Path) -> String {
+    let rel = file.strip_prefix(src).unwrap().with_extension("");
+    let parts: Vec<String> = rel
+        .components()
+        .map(|c| c.as_os_str().to_string_lossy().into_owned())
+        .filter(|p| p != "mod" && p != "lib")
+        .collect();
+    parts.join("::")
+}
+
+fn parent(module: &str) -> String {
+    module
+        .rsplit_once("::")
+        .map_or(String::new(), |(p, _)| p.into())
+}
+
+/// Every cycle's modules, as found by a depth-first search.
+fn cycles(graph: &BTreeMap<String, BTreeSet<String>>) -> Vec<Vec<String>> {
+    fn visit(
+        node: &str,
+        graph: &BTreeMap<String, BTreeSet<String>>,
+        stack: &mut Vec<String>,
+        done: &mut BTreeSet<String>,
+        found: &mut Vec<Vec<String>>,
+    ) {
+        if let Some(at) = stack.iter().position(|n| n == node) {
+            found.push(stack[at..].to_vec());
+            return;
+        }
+        if done.contains(node) {
+            return;
+        }
+        stack.push(node.to_string());
+        for next in graph.get(node).into_iter().flatten() {
+            // A module's own submodules are declared, not imported.
+            if next.starts_with(&format!("{node}::")) || node.is_empty() {
+                continue;
+            }
+            visit(next, graph, stack, done, found);
+        }
+        stack.pop();
+        done.insert(node.to_string());
+    }
+    let mut found = Vec::new();
+    let mut done = BTreeSet::new();
+    for node in graph.keys() {
+        visit(node, graph, &mut Vec::new(), &mut done, &mut found);
+    }
+    found
+}
+
+#[test]
+fn the_library_has_no_import_cycles() {
+    let found = cycles(&imports());
+    assert!(found.is_empty(), "import cycles: {found:#?}");
+}
+
+#[test]
+fn the_claim_path_never_imports_the_services_the_admin_api_or_the_worker() {
+    let bad: Vec<String> = imports()
+        .into_iter()
+        .filter(|(m, _)| m == "claim" || m.starts_with("claim::"))
+        .flat_map(|(m, uses)| {
+            uses.into_iter()
+                .filter(|u| {
+                    ["services", "admin", "worker"]
+                        .iter()
+                        .any(|r| u == r || u.starts_with(&format!("{r}::")))
+                })
+                .map(move |u| format!("{m} -> {u}"))
+        })
+        .collect();
+    assert!(bad.is_empty(), "{bad:#?}");
+}
+
+#[test]
+fn the_admin_api_and_the_database_layer_never_import_the_worker_side() {
+    let bad: Vec<String> = imports()
+        .into_iter()
+        .filter(|(m, _)| {
+            ["admin", "db"]
+                .iter()
+                .any(|r| m == r || m.starts_with(&format!("{r}::")))
+        })
+        .flat_map(|(m, uses)| {
+            uses.into_iter()
+                .filter(|u| {
+                    ["claim", "services", "worker"]
+                        .iter()
+                        .any(|r| u == r || u.starts_with(&format!("{r}::")))
+                })
+                .map(move |u| format!("{m} -> {u}"))
+        })
+        .collect();
+    assert!(bad.is_empty(), "{bad:#?}");
+}
+
+#[test]
+fn the_module_graph_is_read_from_the_source() {
+    // The checks above see nothing if the reading finds nothing.
+    let graph = imports();
+    assert!(
+        graph["claim::tx"].contains("claim::context"),
+        "{:?}",
+        graph["claim::tx"]
+    );
+    assert!(graph["services::poller"].contains("claim::next_due"));
+}
