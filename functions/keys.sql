@@ -39,7 +39,7 @@ $$;
 --   SELECT * FROM pgwake.enqueue_unique('sync', unique_key => 'user:42');
 -- A tx-mode job of the key that is running right now (its row deleted by a
 -- transaction still open) makes the INSERT wait for that transaction: at
--- most the job's timeout (README → Unique jobs).
+-- most the job's timeout (docs/src/keys.md → Unique jobs).
 -- `unique_running => true`: a job of the key that is running counts too
 -- (at most one waiting-or-running): its id comes back as the duplicate,
 -- without waiting for it.

@@ -50,12 +50,12 @@ pub struct NewJob {
     #[serde(default)]
     pub timeout: Option<String>,
     /// Jobs with the same ordering key run one at a time, in (priority,
-    /// run_at, id) order, a failed one keeping its place (README → Ordered
+    /// run_at, id) order, a failed one keeping its place (docs/src/keys.md → Ordered
     /// keys). Default none.
     #[serde(default)]
     pub ordering_key: Option<String>,
     /// At most one waiting job per unique key: enqueueing a duplicate
-    /// returns the waiting job's id, flagged as a duplicate (README →
+    /// returns the waiting job's id, flagged as a duplicate (docs/src/keys.md →
     /// Unique jobs). Default none.
     #[serde(default)]
     pub unique_key: Option<String>,

@@ -550,28 +550,31 @@ mod tests {
         }
     }
 
-    /// `1 h 5 min`, as the README writes durations.
+    /// `1 h 5 min`, as the docs write durations.
     fn hours_minutes(d: Duration) -> String {
         let m = d.as_secs() / 60;
         format!("{} h {} min", m / 60, m % 60)
     }
 
     #[test]
-    fn the_readme_states_how_long_a_failing_job_takes_to_die_at_the_defaults() {
+    fn the_docs_state_how_long_a_failing_job_takes_to_die_at_the_defaults() {
         let c = WorkerConfig::default();
         let waits: Vec<Duration> = (1..MAX_ATTEMPTS_DEFAULT)
             .map(|a| c.retry_delay_max(a))
             .collect();
         let max: Duration = waits.iter().sum();
         assert_eq!(max, Duration::from_secs(47_295));
-        let readme = include_str!("../README.md");
+        let readme = include_str!("../docs/src/producing.md");
         for figure in [
             "47,295 s".to_string(),
             hours_minutes(max / 2),
             hours_minutes(max),
             hours_minutes(max.mul_f64(0.75)),
         ] {
-            assert!(readme.contains(&figure), "README lacks {figure}");
+            assert!(
+                readme.contains(&figure),
+                "docs/src/producing.md lacks {figure}"
+            );
         }
         for _ in 0..10 {
             for a in 1..MAX_ATTEMPTS_DEFAULT {

@@ -17,7 +17,7 @@ use crate::job::{Job, Outcome};
 /// attempt (retried with backoff, dead at `max_attempts`).
 pub type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;
 
-/// How the jobs of a task are delivered (see the README's "Delivery
+/// How the jobs of a task are delivered (see docs/src/delivery.md, "Delivery
 /// modes").
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Delivery {
@@ -158,7 +158,7 @@ pub trait Handler: Send + Sync + 'static {
 
     /// How this task's jobs are delivered. Default [`Delivery::Tx`]: for a
     /// short job it is the cheapest mode (one claim statement and one commit
-    /// per batch, no per-job writes; see the README's figures) and it lets the
+    /// per batch, no per-job writes; see docs/src/performance.md) and it lets the
     /// handler write exactly once through the claim transaction. Return
     /// [`Delivery::Lease`] for work outside the database that may take long
     /// (HTTP calls, commands): no connection is held while it runs.

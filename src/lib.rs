@@ -95,3 +95,23 @@ pub use handler::{BoxError, Delivery, Handler, JobContext};
 pub use health::Health;
 pub use job::{Job, Outcome, Resolution, PAYLOAD_DEPTH_LIMIT};
 pub use worker::{Worker, WorkerBuilder};
+
+// The Rust examples of the README and the book compile (`cargo test --doc`).
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeExamples;
+#[cfg(doctest)]
+#[doc = include_str!("../docs/src/producing.md")]
+struct ProducingExamples;
+#[cfg(doctest)]
+#[doc = include_str!("../docs/src/handlers.md")]
+struct HandlersExamples;
+#[cfg(doctest)]
+#[doc = include_str!("../docs/src/cancelling.md")]
+struct CancellingExamples;
+#[cfg(doctest)]
+#[doc = include_str!("../docs/src/queues.md")]
+struct QueuesExamples;
+#[cfg(doctest)]
+#[doc = include_str!("../docs/src/schedules.md")]
+struct SchedulesExamples;

@@ -205,10 +205,13 @@ async fn the_worker_start_line_shows_queues_as_a_person_would_write_them() {
 fn handler_help_and_readme_agree_on_the_handler_syntax() {
     let o = run(&["run", "--help"], None);
     let help = String::from_utf8_lossy(&o.stdout).to_string();
-    let readme = include_str!("../README.md");
+    let readme = include_str!("../docs/src/handlers.md");
     for syntax in ["TASK=exec:COMMAND [ARGS]", "TASK=sql:[SCHEMA.]FUNCTION"] {
         assert!(help.contains(syntax), "--help lacks {syntax}: {help}");
-        assert!(readme.contains(syntax), "README lacks {syntax}");
+        assert!(
+            readme.contains(syntax),
+            "docs/src/handlers.md lacks {syntax}"
+        );
     }
 }
 
@@ -359,7 +362,7 @@ async fn the_documented_job_defaults_are_the_table_defaults() {
     assert_eq!(row.get::<_, String>(0), pgwake::config::QUEUE_DEFAULT);
     assert_eq!(row.get::<_, i32>(1), pgwake::config::PRIORITY_DEFAULT);
     assert_eq!(row.get::<_, i32>(2), pgwake::config::MAX_ATTEMPTS_DEFAULT);
-    let readme = include_str!("../README.md");
+    let readme = include_str!("../docs/src/producing.md");
     for row in [
         format!("| `queue` | `{}` |", pgwake::config::QUEUE_DEFAULT),
         format!("| `priority` | {} ", pgwake::config::PRIORITY_DEFAULT),
@@ -368,12 +371,12 @@ async fn the_documented_job_defaults_are_the_table_defaults() {
             pgwake::config::MAX_ATTEMPTS_DEFAULT
         ),
     ] {
-        assert!(readme.contains(&row), "README lacks {row}");
+        assert!(readme.contains(&row), "docs/src/producing.md lacks {row}");
     }
 }
 
 #[test]
-fn the_readme_run_reference_shows_the_defaults_run_help_prints() {
+fn the_run_reference_shows_the_defaults_run_help_prints() {
     let o = run(&["run", "--help"], None);
     let help = String::from_utf8_lossy(&o.stdout).to_string();
     // Flag → its default, from the help's "[default: …]" after the flag.
@@ -394,8 +397,8 @@ fn the_readme_run_reference_shows_the_defaults_run_help_prints() {
         let d = block.find("[default: ")? + "[default: ".len();
         Some(block[d..block[d..].find(']')? + d].to_string())
     };
-    let readme = include_str!("../README.md");
-    let table = &readme[readme.find("### `pgwake run` reference").unwrap()..];
+    let readme = include_str!("../docs/src/cli.md");
+    let table = &readme[readme.find("## `pgwake run` reference").unwrap()..];
     let mut checked = 0;
     for row in table.lines().skip(4).take_while(|l| l.starts_with('|')) {
         let cells: Vec<&str> = row.split('|').map(str::trim).collect();
@@ -415,7 +418,7 @@ fn the_readme_run_reference_shows_the_defaults_run_help_prints() {
             if let Some(printed) = default_of(flag) {
                 assert_eq!(
                     default, printed,
-                    "README says {flag} defaults to {default}, --help says {printed}"
+                    "docs/src/cli.md says {flag} defaults to {default}, --help says {printed}"
                 );
                 checked += 1;
             }

@@ -1,5 +1,5 @@
 //! The command line's argument types (clap). Defaults come from the
-//! library's `*_DEFAULT` constants, so `--help`, the README and the library
+//! library's `*_DEFAULT` constants, so `--help`, the docs and the library
 //! agree.
 
 use std::net::SocketAddr;

@@ -8,7 +8,7 @@ use pgwake::error::Error;
 #[derive(Args, Clone)]
 pub struct Db {
     /// PostgreSQL URL or key=value string, e.g. postgres://user:pass@host:5432/db?sslmode=verify-full;
-    /// without it, the libpq variables PGHOST, PGUSER, PGDATABASE, … (README "Connecting").
+    /// without it, the libpq variables PGHOST, PGUSER, PGDATABASE, … (docs/src/connecting.md).
     #[arg(long, env = "DATABASE_URL", hide_env_values = true)]
     pub database_url: Option<String>,
 }

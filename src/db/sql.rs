@@ -20,7 +20,7 @@
 //! ("… already exists"). The unnamed statement lives only until the next
 //! Parse, inside one round trip, so it works through any pooler; it is
 //! planned on every call. Only the claim path runs often enough for the
-//! cached plan to matter (README → Performance has the figure); the other
+//! cached plan to matter (docs/src/performance.md has the figure); the other
 //! services run a statement every few seconds, and the commands once, so
 //! they always send unnamed statements (one round trip, where a prepare
 //! costs two, plus a Close).

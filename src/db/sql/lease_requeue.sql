@@ -19,7 +19,7 @@ back AS (
            coalesce(clock_timestamp() + make_interval(secs => delay), run_at),
            new_attempts, max_attempts, new_error, created_at, timeout, ordering_key,
            -- a job enqueued with this unique key while this one ran keeps
-           -- the key (README → Unique jobs: retrying)
+           -- the key (docs/src/keys.md → Unique jobs)
            CASE WHEN EXISTS (SELECT 1 FROM pgwake.jobs w WHERE w.unique_key = mine.unique_key)
                 THEN NULL ELSE unique_key END,
            -- its place in its ordering key, whatever its new run_at

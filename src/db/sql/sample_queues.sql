@@ -11,7 +11,7 @@
 -- for every queue: quadratic, 1.2 s at 4,000 queues). The ranges are written
 -- as row comparisons on exactly the index's leading columns, so that the
 -- planner cannot pick another index and filter. The caller runs this under a
--- statement_timeout (the sampler's time limit). Measured: see the README.
+-- statement_timeout (the sampler's time limit). Measured: see docs/src/metrics.md.
 --
 -- `ready` leaves out jobs that tx-mode claims are running: rows deleted by a
 -- transaction still in progress, i.e. whose xmax is the xid of a transaction
