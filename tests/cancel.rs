@@ -949,3 +949,113 @@ async fn a_cancelled_lease_job_whose_worker_died_is_buried_cancelled_by_the_resc
     let last = std::fs::read_to_string(dir.path().join(format!("{id}.pid"))).unwrap();
     assert_eq!(last.trim(), pid.to_string(), "it never ran again");
 }
+
+/// A notification is a hint, never an authority: `NOTIFY pgwake_control,
+/// 'cancel <id>'` from a role with no grant at all (anyone who can connect
+/// may NOTIFY) must not stop a running job; only a cancel request row,
+/// which needs the worker's grant, does. The forged notification for job A
+/// goes out before a real cancel of job B; notifications arrive in order, so
+/// once B is stopped the worker has acted on both, and A must still run.
+async fn a_forged_cancel_notification_stops_nothing(lease: bool) {
+    let db = migrated_db().await;
+    let dir = tempfile::tempdir().unwrap();
+    let c = db.client().await;
+    c.batch_execute(&format!(
+        "DO $$ BEGIN
+             IF NOT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = 'cx_nobody') THEN
+                 CREATE ROLE cx_nobody LOGIN PASSWORD 'pw' NOSUPERUSER NOCREATEDB NOCREATEROLE;
+             END IF;
+         END $$;
+         GRANT CONNECT ON DATABASE {} TO cx_nobody;",
+        db.name
+    ))
+    .await
+    .unwrap();
+    let task = if lease { "sleeper" } else { "slow" };
+    let builder = Worker::builder(db.config()).config(WorkerConfig {
+        job_timeout: Duration::from_secs(600),
+        batch: 1,
+        // Only the notification's prompt can deliver the real cancel in time.
+        cancel_poll_interval: Duration::from_secs(3600),
+        ..test_config()
+    });
+    let builder = if lease {
+        builder.handler(task, sleeper(dir.path()))
+    } else {
+        create_slow_sql_function(&db).await;
+        builder.handler(task, SqlHandler::parse("slow").unwrap())
+    };
+    let mut w = Running::start(builder.build().unwrap());
+    w.until_listening().await;
+    let mut ids = Vec::new();
+    for n in 1..=2 {
+        ids.push(
+            enqueue(&c, &NewJob::new(task, serde_json::json!({"n": n})))
+                .await
+                .unwrap(),
+        );
+    }
+    let (a, b) = (ids[0], ids[1]);
+    eventually("both jobs run", LONG, || async {
+        if lease {
+            ids.iter()
+                .all(|id| dir.path().join(format!("{id}.pid")).exists())
+        } else {
+            let n: i64 = db
+                .scalar("SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND query LIKE '%\"slow\"(%' AND state = 'active' AND wait_event = 'PgSleep' AND pid <> pg_backend_pid()")
+                .await;
+            n == 2
+        }
+    })
+    .await;
+
+    let mut nobody = db.config();
+    nobody.user("cx_nobody");
+    nobody.password("pw");
+    let nobody = pgwake::connect::connect(&nobody).await.unwrap();
+    nobody
+        .batch_execute(&format!("NOTIFY pgwake_control, 'cancel {a}'"))
+        .await
+        .unwrap();
+    assert_eq!(
+        pgwake::cancel(&c, b).await.unwrap(),
+        CancelOutcome::Requested
+    );
+    let ev = w.next_events(1, LONG, |e| e.id == b).await.remove(0);
+    assert_eq!(ev.resolution, Resolution::Cancelled);
+
+    let dead_a: i64 = db
+        .scalar(&format!(
+            "SELECT count(*) FROM pgwake.dead_jobs WHERE id = {a}"
+        ))
+        .await;
+    assert_eq!(dead_a, 0, "the forged notification cancelled job {a}");
+    if lease {
+        let leased: i64 = db
+            .scalar(&format!(
+                "SELECT count(*) FROM pgwake.leased_jobs WHERE id = {a}"
+            ))
+            .await;
+        assert_eq!(leased, 1, "job {a} still holds its lease");
+    } else {
+        let n: i64 = db
+            .scalar("SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND query LIKE '%\"slow\"(%' AND state = 'active' AND wait_event = 'PgSleep' AND pid <> pg_backend_pid()")
+            .await;
+        assert_eq!(n, 1, "job {a} still runs");
+    }
+    // A real cancel still stops it.
+    pgwake::cancel(&c, a).await.unwrap();
+    let ev = w.next_events(1, LONG, |e| e.id == a).await.remove(0);
+    assert_eq!(ev.resolution, Resolution::Cancelled);
+    w.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_forged_cancel_notification_stops_no_tx_job() {
+    a_forged_cancel_notification_stops_nothing(false).await;
+}
+
+#[tokio::test]
+async fn a_forged_cancel_notification_stops_no_lease_job() {
+    a_forged_cancel_notification_stops_nothing(true).await;
+}

@@ -10,15 +10,18 @@
 //!    nowhere, id issued by the jobs' identity sequence                       → Finished
 //!    nowhere, never issued                                                   → NotFound
 //!
-//!  worker: listener ── notification ──▶ CancelBook::cancel(id) ─┐
-//!          Watcher  ── every cancel_poll_interval, and after    ├─▶ the run's token fires:
-//!                      each listener (re)connect: requests for  │   handler stopped (exec: process
-//!                      the ids this worker runs ────────────────┘   group killed), Resolution::Cancelled
+//!  worker: listener ── notification for a job it runs ──▶ poll now ─┐
+//!          Watcher  ── every cancel_poll_interval, after each       ├─▶ requests for the ids this
+//!                      listener (re)connect, and when prompted ─────┘   worker runs: the run's token
+//!                                                                        fires, handler stopped (exec:
+//!                                                                        process group killed),
+//!                                                                        Resolution::Cancelled
 //!          tx: savepoint rolled back (statement cancelled), job buried 'cancelled' in the claim's commit
 //!          lease: bury fenced by token (a no-op when pgwake.cancel already did it)
 //! ```
 //!
-//! The notification is the fast path; the request row is what cannot be
+//! The notification is the fast path and only a prompt (anyone who can
+//! connect may NOTIFY); the request row is the authority and what cannot be
 //! lost: a worker whose listener was away when the NOTIFY went out finds the
 //! row on its next poll (River's issue #1358 was a cancel lost exactly so).
 

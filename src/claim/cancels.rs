@@ -91,14 +91,20 @@ impl CancelBook {
         true
     }
 
-    /// A control notification's payload (`cancel <id>`).
+    /// A control notification's payload (`cancel <id>`). A notification is
+    /// a hint, never an authority: any role that can connect may NOTIFY, so
+    /// for a job this worker runs it only makes the watcher read
+    /// `pgwake.cancel_requests` at once (a row only a role with the
+    /// worker's grant can write); the request row decides.
     pub(crate) fn on_notification(&self, payload: &str) {
         match payload
             .strip_prefix("cancel ")
             .and_then(|id| id.parse::<i64>().ok())
         {
             Some(id) => {
-                self.cancel(id);
+                if self.running.lock().expect("cancel book").contains_key(&id) {
+                    self.poll_soon();
+                }
             }
             None => tracing::debug!(payload, "ignoring an unknown control notification"),
         }
@@ -131,6 +137,11 @@ mod tests {
         let b = book.watch(2, &parent);
         book.on_notification("cancel 1");
         book.on_notification("cancel x");
+        assert!(
+            !a.token().is_cancelled(),
+            "a notification alone stops nothing"
+        );
+        assert!(book.cancel(1));
         assert!(a.token().is_cancelled() && a.cancelled());
         assert!(!b.token().is_cancelled() && !b.cancelled());
         drop(a);
