@@ -93,3 +93,31 @@ pub(crate) fn sort_claim_order(claimed: &mut [Claimed]) {
         (a.job.priority, a.job.run_at, a.job.id).cmp(&(b.job.priority, b.job.run_at, b.job.id))
     });
 }
+
+#[cfg(test)]
+impl Claimed {
+    /// A claimed job `id` of task `t` in queue `q`, first attempt of 25.
+    pub(crate) fn for_tests(id: i64) -> Claimed {
+        let now = std::time::SystemTime::now();
+        Claimed {
+            job: Job {
+                id,
+                queue: "q".into(),
+                task: "t".into(),
+                payload: serde_json::json!({}),
+                payload_text: "{}".into(),
+                priority: 0,
+                run_at: now,
+                attempt: 1,
+                max_attempts: 25,
+                timeout: None,
+                created_at: now,
+            },
+            undecodable: None,
+            last_error: None,
+            token: 0,
+            keys: Keys::default(),
+            admitted_at: None,
+        }
+    }
+}

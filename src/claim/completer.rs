@@ -19,9 +19,10 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
 use crate::claim::context::ClaimContext;
-use crate::claim::leases::Finished;
+use crate::claim::outcome::{write_of, Finished, Write};
 use crate::db::connect::PooledConn;
 use crate::error::{Error, Result};
+use crate::handler::Delivery;
 use crate::job::Resolution;
 
 use crate::db::sql::{
@@ -78,38 +79,29 @@ impl Writes {
             w.done_results = Some(Vec::new());
         }
         for f in batch {
-            let (token, attempt) = (f.claimed.token, f.claimed.job.attempt);
-            match &f.resolution {
-                Resolution::Done => {
+            let token = f.claimed.token;
+            match write_of(&f.claimed, &f.resolution, Delivery::Lease) {
+                Write::Done => {
                     w.done.push(token);
                     if let Some(results) = &mut w.done_results {
                         results.push(f.result.clone());
                     }
                 }
-                Resolution::Retry { reason, delay } => {
+                Write::Back {
+                    delay,
+                    attempts,
+                    last_error,
+                } => {
                     w.back_tokens.push(token);
-                    w.back_attempts.push(attempt);
-                    w.back_errors.push(Some(reason.clone()));
-                    w.back_delays.push(Some(delay.as_secs_f64()));
+                    w.back_attempts.push(attempts);
+                    w.back_errors.push(last_error);
+                    w.back_delays.push(delay.map(|d| d.as_secs_f64()));
                 }
-                Resolution::Returned => {
-                    w.back_tokens.push(token);
-                    w.back_attempts.push(attempt - 1);
-                    w.back_errors.push(f.claimed.last_error.clone());
-                    w.back_delays.push(None);
-                }
-                Resolution::Dead { reason } => {
+                Write::Dead { reason, .. } => {
                     w.dead_tokens.push(token);
-                    w.dead_errors.push(reason.clone());
+                    w.dead_errors.push(reason);
                 }
-                // The run has stopped on a cancel request: bury it as
-                // cancelled, fenced by the token (a no-op if the lease was
-                // lost meanwhile and the rescuer buried it).
-                Resolution::Cancelled => {
-                    w.dead_tokens.push(token);
-                    w.dead_errors.push(crate::job::CANCELLED_REASON.to_string());
-                }
-                Resolution::Lost => {}
+                Write::Nothing => {}
             }
         }
         w

@@ -28,7 +28,8 @@ use crate::claim::claimed::{
 };
 use crate::claim::context::ClaimContext;
 use crate::claim::executor::{execute, Ended};
-use crate::claim::leases::{stop_margin, Finished};
+use crate::claim::leases::stop_margin;
+use crate::claim::outcome::Finished;
 use crate::claim::plan::{ClaimSpec, Target};
 use crate::claim::wake::Trigger;
 use crate::db::connect::PooledConn;

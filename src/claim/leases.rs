@@ -10,8 +10,7 @@ use std::time::{Duration, Instant};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
-use crate::claim::claimed::Claimed;
-use crate::job::Resolution;
+use crate::claim::outcome::Finished;
 
 /// The leases this worker holds: running jobs and finished ones whose
 /// outcome is not written yet.
@@ -110,15 +109,6 @@ impl LeaseBook {
 /// How long before a lease could end, unrenewed, its run is stopped.
 pub(crate) fn stop_margin(lease: Duration) -> Duration {
     lease / 6
-}
-
-/// A lease-mode run that ended.
-pub(crate) struct Finished {
-    pub claimed: Claimed,
-    pub resolution: Resolution,
-    /// The handler's result (JSON text), kept only while history is on.
-    pub result: Option<String>,
-    pub duration: Duration,
 }
 
 /// Where runs send what they finished.

@@ -15,6 +15,7 @@ pub(crate) mod idle;
 pub(crate) mod lease;
 pub(crate) mod leases;
 pub(crate) mod next_due;
+pub(crate) mod outcome;
 pub(crate) mod plan;
 pub(crate) mod rate;
 pub(crate) mod results;

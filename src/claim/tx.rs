@@ -41,10 +41,11 @@ use crate::claim::claimed::{
 };
 use crate::claim::context::ClaimContext;
 use crate::claim::executor::{execute, Ended};
+use crate::claim::outcome::{write_of, Finished, Write};
 use crate::claim::plan::{ClaimSpec, Target};
 use crate::claim::wake::Trigger;
 use crate::error::{Error, Result};
-use crate::handler::{ClaimTx, Deadline, JobContext};
+use crate::handler::{ClaimTx, Deadline, Delivery, JobContext};
 use crate::job::{Job, Resolution};
 use crate::metrics;
 
@@ -133,15 +134,6 @@ impl Drop for OpenTx {
             drop(Object::take(conn));
         }
     }
-}
-
-/// A job's run inside the claim transaction.
-struct Ran {
-    claimed: Claimed,
-    resolution: Resolution,
-    /// The handler's result as JSON text, kept only while history is on.
-    result: Option<String>,
-    duration: Duration,
 }
 
 /// State of the claim connection across a batch.
@@ -424,7 +416,7 @@ async fn run_batch(
     c: &Object,
     claimed: Vec<Claimed>,
     session: &mut Session,
-) -> Result<Vec<Ran>> {
+) -> Result<Vec<Finished>> {
     let mut results = Vec::with_capacity(claimed.len());
     // Every job of the batch can be cancelled from the claim on, also while
     // it waits for its siblings (it then never starts).
@@ -459,7 +451,7 @@ async fn run_batch(
                 .remove(&claimed.job.id)
                 .unwrap_or_else(|| ctx.cancels.watch(claimed.job.id, &ctx.abort));
             let (resolution, result, duration) = run_one(ctx, c, &claimed, session, &watch).await?;
-            results.push(Ran {
+            results.push(Finished {
                 claimed,
                 resolution,
                 result,
@@ -478,7 +470,7 @@ async fn run_group(
     group: &[Claimed],
     session: &mut Session,
     watches: &std::collections::HashMap<i64, crate::claim::cancels::Watch>,
-) -> Result<Option<Vec<Ran>>> {
+) -> Result<Option<Vec<Finished>>> {
     let Ok(handler) = ctx.precheck(&group[0]) else {
         return Ok(None);
     };
@@ -538,7 +530,7 @@ async fn run_group(
             .zip(outcomes)
             .map(|(claimed, outcome)| {
                 let ended = Ended::Outcome(outcome);
-                Ran {
+                Finished {
                     claimed: claimed.clone(),
                     result: ctx.result_of(&ended),
                     resolution: ctx.resolve(&claimed.job, ended),
@@ -765,29 +757,14 @@ fn columns<'a>(results: impl Iterator<Item = (&'a Claimed, &'a Resolution)>) -> 
     let mut back = Columns::default();
     let mut dead = Columns::default();
     for (c, resolution) in results {
-        let attempt = c.job.attempt;
-        match resolution {
-            Resolution::Done => {}
-            Resolution::Retry { reason, delay } => {
-                back.push(c, Some(delay.as_secs_f64()), attempt, Some(reason.clone()))
-            }
-            // The run does not count (crash charges of a suspect are kept).
-            Resolution::Returned | Resolution::Lost => {
-                back.push(c, None, attempt - 1, c.last_error.clone())
-            }
-            Resolution::Cancelled => dead.push(
-                c,
-                None,
-                attempt.min(c.job.max_attempts),
-                Some(crate::job::CANCELLED_REASON.to_string()),
-            ),
-            // A job found out of attempts before it ran did not run again.
-            Resolution::Dead { reason } => dead.push(
-                c,
-                None,
-                attempt.min(c.job.max_attempts),
-                Some(reason.clone()),
-            ),
+        match write_of(c, resolution, Delivery::Tx) {
+            Write::Done | Write::Nothing => {}
+            Write::Back {
+                delay,
+                attempts,
+                last_error,
+            } => back.push(c, delay.map(|d| d.as_secs_f64()), attempts, last_error),
+            Write::Dead { attempts, reason } => dead.push(c, None, attempts, Some(reason)),
         }
     }
     (back, dead)
@@ -801,7 +778,7 @@ fn columns<'a>(results: impl Iterator<Item = (&'a Claimed, &'a Resolution)>) -> 
 async fn finish(
     ctx: &ClaimContext,
     db: Db<'_>,
-    results: &[Ran],
+    results: &[Finished],
     mark: Option<i64>,
     clear: Option<&[i64]>,
 ) -> Result<()> {
@@ -871,7 +848,7 @@ async fn write_outcomes(
 /// One job's outcome in its own savepoint; if even that fails, the job is
 /// handed back unchanged (and if that fails too, the batch fails: every job
 /// returns to the queue, nothing is lost).
-async fn write_alone(db: Db<'_>, worker: &String, r: &Ran) -> Result<()> {
+async fn write_alone(db: Db<'_>, worker: &String, r: &Finished) -> Result<()> {
     if r.resolution == Resolution::Done {
         return Ok(());
     }
@@ -901,8 +878,8 @@ async fn write_alone(db: Db<'_>, worker: &String, r: &Ran) -> Result<()> {
 /// In a savepoint, pipelined with it: if a result cannot be stored (never
 /// expected: results are scrubbed JSON), the rows are written again
 /// without results, so a result can never cost the job its completion.
-async fn record_done(ctx: &ClaimContext, db: Db<'_>, results: &[Ran]) -> Result<()> {
-    let done: Vec<&Ran> = results
+async fn record_done(ctx: &ClaimContext, db: Db<'_>, results: &[Finished]) -> Result<()> {
+    let done: Vec<&Finished> = results
         .iter()
         .filter(|r| r.resolution == Resolution::Done)
         .collect();
