@@ -31,6 +31,7 @@ use crate::claim::executor::{execute, Ended};
 use crate::claim::leases::stop_margin;
 use crate::claim::outcome::Finished;
 use crate::claim::plan::{ClaimSpec, Target};
+use crate::claim::targets::Walk;
 use crate::claim::wake::Trigger;
 use crate::db::connect::PooledConn;
 use crate::error::{Error, Result};
@@ -59,15 +60,13 @@ pub(crate) async fn claim(
     let lease = ctx.config.lease_duration.as_secs_f64();
     let mut rows = Vec::new();
     let mut sent = Instant::now();
-    let mut admission = None;
-    for queue in &targets.queues {
-        // A rate-limited queue's admissions are committed first (rate.rs).
-        crate::claim::rate::settle(ctx, admission.as_ref(), 0).await?;
-        admission = crate::claim::rate::reserve_for(ctx, queue, limit).await?;
-        if admission.as_ref().is_some_and(|a| a.none()) {
+    let mut walk = Walk::new(ctx, &targets.queues, limit);
+    // A rate-limited queue's admissions are committed first (targets.rs).
+    while let Some(queue) = walk.next().await? {
+        if walk.admission().is_some_and(|a| a.none()) {
             continue;
         }
-        let cap = admission.as_ref().and_then(|a| a.cap());
+        let cap = walk.admission().and_then(|a| a.cap());
         sent = Instant::now();
         let db = Db::pooled(&conn, ctx.config.prepared_statements);
         let r = match queue {
@@ -120,8 +119,7 @@ pub(crate) async fn claim(
             break;
         }
     }
-    crate::claim::rate::settle(ctx, admission.as_ref(), rows.len()).await?;
-    let admitted_at = admission.as_ref().and_then(|a| a.admitted());
+    let (_, admitted_at) = walk.settle(rows.len()).await?;
     let hit = if rows.is_empty() { "empty" } else { "hit" };
     ::metrics::counter!(metrics::CLAIMS, "trigger" => trigger.as_str(), "result" => hit, "mode" => "lease")
         .increment(1);

@@ -19,6 +19,7 @@ pub(crate) mod outcome;
 pub(crate) mod plan;
 pub(crate) mod rate;
 pub(crate) mod results;
+pub(crate) mod targets;
 pub(crate) mod turn;
 pub(crate) mod tx;
 pub(crate) mod wake;

@@ -43,6 +43,7 @@ use crate::claim::context::ClaimContext;
 use crate::claim::executor::{execute, Ended};
 use crate::claim::outcome::{write_of, Finished, Write};
 use crate::claim::plan::{ClaimSpec, Target};
+use crate::claim::targets::Walk;
 use crate::claim::wake::Trigger;
 use crate::error::{Error, Result};
 use crate::handler::{ClaimTx, Deadline, Delivery, JobContext};
@@ -169,25 +170,25 @@ pub(crate) async fn claim_and_run(
     // Pipelined: BEGIN, the first claim and the suspects check go out
     // together. Queues are tried in turn (a scalar `queue = $2` is an
     // ordered index scan) until one has jobs.
-    // A rate-limited queue's admissions are committed first (rate.rs).
-    let mut admission = crate::claim::rate::reserve_for(ctx, &queues[0], limit).await?;
+    // A rate-limited queue's admissions are committed first (targets.rs).
+    let mut walk = Walk::new(ctx, queues, limit);
+    let first = walk
+        .next()
+        .await?
+        .expect("a claim spec has at least one target");
     let (begun, first, suspects) = tokio::join!(
         c.batch_execute(&ctx.begin_sql),
-        claim_rows(db, limit, &queues[0], except, spec, admission.as_ref()),
+        claim_rows(db, limit, first, except, spec, walk.admission()),
         db.query(&SUSPECTS, &[])
     );
     begun.map_err(Error::db("claim: begin"))?;
     let mut rows = first.map_err(Error::db("claim"))?;
     let mut suspects = suspects.map_err(Error::db("claim: suspects"))?;
-    let mut tried = &queues[0];
-    for queue in &queues[1..] {
-        if !rows.is_empty() {
+    while rows.is_empty() {
+        let Some(queue) = walk.next().await? else {
             break;
-        }
-        tried = queue;
-        crate::claim::rate::settle(ctx, admission.as_ref(), 0).await?;
-        admission = crate::claim::rate::reserve_for(ctx, queue, limit).await?;
-        rows = claim_rows(db, limit, queue, except, spec, admission.as_ref())
+        };
+        rows = claim_rows(db, limit, queue, except, spec, walk.admission())
             .await
             .map_err(Error::db("claim"))?;
         if !rows.is_empty() {
@@ -197,9 +198,9 @@ pub(crate) async fn claim_and_run(
                 .map_err(Error::db("claim: suspects"))?;
         }
     }
-    crate::claim::rate::settle(ctx, admission.as_ref(), rows.len()).await?;
-    let admitted_at = admission.as_ref().and_then(|a| a.admitted());
-    let limited_hit = !rows.is_empty() && matches!(tried, Target::Limited(_) | Target::Rated(_));
+    let (tried, admitted_at) = walk.settle(rows.len()).await?;
+    let limited_hit =
+        !rows.is_empty() && matches!(tried, Some(Target::Limited(_) | Target::Rated(_)));
     let hit = if rows.is_empty() { "empty" } else { "hit" };
     ::metrics::counter!(metrics::CLAIMS, "trigger" => trigger.as_str(), "result" => hit, "mode" => "tx")
         .increment(1);
