@@ -1,0 +1,120 @@
+//! The crash ledger: a batch is marked durably before its handlers run;
+//! the jobs of a batch whose mark outlived its transaction are suspects,
+//! run one at a time, each charged before it starts.
+
+use std::time::Instant;
+
+use tokio_postgres::types::ToSql;
+
+use crate::claim::claimed::{claimed_from_row, keys_from_row, Claimed, CLAIM_COLUMNS};
+use crate::claim::context::ClaimContext;
+use crate::error::{Error, Result};
+
+use super::run::{run_batch, Session};
+use super::write::finish;
+use super::OpenTx;
+use crate::db::sql::{Db, ADOPT_STALE, BATCH_MARK, CHARGE, CLAIM_TX_ONE as CLAIM_ONE};
+
+/// Durably record "transaction `xid` holds `ids`" before any handler runs.
+pub(super) async fn mark_batch(ctx: &ClaimContext, xid: &str, ids: &[i64]) -> Result<i64> {
+    let mut conn = crate::db::connect::PooledConn::get(
+        &ctx.ledger_pool,
+        "claim: no connection to mark the batch",
+    )
+    .await?;
+    let r = Db::pooled(&conn, ctx.config.prepared_statements)
+        .query_one(&BATCH_MARK, &[&xid, &ids, &ctx.worker_id])
+        .await;
+    Ok(conn
+        .check(r)
+        .map_err(Error::db("claim: mark batch"))?
+        .get(0))
+}
+
+/// Run each suspect alone, charged before it starts.
+pub(super) async fn run_suspects(ctx: &ClaimContext, ids: Vec<i64>) -> Result<()> {
+    {
+        let mut conn =
+            crate::db::connect::PooledConn::get(&ctx.ledger_pool, "claim: no connection to adopt")
+                .await?;
+        let r = Db::unnamed(&conn).query_one(&ADOPT_STALE, &[]).await;
+        let adopted: i64 = conn.check(r).map_err(Error::db("claim: adopt"))?.get(0);
+        if adopted > 0 {
+            tracing::warn!(
+                batches = adopted,
+                "found batches that never reported (a worker or its database session crashed while running them); their jobs now run one at a time"
+            );
+        }
+    }
+    for id in ids {
+        if ctx.stop.is_cancelled() {
+            break;
+        }
+        run_suspect(ctx, id).await?;
+    }
+    Ok(())
+}
+
+pub(super) async fn run_suspect(ctx: &ClaimContext, id: i64) -> Result<()> {
+    let conn = ctx
+        .pool
+        .get()
+        .await
+        .map_err(Error::pool("claim: no connection"))?;
+    let tx = OpenTx { conn: Some(conn) };
+    let c = tx.conn();
+    let db = Db::pooled(c, ctx.config.prepared_statements);
+    // Its queue may be rate-limited: one admission, committed first
+    // (rate.rs); given back if the job is not claimed.
+    let admission = crate::claim::rate::reserve_on_own(ctx, None, Some(id), 1).await?;
+    let admitted = !admission.none();
+    let params: [&(dyn ToSql + Sync); 2] = [&id, &admitted];
+    let (begun, rows) = tokio::join!(
+        c.batch_execute(&ctx.begin_sql),
+        db.query(&CLAIM_ONE, &params)
+    );
+    begun.map_err(Error::db("claim: begin"))?;
+    let rows = rows.map_err(Error::db("claim"))?;
+    crate::claim::rate::settle(ctx, Some(&admission), rows.len()).await?;
+    let Some(row) = rows.first() else {
+        // Taken by another worker meanwhile, or not due.
+        c.batch_execute("COMMIT")
+            .await
+            .map_err(Error::db("claim: commit"))?;
+        tx.release();
+        return Ok(());
+    };
+    let mut claimed = Claimed {
+        keys: keys_from_row(row, CLAIM_COLUMNS + 2),
+        admitted_at: admission.admitted(),
+        ..claimed_from_row(row)
+    };
+    let backend_pid: i32 = row.get(CLAIM_COLUMNS + 1);
+    let charged: i32 = {
+        let mut conn =
+            crate::db::connect::PooledConn::get(&ctx.ledger_pool, "claim: no connection to charge")
+                .await?;
+        let r = Db::pooled(&conn, ctx.config.prepared_statements)
+            .query_one(&CHARGE, &[&id])
+            .await;
+        conn.check(r).map_err(Error::db("claim: charge"))?.get(0)
+    };
+    claimed.job.attempt += charged;
+    tracing::info!(
+        job = id,
+        attempt = claimed.job.attempt,
+        "running a job alone: an earlier run of its batch never reported"
+    );
+    let mut session = Session {
+        last_sent: Instant::now(),
+        limits_for: Some(ctx.config.job_timeout),
+        backend_pid,
+    };
+    let results = run_batch(ctx, c, vec![claimed], &mut session).await?;
+    finish(ctx, db, &results, None, Some(&[id])).await?;
+    tx.release();
+    for r in results {
+        ctx.report(&r.claimed.job, r.resolution, r.duration);
+    }
+    Ok(())
+}

@@ -1,0 +1,256 @@
+//! `tx` delivery mode: the claim transaction stays open while the batch's
+//! handlers run (DESIGN.md §2).
+//!
+//! ```text
+//!  BEGIN; SET LOCAL limits; DELETE … SKIP LOCKED RETURNING (+ suspects)   one round trip
+//!  any suspect? ── yes ──▶ ROLLBACK; run each suspect alone (below)
+//!  mark the batch in pgwake.tx_batches (other connection, durable)
+//!  for each job, in claim order:  handler [lazy SAVEPOINT … RELEASE | ROLLBACK TO]
+//!  write requeues and buries (savepoint; per-job fallback), clear the mark; COMMIT
+//!
+//!  suspect (alone): BEGIN; claim it by id; charge it in pgwake.tx_attempts
+//!                   (durable); run; outcome + clear charges; COMMIT
+//! ```
+//!
+//! - success: the DELETE commits with whatever the handler wrote;
+//! - failure: rolled back to the job's savepoint (its siblings keep their
+//!   work) and put back with the attempt counted, or buried at
+//!   `max_attempts`;
+//! - crash / lost connection: the server rolls the batch back and its jobs
+//!   are claimable at once. The batch's mark outlives its transaction, so the
+//!   next claim of any of its jobs finds it a suspect: suspects run one at a
+//!   time, each charged an attempt before it starts. A job that crashes its
+//!   worker (or its server session) uses up its own attempts and ends dead;
+//!   its batch siblings are never charged for it.
+//!
+//! Batches are sized by time ([`BatchSizer`]): a batch grows while it
+//! finishes within [`TX_BATCH_TARGET`] and shrinks to fit it, so slow jobs
+//! run one per transaction and never wait behind their siblings.
+//!
+//! Any error before COMMIT drops the connection instead of returning it to
+//! the pool, so no pooled connection is ever left idle in a transaction.
+
+use std::time::Instant;
+
+use deadpool_postgres::Object;
+
+use crate::claim::claimed::{
+    claimed_from_row, keys_from_row, sort_claim_order, Claimed, CLAIM_COLUMNS,
+};
+use crate::claim::context::ClaimContext;
+use crate::claim::plan::{ClaimSpec, Target};
+use crate::claim::targets::Walk;
+use crate::claim::wake::Trigger;
+use crate::error::{Error, Result};
+use crate::metrics;
+
+use crate::db::sql::{
+    Db, CLAIM_TX_ALL as CLAIM_ALL, CLAIM_TX_LIMITED as CLAIM_LIMITED,
+    CLAIM_TX_QUEUE as CLAIM_QUEUE, SUSPECTS,
+};
+
+mod ledger;
+mod run;
+mod sizer;
+mod write;
+
+use ledger::{mark_batch, run_suspects};
+use run::{run_batch, Session};
+pub(crate) use sizer::BatchSizer;
+pub use sizer::TX_BATCH_TARGET;
+use write::finish;
+
+/// The claim transaction's opening statements.
+pub(crate) fn begin_sql(config: &crate::config::WorkerConfig) -> String {
+    format!(
+        "BEGIN; SET LOCAL idle_in_transaction_session_timeout = {}; SET LOCAL statement_timeout = {}",
+        config.idle_in_transaction_timeout().as_millis(),
+        config.idle_in_transaction_timeout().as_millis()
+    )
+}
+
+/// A pooled connection with an open transaction. Dropped without
+/// [`OpenTx::release`], it closes the connection (the server rolls back)
+/// rather than returning it to the pool mid-transaction: this is what makes
+/// a claim future cancelled at any await point lose nothing.
+pub(super) struct OpenTx {
+    conn: Option<Object>,
+}
+
+impl OpenTx {
+    fn conn(&self) -> &Object {
+        self.conn.as_ref().expect("connection present until drop")
+    }
+
+    /// The transaction is closed: the connection may go back to the pool.
+    fn release(mut self) {
+        self.conn.take();
+    }
+}
+
+impl Drop for OpenTx {
+    fn drop(&mut self) {
+        if let Some(conn) = self.conn.take() {
+            drop(Object::take(conn));
+        }
+    }
+}
+
+/// Claim up to `limit` jobs for `spec` and run them; returns how many were
+/// claimed (suspects included).
+pub(crate) async fn claim_and_run(
+    ctx: &ClaimContext,
+    spec: &ClaimSpec,
+    limit: usize,
+    sizer: &mut BatchSizer,
+    trigger: Trigger,
+) -> Result<usize> {
+    let conn = ctx
+        .pool
+        .get()
+        .await
+        .map_err(Error::pool("claim: no connection"))?;
+    let targets = ctx.targets(spec).await?;
+    let (queues, except) = (&targets.queues, &targets.except[..]);
+    let tx = OpenTx { conn: Some(conn) };
+    let c = tx.conn();
+    let db = Db::pooled(c, ctx.config.prepared_statements);
+    let limit = limit as i64;
+    // Pipelined: BEGIN, the first claim and the suspects check go out
+    // together. Queues are tried in turn (a scalar `queue = $2` is an
+    // ordered index scan) until one has jobs.
+    // A rate-limited queue's admissions are committed first (targets.rs).
+    let mut walk = Walk::new(ctx, queues, limit);
+    let first = walk
+        .next()
+        .await?
+        .expect("a claim spec has at least one target");
+    let (begun, first, suspects) = tokio::join!(
+        c.batch_execute(&ctx.begin_sql),
+        claim_rows(db, limit, first, except, spec, walk.admission()),
+        db.query(&SUSPECTS, &[])
+    );
+    begun.map_err(Error::db("claim: begin"))?;
+    let mut rows = first.map_err(Error::db("claim"))?;
+    let mut suspects = suspects.map_err(Error::db("claim: suspects"))?;
+    while rows.is_empty() {
+        let Some(queue) = walk.next().await? else {
+            break;
+        };
+        rows = claim_rows(db, limit, queue, except, spec, walk.admission())
+            .await
+            .map_err(Error::db("claim"))?;
+        if !rows.is_empty() {
+            suspects = db
+                .query(&SUSPECTS, &[])
+                .await
+                .map_err(Error::db("claim: suspects"))?;
+        }
+    }
+    let (tried, admitted_at) = walk.settle(rows.len()).await?;
+    let limited_hit =
+        !rows.is_empty() && matches!(tried, Some(Target::Limited(_) | Target::Rated(_)));
+    let hit = if rows.is_empty() { "empty" } else { "hit" };
+    ::metrics::counter!(metrics::CLAIMS, "trigger" => trigger.as_str(), "result" => hit, "mode" => "tx")
+        .increment(1);
+    if rows.is_empty() {
+        c.batch_execute("COMMIT")
+            .await
+            .map_err(Error::db("claim: commit"))?;
+        tx.release();
+        return Ok(0);
+    }
+    let xid: String = rows[0].get(CLAIM_COLUMNS);
+    let backend_pid: i32 = rows[0].get(CLAIM_COLUMNS + 1);
+    let suspect_ids: std::collections::HashSet<i64> =
+        suspects.iter().map(|r| r.get::<_, i64>(0)).collect();
+    let suspects: Vec<i64> = rows
+        .iter()
+        .map(|r| r.get::<_, i64>(0))
+        .filter(|id| suspect_ids.contains(id))
+        .collect();
+    let count = rows.len();
+    if !suspects.is_empty() {
+        // Nothing has run: give every job back and run the suspects alone.
+        c.batch_execute("ROLLBACK")
+            .await
+            .map_err(Error::db("claim: rollback"))?;
+        tx.release();
+        run_suspects(ctx, suspects).await?;
+        return Ok(count);
+    }
+    if count as i64 == limit || limited_hit {
+        // There is likely more: let one more task help drain. A limited
+        // queue's claim takes one job per transaction (claim_tx_limited.sql),
+        // so it is full at one.
+        ctx.wake.wake_one(Trigger::Drain);
+    }
+    let mut claimed: Vec<Claimed> = rows
+        .iter()
+        .map(|row| Claimed {
+            keys: keys_from_row(row, CLAIM_COLUMNS + 2),
+            admitted_at,
+            ..claimed_from_row(row)
+        })
+        .collect();
+    for c in &mut claimed {
+        c.job.attempt += 1;
+    }
+    sort_claim_order(&mut claimed);
+    let ids: Vec<i64> = claimed.iter().map(|c| c.job.id).collect();
+    let mark = mark_batch(ctx, &xid, &ids).await?;
+
+    let started = Instant::now();
+    let mut session = Session {
+        last_sent: Instant::now(),
+        limits_for: Some(ctx.config.job_timeout),
+        backend_pid,
+    };
+    let results = run_batch(ctx, c, claimed, &mut session).await?;
+    sizer.observe(count, started.elapsed());
+    finish(ctx, db, &results, Some(mark), None).await?;
+    tx.release();
+    for r in results {
+        ctx.report(&r.claimed.job, r.resolution, r.duration);
+    }
+    Ok(count)
+}
+
+/// One claim statement, over every queue but `except` or from `queue`
+/// (within the rate `admission` taken for it, if any).
+pub(super) async fn claim_rows(
+    c: Db<'_>,
+    limit: i64,
+    target: &Target,
+    except: &[String],
+    spec: &ClaimSpec,
+    admission: Option<&crate::claim::rate::Admission>,
+) -> std::result::Result<Vec<tokio_postgres::Row>, tokio_postgres::Error> {
+    match target {
+        Target::All => {
+            c.query(
+                &CLAIM_ALL,
+                &[&limit, &except, &spec.tasks_in, &spec.tasks_not_in],
+            )
+            .await
+        }
+        Target::Queue(q) => {
+            c.query(
+                &CLAIM_QUEUE,
+                &[&limit, q, &spec.tasks_in, &spec.tasks_not_in],
+            )
+            .await
+        }
+        Target::Limited(q) | Target::Rated(q) => {
+            if admission.is_some_and(|a| a.none()) {
+                return Ok(Vec::new());
+            }
+            let cap = admission.and_then(|a| a.cap());
+            c.query(
+                &CLAIM_LIMITED,
+                &[&limit, q, &spec.tasks_in, &spec.tasks_not_in, &cap],
+            )
+            .await
+        }
+    }
+}

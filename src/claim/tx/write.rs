@@ -1,0 +1,306 @@
+//! Writing a batch's outcomes in the claim transaction: requeues and
+//! buries as the outcome mapping says, history rows, the per-job fallback.
+
+use std::time::SystemTime;
+
+use tokio_postgres::types::ToSql;
+
+use crate::claim::claimed::Claimed;
+use crate::claim::context::ClaimContext;
+use crate::claim::outcome::{write_of, Finished, Write};
+use crate::error::{Error, Result};
+use crate::handler::Delivery;
+use crate::job::Resolution;
+
+use crate::db::sql::{Db, BATCH_CLEAR, BURY, CLEAR_ATTEMPTS, HISTORY_DONE, REQUEUE};
+
+/// Columns of jobs being written back (requeue) or buried.
+#[derive(Default)]
+pub(super) struct Columns {
+    id: Vec<i64>,
+    queue: Vec<String>,
+    task: Vec<String>,
+    payload: Vec<String>,
+    priority: Vec<i32>,
+    run_at: Vec<SystemTime>,
+    delay: Vec<Option<f64>>,
+    attempts: Vec<i32>,
+    max_attempts: Vec<i32>,
+    last_error: Vec<Option<String>>,
+    created_at: Vec<SystemTime>,
+    timeout: Vec<Option<f64>>,
+    ordering_key: Vec<Option<String>>,
+    unique_key: Vec<Option<String>>,
+    ordering_at: Vec<Option<SystemTime>>,
+}
+
+impl Columns {
+    fn push(&mut self, c: &Claimed, delay: Option<f64>, attempts: i32, last_error: Option<String>) {
+        let job = &c.job;
+        self.id.push(job.id);
+        self.queue.push(job.queue.clone());
+        self.task.push(job.task.clone());
+        self.payload.push(job.payload_text.clone());
+        self.priority.push(job.priority);
+        self.run_at.push(job.run_at);
+        self.delay.push(delay);
+        self.attempts.push(attempts);
+        self.max_attempts.push(job.max_attempts);
+        self.last_error.push(last_error);
+        self.created_at.push(job.created_at);
+        self.timeout.push(job.timeout.map(|t| t.as_secs_f64()));
+        self.ordering_key.push(c.keys.ordering_key.clone());
+        self.unique_key.push(c.keys.unique_key.clone());
+        self.ordering_at.push(c.keys.ordering_at);
+    }
+
+    fn is_empty(&self) -> bool {
+        self.id.is_empty()
+    }
+
+    fn requeue_params(&self) -> [&(dyn ToSql + Sync); 15] {
+        [
+            &self.id,
+            &self.queue,
+            &self.task,
+            &self.payload,
+            &self.priority,
+            &self.run_at,
+            &self.delay,
+            &self.attempts,
+            &self.max_attempts,
+            &self.last_error,
+            &self.created_at,
+            &self.timeout,
+            &self.ordering_key,
+            &self.unique_key,
+            &self.ordering_at,
+        ]
+    }
+
+    fn bury_params<'a>(&'a self, worker: &'a String) -> [&'a (dyn ToSql + Sync); 15] {
+        [
+            &self.id,
+            &self.queue,
+            &self.task,
+            &self.payload,
+            &self.priority,
+            &self.run_at,
+            &self.attempts,
+            &self.max_attempts,
+            &self.last_error,
+            &self.created_at,
+            &self.timeout,
+            worker,
+            &self.ordering_key,
+            &self.unique_key,
+            &self.ordering_at,
+        ]
+    }
+}
+
+/// Sort results into the rows to write back and to bury.
+pub(super) fn columns<'a>(
+    results: impl Iterator<Item = (&'a Claimed, &'a Resolution)>,
+) -> (Columns, Columns) {
+    let mut back = Columns::default();
+    let mut dead = Columns::default();
+    for (c, resolution) in results {
+        match write_of(c, resolution, Delivery::Tx) {
+            Write::Done | Write::Nothing => {}
+            Write::Back {
+                delay,
+                attempts,
+                last_error,
+            } => back.push(c, delay.map(|d| d.as_secs_f64()), attempts, last_error),
+            Write::Dead { attempts, reason } => dead.push(c, None, attempts, Some(reason)),
+        }
+    }
+    (back, dead)
+}
+
+/// Write every outcome and commit. An all-done batch commits in the same
+/// round trip. Otherwise the outcome writes run in a savepoint first: if
+/// they fail for a reason of data (never expected: reasons are sanitised,
+/// delays bounded), each job's outcome is written alone, so one job's write
+/// can never undo its siblings' work.
+pub(super) async fn finish(
+    ctx: &ClaimContext,
+    db: Db<'_>,
+    results: &[Finished],
+    mark: Option<i64>,
+    clear: Option<&[i64]>,
+) -> Result<()> {
+    if ctx.history.on() {
+        record_done(ctx, db, results).await?;
+    }
+    let worker = &ctx.worker_id;
+    let (back, dead) = columns(results.iter().map(|r| (&r.claimed, &r.resolution)));
+    let bookkeeping = async {
+        if let Some(token) = mark {
+            db.execute(&BATCH_CLEAR, &[&token]).await?;
+        }
+        if let Some(ids) = clear {
+            db.execute(&CLEAR_ATTEMPTS, &[&ids]).await?;
+        }
+        Ok::<_, tokio_postgres::Error>(())
+    };
+    let c = db.client();
+    if back.is_empty() && dead.is_empty() {
+        let (b, commit) = tokio::join!(bookkeeping, c.batch_execute("COMMIT"));
+        b.and(commit).map_err(Error::db("claim: commit"))?;
+        return Ok(());
+    }
+    c.batch_execute("SAVEPOINT pgwake_outcomes")
+        .await
+        .map_err(Error::db("claim: savepoint"))?;
+    if let Err(e) = write_outcomes(db, worker, &back, &dead).await {
+        if crate::error::pg_is_connection_lost(&e) {
+            return Err(Error::db("claim: writing outcomes")(e));
+        }
+        tracing::error!(error = %crate::error::PgDisplay(&e), "writing a batch's outcomes failed; writing them one by one");
+        c.batch_execute("ROLLBACK TO SAVEPOINT pgwake_outcomes")
+            .await
+            .map_err(Error::db("claim: writing outcomes"))?;
+        for r in results {
+            write_alone(db, worker, r).await?;
+        }
+    }
+    let (b, commit) = tokio::join!(bookkeeping, c.batch_execute("COMMIT"));
+    b.and(commit).map_err(Error::db("claim: commit"))?;
+    Ok(())
+}
+
+/// Requeue `back` and bury `dead` (recording `worker`'s id with dead
+/// jobs), pipelined.
+pub(super) async fn write_outcomes(
+    db: Db<'_>,
+    worker: &String,
+    back: &Columns,
+    dead: &Columns,
+) -> std::result::Result<(), tokio_postgres::Error> {
+    let requeue = async {
+        if back.is_empty() {
+            return Ok(0);
+        }
+        db.execute(&REQUEUE, &back.requeue_params()).await
+    };
+    let bury = async {
+        if dead.is_empty() {
+            return Ok(0);
+        }
+        db.execute(&BURY, &dead.bury_params(worker)).await
+    };
+    tokio::try_join!(requeue, bury).map(|_| ())
+}
+
+/// One job's outcome in its own savepoint; if even that fails, the job is
+/// handed back unchanged (and if that fails too, the batch fails: every job
+/// returns to the queue, nothing is lost).
+pub(super) async fn write_alone(db: Db<'_>, worker: &String, r: &Finished) -> Result<()> {
+    if r.resolution == Resolution::Done {
+        return Ok(());
+    }
+    let c = db.client();
+    c.batch_execute("SAVEPOINT pgwake_outcome")
+        .await
+        .map_err(Error::db("claim: savepoint"))?;
+    let (back, dead) = columns(std::iter::once((&r.claimed, &r.resolution)));
+    if let Err(e) = write_outcomes(db, worker, &back, &dead).await {
+        tracing::error!(job = r.claimed.job.id, error = %crate::error::PgDisplay(&e), "writing a job's outcome failed; handing it back unchanged");
+        c.batch_execute("ROLLBACK TO SAVEPOINT pgwake_outcome")
+            .await
+            .map_err(Error::db("claim: writing outcomes"))?;
+        let (back, dead) = columns(std::iter::once((&r.claimed, &Resolution::Returned)));
+        write_outcomes(db, worker, &back, &dead)
+            .await
+            .map_err(Error::db("claim: handing a job back"))?;
+    }
+    c.batch_execute("RELEASE SAVEPOINT pgwake_outcome")
+        .await
+        .map_err(Error::db("claim: savepoint"))?;
+    Ok(())
+}
+
+/// History on: record the batch's done jobs (with their results) in the
+/// claim transaction, so they commit or roll back with the jobs' removal.
+/// In a savepoint, pipelined with it: if a result cannot be stored (never
+/// expected: results are scrubbed JSON), the rows are written again
+/// without results, so a result can never cost the job its completion.
+pub(super) async fn record_done(
+    ctx: &ClaimContext,
+    db: Db<'_>,
+    results: &[Finished],
+) -> Result<()> {
+    let done: Vec<&Finished> = results
+        .iter()
+        .filter(|r| r.resolution == Resolution::Done)
+        .collect();
+    if done.is_empty() {
+        return Ok(());
+    }
+    let ids: Vec<i64> = done.iter().map(|r| r.claimed.job.id).collect();
+    let queues: Vec<&str> = done.iter().map(|r| r.claimed.job.queue.as_str()).collect();
+    let tasks: Vec<&str> = done.iter().map(|r| r.claimed.job.task.as_str()).collect();
+    let payloads: Vec<&str> = done
+        .iter()
+        .map(|r| r.claimed.job.payload_text.as_str())
+        .collect();
+    let attempts: Vec<i32> = done.iter().map(|r| r.claimed.job.attempt).collect();
+    let created: Vec<SystemTime> = done.iter().map(|r| r.claimed.job.created_at).collect();
+    let mut values: Vec<Option<&str>> = done.iter().map(|r| r.result.as_deref()).collect();
+    let ordering_keys: Vec<Option<String>> = done
+        .iter()
+        .map(|r| r.claimed.keys.ordering_key.clone())
+        .collect();
+    let unique_keys: Vec<Option<String>> = done
+        .iter()
+        .map(|r| r.claimed.keys.unique_key.clone())
+        .collect();
+    let c = db.client();
+    let params = |values: &[Option<&str>]| -> Vec<Box<dyn ToSql + Sync + Send>> {
+        vec![
+            Box::new(ids.clone()),
+            Box::new(queues.iter().map(|q| q.to_string()).collect::<Vec<_>>()),
+            Box::new(tasks.iter().map(|t| t.to_string()).collect::<Vec<_>>()),
+            Box::new(payloads.iter().map(|p| p.to_string()).collect::<Vec<_>>()),
+            Box::new(attempts.clone()),
+            Box::new(created.clone()),
+            Box::new(
+                values
+                    .iter()
+                    .map(|v| v.map(str::to_string))
+                    .collect::<Vec<_>>(),
+            ),
+            Box::new(ctx.worker_id.clone()),
+            Box::new(ordering_keys.clone()),
+            Box::new(unique_keys.clone()),
+        ]
+    };
+    let insert = |p: Vec<Box<dyn ToSql + Sync + Send>>| async move {
+        let refs: Vec<&(dyn ToSql + Sync)> = p.iter().map(|b| &**b as _).collect();
+        db.execute(&HISTORY_DONE, &refs).await
+    };
+    let (savepoint, inserted) = tokio::join!(
+        c.batch_execute("SAVEPOINT pgwake_history"),
+        insert(params(&values))
+    );
+    savepoint.map_err(Error::db("claim: savepoint"))?;
+    match inserted {
+        Ok(_) => Ok(()),
+        Err(e) if crate::error::pg_is_connection_lost(&e) => {
+            Err(Error::db("claim: recording history")(e))
+        }
+        Err(e) => {
+            tracing::error!(error = %crate::error::PgDisplay(&e), "a result could not be stored in the history; recording these jobs without results");
+            c.batch_execute("ROLLBACK TO SAVEPOINT pgwake_history")
+                .await
+                .map_err(Error::db("claim: recording history"))?;
+            values.iter_mut().for_each(|v| *v = None);
+            insert(params(&values))
+                .await
+                .map_err(Error::db("claim: recording history"))?;
+            Ok(())
+        }
+    }
+}
