@@ -176,3 +176,92 @@ fn the_module_graph_is_read_from_the_source() {
     );
     assert!(graph["services::poller"].contains("claim::next_due"));
 }
+
+/// The text of each claim statement, comments dropped and whitespace
+/// collapsed: the four plain claims of `functions/claims.sql`, and the
+/// statements of `src/db/sql/` that are not functions.
+fn claims() -> Vec<(String, String)> {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let normal = |text: &str| -> String {
+        let code: Vec<&str> = text
+            .lines()
+            .map(|l| l.split("--").next().unwrap())
+            .collect();
+        code.join(" ")
+            .split_whitespace()
+            .collect::<Vec<_>>()
+            .join(" ")
+            .replace("$3::text[]", "only_tasks")
+            .replace("$4::text[]", "never_tasks")
+            .replace("c.", "")
+            .replace("l.", "")
+    };
+    let functions = std::fs::read_to_string(root.join("functions/claims.sql")).unwrap();
+    let mut out = Vec::new();
+    for name in [
+        "claim_tx_all",
+        "claim_tx_queue",
+        "claim_lease_all",
+        "claim_lease_queue",
+    ] {
+        let start = functions
+            .find(&format!("FUNCTION pgwake.{name}("))
+            .unwrap_or_else(|| panic!("functions/claims.sql lacks {name}"));
+        let end = start + functions[start..].find("\n$$;").unwrap();
+        out.push((name.to_string(), normal(&functions[start..end])));
+    }
+    for name in ["claim_tx_limited", "claim_lease_limited", "claim_tx_one"] {
+        let text = std::fs::read_to_string(root.join(format!("src/db/sql/{name}.sql"))).unwrap();
+        out.push((name.to_string(), normal(&text)));
+    }
+    out
+}
+
+/// The part of `text` from `start` to the end of `end` after it.
+fn between<'a>(text: &'a str, start: &str, end: &str) -> Option<&'a str> {
+    let a = text.rfind(start)?;
+    let b = a + text[a..].find(end)? + end.len();
+    Some(&text[a..b])
+}
+
+#[test]
+fn every_claim_says_the_ordering_test_the_task_filter_and_its_columns_alike() {
+    let claims = claims();
+    assert_eq!(claims.len(), 7);
+    let ordering = |t: &str| between(t, "CASE WHEN ordering_key IS NULL", "END").map(String::from);
+    let tasks =
+        |t: &str| between(t, "(only_tasks IS NULL", "task <> ALL(never_tasks)").map(String::from);
+    let columns = |t: &str| {
+        between(
+            t,
+            "id, queue, task, payload::text",
+            "coalesce(ordering_at, run_at)",
+        )
+        .map(String::from)
+    };
+    let (first, text) = &claims[0];
+    for (name, t) in &claims {
+        assert_eq!(
+            ordering(t),
+            ordering(text),
+            "{name} and {first}: the ordering-key test"
+        );
+        assert!(ordering(t).is_some(), "{name}");
+        if name != "claim_tx_one" {
+            // The one-job claim takes a job by id, whatever its task.
+            assert_eq!(tasks(t), tasks(text), "{name} and {first}: the task filter");
+        }
+        let mode_first = if name.starts_with("claim_tx") {
+            &claims[0]
+        } else {
+            &claims[2]
+        };
+        assert_eq!(
+            columns(t),
+            columns(&mode_first.1),
+            "{name} and {}: the columns returned",
+            mode_first.0
+        );
+        assert!(columns(t).is_some(), "{name}");
+    }
+}

@@ -101,8 +101,9 @@ pub const MIGRATIONS: &[Migration] = &[
     },
 ];
 
-/// Idempotent definitions re-applied by every migrate.
-pub const TRIGGERS: &[(&str, &str)] = &[
+/// The functions and triggers of `functions/`, re-applied by every migrate
+/// whose text changed, in this order.
+pub const FUNCTIONS: &[(&str, &str)] = &[
     ("notify.sql", include_str!("../../functions/notify.sql")),
     ("keys.sql", include_str!("../../functions/keys.sql")),
     ("enqueue.sql", include_str!("../../functions/enqueue.sql")),
@@ -112,6 +113,7 @@ pub const TRIGGERS: &[(&str, &str)] = &[
     ),
     ("cancel.sql", include_str!("../../functions/cancel.sql")),
     ("queues.sql", include_str!("../../functions/queues.sql")),
+    ("claims.sql", include_str!("../../functions/claims.sql")),
     ("roles.sql", include_str!("../../functions/roles.sql")),
 ];
 
@@ -262,7 +264,7 @@ async fn migrate_locked(client: &mut Client, opts: &MigrateOptions) -> Result<Mi
         .map(|r| (r.get(0), r.get(1)))
         .collect();
     let mut definitions = Vec::new();
-    for (name, sql) in TRIGGERS {
+    for (name, sql) in FUNCTIONS {
         if recorded.get(*name).map(String::as_str) == Some(*sql) {
             continue;
         }

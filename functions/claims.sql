@@ -1,0 +1,279 @@
+-- The claim path's functions: the four plain claims, the pause/limit
+-- filter of the one-queue claims, the fair claims' read of the ready
+-- queues, and the trigger that frees a lease's queue slot. Re-applied by
+-- `pgwake migrate` whenever this file's text changes (schema.rs), so a
+-- change to a claim is an edit here, not a migration that repeats the
+-- bodies. Migrations 0011-0013 first created them; why each is planned and
+-- written as it is: their headers and ARCHITECTURE.md ("Claims plan once,
+-- and walk the index").
+--
+-- The claims share their predicate with src/db/sql/claim_*_limited.sql and
+-- claim_tx_one.sql (which are not functions: they take queue slots and
+-- admissions): tests/layout.rs checks that every claim says the task
+-- filter and the ordering-key test in the same words, and returns the same
+-- columns as the other claims of its mode.
+
+-- Fenced by the token, which is never reused: a second release of the same
+-- lease matches nothing, so it can never free a slot another run holds
+-- (solid_queue's issue #761). Every way a lease ends (done, retry, bury,
+-- rescue, cancel) deletes its row, so no code path can forget.
+CREATE OR REPLACE FUNCTION pgwake.release_queue_slot() RETURNS trigger
+LANGUAGE plpgsql AS $$
+BEGIN
+    UPDATE pgwake.queue_slots SET lease_token = NULL WHERE lease_token = OLD.token;
+    RETURN NULL;
+END
+$$;
+
+-- Whether the plain claims may take jobs of `queue`: no row of
+-- pgwake.queues pauses or limits it (a limited queue is claimed by
+-- src/db/sql/claim_*_limited.sql). src/db/sql/claim_{tx,lease}_queue.sql call it
+-- with the queue as a parameter: a call without columns and not volatile is
+-- a one-time filter of the claim, evaluated once, in the claim's snapshot
+-- (STABLE), as the NOT EXISTS subquery it replaces was. That subquery was
+-- planned on every claim (the claims use custom plans, ARCHITECTURE.md →
+-- "Claims plan once, and walk the index"): 0.02–0.03 ms of the 0.14 ms a
+-- one-job claim took to plan; PL/pgSQL plans its query once per session.
+CREATE OR REPLACE FUNCTION pgwake.queue_claimable(queue text) RETURNS boolean
+LANGUAGE plpgsql STABLE AS $$
+BEGIN
+    RETURN NOT EXISTS (SELECT FROM pgwake.queues q
+                       WHERE q.name = queue
+                         AND (q.paused OR q.max_running IS NOT NULL OR q.rate_count IS NOT NULL));
+END
+$$;
+
+-- tx-mode claim over every queue but `skip_queues` (claimed by other specs
+-- of the worker). Runs inside the claim transaction: the rows stay
+-- deleted-but-uncommitted (locked) while their handlers run and come back
+-- by themselves if the worker dies. Returns the claim columns, the claim
+-- transaction's xid (for the batch marker) and its server process (to
+-- cancel a timed-out handler's statement).
+CREATE OR REPLACE FUNCTION pgwake.claim_tx_all(
+    claim_limit bigint, skip_queues text[], only_tasks text[], never_tasks text[])
+RETURNS TABLE (id bigint, queue text, task text, payload text, priority integer,
+               run_at timestamptz, attempts integer, max_attempts integer, last_error text,
+               created_at timestamptz, timeout_s double precision, pickup_s double precision,
+               xid text, backend_pid integer,
+               ordering_key text, unique_key text, ordering_at timestamptz)
+LANGUAGE plpgsql VOLATILE
+SET plan_cache_mode = force_generic_plan
+SET enable_sort = off
+SET enable_seqscan = off
+SET jit = off
+AS $$
+#variable_conflict use_column
+BEGIN
+    RETURN QUERY
+    WITH c AS (
+        -- By address: the subquery locked each row it returns, so no other
+        -- transaction can update or delete it before this one ends (pgwake
+        -- never updates a waiting job), and VACUUM never moves a live row.
+        -- A row that someone's UPDATE changed after this statement's
+        -- snapshot was taken comes back locked at its new address, which the
+        -- snapshot does not see: it is not claimed now, and stays for a
+        -- later claim (this transaction's lock on it ends with it).
+        DELETE FROM pgwake.jobs
+        WHERE ctid = ANY(ARRAY(
+            SELECT ctid FROM pgwake.jobs
+            WHERE run_at <= now() AND queue <> ALL(skip_queues)
+              -- Paused and limited queues (limited ones are claimed by
+              -- claim_*_limited.sql): one scan of pgwake.queues into a hash.
+              AND queue NOT IN (SELECT name FROM pgwake.queues
+                                WHERE paused OR max_running IS NOT NULL OR rate_count IS NOT NULL)
+              AND (only_tasks IS NULL OR task = ANY(only_tasks)) AND task <> ALL(never_tasks)
+              -- CASE, not `ordering_key IS NULL OR …`: the function runs
+              -- only for keyed jobs (ARCHITECTURE.md, "The claim predicate").
+              AND CASE WHEN ordering_key IS NULL THEN true
+                       ELSE pgwake.ordering_free(ordering_key, priority, coalesce(ordering_at, run_at), id) END
+            ORDER BY priority, run_at, id
+            LIMIT claim_limit
+            FOR UPDATE SKIP LOCKED))
+        RETURNING *
+    )
+    SELECT c.id, c.queue, c.task, c.payload::text, c.priority, c.run_at, c.attempts,
+           c.max_attempts, c.last_error, c.created_at, extract(epoch FROM c.timeout)::float8,
+           extract(epoch FROM clock_timestamp() - greatest(c.created_at, c.run_at))::float8,
+           pg_current_xact_id()::text,
+           pg_backend_pid(),
+           c.ordering_key, c.unique_key, coalesce(c.ordering_at, c.run_at)
+    FROM c;
+END
+$$;
+
+-- tx-mode claim from one queue, in claim order on jobs_queue_claim_idx.
+CREATE OR REPLACE FUNCTION pgwake.claim_tx_queue(
+    claim_limit bigint, claim_queue text, only_tasks text[], never_tasks text[])
+RETURNS TABLE (id bigint, queue text, task text, payload text, priority integer,
+               run_at timestamptz, attempts integer, max_attempts integer, last_error text,
+               created_at timestamptz, timeout_s double precision, pickup_s double precision,
+               xid text, backend_pid integer,
+               ordering_key text, unique_key text, ordering_at timestamptz)
+LANGUAGE plpgsql VOLATILE
+SET plan_cache_mode = force_generic_plan
+SET enable_sort = off
+SET enable_seqscan = off
+SET jit = off
+AS $$
+#variable_conflict use_column
+BEGIN
+    RETURN QUERY
+    WITH c AS (
+        DELETE FROM pgwake.jobs
+        WHERE ctid = ANY(ARRAY(
+            SELECT ctid FROM pgwake.jobs
+            WHERE queue >= claim_queue AND queue <= claim_queue AND run_at <= now()
+              -- Paused or limited: a one-time filter (migration 0011).
+              AND pgwake.queue_claimable(claim_queue)
+              AND (only_tasks IS NULL OR task = ANY(only_tasks)) AND task <> ALL(never_tasks)
+              AND CASE WHEN ordering_key IS NULL THEN true
+                       ELSE pgwake.ordering_free(ordering_key, priority, coalesce(ordering_at, run_at), id) END
+            ORDER BY queue, priority, run_at, id
+            LIMIT claim_limit
+            FOR UPDATE SKIP LOCKED))
+        RETURNING *
+    )
+    SELECT c.id, c.queue, c.task, c.payload::text, c.priority, c.run_at, c.attempts,
+           c.max_attempts, c.last_error, c.created_at, extract(epoch FROM c.timeout)::float8,
+           extract(epoch FROM clock_timestamp() - greatest(c.created_at, c.run_at))::float8,
+           pg_current_xact_id()::text,
+           pg_backend_pid(),
+           c.ordering_key, c.unique_key, coalesce(c.ordering_at, c.run_at)
+    FROM c;
+END
+$$;
+
+-- lease-mode claim over every queue but `skip_queues`. Moves the jobs into
+-- pgwake.leased_jobs in one statement, with this attempt counted and a
+-- fresh claim token (never reused: every later write of this run is fenced
+-- by it). `holds_slot` false: these queues have no max_running limit
+-- (migration 0011).
+CREATE OR REPLACE FUNCTION pgwake.claim_lease_all(
+    claim_limit bigint, skip_queues text[], only_tasks text[], never_tasks text[],
+    worker text, lease_seconds double precision)
+RETURNS TABLE (id bigint, queue text, task text, payload text, priority integer,
+               run_at timestamptz, attempts integer, max_attempts integer, last_error text,
+               created_at timestamptz, timeout_s double precision, pickup_s double precision,
+               token bigint, ordering_key text, unique_key text, ordering_at timestamptz)
+LANGUAGE plpgsql VOLATILE
+SET plan_cache_mode = force_generic_plan
+SET enable_sort = off
+SET enable_seqscan = off
+SET jit = off
+AS $$
+#variable_conflict use_column
+BEGIN
+    RETURN QUERY
+    WITH c AS (
+        DELETE FROM pgwake.jobs
+        WHERE ctid = ANY(ARRAY(
+            SELECT ctid FROM pgwake.jobs
+            WHERE run_at <= now() AND queue <> ALL(skip_queues)
+              AND queue NOT IN (SELECT name FROM pgwake.queues
+                                WHERE paused OR max_running IS NOT NULL OR rate_count IS NOT NULL)
+              AND (only_tasks IS NULL OR task = ANY(only_tasks)) AND task <> ALL(never_tasks)
+              AND CASE WHEN ordering_key IS NULL THEN true
+                       ELSE pgwake.ordering_free(ordering_key, priority, coalesce(ordering_at, run_at), id) END
+            ORDER BY priority, run_at, id
+            LIMIT claim_limit
+            FOR UPDATE SKIP LOCKED))
+        RETURNING *
+    )
+    INSERT INTO pgwake.leased_jobs AS l
+        (id, queue, task, payload, priority, run_at, attempts, max_attempts, last_error,
+         created_at, timeout, worker_id, leased_at, lease_until, ordering_key, unique_key,
+         ordering_at, holds_slot)
+    SELECT c.id, c.queue, c.task, c.payload, c.priority, c.run_at, c.attempts + 1,
+           c.max_attempts, c.last_error, c.created_at, c.timeout, worker, now(),
+           now() + make_interval(secs => lease_seconds), c.ordering_key, c.unique_key,
+           c.ordering_at, false
+    FROM c
+    RETURNING l.id, l.queue, l.task, l.payload::text, l.priority, l.run_at, l.attempts,
+              l.max_attempts, l.last_error, l.created_at, extract(epoch FROM l.timeout)::float8,
+              extract(epoch FROM clock_timestamp() - greatest(l.created_at, l.run_at))::float8,
+              l.token, l.ordering_key, l.unique_key, coalesce(l.ordering_at, l.run_at);
+END
+$$;
+
+-- lease-mode claim from one queue, in claim order on jobs_queue_claim_idx.
+CREATE OR REPLACE FUNCTION pgwake.claim_lease_queue(
+    claim_limit bigint, claim_queue text, only_tasks text[], never_tasks text[],
+    worker text, lease_seconds double precision)
+RETURNS TABLE (id bigint, queue text, task text, payload text, priority integer,
+               run_at timestamptz, attempts integer, max_attempts integer, last_error text,
+               created_at timestamptz, timeout_s double precision, pickup_s double precision,
+               token bigint, ordering_key text, unique_key text, ordering_at timestamptz)
+LANGUAGE plpgsql VOLATILE
+SET plan_cache_mode = force_generic_plan
+SET enable_sort = off
+SET enable_seqscan = off
+SET jit = off
+AS $$
+#variable_conflict use_column
+BEGIN
+    RETURN QUERY
+    WITH c AS (
+        DELETE FROM pgwake.jobs
+        WHERE ctid = ANY(ARRAY(
+            SELECT ctid FROM pgwake.jobs
+            WHERE queue >= claim_queue AND queue <= claim_queue AND run_at <= now()
+              AND pgwake.queue_claimable(claim_queue)
+              AND (only_tasks IS NULL OR task = ANY(only_tasks)) AND task <> ALL(never_tasks)
+              AND CASE WHEN ordering_key IS NULL THEN true
+                       ELSE pgwake.ordering_free(ordering_key, priority, coalesce(ordering_at, run_at), id) END
+            ORDER BY queue, priority, run_at, id
+            LIMIT claim_limit
+            FOR UPDATE SKIP LOCKED))
+        RETURNING *
+    )
+    INSERT INTO pgwake.leased_jobs AS l
+        (id, queue, task, payload, priority, run_at, attempts, max_attempts, last_error,
+         created_at, timeout, worker_id, leased_at, lease_until, ordering_key, unique_key,
+         ordering_at, holds_slot)
+    SELECT c.id, c.queue, c.task, c.payload, c.priority, c.run_at, c.attempts + 1,
+           c.max_attempts, c.last_error, c.created_at, c.timeout, worker, now(),
+           now() + make_interval(secs => lease_seconds), c.ordering_key, c.unique_key,
+           c.ordering_at, false
+    FROM c
+    RETURNING l.id, l.queue, l.task, l.payload::text, l.priority, l.run_at, l.attempts,
+              l.max_attempts, l.last_error, l.created_at, extract(epoch FROM l.timeout)::float8,
+              extract(epoch FROM clock_timestamp() - greatest(l.created_at, l.run_at))::float8,
+              l.token, l.ordering_key, l.unique_key, coalesce(l.ordering_at, l.run_at);
+END
+$$;
+
+-- The queues that have a ready job, but those in `skip_queues` and paused
+-- ones, at most `max_queues`, in name order.
+CREATE OR REPLACE FUNCTION pgwake.ready_queues(skip_queues text[], max_queues bigint)
+RETURNS TABLE (queue text)
+LANGUAGE plpgsql STABLE
+SET plan_cache_mode = force_generic_plan
+SET enable_sort = off
+SET enable_seqscan = off
+SET jit = off
+AS $$
+#variable_conflict use_column
+BEGIN
+    RETURN QUERY
+    WITH RECURSIVE qs AS (
+        (SELECT j.queue FROM pgwake.jobs j ORDER BY j.queue LIMIT 1)
+        UNION ALL
+        SELECT (SELECT j.queue FROM pgwake.jobs j WHERE j.queue > qs.queue
+                ORDER BY j.queue LIMIT 1)
+        FROM qs
+        WHERE qs.queue IS NOT NULL
+    )
+    SELECT qs.queue
+    FROM qs
+    WHERE qs.queue IS NOT NULL
+      AND qs.queue <> ALL(skip_queues)
+      AND qs.queue <> ALL(ARRAY(SELECT q.name FROM pgwake.queues q WHERE q.paused))
+      -- The index walks the queue's first priority first: it stops at the
+      -- first ready job, and reads past the scheduled ones ahead of it.
+      AND (SELECT true FROM pgwake.jobs j
+           WHERE j.queue >= qs.queue AND j.queue <= qs.queue AND j.run_at <= now()
+           ORDER BY j.queue, j.priority, j.run_at, j.id
+           LIMIT 1)
+    LIMIT max_queues;
+END
+$$;
