@@ -9,85 +9,85 @@ use metrics::{describe_counter, describe_gauge, describe_histogram, Unit};
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
 
 /// Histogram: ready-to-claim delay, label `queue`.
-pub const PICKUP_LATENCY: &str = "pgwake_job_pickup_latency_seconds";
+pub(crate) const PICKUP_LATENCY: &str = "pgwake_job_pickup_latency_seconds";
 /// Histogram: handler run time, labels `queue`, `task`, `outcome`.
-pub const JOB_DURATION: &str = "pgwake_job_duration_seconds";
+pub(crate) const JOB_DURATION: &str = "pgwake_job_duration_seconds";
 /// Counter: resolved jobs, labels `queue`, `task`, `outcome`.
-pub const JOBS: &str = "pgwake_jobs_total";
+pub(crate) const JOBS: &str = "pgwake_jobs_total";
 /// Counter: running jobs this worker stopped on a cancel request, label
 /// `queue`.
-pub const JOBS_CANCELLED: &str = "pgwake_jobs_cancelled_total";
+pub(crate) const JOBS_CANCELLED: &str = "pgwake_jobs_cancelled_total";
 /// Gauge: jobs this worker is running, label `queue`.
-pub const JOBS_IN_FLIGHT: &str = "pgwake_jobs_in_flight";
+pub(crate) const JOBS_IN_FLIGHT: &str = "pgwake_jobs_in_flight";
 /// Counter: claim queries, labels `trigger`, `result`.
-pub const CLAIMS: &str = "pgwake_claims_total";
+pub(crate) const CLAIMS: &str = "pgwake_claims_total";
 /// Counter: notifications received.
-pub const NOTIFICATIONS: &str = "pgwake_notifications_total";
+pub(crate) const NOTIFICATIONS: &str = "pgwake_notifications_total";
 /// Gauge: 1 while LISTEN is up.
-pub const LISTENER_CONNECTED: &str = "pgwake_listener_connected";
+pub(crate) const LISTENER_CONNECTED: &str = "pgwake_listener_connected";
 /// Counter: listener reconnects.
-pub const LISTENER_RECONNECTS: &str = "pgwake_listener_reconnects_total";
+pub(crate) const LISTENER_RECONNECTS: &str = "pgwake_listener_reconnects_total";
 /// Gauge: waiting jobs, labels `queue`, `state`.
-pub const QUEUE_DEPTH: &str = "pgwake_queue_depth";
+pub(crate) const QUEUE_DEPTH: &str = "pgwake_queue_depth";
 /// Gauge: 1 while a queue is paused (`pgwake queue pause`), 0 once resumed,
 /// label `queue`.
-pub const QUEUE_PAUSED: &str = "pgwake_queue_paused";
+pub(crate) const QUEUE_PAUSED: &str = "pgwake_queue_paused";
 /// Gauge: a queue's `--max-running` limit (`pgwake queue set`), 0 once the
 /// limit is removed, label `queue`.
-pub const QUEUE_MAX_RUNNING: &str = "pgwake_queue_max_running";
+pub(crate) const QUEUE_MAX_RUNNING: &str = "pgwake_queue_max_running";
 /// Gauge: a queue's `--rate` limit in admissions per second (`pgwake queue
 /// set`), 0 once the limit is removed, label `queue`.
-pub const QUEUE_RATE_LIMIT: &str = "pgwake_queue_rate_limit";
+pub(crate) const QUEUE_RATE_LIMIT: &str = "pgwake_queue_rate_limit";
 /// Counter: claims of a rate-limited queue that found more ready jobs than
 /// free admissions (the queue is running at its rate), label `queue`.
-pub const RATE_THROTTLED: &str = "pgwake_rate_throttled_total";
+pub(crate) const RATE_THROTTLED: &str = "pgwake_rate_throttled_total";
 /// Gauge: age of the oldest ready job, label `queue`.
-pub const QUEUE_OLDEST_READY_AGE: &str = "pgwake_queue_oldest_ready_age_seconds";
+pub(crate) const QUEUE_OLDEST_READY_AGE: &str = "pgwake_queue_oldest_ready_age_seconds";
 /// Gauge: rows in `dead_jobs`, label `queue`.
-pub const DEAD_JOBS: &str = "pgwake_dead_jobs";
+pub(crate) const DEAD_JOBS: &str = "pgwake_dead_jobs";
 /// Gauge: sessions idle in transaction, label `application`.
-pub const IDLE_IN_TX_SESSIONS: &str = "pgwake_idle_in_transaction_sessions";
+pub(crate) const IDLE_IN_TX_SESSIONS: &str = "pgwake_idle_in_transaction_sessions";
 /// Gauge: the oldest idle-in-transaction session's transaction age.
-pub const IDLE_IN_TX_MAX_AGE: &str = "pgwake_idle_in_transaction_max_age_seconds";
+pub(crate) const IDLE_IN_TX_MAX_AGE: &str = "pgwake_idle_in_transaction_max_age_seconds";
 /// Gauge: the oldest open transaction's age.
-pub const OLDEST_TX_AGE: &str = "pgwake_oldest_transaction_age_seconds";
+pub(crate) const OLDEST_TX_AGE: &str = "pgwake_oldest_transaction_age_seconds";
 /// Gauge: `pg_notification_queue_usage()`.
-pub const NOTIFY_QUEUE_USAGE: &str = "pgwake_notification_queue_usage_ratio";
+pub(crate) const NOTIFY_QUEUE_USAGE: &str = "pgwake_notification_queue_usage_ratio";
 /// Gauge: dead tuples of `pgwake.jobs`.
-pub const QUEUE_TABLE_DEAD_TUPLES: &str = "pgwake_queue_table_dead_tuples";
+pub(crate) const QUEUE_TABLE_DEAD_TUPLES: &str = "pgwake_queue_table_dead_tuples";
 /// Gauge: claim pool connections, label `state`.
-pub const POOL_CONNECTIONS: &str = "pgwake_pool_connections";
+pub(crate) const POOL_CONNECTIONS: &str = "pgwake_pool_connections";
 /// Counter: failed sampling queries.
-pub const SAMPLER_ERRORS: &str = "pgwake_sampler_errors_total";
+pub(crate) const SAMPLER_ERRORS: &str = "pgwake_sampler_errors_total";
 /// Gauge: duration of the last sampling query.
-pub const SAMPLER_DURATION: &str = "pgwake_sampler_duration_seconds";
+pub(crate) const SAMPLER_DURATION: &str = "pgwake_sampler_duration_seconds";
 /// Gauge: 1 when the database and (unless `--no-listen`) the listener are up.
-pub const READY: &str = "pgwake_ready";
+pub(crate) const READY: &str = "pgwake_ready";
 /// Gauge: always 1, label `version`.
-pub const BUILD_INFO: &str = "pgwake_build_info";
+pub(crate) const BUILD_INFO: &str = "pgwake_build_info";
 /// Counter: expired leases moved back to the queue, label `queue`.
-pub const LEASES_RESCUED: &str = "pgwake_leases_rescued_total";
+pub(crate) const LEASES_RESCUED: &str = "pgwake_leases_rescued_total";
 /// Counter: schedule ticks, labels `schedule` (bounded, see
 /// `scheduler::SCHEDULE_LABELS_MAX`) and `result` (`enqueued`, `missed`,
 /// `waiting`).
-pub const SCHEDULE_TICKS: &str = "pgwake_schedule_ticks_total";
+pub(crate) const SCHEDULE_TICKS: &str = "pgwake_schedule_ticks_total";
 /// Histogram: delay from a tick to its enqueue.
-pub const SCHEDULE_TICK_DELAY: &str = "pgwake_schedule_tick_delay_seconds";
+pub(crate) const SCHEDULE_TICK_DELAY: &str = "pgwake_schedule_tick_delay_seconds";
 /// Gauge: schedules, label `state` (`active`, `invalid`).
-pub const SCHEDULES: &str = "pgwake_schedules";
+pub(crate) const SCHEDULES: &str = "pgwake_schedules";
 /// Gauge: how long the earliest unserved tick has been due.
-pub const SCHEDULE_OVERDUE: &str = "pgwake_schedule_overdue_seconds";
+pub(crate) const SCHEDULE_OVERDUE: &str = "pgwake_schedule_overdue_seconds";
 /// Counter: failed scheduler rounds and schedules that could not be served.
-pub const SCHEDULER_ERRORS: &str = "pgwake_scheduler_errors_total";
+pub(crate) const SCHEDULER_ERRORS: &str = "pgwake_scheduler_errors_total";
 /// Counter: finished jobs this worker completed or buried while history
 /// was on, label `outcome` (`done`, `dead`).
-pub const HISTORY_ROWS: &str = "pgwake_history_rows_total";
+pub(crate) const HISTORY_ROWS: &str = "pgwake_history_rows_total";
 /// Counter: expired history partitions dropped.
-pub const HISTORY_PARTITIONS_DROPPED: &str = "pgwake_history_partitions_dropped_total";
+pub(crate) const HISTORY_PARTITIONS_DROPPED: &str = "pgwake_history_partitions_dropped_total";
 /// Counter: history rows removed by retention (dropped partitions' rows).
-pub const HISTORY_ROWS_DROPPED: &str = "pgwake_history_rows_dropped_total";
+pub(crate) const HISTORY_ROWS_DROPPED: &str = "pgwake_history_rows_dropped_total";
 /// Counter: history partitions that could not be created or dropped.
-pub const HISTORY_MAINTENANCE_FAILURES: &str = "pgwake_history_maintenance_failures_total";
+pub(crate) const HISTORY_MAINTENANCE_FAILURES: &str = "pgwake_history_maintenance_failures_total";
 
 /// Most distinct values each of the `queue`, `task` and `application`
 /// labels takes in this process. Queue and task names are data anyone who can insert a job
@@ -95,10 +95,10 @@ pub const HISTORY_MAINTENANCE_FAILURES: &str = "pgwake_history_maintenance_failu
 /// series (and Prometheus) without bound. Values configured on the worker
 /// (`--queues`, `--lease-queues`, handler task names) take their places
 /// first; other values get a place while there is room, in the order they
-/// are first seen, and keep it; the rest are reported as [`OTHER_LABEL`].
+/// are first seen, and keep it; the rest are reported as `other`.
 pub const LABEL_VALUES_MAX: usize = 200;
 /// The label value standing for every queue or task beyond the cap.
-pub const OTHER_LABEL: &str = "other";
+pub(crate) const OTHER_LABEL: &str = "other";
 
 /// The values of one label that have a series of their own.
 struct LabelValues(OnceLock<Mutex<HashSet<String>>>);
@@ -139,20 +139,20 @@ static APPLICATION_LABELS: LabelValues = LabelValues(OnceLock::new());
 
 /// The `queue` label value for `queue`: itself, or [`OTHER_LABEL`] beyond
 /// the cap ([`LABEL_VALUES_MAX`]).
-pub fn queue_label(queue: &str) -> String {
+pub(crate) fn queue_label(queue: &str) -> String {
     QUEUE_LABELS.label(queue)
 }
 
 /// The `task` label value for `task`: itself, or [`OTHER_LABEL`] beyond the
 /// cap ([`LABEL_VALUES_MAX`]).
-pub fn task_label(task: &str) -> String {
+pub(crate) fn task_label(task: &str) -> String {
     TASK_LABELS.label(task)
 }
 
 /// The `application` label value for an `application_name` (which any
 /// client sets as it likes): itself, or [`OTHER_LABEL`] beyond the cap
 /// ([`LABEL_VALUES_MAX`]).
-pub fn application_label(application: &str) -> String {
+pub(crate) fn application_label(application: &str) -> String {
     APPLICATION_LABELS.label(application)
 }
 
@@ -162,7 +162,7 @@ pub fn application_label(application: &str) -> String {
 /// until the first event. `queues`: the worker's queues (`--queues`, or
 /// `default` when it works every queue) and lease queues; `tasks`: the
 /// handlers' task names (`*` left out).
-pub fn init_known(queues: &[String], lease_queues: &[String], tasks: &[String]) {
+pub(crate) fn init_known(queues: &[String], lease_queues: &[String], tasks: &[String]) {
     let tasks: Vec<String> = tasks.iter().filter(|t| *t != "*").cloned().collect();
     let mut all_queues: Vec<String> = queues.to_vec();
     all_queues.extend(lease_queues.iter().cloned());
@@ -183,19 +183,19 @@ pub fn init_known(queues: &[String], lease_queues: &[String], tasks: &[String]) 
 
 /// Buckets of the pickup latency: sub-millisecond wake-ups up to jobs that
 /// waited minutes in a backlog.
-pub const PICKUP_BUCKETS: &[f64] = &[
+pub(crate) const PICKUP_BUCKETS: &[f64] = &[
     0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
     60.0, 300.0, 900.0, 3600.0,
 ];
 
 /// Buckets of the handler duration: no-op handlers to hour-long lease jobs.
-pub const DURATION_BUCKETS: &[f64] = &[
+pub(crate) const DURATION_BUCKETS: &[f64] = &[
     0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
     60.0, 300.0, 900.0, 3600.0,
 ];
 
 /// Describe every metric (HELP text, unit).
-pub fn describe() {
+pub(crate) fn describe() {
     describe_histogram!(
         PICKUP_LATENCY,
         Unit::Seconds,
