@@ -9,7 +9,7 @@
 --
 -- The claims share their predicate with src/db/sql/claim_*_limited.sql and
 -- claim_tx_one.sql (which are not functions: they take queue slots and
--- admissions): tests/layout.rs checks that every claim says the task
+-- admissions): tests/repository/layout.rs checks that every claim says the task
 -- filter and the ordering-key test in the same words, and returns the same
 -- columns as the other claims of its mode.
 

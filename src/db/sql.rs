@@ -26,7 +26,7 @@
 //! costs two, plus a Close).
 //!
 //! Each statement's parameter types are written here, next to its file
-//! name, and `tests/pgbouncer.rs` checks them against what the server
+//! name, and `tests/connecting/pgbouncer.rs` checks them against what the server
 //! infers for every statement ([`ALL`]): a new statement with a wrong list
 //! fails that test, not a worker in production.
 
@@ -57,7 +57,7 @@ macro_rules! statements {
                 params: &[$(Type::$ty),*],
             };
         )*
-        /// Every statement above (the type check in `tests/pgbouncer.rs`).
+        /// Every statement above (the type check in `tests/connecting/pgbouncer.rs`).
         pub const ALL: &[&Sql] = &[$(&$konst),*];
     };
 }

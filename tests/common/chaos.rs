@@ -7,7 +7,7 @@ use super::db::TestDb;
 use super::wait::wait_for;
 
 /// The `chaos_worker` example binary. A plain `cargo test` builds the
-/// examples; a run of single test files (`cargo test --test crash`) may not
+/// examples; a run of single test files (`cargo test --test jobs crash::`) may not
 /// have, so build them here once if they are missing.
 pub fn chaos_worker_bin() -> std::path::PathBuf {
     static BUILT: std::sync::Once = std::sync::Once::new();

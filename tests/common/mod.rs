@@ -21,6 +21,7 @@ pub mod db;
 pub mod embedded;
 pub mod ledger;
 pub mod notify;
+pub mod pgbouncer;
 pub mod process;
 pub mod wait;
 pub mod worker;

@@ -1,0 +1,415 @@
+//! The `pgwake` binary: errors, one-shot commands, and shutdown by signal.
+
+use crate::common;
+
+use std::process::Stdio;
+use std::time::Duration;
+
+use common::*;
+use common::{run_pgwake as run, stderr_of as stderr};
+
+#[test]
+fn a_malformed_database_url_exits_2_without_echoing_the_password() {
+    let o = run(
+        &["migrate"],
+        Some("postgres://app:s3cretpw@db.example:notaport/app"),
+    );
+    assert_eq!(o.status.code(), Some(2));
+    let e = stderr(&o);
+    assert!(e.contains("invalid database URL"), "{e}");
+    assert!(!e.contains("s3cretpw"), "{e}");
+}
+
+#[test]
+fn an_unreachable_database_exits_1_with_a_hint_and_no_password() {
+    let o = run(
+        &[
+            "run",
+            "--handler",
+            "t=exec:true",
+            "--metrics-addr",
+            "127.0.0.1:0",
+        ],
+        Some("postgres://app:s3cretpw@127.0.0.1:1/app?connect_timeout=2"),
+    );
+    assert_eq!(o.status.code(), Some(1));
+    let e = stderr(&o);
+    assert!(e.contains("cannot connect to the database"), "{e}");
+    assert!(e.contains("check DATABASE_URL"), "{e}");
+    assert!(!e.contains("s3cretpw"), "{e}");
+}
+
+#[test]
+fn no_database_url_at_all_exits_2() {
+    let o = run(&["stats"], None);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(stderr(&o).contains("set DATABASE_URL"), "{}", stderr(&o));
+}
+
+#[tokio::test]
+async fn a_missing_schema_says_to_run_migrate() {
+    let db = empty_db().await;
+    let o = run(
+        &[
+            "run",
+            "--handler",
+            "t=exec:true",
+            "--metrics-addr",
+            "127.0.0.1:0",
+        ],
+        Some(&db.url),
+    );
+    assert_eq!(o.status.code(), Some(1));
+    let e = stderr(&o);
+    assert!(
+        e.lines()
+            .any(|l| l.contains("schema is missing") && l.contains("run `pgwake migrate`")),
+        "{e}"
+    );
+}
+
+#[test]
+fn invalid_flags_exit_2_naming_the_flag() {
+    let url = Some("postgres://u@127.0.0.1:1/x");
+    for (args, expect) in [
+        (
+            vec!["run", "--handler", "t=exec:true", "--concurrency", "0"],
+            "--concurrency",
+        ),
+        (
+            vec!["run", "--handler", "t=exec:true", "--batch", "5000"],
+            "--batch",
+        ),
+        (
+            vec!["run", "--handler", "t=exec:true", "--poll-interval", "soon"],
+            "--poll-interval",
+        ),
+        (vec!["run", "--handler", "t=exec:/no/such/cmd"], "not found"),
+        (vec!["run", "--handler", "t=lambda:x"], "unknown kind"),
+        (
+            vec!["run", "--handler", "t=exec:true", "--queues", ""],
+            "--queues",
+        ),
+        (
+            vec![
+                "run",
+                "--handler",
+                "t=exec:true",
+                "--metrics-addr",
+                "not-an-addr",
+            ],
+            "--metrics-addr",
+        ),
+        (vec!["run"], "--handler"),
+    ] {
+        let o = run(&args, url);
+        assert_eq!(o.status.code(), Some(2), "{args:?}: {}", stderr(&o));
+        assert!(stderr(&o).contains(expect), "{args:?}: {}", stderr(&o));
+    }
+}
+
+#[tokio::test]
+async fn migrate_enqueue_stats_and_dead_work_from_the_command_line() {
+    let db = empty_db().await;
+    let url = Some(db.url.as_str());
+    let o = run(&["migrate"], url);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let o = run(&["migrate"], url);
+    assert!(String::from_utf8_lossy(&o.stdout).contains("schema is current"));
+
+    let o = run(
+        &[
+            "enqueue",
+            "--task",
+            "mail",
+            "--payload",
+            r#"{"to":"x@y.z"}"#,
+            "--queue",
+            "email",
+            "--priority",
+            "3",
+        ],
+        url,
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    let id: i64 = String::from_utf8_lossy(&o.stdout).trim().parse().unwrap();
+    let o = run(&["enqueue", "--task", "later", "--delay", "1h"], url);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let o = run(&["enqueue", "--task", "x", "--payload", "{not json"], url);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(stderr(&o).contains("--payload is not valid JSON"));
+
+    // NDJSON: all lines commit together, or none.
+    let ndjson = (0..2500)
+        .map(|i| format!(r#"{{"task":"bulk","payload":{{"i":{i}}},"queue":"bulk"}}"#))
+        .collect::<Vec<_>>()
+        .join("\n");
+    let mut child = pgwake_cmd()
+        .env("DATABASE_URL", &db.url)
+        .args(["enqueue", "--ndjson"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    use std::io::Write;
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(ndjson.as_bytes())
+        .unwrap();
+    let o = child.wait_with_output().unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(String::from_utf8_lossy(&o.stdout).contains("enqueued 2500 jobs"));
+
+    let bad = "{\"task\":\"ok\"}\n{\"task\":\"\"}\n";
+    let mut child = pgwake_cmd()
+        .env("DATABASE_URL", &db.url)
+        .args(["enqueue", "--ndjson"])
+        .stdin(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(bad.as_bytes())
+        .unwrap();
+    let o = child.wait_with_output().unwrap();
+    assert_eq!(o.status.code(), Some(2));
+    assert!(
+        stderr(&o).contains("stdin line 2: task must not be empty"),
+        "{}",
+        stderr(&o)
+    );
+    let oks: i64 = db
+        .scalar("SELECT count(*) FROM pgwake.jobs WHERE task = 'ok'")
+        .await;
+    assert_eq!(oks, 0, "nothing of a rejected batch is inserted");
+
+    let o = run(&["stats", "--json"], url);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let stats: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let by_queue = |q: &str| {
+        stats
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|s| s["queue"] == q)
+            .cloned()
+            .unwrap()
+    };
+    assert_eq!(by_queue("bulk")["ready"], 2500);
+    assert_eq!(by_queue("email")["ready"], 1);
+    assert_eq!(by_queue("default")["scheduled"], 1);
+    let o = run(&["stats"], url);
+    assert!(String::from_utf8_lossy(&o.stdout).contains("OLDEST READY"));
+
+    // Dead jobs: list, retry, purge.
+    db.client()
+        .await
+        .batch_execute(&format!(
+            "WITH d AS (DELETE FROM pgwake.jobs WHERE id = {id} RETURNING *)
+             INSERT INTO pgwake.dead_jobs (id, queue, task, payload, priority, run_at, attempts, max_attempts, last_error, created_at)
+             SELECT id, queue, task, payload, priority, run_at, 25, 25, 'gave up', created_at FROM d"
+        ))
+        .await
+        .unwrap();
+    let o = run(&["dead", "list", "--json"], url);
+    let list: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(list[0]["id"], id);
+    assert_eq!(list[0]["last_error"], "gave up");
+    let o = run(&["dead", "retry"], url);
+    assert_eq!(
+        o.status.code(),
+        Some(2),
+        "retry without --id/--all is refused"
+    );
+    let o = run(&["dead", "retry", "--id", &id.to_string()], url);
+    assert!(
+        String::from_utf8_lossy(&o.stdout).contains("moved 1 dead jobs back"),
+        "{}",
+        stderr(&o)
+    );
+    let attempts: i32 = db
+        .scalar(&format!("SELECT attempts FROM pgwake.jobs WHERE id = {id}"))
+        .await;
+    assert_eq!(attempts, 0);
+    let o = run(&["dead", "purge", "--all"], url);
+    assert!(String::from_utf8_lossy(&o.stdout).contains("purged 0"));
+}
+
+#[tokio::test]
+async fn sigterm_lets_in_flight_jobs_finish_claims_nothing_more_and_exits_0() {
+    let db = migrated_db().await;
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path().display();
+    let handler = format!(
+        "t=exec:sh -c 'touch {d}/$PGWAKE_JOB_ID.started; while [ ! -e {d}/go ]; do sleep 0.02; done; touch {d}/$PGWAKE_JOB_ID.finished'"
+    );
+    let ids = insert_jobs(&db, "t", 4).await;
+    let child = spawn_pgwake_run(
+        &db.url,
+        &["--handler", &handler, "--concurrency", "2", "--batch", "1"],
+    );
+    wait_files(dir.path(), ".started", 2).await;
+    let mut child = child;
+    let log = tail_stderr(&mut child);
+    send_signal(&child, libc::SIGTERM);
+    // The two running jobs are released only once the signal was handled.
+    let l = log.clone();
+    eventually("the signal was handled", Duration::from_secs(30), || {
+        let l = l.clone();
+        async move { l.lock().unwrap().contains("signal received") }
+    })
+    .await;
+    std::fs::write(dir.path().join("go"), "").unwrap();
+    let o = wait_exit(child, Duration::from_secs(30)).await;
+    assert_eq!(o.status.code(), Some(0), "{}", log.lock().unwrap());
+    let finished = std::fs::read_dir(dir.path())
+        .unwrap()
+        .filter(|e| {
+            e.as_ref()
+                .unwrap()
+                .file_name()
+                .to_string_lossy()
+                .ends_with(".finished")
+        })
+        .count();
+    assert_eq!(finished, 2, "both in-flight jobs finished");
+    let left: Vec<(i64, i32)> = db
+        .client()
+        .await
+        .query("SELECT id, attempts FROM pgwake.jobs ORDER BY id", &[])
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| (r.get(0), r.get(1)))
+        .collect();
+    assert_eq!(left.len(), 2, "nothing claimed after the signal: {left:?}");
+    assert!(left.iter().all(|(id, a)| ids.contains(id) && *a == 0));
+}
+
+#[tokio::test]
+async fn a_second_signal_hands_running_jobs_back_without_using_an_attempt() {
+    let db = migrated_db().await;
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path().display();
+    let handler = format!("t=exec:sh -c 'touch {d}/$PGWAKE_JOB_ID.started; sleep 3600'");
+    let ids = insert_jobs(&db, "t", 2).await;
+    let child = spawn_pgwake_run(
+        &db.url,
+        &[
+            "--handler",
+            &handler,
+            "--concurrency",
+            "2",
+            "--batch",
+            "1",
+            "--grace-period",
+            "1h",
+        ],
+    );
+    wait_files(dir.path(), ".started", 2).await;
+    send_signal(&child, libc::SIGTERM);
+    send_signal(&child, libc::SIGINT);
+    let o = wait_exit(child, Duration::from_secs(30)).await;
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let back: Vec<(i64, i32)> = db
+        .client()
+        .await
+        .query("SELECT id, attempts FROM pgwake.jobs ORDER BY id", &[])
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| (r.get(0), r.get(1)))
+        .collect();
+    assert_eq!(back, ids.iter().map(|id| (*id, 0)).collect::<Vec<_>>());
+    let pending: i64 = db.scalar("SELECT count(*) FROM pgwake.tx_attempts").await;
+    assert_eq!(pending, 0, "no attempt left counted");
+}
+
+#[tokio::test]
+async fn grace_period_exceeded_hands_jobs_back_and_exits_0() {
+    let db = migrated_db().await;
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path().display();
+    let handler = format!("t=exec:sh -c 'touch {d}/$PGWAKE_JOB_ID.started; sleep 3600'");
+    let ids = insert_jobs(&db, "t", 1).await;
+    let child = spawn_pgwake_run(&db.url, &["--handler", &handler, "--grace-period", "300ms"]);
+    wait_files(dir.path(), ".started", 1).await;
+    send_signal(&child, libc::SIGTERM);
+    let o = wait_exit(child, Duration::from_secs(30)).await;
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    assert!(stderr(&o).contains("grace period over"), "{}", stderr(&o));
+    let attempts: i32 = db
+        .scalar(&format!(
+            "SELECT attempts FROM pgwake.jobs WHERE id = {}",
+            ids[0]
+        ))
+        .await;
+    assert_eq!(attempts, 0);
+}
+
+/// `pgwake stats` counted ready, scheduled and dead jobs only: with every
+/// job of a queue running in lease mode (or held by a worker that died,
+/// until the rescuer moves them back) it said "(no jobs)". Leased jobs are
+/// a column of their own, with the expired leases among them.
+#[tokio::test]
+async fn stats_shows_lease_mode_jobs_in_flight_and_expired_leases() {
+    let db = migrated_db().await;
+    let url = Some(db.url.as_str());
+    let mut worker = spawn_pgwake_run(
+        &db.url,
+        &[
+            "--handler",
+            "nap=exec:sleep 600",
+            "--lease-duration",
+            "1s",
+            "--rescue-interval",
+            "1h",
+        ],
+    );
+    for _ in 0..2 {
+        run(&["enqueue", "--task", "nap", "--queue", "naps"], url);
+    }
+    eventually("both jobs leased", Duration::from_secs(60), || async {
+        db.scalar::<i64>("SELECT count(*) FROM pgwake.leased_jobs")
+            .await
+            == 2
+    })
+    .await;
+    let leased = || {
+        let o = run(&["stats", "--json"], url);
+        assert!(o.status.success(), "{}", stderr(&o));
+        let stats: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+        let naps = stats
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|s| s["queue"] == "naps")
+            .cloned()
+            .unwrap_or_else(|| panic!("no line for the queue: {stats}"));
+        (naps["leased"].as_i64(), naps["expired_leases"].as_i64())
+    };
+    assert_eq!(leased(), (Some(2), Some(0)));
+    let table = String::from_utf8_lossy(&run(&["stats"], url).stdout).to_string();
+    assert!(table.contains("LEASED"), "{table}");
+    assert!(!table.contains("(no jobs)"), "{table}");
+
+    // The worker dies; its leases expire and nobody rescues them (the
+    // rescuer runs hourly here): still in flight, now expired.
+    send_signal(&worker, libc::SIGKILL);
+    let _ = worker.wait();
+    eventually("both leases expired", Duration::from_secs(60), || async {
+        db.scalar::<i64>("SELECT count(*) FROM pgwake.leased_jobs WHERE lease_until < now()")
+            .await
+            == 2
+    })
+    .await;
+    assert_eq!(leased(), (Some(2), Some(2)));
+    let table = String::from_utf8_lossy(&run(&["stats"], url).stdout).to_string();
+    assert!(table.contains("2 (2 exp.)"), "{table}");
+}

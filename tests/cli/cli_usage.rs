@@ -1,0 +1,454 @@
+//! The command line's promises about input and output: every bad input
+//! exits 2 with a message naming the flag or the NDJSON line, before any
+//! start-up work and without changing anything; defaults, help and README
+//! agree; what it prints is meant for a person (no server notices, no Rust
+//! debug syntax, colour only on a terminal).
+
+use crate::common;
+
+use std::process::{Output, Stdio};
+use std::time::Duration;
+
+use common::*;
+use common::{run_pgwake as run, stderr_of as stderr};
+
+/// Run `pgwake` with `stdin` as its standard input.
+fn run_with_stdin(args: &[&str], url: &str, stdin: &str) -> Output {
+    use std::io::Write;
+    let mut child = pgwake_cmd()
+        .env("DATABASE_URL", url)
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(stdin.as_bytes())
+        .unwrap();
+    child.wait_with_output().unwrap()
+}
+
+#[tokio::test]
+async fn bad_enqueue_input_exits_2_naming_the_flag_or_line_and_inserts_nothing() {
+    let db = migrated_db().await;
+    let url = Some(db.url.as_str());
+    for (args, expect) in [
+        (
+            vec!["enqueue", "--task", "t", "--run-at", "banana"],
+            "--run-at",
+        ),
+        (
+            vec!["enqueue", "--task", "t", "--max-attempts", "0"],
+            "--max-attempts",
+        ),
+        (vec!["enqueue", "--task", "t", "--queue", ""], "--queue"),
+        (vec!["enqueue", "--task", ""], "--task"),
+    ] {
+        let o = run(&args, url);
+        assert_eq!(o.status.code(), Some(2), "{args:?}: {}", stderr(&o));
+        assert!(stderr(&o).contains(expect), "{args:?}: {}", stderr(&o));
+    }
+    let o = run_with_stdin(
+        &["enqueue", "--ndjson"],
+        &db.url,
+        "{\"task\":\"ok\"}\n{\"task\":\"t\",\"run_at\":\"banana\"}\n",
+    );
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    let e = stderr(&o);
+    assert!(e.contains("stdin line 2") && e.contains("run_at"), "{e}");
+    assert_eq!(
+        remaining(&db).await,
+        0,
+        "nothing of a rejected input is inserted"
+    );
+}
+
+#[tokio::test]
+async fn run_at_accepts_rfc3339_with_an_offset() {
+    let db = migrated_db().await;
+    let o = run(
+        &[
+            "enqueue",
+            "--task",
+            "t",
+            "--run-at",
+            "2030-01-01T10:00:00+02:00",
+        ],
+        Some(&db.url),
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    let at: String = db
+        .scalar("SELECT to_char(run_at AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI') FROM pgwake.jobs")
+        .await;
+    assert_eq!(at, "2030-01-01 08:00");
+}
+
+#[test]
+fn a_negative_number_is_refused_naming_the_flag() {
+    let o = run(
+        &["run", "--handler", "t=exec:true", "--concurrency", "-3"],
+        Some("postgres://u@127.0.0.1:1/x"),
+    );
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    let e = stderr(&o);
+    assert!(e.contains("--concurrency"), "{e}");
+    assert!(!e.contains("unexpected argument"), "{e}");
+}
+
+#[test]
+fn a_task_given_two_handlers_is_refused() {
+    let o = run(
+        &[
+            "run",
+            "--handler",
+            "t=exec:true",
+            "--handler",
+            "t=exec:false",
+            "--metrics-addr",
+            "127.0.0.1:0",
+        ],
+        Some("postgres://u@127.0.0.1:1/x"),
+    );
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    let e = stderr(&o);
+    assert!(e.contains("--handler") && e.contains("\"t\""), "{e}");
+}
+
+#[test]
+fn a_taken_metrics_port_is_reported_before_any_start_up_work() {
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = taken.local_addr().unwrap().to_string();
+    // The database is unreachable: had the worker connected first, this
+    // would exit 1 about the database.
+    let o = run(
+        &["run", "--handler", "t=exec:true", "--metrics-addr", &addr],
+        Some("postgres://u@127.0.0.1:1/x?connect_timeout=2"),
+    );
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    let e = stderr(&o);
+    assert!(e.contains("--metrics-addr") && e.contains(&addr), "{e}");
+    assert!(!e.contains("database"), "{e}");
+}
+
+#[tokio::test]
+async fn dead_retry_or_purge_of_a_missing_id_fails_and_changes_nothing() {
+    let db = migrated_db().await;
+    let id = insert_jobs(&db, "t", 1).await[0];
+    db.client()
+        .await
+        .batch_execute(&format!(
+            "WITH d AS (DELETE FROM pgwake.jobs WHERE id = {id} RETURNING *)
+             INSERT INTO pgwake.dead_jobs (id, queue, task, payload, priority, run_at, attempts, max_attempts, last_error, created_at)
+             SELECT id, queue, task, payload, priority, run_at, 25, 25, 'gave up', created_at FROM d"
+        ))
+        .await
+        .unwrap();
+    let missing = (id + 1000).to_string();
+    for action in ["retry", "purge"] {
+        let o = run(
+            &["dead", action, "--id", &id.to_string(), "--id", &missing],
+            Some(&db.url),
+        );
+        assert_eq!(o.status.code(), Some(2), "{action}: {}", stderr(&o));
+        assert!(stderr(&o).contains(&missing), "{action}: {}", stderr(&o));
+        let dead: i64 = db.scalar("SELECT count(*) FROM pgwake.dead_jobs").await;
+        assert_eq!(dead, 1, "{action}: the existing dead job is untouched");
+    }
+}
+
+#[tokio::test]
+async fn migrate_prints_no_server_notices_and_logs_to_a_pipe_without_colour() {
+    let db = empty_db().await;
+    for _ in 0..2 {
+        let o = run(&["migrate"], Some(&db.url));
+        assert!(o.status.success(), "{}", stderr(&o));
+        let all = format!("{}{}", String::from_utf8_lossy(&o.stdout), stderr(&o));
+        assert!(!all.contains("NOTICE"), "{all}");
+        assert!(!all.contains("skipping"), "{all}");
+        assert!(!all.contains('\u{1b}'), "colour codes in a pipe: {all:?}");
+    }
+}
+
+#[tokio::test]
+async fn the_worker_start_line_shows_queues_as_a_person_would_write_them() {
+    let db = migrated_db().await;
+    for (args, expect) in [
+        (vec!["--handler", "t=exec:true"], "queues=all"),
+        (
+            vec!["--handler", "t=exec:true", "--queues", "a,b"],
+            "queues=a,b",
+        ),
+    ] {
+        let mut child = spawn_pgwake_run(&db.url, &args);
+        let log = tail_stderr(&mut child);
+        let l = log.clone();
+        eventually("the worker started", Duration::from_secs(30), || {
+            let l = l.clone();
+            async move { l.lock().unwrap().contains("worker started") }
+        })
+        .await;
+        send_signal(&child, libc::SIGTERM);
+        wait_exit(child, Duration::from_secs(30)).await;
+        let log = log.lock().unwrap().clone();
+        let line = log.lines().find(|l| l.contains("worker started")).unwrap();
+        assert!(line.contains(expect), "{line}");
+        assert!(!line.contains("None") && !line.contains("Some("), "{line}");
+        assert!(!log.contains('\u{1b}'), "colour codes in a pipe: {log:?}");
+    }
+}
+
+#[test]
+fn handler_help_and_readme_agree_on_the_handler_syntax() {
+    let o = run(&["run", "--help"], None);
+    let help = String::from_utf8_lossy(&o.stdout).to_string();
+    let readme = include_str!("../../docs/src/handlers.md");
+    for syntax in ["TASK=exec:COMMAND [ARGS]", "TASK=sql:[SCHEMA.]FUNCTION"] {
+        assert!(help.contains(syntax), "--help lacks {syntax}: {help}");
+        assert!(
+            readme.contains(syntax),
+            "docs/src/handlers.md lacks {syntax}"
+        );
+    }
+}
+
+#[test]
+fn ci_script_refers_only_to_readme_sections_that_exist() {
+    // Comments may wrap: `README\n# "Section"`.
+    let ci = include_str!("../../.ci/run").replace("\n# ", " ");
+    let readme = include_str!("../../README.md");
+    let headings: Vec<&str> = readme
+        .lines()
+        .filter(|l| l.starts_with('#'))
+        .map(|l| l.trim_start_matches('#').trim())
+        .collect();
+    for (i, _) in ci.match_indices("README \"") {
+        let rest = &ci[i + "README \"".len()..];
+        let section = &rest[..rest.find('"').unwrap()];
+        assert!(
+            headings.contains(&section),
+            ".ci/run names README section {section:?}, which does not exist"
+        );
+    }
+}
+
+/// Every setting `WorkerConfig::validate` can reject, each made invalid on
+/// its own.
+fn each_invalid_config() -> Vec<pgwake::WorkerConfig> {
+    use pgwake::WorkerConfig;
+    use std::time::Duration;
+    let d = WorkerConfig::default;
+    let zero = Duration::ZERO;
+    vec![
+        WorkerConfig {
+            concurrency: 0,
+            ..d()
+        },
+        WorkerConfig { batch: 0, ..d() },
+        WorkerConfig {
+            queues: Some(vec![]),
+            ..d()
+        },
+        WorkerConfig {
+            queues: Some(vec![String::new()]),
+            ..d()
+        },
+        WorkerConfig {
+            lease_queues: vec![String::new()],
+            ..d()
+        },
+        WorkerConfig {
+            lease_duration: zero,
+            ..d()
+        },
+        WorkerConfig {
+            tx_queues: vec![String::new()],
+            ..d()
+        },
+        WorkerConfig {
+            rescue_interval: zero,
+            ..d()
+        },
+        WorkerConfig {
+            poll_interval: zero,
+            ..d()
+        },
+        WorkerConfig {
+            job_timeout: zero,
+            ..d()
+        },
+        WorkerConfig {
+            job_timeout: Duration::from_millis(1),
+            ..d()
+        },
+        WorkerConfig {
+            retry_base: zero,
+            ..d()
+        },
+        WorkerConfig {
+            retry_max: zero,
+            ..d()
+        },
+        WorkerConfig {
+            listener_ping_interval: zero,
+            ..d()
+        },
+        WorkerConfig {
+            listener_ping_timeout: zero,
+            ..d()
+        },
+        WorkerConfig {
+            reconnect_min: zero,
+            ..d()
+        },
+        WorkerConfig {
+            reconnect_max: zero,
+            ..d()
+        },
+        WorkerConfig {
+            retry_base: Duration::from_secs(10),
+            retry_max: Duration::from_secs(1),
+            ..d()
+        },
+        WorkerConfig {
+            reconnect_min: Duration::from_secs(10),
+            reconnect_max: Duration::from_secs(1),
+            ..d()
+        },
+        WorkerConfig {
+            sample_interval: Some(zero),
+            ..d()
+        },
+        WorkerConfig {
+            application_name: String::new(),
+            ..d()
+        },
+    ]
+}
+
+#[test]
+fn config_errors_name_only_flags_that_exist() {
+    let o = run(&["run", "--help"], None);
+    let help = String::from_utf8_lossy(&o.stdout).to_string();
+    for config in each_invalid_config() {
+        let msg = config.validate().unwrap_err().to_string();
+        for flag in msg
+            .split(|c: char| !(c.is_ascii_alphanumeric() || c == '-'))
+            .filter(|w| w.starts_with("--"))
+        {
+            assert!(
+                help.contains(&format!("{flag} ")) || help.contains(&format!("{flag}\n")),
+                "{msg:?} names {flag}, which `pgwake run` does not have"
+            );
+        }
+    }
+}
+
+#[tokio::test]
+async fn the_documented_job_defaults_are_the_table_defaults() {
+    let db = migrated_db().await;
+    let row = db
+        .client()
+        .await
+        .query_one(
+            "INSERT INTO pgwake.jobs (task) VALUES ('t') RETURNING queue, priority, max_attempts",
+            &[],
+        )
+        .await
+        .unwrap();
+    assert_eq!(row.get::<_, String>(0), pgwake::config::QUEUE_DEFAULT);
+    assert_eq!(row.get::<_, i32>(1), pgwake::config::PRIORITY_DEFAULT);
+    assert_eq!(row.get::<_, i32>(2), pgwake::config::MAX_ATTEMPTS_DEFAULT);
+    let readme = include_str!("../../docs/src/producing.md");
+    for row in [
+        format!("| `queue` | `{}` |", pgwake::config::QUEUE_DEFAULT),
+        format!("| `priority` | {} ", pgwake::config::PRIORITY_DEFAULT),
+        format!(
+            "| `max_attempts` | {} |",
+            pgwake::config::MAX_ATTEMPTS_DEFAULT
+        ),
+    ] {
+        assert!(readme.contains(&row), "docs/src/producing.md lacks {row}");
+    }
+}
+
+#[test]
+fn the_run_reference_shows_the_defaults_run_help_prints() {
+    let o = run(&["run", "--help"], None);
+    let help = String::from_utf8_lossy(&o.stdout).to_string();
+    // Flag → its default, from the help's "[default: …]" after the flag.
+    let default_of = |flag: &str| -> Option<String> {
+        let at = help.find(&format!("{flag} <"))?;
+        let rest = &help[at..];
+        // Up to the next line that starts a flag.
+        let mut end = rest.len();
+        let mut offset = 0;
+        for line in rest.split_inclusive('\n') {
+            if offset > 0 && line.trim_start().starts_with('-') {
+                end = offset;
+                break;
+            }
+            offset += line.len();
+        }
+        let block = &rest[..end];
+        let d = block.find("[default: ")? + "[default: ".len();
+        Some(block[d..block[d..].find(']')? + d].to_string())
+    };
+    let readme = include_str!("../../docs/src/cli.md");
+    let table = &readme[readme.find("## `pgwake run` reference").unwrap()..];
+    let mut checked = 0;
+    for row in table.lines().skip(4).take_while(|l| l.starts_with('|')) {
+        let cells: Vec<&str> = row.split('|').map(str::trim).collect();
+        // `--retry-base` / `--retry-max` | 1s / 1h: one default per flag.
+        let flags: Vec<&str> = cells[1]
+            .split('`')
+            .skip(1)
+            .step_by(2)
+            .filter_map(|f| f.split_whitespace().next())
+            .filter(|f| f.starts_with("--"))
+            .collect();
+        let defaults: Vec<&str> = cells[2].split(" / ").collect();
+        if flags.len() != defaults.len() {
+            continue;
+        }
+        for (flag, default) in flags.iter().zip(defaults) {
+            if let Some(printed) = default_of(flag) {
+                assert_eq!(
+                    default, printed,
+                    "docs/src/cli.md says {flag} defaults to {default}, --help says {printed}"
+                );
+                checked += 1;
+            }
+        }
+    }
+    assert!(checked >= 12, "only {checked} defaults compared");
+}
+
+/// `.ci/deps` reads "check|package" lines; a check that itself holds `||`
+/// once made it hand apt the string "| [ -x /usr/sbin" as a package name,
+/// which only a fresh machine (one that lacks pgbouncer) ever saw.
+#[test]
+fn the_install_step_reads_every_needed_package_name() {
+    let root = env!("CARGO_MANIFEST_DIR");
+    let o = std::process::Command::new("bash")
+        .arg(format!("{root}/.ci/deps"))
+        .arg("--list")
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let listed = String::from_utf8(o.stdout).unwrap();
+    let packages: Vec<&str> = listed.lines().collect();
+    for package in ["postgresql", "prometheus", "pgbouncer", "faketime"] {
+        assert!(packages.contains(&package), "{package} missing: {listed:?}");
+    }
+    for package in &packages {
+        let valid = !package.is_empty()
+            && package
+                .chars()
+                .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || "+-.".contains(c));
+        assert!(valid, "not an apt package name: {package:?}");
+    }
+}

@@ -1,0 +1,124 @@
+//! `pgwake demo`: a place to look around. It keeps its throwaway cluster
+//! and worker until one Ctrl-C, says how to reach them from another
+//! terminal, and summarises every queue.
+
+use crate::common;
+
+use std::io::{BufRead, Read, Write};
+use std::process::Stdio;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use common::*;
+
+/// Collect the child's stdout as it is written.
+fn tail_stdout(child: &mut std::process::Child) -> Arc<Mutex<String>> {
+    let out = Arc::new(Mutex::new(String::new()));
+    let o = out.clone();
+    let stdout = child.stdout.take().unwrap();
+    std::thread::spawn(move || {
+        for line in std::io::BufReader::new(stdout)
+            .lines()
+            .map_while(Result::ok)
+        {
+            let mut o = o.lock().unwrap();
+            o.push_str(&line);
+            o.push('\n');
+        }
+    });
+    out
+}
+
+/// The value after `key` on the first line that has it, up to whitespace.
+fn value_after(text: &str, key: &str) -> String {
+    let i = text
+        .find(key)
+        .unwrap_or_else(|| panic!("no {key:?} in {text}"))
+        + key.len();
+    text[i..].split_whitespace().next().unwrap().to_string()
+}
+
+fn http_get(addr: &str, path: &str) -> String {
+    let mut s = std::net::TcpStream::connect(addr).unwrap();
+    write!(s, "GET {path} HTTP/1.0\r\nHost: {addr}\r\n\r\n").unwrap();
+    let mut body = String::new();
+    s.read_to_string(&mut body).unwrap();
+    body
+}
+
+#[tokio::test]
+async fn the_demo_stays_up_until_one_ctrl_c_and_says_how_to_look_around() {
+    let mut child = pgwake_cmd()
+        .args(["demo", "--metrics-addr", "127.0.0.1:0"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let out = tail_stdout(&mut child);
+    let o = out.clone();
+    eventually("every demo job resolved", Duration::from_secs(120), || {
+        let o = o.clone();
+        async move { o.lock().unwrap().contains("Ctrl-C to stop") }
+    })
+    .await;
+    let text = out.lock().unwrap().clone();
+    // The summary covers every queue the demo uses.
+    let summary = &text[text.find("per queue").expect("a per-queue summary")..];
+    for queue in ["default", "email"] {
+        assert!(
+            summary.lines().any(|l| l.trim_start().starts_with(queue)),
+            "{queue} missing from the summary: {summary}"
+        );
+    }
+    // What it tells the user to try from another terminal works, while the
+    // demo keeps running.
+    let url = value_after(&text, "DATABASE_URL=")
+        .trim_matches('\'')
+        .to_string();
+    for cmd in ["pgwake stats", "pgwake dead list", "curl"] {
+        assert!(text.contains(cmd), "{cmd} not suggested: {text}");
+    }
+    let o = pgwake_cmd()
+        .env("DATABASE_URL", &url)
+        .args(["dead", "list"])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert!(String::from_utf8_lossy(&o.stdout).contains("sync_crm"));
+    let metrics_url = value_after(&text, "curl -s http://");
+    let addr = metrics_url.split('/').next().unwrap().to_string();
+    let metrics = http_get(&addr, "/metrics");
+    assert!(metrics.contains("pgwake_jobs_total"), "{metrics}");
+    assert!(
+        child.try_wait().unwrap().is_none(),
+        "the demo is still running"
+    );
+
+    // One Ctrl-C stops it.
+    send_signal(&child, libc::SIGINT);
+    let o = wait_exit(child, Duration::from_secs(60)).await;
+    assert_eq!(o.status.code(), Some(0));
+    let text = out.lock().unwrap().clone();
+    let after = &text[text.find("Ctrl-C to stop").unwrap()..];
+    assert!(
+        !after.contains("pgwake dead list"),
+        "no advice about a cluster that is gone: {after}"
+    );
+}
+
+#[test]
+fn a_taken_metrics_port_stops_the_demo_before_it_starts_a_cluster() {
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = taken.local_addr().unwrap().to_string();
+    let o = pgwake_cmd()
+        .args(["demo", "--metrics-addr", &addr])
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(2));
+    let e = String::from_utf8_lossy(&o.stderr);
+    assert!(e.contains("--metrics-addr") && e.contains(&addr), "{e}");
+    assert!(
+        !String::from_utf8_lossy(&o.stdout).contains("starting a throwaway PostgreSQL"),
+        "checked before the start-up work"
+    );
+}

@@ -1,0 +1,373 @@
+//! Jobs of one claim never hurt each other: a long batch is not cut off by
+//! the server's idle limit, one job's unwritable failure reason does not
+//! roll back its siblings, a job that crashes its worker (or its database
+//! session) is charged alone and ends dead, while the jobs claimed with it
+//! run once and never end dead.
+
+use crate::common;
+
+use std::time::Duration;
+
+use common::*;
+use pgwake::client::{enqueue, NewJob};
+use pgwake::{async_trait, BoxError, Handler, Job, JobContext, Outcome, Worker, WorkerConfig};
+
+/// Sleeps without touching the claim transaction.
+struct Sleeps {
+    ledger: Ledger,
+    ms: u64,
+}
+
+#[async_trait]
+impl Handler for Sleeps {
+    async fn handle(&self, job: &Job, _ctx: JobContext<'_>) -> Result<Outcome, BoxError> {
+        self.ledger.record(job);
+        tokio::time::sleep(Duration::from_millis(self.ms)).await;
+        Ok(Outcome::Done)
+    }
+}
+
+/// Issue repro: 10 jobs of 0.7 s with a 1 s job timeout in one tx batch take
+/// 7 s, past the 6 s idle-in-transaction limit of the claim transaction.
+#[tokio::test]
+async fn a_tx_batch_longer_than_the_servers_idle_limit_is_not_cut_off() {
+    let db = migrated_db().await;
+    let ids = insert_jobs(&db, "sleep", 10).await;
+    let ledger = Ledger::default();
+    let worker = Worker::builder(db.config())
+        .config(WorkerConfig {
+            batch: 10,
+            job_timeout: Duration::from_secs(1),
+            ..test_config()
+        })
+        .handler(
+            "sleep",
+            Sleeps {
+                ledger: ledger.clone(),
+                ms: 700,
+            },
+        )
+        .build()
+        .unwrap();
+    // One claim round: the whole batch in one transaction.
+    assert_eq!(worker.claim_once().await.unwrap(), 10);
+    assert!(ledger.check(&ids).is_empty(), "each job ran once");
+    assert_eq!(remaining(&db).await, 0, "every job committed as done");
+}
+
+/// Fails the job whose payload says so, with bytes PostgreSQL text cannot
+/// hold.
+struct FailsWithNul(Ledger);
+
+#[async_trait]
+impl Handler for FailsWithNul {
+    async fn handle(&self, job: &Job, _ctx: JobContext<'_>) -> Result<Outcome, BoxError> {
+        self.0.record(job);
+        if job.payload["bad"].as_bool() == Some(true) {
+            return Err("stderr said \0\u{1}\u{7f} and more".into());
+        }
+        Ok(Outcome::Done)
+    }
+}
+
+async fn a_nul_byte_in_a_failure_reason_fails_only_its_own_job(lease: bool) {
+    let db = migrated_db().await;
+    let client = db.client().await;
+    let mut ids = Vec::new();
+    for i in 0..5 {
+        let payload = serde_json::json!({ "bad": i == 2 });
+        ids.push(enqueue(&client, &NewJob::new("t", payload)).await.unwrap());
+    }
+    let ledger = Ledger::default();
+    let worker = Worker::builder(db.config())
+        .config(WorkerConfig {
+            batch: 10,
+            concurrency: 8,
+            lease_queues: if lease {
+                vec!["default".into()]
+            } else {
+                vec![]
+            },
+            ..test_config()
+        })
+        .handler("t", FailsWithNul(ledger.clone()))
+        .build()
+        .unwrap();
+    assert_eq!(worker.claim_once().await.unwrap(), 5);
+    assert!(ledger.check(&ids).is_empty(), "each job ran once");
+    let rows = client
+        .query(
+            "SELECT id, attempts, last_error FROM pgwake.jobs ORDER BY id",
+            &[],
+        )
+        .await
+        .unwrap();
+    assert_eq!(rows.len(), 1, "only the failed job is back in the queue");
+    let (id, attempts, error): (i64, i32, String) =
+        (rows[0].get(0), rows[0].get(1), rows[0].get(2));
+    assert_eq!((id, attempts), (ids[2], 1));
+    assert!(
+        error.starts_with("stderr said \u{FFFD}\u{FFFD}\u{FFFD} and more"),
+        "{error:?}"
+    );
+}
+
+#[tokio::test]
+async fn tx_mode_a_nul_byte_in_a_failure_reason_fails_only_its_own_job() {
+    a_nul_byte_in_a_failure_reason_fails_only_its_own_job(false).await;
+}
+
+#[tokio::test]
+async fn lease_mode_a_nul_byte_in_a_failure_reason_fails_only_its_own_job() {
+    a_nul_byte_in_a_failure_reason_fails_only_its_own_job(true).await;
+}
+
+/// Issue repro: one job whose command kills the worker (`kill -9 $PPID`)
+/// among good jobs, `max_attempts 3`, the worker restarted after each
+/// crash. The good jobs run once and end done; only the poison job is
+/// charged, and it ends dead.
+async fn a_poison_job_is_charged_alone_never_its_batch(mode: &[&str]) {
+    let db = migrated_db().await;
+    let client = db.client().await;
+    let dir = tempfile::tempdir().unwrap();
+    let ledger = dir.path().join("ledger");
+    // Good jobs first (priority 0), the poison job (1), more good jobs (2):
+    // the poison job is claimed with good jobs before and after it.
+    let mut good = Vec::new();
+    let mut poison = 0;
+    for (task, priority) in [
+        ("good", 0),
+        ("good", 0),
+        ("good", 0),
+        ("poison", 1),
+        ("good", 2),
+        ("good", 2),
+        ("good", 2),
+    ] {
+        let id = enqueue(
+            &client,
+            &NewJob::new(task, serde_json::json!({}))
+                .priority(priority)
+                .max_attempts(3),
+        )
+        .await
+        .unwrap();
+        if task == "good" {
+            good.push(id);
+        } else {
+            poison = id;
+        }
+    }
+    let good_cmd = format!(
+        "good=exec:sh -c 'echo $PGWAKE_JOB_ID >> {}'",
+        ledger.display()
+    );
+    // Usually lets the worker record its siblings' outcomes before it dies;
+    // writes a line to the ledger first, so that the check below knows which
+    // runs came before a crash.
+    let poison_cmd = format!(
+        "poison=exec:sh -c 'sleep 0.3; echo crash >> {}; kill -9 $PPID'",
+        ledger.display()
+    );
+    let mut crashes = 0;
+    let poison_dead = || async {
+        db.scalar::<i64>(&format!(
+            "SELECT count(*) FROM pgwake.dead_jobs WHERE id = {poison}"
+        ))
+        .await
+            == 1
+    };
+    while !poison_dead().await {
+        assert!(crashes < 8, "the poison job never ended dead");
+        let mut args = vec![
+            "--concurrency",
+            "4",
+            "--batch",
+            "10",
+            "--lease-duration",
+            "1s",
+            "--rescue-interval",
+            "200ms",
+            "--handler",
+            &good_cmd,
+            "--handler",
+            &poison_cmd,
+        ];
+        args.extend_from_slice(mode);
+        let mut child = spawn_pgwake_run(&db.url, &args);
+        // Until the poison job kills this worker, or ends dead.
+        let crashed = wait_for(
+            "the poison job to crash the worker or end dead",
+            Duration::from_secs(60),
+            async || {
+                if child.try_wait().unwrap().is_some() {
+                    Ok(true)
+                } else if poison_dead().await {
+                    Ok(false)
+                } else {
+                    Err("worker running, poison job not dead".into())
+                }
+            },
+        )
+        .await;
+        if crashed {
+            crashes += 1;
+        } else {
+            send_signal(&child, libc::SIGTERM);
+            let out = wait_exit(child, Duration::from_secs(30)).await;
+            assert!(
+                out.status.success(),
+                "{}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+    }
+    // Every good job ran and is done. Once, unless its first run came
+    // before a crash: a sibling that ran in the crashed batch before the
+    // poison job (tx mode, where the batch's outcomes commit together), or
+    // whose outcome was not yet written (lease mode), runs at most once
+    // more, alone (ARCHITECTURE.md → "Crash charges"). Which jobs share the
+    // poison job's batch depends on how the claims fell; the 0.3 s the
+    // poison job waits makes a second run rare, not impossible.
+    let runs = std::fs::read_to_string(&ledger).unwrap_or_default();
+    let mut first_run_before_crash = std::collections::BTreeMap::new();
+    let mut counts = std::collections::BTreeMap::<i64, usize>::new();
+    let mut crashed_yet = 0;
+    for line in runs.lines().map(str::trim) {
+        if line == "crash" {
+            crashed_yet += 1;
+            continue;
+        }
+        let id: i64 = line.parse().unwrap();
+        *counts.entry(id).or_default() += 1;
+        first_run_before_crash.entry(id).or_insert(crashed_yet);
+    }
+    let ran: Vec<i64> = counts.keys().copied().collect();
+    assert_eq!(ran, good, "every good job ran: {runs}");
+    for (id, n) in &counts {
+        let crashes_after_first_run = crashed_yet - first_run_before_crash[id];
+        assert!(
+            *n == 1 || (*n == 2 && crashes_after_first_run > 0),
+            "good job {id} ran {n} times, {crashes_after_first_run} crashes after its first run: {runs}"
+        );
+    }
+    let left: i64 = db.scalar("SELECT count(*) FROM pgwake.jobs").await;
+    let dead: i64 = db.scalar("SELECT count(*) FROM pgwake.dead_jobs").await;
+    assert_eq!((left, dead), (0, 1), "only the poison job is dead");
+    let reason = dead_reason(&client, poison).await;
+    assert!(
+        reason.contains("never reported") || reason.contains("stopped heartbeating"),
+        "{reason}"
+    );
+}
+
+#[tokio::test]
+async fn tx_mode_a_poison_job_is_charged_alone_never_its_batch() {
+    a_poison_job_is_charged_alone_never_its_batch(&["--tx-queues", "default"]).await;
+}
+
+#[tokio::test]
+async fn lease_mode_a_poison_job_is_charged_alone_never_its_batch() {
+    a_poison_job_is_charged_alone_never_its_batch(&[]).await;
+}
+
+/// Waits until the job's SQL function runs (its server process id) or the
+/// job is dead (`None`), on fresh connections: the server restarts after
+/// every kill.
+async fn running_or_dead(db: &TestDb, id: i64) -> Option<i32> {
+    wait_for("the job to run or die", Duration::from_secs(60), async || {
+        let c = pgwake::connect::connect(&db.config())
+            .await
+            .map_err(|e| format!("server restarting: {e}"))?;
+        let dead = c
+            .query_one(
+                "SELECT count(*) FROM pgwake.dead_jobs WHERE id = $1",
+                &[&id],
+            )
+            .await
+            .map_err(|e| e.to_string())?;
+        if dead.get::<_, i64>(0) == 1 {
+            return Ok(None);
+        }
+        let rows = c
+            .query(
+                "SELECT pid FROM pg_stat_activity WHERE state = 'active' AND wait_event = 'PgSleep' AND query LIKE '%crash_me%' AND pid <> pg_backend_pid()",
+                &[],
+            )
+            .await
+            .map_err(|e| e.to_string())?;
+        match rows.first() {
+            Some(row) => Ok(Some(row.get(0))),
+            None => Err("not running yet".into()),
+        }
+    })
+    .await
+}
+
+/// Issue repro: the crash ledger was UNLOGGED, so a job that crashes the
+/// server (crash recovery truncates unlogged tables) was retried at attempt
+/// 1 forever. Each run of this SQL job has its server process killed with
+/// SIGKILL (the server restarts all sessions and recovers); it must use up
+/// its attempts and end dead.
+#[tokio::test]
+async fn a_job_that_crashes_its_database_session_uses_up_its_attempts() {
+    let (_cluster, db) = private_cluster_db().await;
+    let client = db.client().await;
+    client
+        .batch_execute(
+            "CREATE FUNCTION crash_me(p jsonb) RETURNS void LANGUAGE sql AS $$ SELECT pg_sleep(600) $$",
+        )
+        .await
+        .unwrap();
+    let id = enqueue(
+        &client,
+        &NewJob::new("crash", serde_json::json!({})).max_attempts(2),
+    )
+    .await
+    .unwrap();
+    drop(client);
+    let worker = Worker::builder(db.config())
+        .config(WorkerConfig {
+            concurrency: 1,
+            poll_interval: Duration::from_millis(200),
+            ..test_config()
+        })
+        .handler_arc(
+            "crash",
+            pgwake::handlers::parse_flag("crash=sql:crash_me")
+                .unwrap()
+                .1,
+        )
+        .build()
+        .unwrap();
+    let running = Running::start(worker);
+    let mut kills = 0;
+    loop {
+        // Wait for the job to run (or be dead), on a fresh connection: the
+        // server restarts after every kill.
+        let pid = running_or_dead(&db, id).await;
+        let Some(pid) = pid else { break };
+        assert!(kills < 6, "the job kept running after {kills} crashes");
+        // SAFETY: kill(2) on the test cluster's server process.
+        unsafe {
+            libc::kill(pid, libc::SIGKILL);
+        }
+        kills += 1;
+    }
+    let client = db.client().await;
+    let attempts: i32 = client
+        .query_one(
+            "SELECT attempts FROM pgwake.dead_jobs WHERE id = $1",
+            &[&id],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    // Every run was charged: the first ran in a claim of one job, the
+    // others alone as suspects.
+    assert_eq!(kills, 2, "max_attempts runs, then dead");
+    assert_eq!(attempts, 2);
+    let reason = dead_reason(&client, id).await;
+    assert!(reason.contains("never reported"), "{reason}");
+    running.shutdown().await;
+}

@@ -1,0 +1,526 @@
+//! Lease mode: no transaction held while a job runs, fenced completion,
+//! rescues that requeue each expired lease exactly once.
+
+use crate::common;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use common::*;
+use pgwake::client::{enqueue, NewJob};
+use pgwake::internal::rescuer::Rescuer;
+use pgwake::{async_trait, BoxError, Handler, Job, JobContext, Outcome, Worker, WorkerConfig};
+use tokio::sync::{Notify, Semaphore};
+
+fn lease_config(lease: Duration) -> WorkerConfig {
+    WorkerConfig {
+        lease_queues: vec!["default".into()],
+        lease_duration: lease,
+        rescue_interval: Duration::from_secs(3600),
+        ..test_config()
+    }
+}
+
+/// Signals when it starts, then waits for `release` and returns `result`.
+struct Gate {
+    started: Arc<Semaphore>,
+    release: Arc<Notify>,
+    cancelled: Arc<Semaphore>,
+    fail: bool,
+}
+
+#[async_trait]
+impl Handler for Gate {
+    async fn handle(&self, job: &Job, ctx: JobContext<'_>) -> Result<Outcome, BoxError> {
+        assert!(
+            ctx.transaction().await.unwrap().is_none(),
+            "lease mode runs outside any transaction"
+        );
+        self.started.add_permits(1);
+        // Cancellation drops this future: the guard reports it.
+        let mut guard = DropGuard {
+            on_drop: Some(self.cancelled.clone()),
+        };
+        tokio::select! {
+            _ = self.release.notified() => {}
+            _ = ctx.cancelled().cancelled() => std::future::pending::<()>().await,
+        }
+        guard.on_drop = None;
+        if self.fail {
+            return Err(format!("late failure of attempt {}", job.attempt).into());
+        }
+        Ok(Outcome::Done)
+    }
+}
+
+struct DropGuard {
+    on_drop: Option<Arc<Semaphore>>,
+}
+
+impl Drop for DropGuard {
+    fn drop(&mut self) {
+        if let Some(s) = self.on_drop.take() {
+            s.add_permits(1);
+        }
+    }
+}
+
+fn gate(fail: bool) -> (Gate, Arc<Semaphore>, Arc<Notify>, Arc<Semaphore>) {
+    let started = Arc::new(Semaphore::new(0));
+    let release = Arc::new(Notify::new());
+    let cancelled = Arc::new(Semaphore::new(0));
+    (
+        Gate {
+            started: started.clone(),
+            release: release.clone(),
+            cancelled: cancelled.clone(),
+            fail,
+        },
+        started,
+        release,
+        cancelled,
+    )
+}
+
+async fn expire_and_rescue(db: &TestDb) -> pgwake::internal::rescuer::RescueReport {
+    let client = db.client().await;
+    client
+        .batch_execute("UPDATE pgwake.leased_jobs SET lease_until = now() - interval '1 second'")
+        .await
+        .unwrap();
+    let pool = pgwake::connect::pool(&db.config(), 1).unwrap();
+    Rescuer::new(pool, Duration::from_secs(1))
+        .run_once()
+        .await
+        .unwrap()
+}
+
+#[tokio::test]
+async fn a_running_lease_job_holds_no_transaction() {
+    let db = migrated_db().await;
+    let (g, started, release, _) = gate(false);
+    let worker = Worker::builder(db.config())
+        .config(WorkerConfig {
+            application_name: "pgwake-lease-idle".into(),
+            // Only the lease queue: no tx-mode claims at all on this worker.
+            queues: Some(vec!["default".into()]),
+            ..lease_config(Duration::from_secs(30))
+        })
+        .handler("t", g)
+        .build()
+        .unwrap();
+    let mut w = Running::start(worker);
+    let id = insert_jobs(&db, "t", 1).await[0];
+    started.acquire().await.unwrap().forget();
+    let in_tx: i64 = db
+        .scalar("SELECT count(*) FROM pg_stat_activity WHERE application_name LIKE 'pgwake-lease-idle%' AND state LIKE 'idle in transaction%'")
+        .await;
+    assert_eq!(
+        in_tx, 0,
+        "no session of the worker is in a transaction while the job runs"
+    );
+    let leased: (i32, bool) = {
+        let r = db
+            .client()
+            .await
+            .query_one(
+                "SELECT attempts, lease_until > now() FROM pgwake.leased_jobs WHERE id = $1",
+                &[&id],
+            )
+            .await
+            .unwrap();
+        (r.get(0), r.get(1))
+    };
+    assert_eq!(
+        leased,
+        (1, true),
+        "the attempt is counted and the lease is live"
+    );
+    release.notify_one();
+    let ev = w.next_events(1, Duration::from_secs(20), |_| true).await;
+    assert_eq!(ev[0].outcome(), "done");
+    w.shutdown().await;
+    let left: i64 = db
+        .scalar(
+            "SELECT (SELECT count(*) FROM pgwake.jobs) + (SELECT count(*) FROM pgwake.leased_jobs)",
+        )
+        .await;
+    assert_eq!(left, 0);
+}
+
+#[tokio::test]
+async fn the_heartbeat_keeps_a_long_job_leased() {
+    let db = migrated_db().await;
+    let (g, started, release, _) = gate(false);
+    let worker = Worker::builder(db.config())
+        .config(WorkerConfig {
+            rescue_interval: Duration::from_millis(100),
+            ..lease_config(Duration::from_secs(1))
+        })
+        .handler("t", g)
+        .build()
+        .unwrap();
+    let mut w = Running::start(worker);
+    let id = insert_jobs(&db, "t", 1).await[0];
+    started.acquire().await.unwrap().forget();
+    let client = db.client().await;
+    let first: std::time::SystemTime = client
+        .query_one(
+            "SELECT lease_until FROM pgwake.leased_jobs WHERE id = $1",
+            &[&id],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    // Outlive the first lease several times over while the rescuer runs
+    // every 100 ms: the heartbeat must keep moving lease_until.
+    eventually(
+        "lease renewed past three of its lengths",
+        Duration::from_secs(30),
+        || {
+            let client = &client;
+            async move {
+                let until: Option<std::time::SystemTime> = client
+                    .query_opt(
+                        "SELECT lease_until FROM pgwake.leased_jobs WHERE id = $1",
+                        &[&id],
+                    )
+                    .await
+                    .unwrap()
+                    .map(|r| r.get(0));
+                let until = until.expect("never rescued while alive");
+                until > first + Duration::from_secs(3)
+            }
+        },
+    )
+    .await;
+    release.notify_one();
+    let ev = w.next_events(1, Duration::from_secs(20), |_| true).await;
+    assert_eq!((ev[0].id, ev[0].attempt, ev[0].outcome()), (id, 1, "done"));
+    w.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_late_completion_after_a_rescue_is_fenced_and_does_not_resurrect_the_job() {
+    let db = migrated_db().await;
+    // A: slow, its heartbeat far apart (it does not notice the rescue), and
+    // it fails late: its write-back must not put the job back.
+    let (slow, started, release, _) = gate(true);
+    let a = Worker::builder(db.config())
+        .config(WorkerConfig {
+            concurrency: 1,
+            ..lease_config(Duration::from_secs(600))
+        })
+        .handler("t", slow)
+        .build()
+        .unwrap();
+    let mut a = Running::start(a);
+    let id = insert_jobs(&db, "t", 1).await[0];
+    started.acquire().await.unwrap().forget();
+    let report = expire_and_rescue(&db).await;
+    assert_eq!(report.requeued, 1);
+    // B runs the rescued job (attempt 2) to completion.
+    let ledger = Ledger::default();
+    let b = Worker::builder(db.config())
+        .config(lease_config(Duration::from_secs(30)))
+        .handler("t", ok_handler(&ledger))
+        .build()
+        .unwrap();
+    let mut b = Running::start(b);
+    let ev = b.next_events(1, Duration::from_secs(20), |_| true).await;
+    assert_eq!((ev[0].id, ev[0].attempt, ev[0].outcome()), (id, 2, "done"));
+    // Now A's attempt 1 ends with a failure; its requeue is fenced out.
+    release.notify_one();
+    let ev = a.next_events(1, Duration::from_secs(20), |_| true).await;
+    assert_eq!((ev[0].id, ev[0].attempt), (id, 1));
+    assert_eq!(ev[0].outcome(), "lost", "reported as not written: {ev:?}");
+    a.shutdown().await;
+    b.shutdown().await;
+    let left: i64 = db
+        .scalar("SELECT (SELECT count(*) FROM pgwake.jobs) + (SELECT count(*) FROM pgwake.leased_jobs) + (SELECT count(*) FROM pgwake.dead_jobs)")
+        .await;
+    assert_eq!(left, 0, "the job stays done");
+    assert_eq!(ledger.check(&[id]), vec![]);
+}
+
+#[tokio::test]
+async fn a_heartbeat_that_finds_its_lease_gone_stops_the_handler() {
+    let db = migrated_db().await;
+    let (slow, started, _release, cancelled) = gate(false);
+    let a = Worker::builder(db.config())
+        .config(WorkerConfig {
+            concurrency: 1,
+            ..lease_config(Duration::from_millis(1500))
+        })
+        .handler("t", slow)
+        .build()
+        .unwrap();
+    let mut a = Running::start(a);
+    let id = insert_jobs(&db, "t", 1).await[0];
+    started.acquire().await.unwrap().forget();
+    assert_eq!(expire_and_rescue(&db).await.requeued, 1);
+    // Within a heartbeat the handler is told to stop.
+    tokio::time::timeout(Duration::from_secs(20), cancelled.acquire())
+        .await
+        .expect("the handler was cancelled")
+        .unwrap()
+        .forget();
+    let ev = a
+        .next_events(1, Duration::from_secs(20), |e| e.attempt == 1)
+        .await;
+    assert_eq!((ev[0].id, ev[0].outcome()), (id, "lost"));
+    a.abort.cancel();
+    a.shutdown().await;
+    let back: i32 = db
+        .scalar(&format!("SELECT attempts FROM pgwake.jobs WHERE id = {id}"))
+        .await;
+    assert_eq!(
+        back, 1,
+        "the rescued job waits in the queue with its attempt counted"
+    );
+}
+
+#[tokio::test]
+async fn two_rescuers_at_once_requeue_each_expired_lease_exactly_once() {
+    let db = migrated_db().await;
+    let client = db.client().await;
+    client
+        .batch_execute(
+            "INSERT INTO pgwake.leased_jobs (id, queue, task, payload, priority, run_at, attempts, max_attempts, created_at, worker_id, lease_until)
+             SELECT g, 'default', 't', '{}', 0, now(), 1 + (g % 2), 2, now(), 'gone', now() - interval '1 minute'
+             FROM generate_series(1, 500) g",
+        )
+        .await
+        .unwrap();
+    let mut tasks = Vec::new();
+    for _ in 0..4 {
+        let pool = pgwake::connect::pool(&db.config(), 1).unwrap();
+        tasks.push(tokio::spawn(async move {
+            let r = Rescuer::new(pool, Duration::from_secs(1));
+            let mut total = pgwake::internal::rescuer::RescueReport::default();
+            loop {
+                let once = r.run_once().await.unwrap();
+                if once.requeued + once.dead == 0 {
+                    return total;
+                }
+                total.requeued += once.requeued;
+                total.dead += once.dead;
+            }
+        }));
+    }
+    let (mut requeued, mut dead) = (0, 0);
+    for t in tasks {
+        let r = t.await.unwrap();
+        requeued += r.requeued;
+        dead += r.dead;
+    }
+    assert_eq!(
+        (requeued, dead),
+        (250, 250),
+        "odd ids had attempts 2 of 2: dead; even ids back"
+    );
+    let jobs: i64 = client
+        .query_one("SELECT count(DISTINCT id) FROM pgwake.jobs", &[])
+        .await
+        .unwrap()
+        .get(0);
+    let buried: i64 = client.query_one("SELECT count(*) FROM pgwake.dead_jobs WHERE last_error LIKE 'lease expired on the last attempt%'", &[]).await.unwrap().get(0);
+    let leased: i64 = client
+        .query_one("SELECT count(*) FROM pgwake.leased_jobs", &[])
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!((jobs, buried, leased), (250, 250, 0));
+}
+
+#[tokio::test]
+async fn lease_mode_failure_retries_then_goes_dead_and_tx_queues_stay_in_tx_mode() {
+    let db = migrated_db().await;
+    let client = db.client().await;
+    let lease_job = enqueue(
+        &client,
+        &NewJob::new("fail", serde_json::json!({})).max_attempts(2),
+    )
+    .await
+    .unwrap();
+    let tx_job = enqueue(
+        &client,
+        &NewJob::new("tx", serde_json::json!({})).queue("short"),
+    )
+    .await
+    .unwrap();
+    struct InTx;
+    #[async_trait]
+    impl Handler for InTx {
+        async fn handle(&self, _job: &Job, ctx: JobContext<'_>) -> Result<Outcome, BoxError> {
+            assert!(
+                ctx.transaction().await.unwrap().is_some(),
+                "queue `short` is a tx-mode queue"
+            );
+            Ok(Outcome::Done)
+        }
+    }
+    let worker = Worker::builder(db.config())
+        .config(lease_config(Duration::from_secs(30)))
+        .handler(
+            "fail",
+            Recording {
+                ledger: Ledger::default(),
+                behaviour: |_: &Job| Err("nope".into()),
+            },
+        )
+        .handler("tx", InTx)
+        .build()
+        .unwrap();
+    let mut w = Running::start(worker);
+    let evs = w.next_events(3, Duration::from_secs(30), |_| true).await;
+    w.shutdown().await;
+    let of = |id: i64| {
+        evs.iter()
+            .filter(|e| e.id == id)
+            .map(|e| (e.attempt, e.outcome()))
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(of(lease_job), vec![(1, "retry"), (2, "dead")]);
+    assert_eq!(of(tx_job), vec![(1, "done")]);
+}
+
+/// A claim statement per lease: one row per job it moved, with the
+/// transaction that moved it (a lease claim is one autocommit statement).
+async fn record_claim_statements(db: &TestDb) {
+    db.client()
+        .await
+        .batch_execute(
+            "CREATE TABLE public.lease_claims (id bigint, xact bigint);
+             CREATE FUNCTION public.record_lease_claim() RETURNS trigger LANGUAGE plpgsql AS $$
+             BEGIN
+                 INSERT INTO public.lease_claims VALUES (NEW.id, txid_current());
+                 RETURN NULL;
+             END $$;
+             CREATE TRIGGER record_lease_claim AFTER INSERT ON pgwake.leased_jobs
+                 FOR EACH ROW EXECUTE FUNCTION public.record_lease_claim();",
+        )
+        .await
+        .unwrap();
+}
+
+/// Every lease claim statement, empty ones too, takes 10 ms longer (a
+/// statement trigger fires whether or not rows are inserted): the claim's
+/// own time, standing for a server under load, so that what happens while
+/// a claim is in flight does not depend on how the test's threads are
+/// scheduled.
+async fn slow_claims(db: &TestDb) {
+    db.client()
+        .await
+        .batch_execute(
+            "CREATE FUNCTION public.slow_claim() RETURNS trigger LANGUAGE plpgsql AS $$
+             BEGIN PERFORM pg_sleep(0.01); RETURN NULL; END $$;
+             CREATE TRIGGER slow_claim BEFORE INSERT ON pgwake.leased_jobs
+                 FOR EACH STATEMENT EXECUTE FUNCTION public.slow_claim();",
+        )
+        .await
+        .unwrap();
+}
+
+/// With one lease claim in flight per worker (claimer.rs, `LeaseTurn`), a
+/// claim takes every slot freed while the previous one was in flight. One
+/// claim per task had each of the 8 tasks hold the slot it claimed with, so
+/// no slot was ever free when a claim was sent: 400 jobs took 400 claim
+/// statements. Every job still runs exactly once. (The no-op jobs end
+/// while a claim is in flight: `slow_claims`.)
+#[tokio::test(flavor = "multi_thread")]
+async fn a_lease_backlog_is_claimed_several_jobs_per_statement() {
+    let db = migrated_db().await;
+    record_claim_statements(&db).await;
+    slow_claims(&db).await;
+    let ids = insert_jobs(&db, "t", 400).await;
+    let ledger = Ledger::default();
+    let worker = Worker::builder(db.config())
+        .config(WorkerConfig {
+            concurrency: 8,
+            batch: 100,
+            queues: Some(vec!["default".into()]),
+            ..lease_config(Duration::from_secs(30))
+        })
+        .handler("t", ok_handler(&ledger))
+        .build()
+        .unwrap();
+    let w = Running::start(worker);
+    until_drained(&db).await;
+    w.shutdown().await;
+    assert_eq!(ledger.check(&ids), vec![], "jobs not run exactly once");
+    let (claims, jobs): (i64, i64) = {
+        let r = db
+            .client()
+            .await
+            .query_one(
+                "SELECT count(DISTINCT xact), count(*) FROM public.lease_claims",
+                &[],
+            )
+            .await
+            .unwrap();
+        (r.get(0), r.get(1))
+    };
+    assert_eq!(jobs, 400);
+    assert!(
+        claims * 2 <= jobs,
+        "{claims} lease claim statements for {jobs} jobs: fewer than 2 jobs per claim"
+    );
+}
+
+/// A task that finds another task's lease claim in flight goes back to idle
+/// and leaves a request that the claiming task serves with one more claim
+/// (the turn's logic has unit tests in claimer.rs). Each job here is
+/// inserted once the one before it has run: right when the claiming task,
+/// having found a job, sends its next claim and finds nothing (its snapshot
+/// predates the insert), so the task woken by the insert is turned away.
+/// Every job must run with the poll an hour away. (The waiting
+/// registration's re-check when the worker goes idle, waiting.rs, would
+/// also bring such a job in, some 50 ms later: this checks that the two
+/// together lose nothing.)
+#[tokio::test(flavor = "multi_thread")]
+async fn lease_wake_ups_during_a_claim_in_flight_are_not_lost() {
+    let db = migrated_db().await;
+    let ledger = Ledger::default();
+    let worker = Worker::builder(db.config())
+        .config(WorkerConfig {
+            concurrency: 8,
+            batch: 100,
+            poll_interval: Duration::from_secs(3600),
+            queues: Some(vec!["default".into()]),
+            ..lease_config(Duration::from_secs(30))
+        })
+        .handler("t", ok_handler(&ledger))
+        .build()
+        .unwrap();
+    // The next insert lands while the empty claim is in flight.
+    slow_claims(&db).await;
+    let w = Running::start(worker);
+    w.until_waiting(&db).await;
+    let producer = db.client().await;
+    let mut ids = Vec::new();
+    for n in 0..50usize {
+        let id: i64 = producer
+            .query_one(
+                "INSERT INTO pgwake.jobs (task) VALUES ('t') RETURNING id",
+                &[],
+            )
+            .await
+            .unwrap()
+            .get(0);
+        ids.push(id);
+        let l = ledger.clone();
+        eventually(
+            &format!("job {} of 50 to run (the poll is an hour away)", n + 1),
+            Duration::from_secs(60),
+            move || {
+                let l = l.clone();
+                async move { l.runs().len() > n }
+            },
+        )
+        .await;
+    }
+    until_drained(&db).await;
+    w.shutdown().await;
+    assert_eq!(ledger.check(&ids), vec![], "jobs not run exactly once");
+}

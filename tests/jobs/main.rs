@@ -1,0 +1,23 @@
+//! Jobs from claim to outcome in both delivery modes: delivery and wake-ups, batches and outcomes, leases and fencing, timeouts, payloads, handlers, cancellation, crashes and shutdown.
+//!
+//! One test binary per area (a cold build links 8 binaries, not 43); each
+//! file is one scenario module, named after what it defends.
+
+#[path = "../common/mod.rs"]
+mod common;
+
+mod batches;
+mod cancel;
+mod cancellation;
+mod crash;
+mod delivery;
+mod fencing;
+mod handlers;
+mod hostile;
+mod lease;
+mod outcomes;
+mod payloads;
+mod shutdown;
+mod suite;
+mod timeouts;
+mod trigger;

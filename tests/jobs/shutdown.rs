@@ -1,0 +1,206 @@
+//! Shutdown in lease mode and with handlers that ignore cancellation (tx
+//! mode's SIGTERM cases are in tests/cli/cli.rs).
+
+use crate::common;
+
+use std::time::{Duration, Instant};
+
+use common::*;
+
+#[tokio::test]
+async fn lease_mode_sigterm_finishes_in_flight_jobs_and_returns_unstarted_ones() {
+    let db = migrated_db().await;
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path().display();
+    let handler = format!(
+        "t=exec:sh -c 'touch {d}/$PGWAKE_JOB_ID.started; while [ ! -e {d}/go ]; do sleep 0.02; done; touch {d}/$PGWAKE_JOB_ID.finished'"
+    );
+    insert_jobs(&db, "t", 4).await;
+    let child = spawn_pgwake_run(
+        &db.url,
+        &[
+            "--handler",
+            &handler,
+            "--lease-queues",
+            "default",
+            "--concurrency",
+            "2",
+        ],
+    );
+    let p = dir.path().to_path_buf();
+    eventually("two jobs running", Duration::from_secs(30), || {
+        let p = p.clone();
+        async move { count_files(&p, ".started") == 2 }
+    })
+    .await;
+    send_signal(&child, libc::SIGTERM);
+    std::fs::write(dir.path().join("go"), "").unwrap();
+    let o = wait_exit(child, Duration::from_secs(30)).await;
+    assert_eq!(
+        o.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    assert_eq!(count_files(dir.path(), ".finished"), 2);
+    let client = db.client().await;
+    let left: Vec<i32> = client
+        .query("SELECT attempts FROM pgwake.jobs", &[])
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    assert_eq!(left, vec![0, 0], "the two unstarted jobs are untouched");
+    let leased: i64 = db.scalar("SELECT count(*) FROM pgwake.leased_jobs").await;
+    assert_eq!(leased, 0, "outcomes written before exit");
+}
+
+#[tokio::test]
+async fn lease_mode_second_signal_hands_running_jobs_back_with_their_attempt_refunded() {
+    let db = migrated_db().await;
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path().display();
+    let handler = format!("t=exec:sh -c 'touch {d}/$PGWAKE_JOB_ID.started; exec sleep 3600'");
+    insert_jobs(&db, "t", 2).await;
+    let child = spawn_pgwake_run(
+        &db.url,
+        &[
+            "--handler",
+            &handler,
+            "--lease-queues",
+            "default",
+            "--concurrency",
+            "2",
+            "--grace-period",
+            "1h",
+        ],
+    );
+    let p = dir.path().to_path_buf();
+    eventually("two jobs running", Duration::from_secs(30), || {
+        let p = p.clone();
+        async move { count_files(&p, ".started") == 2 }
+    })
+    .await;
+    let mut child = child;
+    let log = tail_stderr(&mut child);
+    send_signal(&child, libc::SIGTERM);
+    // Two signals sent back to back are one to the kernel; send the second
+    // once the first was seen.
+    let l = log.clone();
+    eventually(
+        "the first signal was handled",
+        Duration::from_secs(30),
+        || {
+            let l = l.clone();
+            async move { l.lock().unwrap().contains("signal received") }
+        },
+    )
+    .await;
+    send_signal(&child, libc::SIGTERM);
+    let o = wait_exit(child, Duration::from_secs(30)).await;
+    assert_eq!(o.status.code(), Some(0), "{}", log.lock().unwrap());
+    let back: Vec<i32> = db
+        .client()
+        .await
+        .query("SELECT attempts FROM pgwake.jobs", &[])
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    assert_eq!(back, vec![0, 0]);
+}
+
+#[tokio::test]
+async fn a_handler_that_blocks_its_thread_cannot_stop_the_worker_from_exiting() {
+    let db = migrated_db().await;
+    create_run_ledger(&db).await;
+    let id = insert_jobs(&db, "hog", 1).await[0];
+    let w = ChaosWorker::spawn(&db, &["--grace-ms", "300", "--concurrency", "2"]);
+    until_runs(&db, "the hog runs", Duration::from_secs(30), |r| {
+        r.iter().any(|x| x.0 == id)
+    })
+    .await;
+    let started = Instant::now();
+    let status = w.terminate().await;
+    let took = started.elapsed();
+    // Two documented ways out: the supervisor gives up on the blocked task
+    // after the hard deadline and returns (exit 0), or, when the blocked
+    // thread happened to hold tokio's timer driver so that the supervisor's
+    // own timers never fire (a race in the runtime, seen in about half the
+    // runs with a scheduler starting beside it), the watchdog thread exits
+    // the process (exit 1). Either way the process is gone, which is the
+    // guarantee; a hang would fail `terminate`.
+    assert!(
+        status.code() == Some(0) || status.code() == Some(1),
+        "{status:?}"
+    );
+    println!("exited {took:?} ({status:?}) after SIGTERM with a thread-blocking handler (grace 300 ms + hard deadline)");
+    // The server rolled the claim back when the process died: the job is
+    // claimable again (its attempt counted).
+    let back: i64 = db
+        .scalar(&format!("SELECT count(*) FROM pgwake.jobs WHERE id = {id}"))
+        .await;
+    assert_eq!(back, 1);
+}
+
+#[tokio::test]
+async fn a_sql_handler_stuck_in_the_database_is_abandoned_at_the_hard_deadline() {
+    let db = migrated_db().await;
+    db.client()
+        .await
+        .batch_execute("CREATE FUNCTION stuck(p jsonb) RETURNS void LANGUAGE sql AS $$ SELECT pg_sleep(3600) $$")
+        .await
+        .unwrap();
+    let id = insert_jobs(&db, "t", 1).await[0];
+    let child = spawn_pgwake_run(
+        &db.url,
+        &[
+            "--handler",
+            "t=sql:stuck",
+            "--grace-period",
+            "300ms",
+            "--application-name",
+            "pgwake-stuck",
+        ],
+    );
+    let client = db.client().await;
+    eventually("the function runs", Duration::from_secs(30), || {
+        let client = &client;
+        async move {
+            let n: i64 = client
+                .query_one("SELECT count(*) FROM pg_stat_activity WHERE application_name = 'pgwake-stuck' AND query LIKE '%stuck%' AND state = 'active' AND wait_event = 'PgSleep'", &[])
+                .await
+                .unwrap()
+                .get(0);
+            n == 1
+        }
+    })
+    .await;
+    send_signal(&child, libc::SIGTERM);
+    let o = wait_exit(child, Duration::from_secs(60)).await;
+    assert_eq!(
+        o.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    assert!(stderr.contains("hard deadline"), "{stderr}");
+    eventually(
+        "the job is back in the queue",
+        Duration::from_secs(30),
+        || {
+            let client = &client;
+            async move {
+                client
+                    .query_opt("SELECT 1 FROM pgwake.jobs WHERE id = $1", &[&id])
+                    .await
+                    .unwrap()
+                    .is_some()
+            }
+        },
+    )
+    .await;
+}

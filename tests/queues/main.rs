@@ -1,0 +1,14 @@
+//! Queues and keys: ordered and unique keys, pause, limits, rates, fairness, the claims' plans, and vacuum pressure.
+//!
+//! One test binary per area (a cold build links 8 binaries, not 43); each
+//! file is one scenario module, named after what it defends.
+
+#[path = "../common/mod.rs"]
+mod common;
+
+mod ordering;
+mod plans;
+mod queues;
+mod rate;
+mod unique;
+mod vacuum;

@@ -1,0 +1,14 @@
+//! The services around the claim path and the schema: recurring jobs, history, migrations, roles, clocks, the listener's half-open connections.
+//!
+//! One test binary per area (a cold build links 8 binaries, not 43); each
+//! file is one scenario module, named after what it defends.
+
+#[path = "../common/mod.rs"]
+mod common;
+
+mod clocks;
+mod halfopen;
+mod history;
+mod roles;
+mod schedules;
+mod schema;
