@@ -138,3 +138,46 @@ BEGIN
     END LOOP;
 END
 $$;
+
+-- Unique keys put back without waiting (lease retries and hand-backs,
+-- rescues, dead-job retries). A job that was running held no unique-index
+-- entry, so a producer may have inserted a job with its key in a
+-- transaction still open. A put-back that inserted the key would wait on
+-- that producer's uncommitted index entry for as long as its transaction
+-- lasts, and with it the worker's outcome writes. So every insert of a
+-- keyed job takes a shared lock on its key for its transaction (the
+-- trigger below), and a put-back keeps the key only if it gets the key's
+-- lock at once and no job waits with it; otherwise the job goes back
+-- without the key, which the producer's job keeps. Lock ids are a hash of
+-- the key in a class of pgwake's own: a collision only costs a key.
+CREATE OR REPLACE FUNCTION pgwake.unique_key_lock(key text) RETURNS bigint
+LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
+    SELECT (x'70677775'::bigint << 32) | (hashtext(key)::bigint & x'ffffffff'::bigint)
+$$;
+
+CREATE OR REPLACE FUNCTION pgwake.hold_unique_key() RETURNS trigger
+LANGUAGE plpgsql AS $$
+BEGIN
+    PERFORM pg_advisory_xact_lock_shared(pgwake.unique_key_lock(NEW.unique_key));
+    RETURN NEW;
+END
+$$;
+
+CREATE OR REPLACE TRIGGER jobs_hold_unique_key
+    BEFORE INSERT ON pgwake.jobs
+    FOR EACH ROW WHEN (NEW.unique_key IS NOT NULL)
+    EXECUTE FUNCTION pgwake.hold_unique_key();
+
+-- The unique key a job put back keeps: `key`, or NULL when another job
+-- waits with it or a producer is inserting one right now. Never waits.
+CREATE OR REPLACE FUNCTION pgwake.requeued_unique_key(key text) RETURNS text
+LANGUAGE plpgsql VOLATILE AS $$
+BEGIN
+    IF key IS NULL
+       OR NOT pg_try_advisory_xact_lock(pgwake.unique_key_lock(key))
+       OR EXISTS (SELECT 1 FROM pgwake.jobs w WHERE w.unique_key = key) THEN
+        RETURN NULL;
+    END IF;
+    RETURN key;
+END
+$$;

@@ -239,8 +239,8 @@ pub(crate) async fn heartbeat(ctx: Arc<ClaimContext>, stop: CancellationToken) {
             let sent = Instant::now();
             let renewal = tokio::time::timeout(every, renew(&ctx, &tokens)).await;
             match renewal.unwrap_or(Err(Error::ConnectionLost("heartbeat timed out"))) {
-                Ok(renewed) => {
-                    let lost = ctx.leases.renewed(&tokens, &renewed, sent, lease);
+                Ok((renewed, held)) => {
+                    let lost = ctx.leases.renewed(&tokens, &renewed, &held, sent, lease);
                     if lost > 0 {
                         tracing::warn!(
                             jobs = lost,
@@ -257,7 +257,9 @@ pub(crate) async fn heartbeat(ctx: Arc<ClaimContext>, stop: CancellationToken) {
     tokio::join!(watchdog, renewals);
 }
 
-async fn renew(ctx: &ClaimContext, tokens: &[i64]) -> Result<Vec<i64>> {
+/// Renew `tokens`: returns those renewed and those held but not renewed
+/// (their rows were locked, e.g. by an outcome write in flight).
+async fn renew(ctx: &ClaimContext, tokens: &[i64]) -> Result<(Vec<i64>, Vec<i64>)> {
     let mut conn = PooledConn::get(&ctx.pool, "heartbeat: no connection").await?;
     let r = Db::pooled(&conn, ctx.config.prepared_statements)
         .query(
@@ -266,5 +268,9 @@ async fn renew(ctx: &ClaimContext, tokens: &[i64]) -> Result<Vec<i64>> {
         )
         .await;
     let rows = conn.check(r).map_err(Error::db("heartbeat"))?;
-    Ok(rows.iter().map(|r| r.get(0)).collect())
+    let (renewed, held): (Vec<_>, Vec<_>) = rows.iter().partition(|r| r.get::<_, bool>(1));
+    Ok((
+        renewed.iter().map(|r| r.get(0)).collect(),
+        held.iter().map(|r| r.get(0)).collect(),
+    ))
 }

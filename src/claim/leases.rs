@@ -64,16 +64,19 @@ impl LeaseBook {
             .collect()
     }
 
-    /// A heartbeat sent at `sent` renewed `renewed` out of `asked`: the
-    /// others are lost.
+    /// A heartbeat sent at `sent` renewed `renewed` out of `asked` and
+    /// found `held` still held but locked (not renewed: they keep the time
+    /// they were secured until); the others are lost.
     pub(crate) fn renewed(
         &self,
         asked: &[i64],
         renewed: &[i64],
+        held: &[i64],
         sent: Instant,
         lease: Duration,
     ) -> usize {
         let renewed: std::collections::HashSet<i64> = renewed.iter().copied().collect();
+        let held: std::collections::HashSet<i64> = held.iter().copied().collect();
         let mut book = self.inner.lock().expect("lease book");
         let mut lost = 0;
         for token in asked {
@@ -82,6 +85,8 @@ impl LeaseBook {
             };
             if renewed.contains(token) {
                 l.secured_until = sent + lease;
+            } else if held.contains(token) {
+                continue;
             } else if !l.lost.is_cancelled() {
                 l.lost.cancel();
                 lost += 1;

@@ -17,6 +17,7 @@ mod hostile;
 mod lease;
 mod outcomes;
 mod payloads;
+mod put_back;
 mod shutdown;
 mod suite;
 mod timeouts;

@@ -34,10 +34,13 @@ async fn concurrent_migrate_leaves_one_correct_schema() {
         .scalar("SELECT count(*) FROM pgwake.schema_migrations")
         .await;
     assert_eq!(versions, all.len() as i64);
-    let triggers: i64 = db
-        .scalar("SELECT count(*) FROM pg_trigger WHERE tgrelid = 'pgwake.jobs'::regclass AND NOT tgisinternal")
+    let triggers: String = db
+        .scalar("SELECT string_agg(tgname, ',' ORDER BY tgname) FROM pg_trigger WHERE tgrelid = 'pgwake.jobs'::regclass AND NOT tgisinternal")
         .await;
-    assert_eq!(triggers, 1);
+    assert_eq!(
+        triggers, "jobs_hold_unique_key,jobs_notify",
+        "each trigger once"
+    );
 }
 
 #[tokio::test]

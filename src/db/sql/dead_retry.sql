@@ -15,9 +15,9 @@ INSERT INTO pgwake.jobs
      timeout, ordering_key, unique_key, ordering_at)
 SELECT id, queue, task, payload, priority, now(), 0, max_attempts, last_error, created_at,
        timeout, ordering_key,
-       -- a job waiting with the same unique key keeps it (docs/src/keys.md → Unique jobs)
-       CASE WHEN EXISTS (SELECT 1 FROM pgwake.jobs w WHERE w.unique_key = revived.unique_key)
-            THEN NULL ELSE unique_key END,
+       -- a job enqueued with this unique key meanwhile keeps the key, even
+       -- one a producer has not committed yet: never waits (functions/keys.sql)
+       pgwake.requeued_unique_key(unique_key),
        -- back in its place in its ordering key
        coalesce(ordering_at, run_at)
 FROM revived

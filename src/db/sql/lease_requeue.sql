@@ -18,10 +18,9 @@ back AS (
     SELECT id, queue, task, payload, priority,
            coalesce(clock_timestamp() + make_interval(secs => delay), run_at),
            new_attempts, max_attempts, new_error, created_at, timeout, ordering_key,
-           -- a job enqueued with this unique key while this one ran keeps
-           -- the key (docs/src/keys.md → Unique jobs)
-           CASE WHEN EXISTS (SELECT 1 FROM pgwake.jobs w WHERE w.unique_key = mine.unique_key)
-                THEN NULL ELSE unique_key END,
+           -- a job enqueued with this unique key meanwhile keeps the key, even
+           -- one a producer has not committed yet: never waits (functions/keys.sql)
+           pgwake.requeued_unique_key(unique_key),
            -- its place in its ordering key, whatever its new run_at
            coalesce(ordering_at, run_at)
     FROM mine

@@ -22,9 +22,9 @@ requeued AS (
     SELECT id, queue, task, payload, priority, now(), attempts, max_attempts,
            format('lease expired on attempt %s (worker %s stopped heartbeating)', attempts, worker_id),
            created_at, timeout, ordering_key,
-           -- as lease_requeue.sql: a newer waiting job keeps the unique key
-           CASE WHEN EXISTS (SELECT 1 FROM pgwake.jobs w WHERE w.unique_key = expired.unique_key)
-                THEN NULL ELSE unique_key END,
+           -- a job enqueued with this unique key meanwhile keeps the key, even
+           -- one a producer has not committed yet: never waits (functions/keys.sql)
+           pgwake.requeued_unique_key(unique_key),
            coalesce(ordering_at, run_at)
     FROM expired WHERE attempts < max_attempts AND NOT cancelled
     RETURNING queue
