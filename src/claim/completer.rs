@@ -107,6 +107,14 @@ impl Writes {
         w
     }
 
+    /// The same writes, done jobs recorded without their results.
+    fn without_results(mut self) -> Writes {
+        if let Some(results) = &mut self.done_results {
+            results.iter_mut().for_each(|r| *r = None);
+        }
+        self
+    }
+
     /// Run the writes (pipelined); returns the tokens that matched.
     async fn write(&self, ctx: &ClaimContext) -> Result<HashSet<i64>> {
         let mut conn = PooledConn::get(&ctx.pool, "completer: no connection").await?;
@@ -176,7 +184,18 @@ async fn flush(ctx: &ClaimContext, batch: Vec<Finished>) {
             tracing::error!(error = %e, "writing lease-mode outcomes failed; writing them one by one");
             let mut all = HashSet::new();
             for f in &batch {
-                match Writes::of(std::iter::once(f), history).write(ctx).await {
+                let alone = Writes::of(std::iter::once(f), history);
+                let written = match alone.write(ctx).await {
+                    // A done job's result the database cannot store (say a
+                    // number beyond jsonb's range): the job is done all the
+                    // same, recorded without it, never run again.
+                    Err(e) if f.result.is_some() => {
+                        tracing::warn!(job = f.claimed.job.id, error = %e, "the job's result cannot be stored; recording it done without its result");
+                        alone.without_results().write(ctx).await
+                    }
+                    r => r,
+                };
+                match written {
                     Ok(m) => all.extend(m),
                     Err(e) => {
                         tracing::error!(job = f.claimed.job.id, error = %e, "cannot write this job's outcome; its lease will expire and it runs again")

@@ -39,6 +39,12 @@ impl Handler for Echo {
         if job.payload["fail"] == json!(true) {
             return Ok(Outcome::fail("told to fail"));
         }
+        if let Some(raw) = job.payload["raw_result"].as_str() {
+            // A result JSON allows and PostgreSQL's jsonb does not hold.
+            return Ok(Outcome::done_with(
+                serde_json::from_str::<serde_json::Value>(raw)?,
+            ));
+        }
         Ok(Outcome::done_with(
             json!({"echo": job.payload, "attempt": job.attempt}),
         ))
@@ -128,6 +134,49 @@ async fn rust_results_and_deaths_are_recorded_in_both_modes() {
         assert_eq!(rows.len(), 1, "{queue}: {rows:?}");
         assert_eq!(rows[0].0, "dead");
         assert!(rows[0].2.as_deref().unwrap().contains("no handler"));
+    }
+}
+
+/// A done job whose result the database cannot store (a number beyond
+/// jsonb's numeric range) is done once, recorded without the result, in
+/// both modes: never run again, never reported as a lost lease.
+#[tokio::test]
+async fn a_result_the_database_rejects_never_reruns_a_done_job() {
+    let db = migrated_db().await;
+    let client = db.client().await;
+    let mut ids = Vec::new();
+    for queue in ["default", "lq"] {
+        for payload in [json!({"raw_result": "1e200000"}), json!({"n": 2})] {
+            ids.push(
+                enqueue(&client, &NewJob::new("echo", payload).queue(queue))
+                    .await
+                    .unwrap(),
+            );
+        }
+    }
+    let mut w = Running::start(worker(&db, history_config(), &[]));
+    let events = w.next_events(4, WAIT, |_| true).await;
+    for e in &events {
+        assert_eq!(e.resolution, pgwake::Resolution::Done, "{e:?}");
+    }
+    w.shutdown().await;
+    let left: i64 = db
+        .scalar(
+            "SELECT (SELECT count(*) FROM pgwake.jobs) + (SELECT count(*) FROM pgwake.leased_jobs)",
+        )
+        .await;
+    assert_eq!(left, 0, "nothing runs again");
+    for (i, id) in ids.iter().enumerate() {
+        let rows = history_of(&client, *id).await;
+        assert_eq!(rows.len(), 1, "job {id}: {rows:?}");
+        assert_eq!(rows[0].0, "done");
+        assert_eq!(rows[0].3, 1, "one attempt");
+        if i % 2 == 0 {
+            assert_eq!(rows[0].1, None, "recorded without the result");
+        } else {
+            // Its flush-mate keeps its result.
+            assert_eq!(rows[0].1, Some(json!({"echo": {"n": 2}, "attempt": 1})));
+        }
     }
 }
 
