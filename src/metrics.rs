@@ -67,6 +67,8 @@ pub(crate) const READY: &str = "pgwake_ready";
 pub(crate) const BUILD_INFO: &str = "pgwake_build_info";
 /// Counter: expired leases moved back to the queue, label `queue`.
 pub(crate) const LEASES_RESCUED: &str = "pgwake_leases_rescued_total";
+/// Counter: expired leases the rescuer could not move.
+pub(crate) const RESCUE_FAILURES: &str = "pgwake_rescue_failures_total";
 /// Counter: schedule ticks, labels `schedule` (bounded, see
 /// `scheduler::SCHEDULE_LABELS_MAX`) and `result` (`enqueued`, `missed`,
 /// `waiting`).
@@ -299,6 +301,10 @@ pub(crate) fn describe() {
         "Expired lease-mode jobs moved back to pgwake.jobs"
     );
     describe_counter!(
+        RESCUE_FAILURES,
+        "Expired leases the rescuer could not move (each logged at error level; they stay leased and are tried again)"
+    );
+    describe_counter!(
         SCHEDULE_TICKS,
         "Schedule ticks served by this worker, by schedule (the first 50 this process serves; the rest as _other) and result (enqueued; missed: dropped by the catch-up policy; waiting: skipped because the previous job had not started)"
     );
@@ -373,6 +379,7 @@ pub fn install() -> PrometheusHandle {
                 LISTENER_RECONNECTS,
                 SAMPLER_ERRORS,
                 SCHEDULER_ERRORS,
+                RESCUE_FAILURES,
             ] {
                 metrics::counter!(name).increment(0);
             }

@@ -114,6 +114,7 @@ pub const FUNCTIONS: &[(&str, &str)] = &[
     ("cancel.sql", include_str!("../../functions/cancel.sql")),
     ("queues.sql", include_str!("../../functions/queues.sql")),
     ("claims.sql", include_str!("../../functions/claims.sql")),
+    ("rescue.sql", include_str!("../../functions/rescue.sql")),
     ("roles.sql", include_str!("../../functions/roles.sql")),
 ];
 

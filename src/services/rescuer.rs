@@ -27,6 +27,9 @@ pub struct RescueReport {
     /// tx-mode batches found never to have reported (their jobs now run one
     /// at a time, each charged before it starts).
     pub stale_batches: usize,
+    /// Expired leases that could not be moved (each logged at error level
+    /// with its reason; they stay leased, and every run tries them again).
+    pub failed: usize,
 }
 
 /// The rescuer service.
@@ -57,7 +60,9 @@ impl Rescuer {
                     )
                 }
                 Ok(_) => {}
-                Err(e) => tracing::debug!(error = %e, "rescuer: run failed"),
+                Err(e) => {
+                    tracing::error!(error = %e, "rescuing expired leases failed; trying again next interval")
+                }
             }
         }
     }
@@ -82,13 +87,25 @@ impl Rescuer {
         for row in &rows {
             let queue: String = row.get(0);
             let what: &str = row.get(1);
+            match what {
+                "failed" => {
+                    report.failed += 1;
+                    let id: i64 = row.get(2);
+                    let error: Option<String> = row.get(3);
+                    tracing::error!(
+                        job = id,
+                        queue = ?queue,
+                        error = error.as_deref().unwrap_or(""),
+                        "cannot rescue this expired lease; it stays leased and the rescue tries it again (the other leases were rescued)"
+                    );
+                    ::metrics::counter!(metrics::RESCUE_FAILURES).increment(1);
+                    continue;
+                }
+                "dead" => report.dead += 1,
+                _ => report.requeued += 1,
+            }
             ::metrics::counter!(metrics::LEASES_RESCUED, "queue" => metrics::queue_label(&queue))
                 .increment(1);
-            if what == "dead" {
-                report.dead += 1;
-            } else {
-                report.requeued += 1;
-            }
         }
         Ok(report)
     }

@@ -524,3 +524,52 @@ async fn lease_wake_ups_during_a_claim_in_flight_are_not_lost() {
     w.shutdown().await;
     assert_eq!(ledger.check(&ids), vec![], "jobs not run exactly once");
 }
+
+/// One expired lease that cannot be put back (here a producer, with only
+/// its documented grants, inserted a job with an explicit id equal to the
+/// leased job's) must not stop the rescue of the others: they go back, the
+/// bad one is reported (error log, `pgwake_rescue_failures_total`) and stays
+/// leased for an operator, and the next run rescues the rest again.
+#[tokio::test]
+async fn one_expired_lease_that_cannot_be_put_back_does_not_stop_the_others() {
+    let handle = pgwake::metrics::install();
+    let db = migrated_db().await;
+    let c = db.client().await;
+    c.batch_execute(
+        "INSERT INTO pgwake.leased_jobs (id, queue, task, payload, priority, run_at, attempts,
+             max_attempts, created_at, worker_id, leased_at, lease_until)
+         SELECT 800000 + i, 'rescue_q', 't', '{}', 0, now(), 1, 25, now(), 'crashed',
+                now() - interval '2 min', now() - interval '1 min' - i * interval '1 s'
+         FROM generate_series(1, 5) i;
+         -- Job 800003's id is taken in pgwake.jobs: it cannot go back.
+         INSERT INTO pgwake.jobs (id, task, queue, run_at) VALUES (800003, 'other', 'elsewhere', now() + interval '1 day');",
+    )
+    .await
+    .unwrap();
+    let pool = pgwake::connect::pool(&db.config(), 1).unwrap();
+    let report = Rescuer::new(pool, Duration::from_secs(1))
+        .run_once()
+        .await
+        .unwrap();
+    assert_eq!(report.requeued, 4, "{report:?}");
+    assert_eq!(report.failed, 1, "{report:?}");
+    let back: i64 = db
+        .scalar("SELECT count(*) FROM pgwake.jobs WHERE queue = 'rescue_q'")
+        .await;
+    assert_eq!(back, 4);
+    let stuck: Vec<i64> = c
+        .query("SELECT id FROM pgwake.leased_jobs", &[])
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    assert_eq!(stuck, vec![800003], "the bad row stays, nothing is lost");
+    let text = handle.render();
+    let failures: f64 = text
+        .lines()
+        .filter(|l| l.starts_with("pgwake_rescue_failures_total"))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum();
+    assert!(failures >= 1.0, "{text}");
+}
