@@ -146,7 +146,7 @@ async fn a_handler_that_blocks_its_thread_cannot_stop_the_worker_from_exiting() 
 }
 
 #[tokio::test]
-async fn a_sql_handler_stuck_in_the_database_is_abandoned_at_the_hard_deadline() {
+async fn a_sql_handler_stuck_in_the_database_is_cancelled_there_and_handed_back_when_the_grace_period_ends() {
     let db = migrated_db().await;
     db.client()
         .await
@@ -187,7 +187,9 @@ async fn a_sql_handler_stuck_in_the_database_is_abandoned_at_the_hard_deadline()
         String::from_utf8_lossy(&o.stderr)
     );
     let stderr = String::from_utf8_lossy(&o.stderr);
-    assert!(stderr.contains("hard deadline"), "{stderr}");
+    // Its statement is cancelled on the server: handed back, not abandoned
+    // at the hard deadline.
+    assert!(!stderr.contains("hard deadline"), "{stderr}");
     eventually(
         "the job is back in the queue",
         Duration::from_secs(30),
@@ -203,4 +205,80 @@ async fn a_sql_handler_stuck_in_the_database_is_abandoned_at_the_hard_deadline()
         },
     )
     .await;
+}
+
+/// A second signal interrupts a `sql` job stuck on the server: its
+/// statement is cancelled there, the job is handed back with its attempt
+/// refunded and no crash charge (its batch mark cleared), so a later run
+/// is its first attempt again — in the time it takes to cancel, not at the
+/// hard deadline.
+#[tokio::test]
+async fn a_second_signal_cancels_a_stuck_sql_job_on_the_server_and_refunds_its_attempt() {
+    let db = migrated_db().await;
+    db.client()
+        .await
+        .batch_execute("CREATE FUNCTION stuck(p jsonb) RETURNS void LANGUAGE sql AS $$ SELECT pg_sleep(3600) $$")
+        .await
+        .unwrap();
+    let id = insert_jobs(&db, "t", 1).await[0];
+    let child = spawn_pgwake_run(
+        &db.url,
+        &[
+            "--handler",
+            "t=sql:stuck",
+            "--grace-period",
+            "1h",
+            "--application-name",
+            "pgwake-stuck2",
+        ],
+    );
+    let client = db.client().await;
+    let sleeping = "SELECT count(*) FROM pg_stat_activity WHERE application_name = 'pgwake-stuck2' AND query LIKE '%stuck%' AND state = 'active' AND wait_event = 'PgSleep'";
+    eventually("the function runs", Duration::from_secs(30), || {
+        let client = &client;
+        async move {
+            client
+                .query_one(sleeping, &[])
+                .await
+                .unwrap()
+                .get::<_, i64>(0)
+                == 1
+        }
+    })
+    .await;
+    let mut child = child;
+    let log = tail_stderr(&mut child);
+    send_signal(&child, libc::SIGTERM);
+    let l = log.clone();
+    eventually(
+        "the first signal was handled",
+        Duration::from_secs(30),
+        || {
+            let l = l.clone();
+            async move { l.lock().unwrap().contains("signal received") }
+        },
+    )
+    .await;
+    send_signal(&child, libc::SIGTERM);
+    let o = wait_exit(child, Duration::from_secs(60)).await;
+    let log = log.lock().unwrap().clone();
+    assert_eq!(o.status.code(), Some(0), "{log}");
+    assert!(
+        !log.contains("hard deadline"),
+        "abandoned, not handed back: {log}"
+    );
+    let n: i64 = client.query_one(sleeping, &[]).await.unwrap().get(0);
+    assert_eq!(n, 0, "the statement still runs on the server");
+    let attempts: i32 = client
+        .query_one("SELECT attempts FROM pgwake.jobs WHERE id = $1", &[&id])
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(attempts, 0, "the interrupted run is refunded");
+    let marks: i64 = client
+        .query_one("SELECT count(*) FROM pgwake.tx_batches", &[])
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(marks, 0, "no crash charge waits for the job's next run");
 }

@@ -114,13 +114,16 @@ pub(super) async fn run_group(
     let started = Instant::now();
     let run = tokio::time::timeout(timeout, handler.handle_batch(&jobs, c));
     let result = tokio::select! {
-        r = run => r,
+        r = run => Some(r),
         () = connection_closed(c) => return Err(Error::ConnectionLost("claim connection closed while a handler ran; its claim was rolled back")),
+        // Stopping at once: the group's statement is cancelled below and
+        // its jobs run one by one, where they are handed back unstarted.
+        () = ctx.abort.cancelled() => None,
     };
     let duration = started.elapsed();
     let outcomes = match result {
-        Ok(Ok(Some(outcomes))) if outcomes.len() == group.len() => Some(outcomes),
-        Err(_) => {
+        Some(Ok(Ok(Some(outcomes)))) if outcomes.len() == group.len() => Some(outcomes),
+        Some(Err(_)) | None => {
             cancel_backend(ctx, session.backend_pid).await;
             None
         }
@@ -247,9 +250,11 @@ pub(super) async fn run_one(
         session.limits_for = None;
     }
     let cancelled = watch.cancelled();
-    if used && (timed_out.0 || cancelled) {
-        // The handler's statement may still be running on the server: stop
-        // it, or the savepoint rollback would wait behind it.
+    let interrupted = matches!(ended, Ended::Interrupted);
+    if used && (timed_out.0 || cancelled || interrupted) {
+        // The handler's statement may still be running on the server (it
+        // timed out, was cancelled, or the worker is stopping at once):
+        // stop it, or the savepoint rollback would wait behind it.
         cancel_backend(ctx, session.backend_pid).await;
     }
     let result = ctx.result_of(&ended);
