@@ -31,6 +31,16 @@ pub enum Error {
     /// A connection was lost while pgwake relied on it.
     #[error("{0}")]
     ConnectionLost(&'static str),
+    /// No server answered within the connect timeout (libpq's
+    /// `connect_timeout` or `PGCONNECT_TIMEOUT`, else 5 s per host): the
+    /// whole set-up (TCP, TLS, start-up, authentication) counts.
+    #[error("no answer from the database at {hosts} within {seconds} s (connect_timeout): check that HOST:PORT is a PostgreSQL server and reachable, or raise connect_timeout in the URL or PGCONNECT_TIMEOUT for a slow network")]
+    ConnectTimeout {
+        /// Every host tried, `host:port` comma-separated.
+        hosts: String,
+        /// The time allowed, in seconds.
+        seconds: u64,
+    },
     /// No connection could be taken from the pool.
     #[error("{context}: {}", PoolDisplay(source))]
     Pool {
@@ -192,7 +202,7 @@ impl Error {
     /// read-only node, pool exhausted).
     pub fn is_transient(&self) -> bool {
         match self {
-            Error::ConnectionLost(_) => true,
+            Error::ConnectionLost(_) | Error::ConnectTimeout { .. } => true,
             Error::Pool {
                 source: deadpool_postgres::PoolError::Closed,
                 ..
@@ -212,7 +222,7 @@ impl Error {
     /// Whether the database connection was lost (or is on the wrong node).
     pub fn is_connection_lost(&self) -> bool {
         match self {
-            Error::ConnectionLost(_) => true,
+            Error::ConnectionLost(_) | Error::ConnectTimeout { .. } => true,
             Error::Pool {
                 source: deadpool_postgres::PoolError::Closed,
                 ..

@@ -135,10 +135,28 @@ impl DbConfig {
     /// messages). TLS errors come back as [`Error::Tls`], one line naming
     /// the host and the fix.
     pub async fn open(&self) -> Result<(tokio_postgres::Client, Connection)> {
+        // tokio-postgres bounds only the TCP connect by connect_timeout; libpq
+        // bounds the whole set-up (TLS, start-up, authentication) per host.
+        // A server that accepts and never answers must not hang a command
+        // or a worker.
+        let per_host = self.connect_timeout();
+        let limit = per_host * self.pg.get_hosts().len().max(1) as u32;
+        match tokio::time::timeout(limit, self.pg.connect(self.connector.clone())).await {
+            Ok(r) => r.map_err(|e| self.connect_error(e, "cannot connect to the database")),
+            Err(_) => Err(Error::ConnectTimeout {
+                hosts: hosts(self),
+                seconds: per_host.as_secs().max(1),
+            }),
+        }
+    }
+
+    /// The time one host may take to answer: `connect_timeout` (URL or
+    /// `PGCONNECT_TIMEOUT`), else [`CONNECT_TIMEOUT_DEFAULT`].
+    pub fn connect_timeout(&self) -> Duration {
         self.pg
-            .connect(self.connector.clone())
-            .await
-            .map_err(|e| self.connect_error(e, "cannot connect to the database"))
+            .get_connect_timeout()
+            .copied()
+            .unwrap_or(CONNECT_TIMEOUT_DEFAULT)
     }
 
     /// Turn a connection error into pgwake's error, recognising TLS failures.
@@ -243,10 +261,7 @@ pub fn pool(config: &DbConfig, max_size: usize) -> Result<Pool> {
         .runtime(Runtime::Tokio1)
         .wait_timeout(Some(Duration::from_secs(30)))
         .create_timeout(Some(
-            config
-                .get_connect_timeout()
-                .copied()
-                .unwrap_or(CONNECT_TIMEOUT_DEFAULT),
+            config.connect_timeout() * config.get_hosts().len().max(1) as u32,
         ))
         .recycle_timeout(Some(Duration::from_secs(5)))
         .build()

@@ -155,3 +155,61 @@ async fn the_default_throwaway_cluster_listens_on_no_tcp_port() {
         assert_eq!(perms, "0700");
     }
 }
+
+/// A host that accepts TCP connections and never answers (a black hole, a
+/// wrong port, a stalled server), on a port of its own: every accepted
+/// socket is kept open and silent.
+async fn silent_server() -> (u16, tokio::task::JoinHandle<()>) {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let task = tokio::spawn(async move {
+        let mut held = Vec::new();
+        while let Ok((socket, _)) = listener.accept().await {
+            held.push(socket);
+        }
+    });
+    (port, task)
+}
+
+/// libpq's `connect_timeout` (URL parameter or `PGCONNECT_TIMEOUT`) bounds
+/// the whole connection set-up, not just the TCP connect: against a server
+/// that accepts and never answers, commands give up with a message naming
+/// the setting instead of hanging, and `pgwake run` stops.
+#[tokio::test]
+async fn a_server_that_never_answers_is_given_up_on_after_connect_timeout() {
+    let (port, _server) = silent_server().await;
+    let url = format!("postgres://app@127.0.0.1:{port}/app?sslmode=disable&connect_timeout=1");
+    for args in [
+        vec!["stats"],
+        vec!["migrate"],
+        vec!["run", "--handler", "t=exec:true"],
+    ] {
+        let mut c = pgwake_cmd();
+        c.env("DATABASE_URL", &url)
+            .args(&args)
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped());
+        let o = wait_exit(c.spawn().unwrap(), Duration::from_secs(60)).await;
+        let err = stderr_of(&o);
+        assert!(!o.status.success(), "{args:?}: {err}");
+        assert!(err.contains("connect_timeout"), "{args:?}: {err}");
+        assert!(
+            err.contains(&format!("127.0.0.1:{port}")),
+            "{args:?}: {err}"
+        );
+    }
+    // The same from the libpq environment.
+    let mut c = pgwake_cmd();
+    c.env("PGHOST", "127.0.0.1")
+        .env("PGPORT", port.to_string())
+        .env("PGUSER", "app")
+        .env("PGSSLMODE", "disable")
+        .env("PGCONNECT_TIMEOUT", "1")
+        .arg("stats")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped());
+    let o = wait_exit(c.spawn().unwrap(), Duration::from_secs(60)).await;
+    let err = stderr_of(&o);
+    assert!(!o.status.success(), "{err}");
+    assert!(err.contains("connect_timeout"), "{err}");
+}

@@ -146,7 +146,8 @@ async fn a_handler_that_blocks_its_thread_cannot_stop_the_worker_from_exiting() 
 }
 
 #[tokio::test]
-async fn a_sql_handler_stuck_in_the_database_is_cancelled_there_and_handed_back_when_the_grace_period_ends() {
+async fn a_sql_handler_stuck_in_the_database_is_cancelled_there_and_handed_back_when_the_grace_period_ends(
+) {
     let db = migrated_db().await;
     db.client()
         .await
