@@ -172,7 +172,7 @@ pub async fn run(opts: DemoOptions) -> Result<()> {
             println!("starting a throwaway PostgreSQL …");
             let c = tokio::task::spawn_blocking(crate::embedded::Cluster::start)
                 .await
-                .map_err(|e| Error::Embedded(e.to_string()))??;
+                .map_err(|_| Error::Panicked("starting the throwaway PostgreSQL"))??;
             println!(
                 "PostgreSQL is up on a Unix socket in {} (a private directory, no TCP; removed when the demo stops)",
                 c.socket_dir().display()

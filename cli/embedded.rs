@@ -15,7 +15,48 @@ use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
-use pgwake::error::{Error, Result};
+use pgwake::error::Error as PgwakeError;
+
+/// Why a throwaway cluster could not be set up or driven. The binary's
+/// own error: the library knows nothing of throwaway clusters.
+#[derive(Debug)]
+pub enum Error {
+    /// The server binaries are missing, or a server step failed; the
+    /// message says which and what to install or check.
+    Embedded(String),
+    /// An I/O error (a directory, a file, a process).
+    Io {
+        /// What was being done.
+        context: String,
+        /// The underlying error.
+        source: std::io::Error,
+    },
+}
+
+impl std::fmt::Display for Error {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Error::Embedded(m) => write!(f, "throwaway PostgreSQL: {m}"),
+            Error::Io { context, source } => write!(f, "{context}: {source}"),
+        }
+    }
+}
+
+impl std::error::Error for Error {}
+
+/// A cluster failure as the command line reports it: a missing or broken
+/// PostgreSQL installation is the machine's configuration (exit 2).
+impl From<Error> for PgwakeError {
+    fn from(e: Error) -> PgwakeError {
+        match e {
+            Error::Embedded(_) => PgwakeError::Config(e.to_string()),
+            Error::Io { context, source } => PgwakeError::Io { context, source },
+        }
+    }
+}
+
+/// The result of a cluster operation.
+pub type Result<T> = std::result::Result<T, Error>;
 
 /// What the user should do when no server binaries are installed.
 pub const INSTALL_HINT: &str = "no PostgreSQL server binaries found (looked at `pg_config --bindir`, PATH and /usr/lib/postgresql/*/bin); install them, e.g. `apt-get install postgresql`, or pass --database-url";

@@ -59,10 +59,6 @@ pub enum Error {
     /// handshake refused. One line naming TLS, the host and the fix.
     #[error("{0}")]
     Tls(String),
-    /// A throwaway PostgreSQL (started by the command line's `demo` and
-    /// `bench`, and by the test suite) could not be started.
-    #[error("throwaway PostgreSQL: {0}")]
-    Embedded(String),
     /// The database answered something pgwake's statements rule out (e.g.
     /// an INSERT … RETURNING without a row): a bug, or a schema changed by
     /// hand.

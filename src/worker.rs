@@ -225,8 +225,10 @@ impl Worker {
         }
         let poller = Poller::new(
             pool.clone(),
-            self.worked_queues(),
-            self.config.poll_interval,
+            crate::services::poller::PollerConfig {
+                interval: self.config.poll_interval,
+                queues: self.worked_queues(),
+            },
             wake.clone(),
             schedule.clone(),
         );
@@ -236,10 +238,15 @@ impl Worker {
         let watcher = crate::services::cancel_watcher::Watcher::new(
             pool.clone(),
             cancels,
-            self.config.cancel_poll_interval,
+            crate::services::cancel_watcher::WatcherConfig {
+                interval: self.config.cancel_poll_interval,
+            },
         );
         services.spawn(watcher.run(service_stop.clone()));
-        let rescuer = Rescuer::new(pool.clone(), self.config.rescue_interval);
+        let rescuer = Rescuer::new(
+            pool.clone(),
+            crate::services::rescuer::RescuerConfig::every(self.config.rescue_interval),
+        );
         services.spawn(rescuer.run(service_stop.clone()));
         let history =
             crate::services::history::Maintenance::new(pool.clone(), self.config.history.clone())
@@ -251,7 +258,11 @@ impl Worker {
             services.spawn(scheduler.run(service_stop.clone()));
         }
         if let Some(interval) = self.config.sample_interval {
-            let sampler = Sampler::new(pool.clone(), interval, self.health.clone());
+            let sampler = Sampler::new(
+                pool.clone(),
+                crate::services::sampler::SamplerConfig::every(interval),
+                self.health.clone(),
+            );
             services.spawn(sampler.run(service_stop.clone()));
         }
         // The completer and the heartbeat outlive the claim tasks and the

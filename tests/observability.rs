@@ -228,7 +228,7 @@ async fn queue_settings_gauges_follow_pause_resume_and_the_max_running_and_rate_
     let handle = pgwake::metrics::install();
     let mut sampler = Sampler::new(
         pool.clone(),
-        Duration::from_secs(3600),
+        pgwake::internal::sampler::SamplerConfig::every(Duration::from_secs(3600)),
         Arc::new(pgwake::Health::new(false)),
     );
     // The recorder is process-global: queue names no other test uses.

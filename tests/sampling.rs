@@ -120,7 +120,7 @@ async fn queue_labels_are_capped_and_the_rest_is_summed_into_other() {
     let pool = pgwake::connect::pool(&db.config(), 1).unwrap();
     let mut sampler = Sampler::new(
         pool.clone(),
-        Duration::from_secs(60),
+        pgwake::internal::sampler::SamplerConfig::every(Duration::from_secs(60)),
         Arc::new(pgwake::Health::new(false)),
     );
     let s = sample(&pool, DEPTH_CAP_DEFAULT).await.unwrap();
@@ -191,7 +191,7 @@ async fn application_labels_of_idle_sessions_are_capped_too() {
     let pool = pgwake::connect::pool(&db.config(), 1).unwrap();
     let mut sampler = Sampler::new(
         pool.clone(),
-        Duration::from_secs(60),
+        pgwake::internal::sampler::SamplerConfig::every(Duration::from_secs(60)),
         Arc::new(pgwake::Health::new(false)),
     );
     let mut s = sample(&pool, DEPTH_CAP_DEFAULT).await.unwrap();

@@ -121,7 +121,7 @@ async fn one_run(bench: &Bench<'_>, waiting: u64, half_future: bool, drained: u6
         let t1 = worker
             .wait_committed(drained, drain_timeout(drained))
             .await?;
-        Ok(rate(drained as f64, t1.duration_since(t0)))
+        Ok::<_, pgwake::error::Error>(rate(drained as f64, t1.duration_since(t0)))
     }
     .await;
     let stopped = worker.stop().await;

@@ -113,7 +113,7 @@ impl BenchDb {
                     })
                 })
                 .await
-                .map_err(|e| Error::Embedded(e.to_string()))??;
+                .map_err(|_| Error::Panicked("starting the throwaway PostgreSQL"))??;
                 let admin = connect::parse_url(&cluster.url("postgres"))?;
                 (Some(cluster), admin)
             }
@@ -153,7 +153,7 @@ impl BenchDb {
         match self.cluster {
             Some(mut cluster) => tokio::task::spawn_blocking(move || cluster.shutdown())
                 .await
-                .map_err(|e| Error::Embedded(e.to_string())),
+                .map_err(|_| Error::Panicked("stopping the throwaway PostgreSQL")),
             None => drop_database(&self.admin, &self.name).await,
         }
     }

@@ -147,7 +147,7 @@ async fn state_run(
             pairs.push((pair[0], pair[1]));
         }
         db.set_trigger(true).await?;
-        Ok((pairs, ran_out))
+        Ok::<_, pgwake::error::Error>((pairs, ran_out))
     }
     .await;
     let stopped = worker.stop().await;

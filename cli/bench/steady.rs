@@ -126,7 +126,7 @@ async fn one_run(bench: &Bench<'_>, per_s: f64, jobs: u64) -> Result<(f64, Vec<f
                 .duration_since(schedule.start),
         );
         worker.wait_committed(jobs, drain_timeout(jobs)).await?;
-        Ok(inserted)
+        Ok::<_, pgwake::error::Error>(inserted)
     }
     .await;
     let stopped = worker.stop().await;

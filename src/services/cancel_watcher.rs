@@ -19,20 +19,23 @@ use crate::error::{Error, Result};
 pub(crate) struct Watcher {
     pool: deadpool_postgres::Pool,
     book: Arc<CancelBook>,
-    interval: Duration,
+    config: WatcherConfig,
+}
+
+/// How the cancel watcher runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct WatcherConfig {
+    /// Time between polls of the cancel requests (`--cancel-poll-interval`).
+    pub interval: Duration,
 }
 
 impl Watcher {
     pub(crate) fn new(
         pool: deadpool_postgres::Pool,
         book: Arc<CancelBook>,
-        interval: Duration,
+        config: WatcherConfig,
     ) -> Self {
-        Watcher {
-            pool,
-            book,
-            interval,
-        }
+        Watcher { pool, book, config }
     }
 
     /// Poll until `shutdown`.
@@ -42,7 +45,7 @@ impl Watcher {
             tokio::select! {
                 _ = shutdown.cancelled() => return,
                 _ = self.book.poll_now.notified() => {}
-                _ = tokio::time::sleep(self.interval) => {}
+                _ = tokio::time::sleep(self.config.interval) => {}
             }
             if let Err(e) = self.run_once().await {
                 tracing::warn!(error = %e, "cancel poll failed; retrying at the next interval");

@@ -26,11 +26,19 @@ use crate::claim::wake::{Trigger, Wakeup};
 use crate::db::sql::{self, Db};
 use crate::error::{Error, Result};
 
+/// How the poller runs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct PollerConfig {
+    /// Time between polls, jittered ±25% (`--poll-interval`).
+    pub interval: Duration,
+    /// The queues whose next due job it asks for (`None`: every queue).
+    pub queues: Option<Vec<String>>,
+}
+
 /// The poller service.
 pub(crate) struct Poller {
     pool: deadpool_postgres::Pool,
-    queues: Option<Vec<String>>,
-    interval: Duration,
+    config: PollerConfig,
     wake: Arc<Wakeup>,
     schedule: Arc<Schedule>,
 }
@@ -44,15 +52,13 @@ impl Poller {
     /// A poller over `queues` (`None`: all).
     pub(crate) fn new(
         pool: deadpool_postgres::Pool,
-        queues: Option<Vec<String>>,
-        interval: Duration,
+        config: PollerConfig,
         wake: Arc<Wakeup>,
         schedule: Arc<Schedule>,
     ) -> Poller {
         Poller {
             pool,
-            queues,
-            interval,
+            config,
             wake,
             schedule,
         }
@@ -61,7 +67,7 @@ impl Poller {
     /// Poll until `shutdown`.
     pub(crate) async fn run(self, shutdown: CancellationToken) {
         loop {
-            let tick = jitter(self.interval);
+            let tick = jitter(self.config.interval);
             let until_due = self
                 .schedule
                 .next_due()
@@ -83,7 +89,7 @@ impl Poller {
     pub(crate) async fn run_once(&self) -> Result<Option<Duration>> {
         self.wake.wake_one(Trigger::Poll);
         let mut conn = crate::db::connect::PooledConn::get(&self.pool, "poller").await?;
-        let r = match &self.queues {
+        let r = match &self.config.queues {
             None => {
                 Db::unnamed(&conn)
                     .query_one(&sql::NEXT_RUN_AT_ALL, &[])

@@ -32,16 +32,45 @@ pub struct RescueReport {
     pub failed: usize,
 }
 
+/// How the rescuer runs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RescuerConfig {
+    /// Time between runs, jittered ±25% (the worker's `--rescue-interval`;
+    /// default [`RESCUE_INTERVAL_DEFAULT`](crate::config::RESCUE_INTERVAL_DEFAULT)).
+    pub interval: Duration,
+    /// Most expired leases moved per run (default [`RESCUE_BATCH_DEFAULT`]).
+    pub batch: i64,
+}
+
+impl Default for RescuerConfig {
+    fn default() -> Self {
+        RescuerConfig {
+            interval: crate::config::RESCUE_INTERVAL_DEFAULT,
+            batch: RESCUE_BATCH_DEFAULT,
+        }
+    }
+}
+
+impl RescuerConfig {
+    /// The defaults, running every `interval`.
+    pub fn every(interval: Duration) -> Self {
+        RescuerConfig {
+            interval,
+            ..RescuerConfig::default()
+        }
+    }
+}
+
 /// The rescuer service.
 pub struct Rescuer {
     pool: deadpool_postgres::Pool,
-    interval: Duration,
+    config: RescuerConfig,
 }
 
 impl Rescuer {
-    /// A rescuer on `pool` running every `interval`.
-    pub fn new(pool: deadpool_postgres::Pool, interval: Duration) -> Rescuer {
-        Rescuer { pool, interval }
+    /// A rescuer on `pool`.
+    pub fn new(pool: deadpool_postgres::Pool, config: RescuerConfig) -> Rescuer {
+        Rescuer { pool, config }
     }
 
     /// Rescue until `shutdown`.
@@ -49,7 +78,7 @@ impl Rescuer {
         loop {
             tokio::select! {
                 _ = shutdown.cancelled() => return,
-                _ = tokio::time::sleep(crate::services::poller::jitter(self.interval)) => {}
+                _ = tokio::time::sleep(crate::services::poller::jitter(self.config.interval)) => {}
             }
             match self.run_once().await {
                 Ok(r) if r.requeued + r.dead > 0 => {
@@ -71,7 +100,7 @@ impl Rescuer {
     pub async fn run_once(&self) -> Result<RescueReport> {
         let mut conn = crate::db::connect::PooledConn::get(&self.pool, "rescuer").await?;
         let r = Db::unnamed(&conn)
-            .query(&sql::RESCUE, &[&RESCUE_BATCH_DEFAULT])
+            .query(&sql::RESCUE, &[&self.config.batch])
             .await;
         let rows = conn.check(r).map_err(Error::db("rescuer"))?;
         let mut report = RescueReport::default();

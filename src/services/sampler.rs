@@ -32,13 +32,44 @@ pub use crate::admin::gauges::{
 use crate::health::Health;
 use crate::metrics;
 
+/// How the sampler runs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SamplerConfig {
+    /// Time between samples (the worker's `--sample-interval`; default
+    /// [`SAMPLE_INTERVAL_DEFAULT`](crate::config::SAMPLE_INTERVAL_DEFAULT)).
+    pub interval: Duration,
+    /// Rows counted per queue and state at most (default [`DEPTH_CAP_DEFAULT`]).
+    pub depth_cap: i64,
+    /// The server's statement timeout for one sample (default
+    /// [`TIME_LIMIT_DEFAULT`]).
+    pub time_limit: Duration,
+}
+
+impl Default for SamplerConfig {
+    fn default() -> Self {
+        SamplerConfig {
+            interval: crate::config::SAMPLE_INTERVAL_DEFAULT,
+            depth_cap: DEPTH_CAP_DEFAULT,
+            time_limit: TIME_LIMIT_DEFAULT,
+        }
+    }
+}
+
+impl SamplerConfig {
+    /// The defaults, sampling every `interval`.
+    pub fn every(interval: Duration) -> Self {
+        SamplerConfig {
+            interval,
+            ..SamplerConfig::default()
+        }
+    }
+}
+
 /// The sampler service.
 pub struct Sampler {
     pool: deadpool_postgres::Pool,
-    interval: Duration,
+    config: SamplerConfig,
     health: Arc<Health>,
-    depth_cap: i64,
-    time_limit: Duration,
     seen_queues: HashSet<String>,
     /// Queue labels last published as paused.
     seen_paused: HashSet<String>,
@@ -50,14 +81,16 @@ pub struct Sampler {
 }
 
 impl Sampler {
-    /// A sampler reading through `pool` every `interval`.
-    pub fn new(pool: deadpool_postgres::Pool, interval: Duration, health: Arc<Health>) -> Sampler {
+    /// A sampler reading through `pool`, reporting failures to `health`.
+    pub fn new(
+        pool: deadpool_postgres::Pool,
+        config: SamplerConfig,
+        health: Arc<Health>,
+    ) -> Sampler {
         Sampler {
             pool,
-            interval,
+            config,
             health,
-            depth_cap: DEPTH_CAP_DEFAULT,
-            time_limit: TIME_LIMIT_DEFAULT,
             seen_queues: HashSet::new(),
             seen_paused: HashSet::new(),
             seen_limited: HashSet::new(),
@@ -68,7 +101,7 @@ impl Sampler {
 
     /// Sample until `shutdown`.
     pub async fn run(mut self, shutdown: CancellationToken) {
-        let mut tick = tokio::time::interval(self.interval);
+        let mut tick = tokio::time::interval(self.config.interval);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             tokio::select! {
@@ -76,7 +109,13 @@ impl Sampler {
                 _ = tick.tick() => {}
             }
             self.publish_pool();
-            match sample_with(&self.pool, self.depth_cap, Some(self.time_limit)).await {
+            match sample_with(
+                &self.pool,
+                self.config.depth_cap,
+                Some(self.config.time_limit),
+            )
+            .await
+            {
                 Ok(s) => {
                     self.health.set_db(true);
                     self.publish(&s);

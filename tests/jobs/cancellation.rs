@@ -109,8 +109,10 @@ async fn claim_cancelled_at_every_await_point_loses_nothing(lease: bool) {
     );
     // Drain what is left with uncancelled claims; in lease mode, leases a
     // dropped claim left behind expire and are rescued first.
-    let rescuer =
-        pgwake::internal::rescuer::Rescuer::new(worker.pool().clone(), Duration::from_secs(1));
+    let rescuer = pgwake::internal::rescuer::Rescuer::new(
+        worker.pool().clone(),
+        pgwake::internal::rescuer::RescuerConfig::every(Duration::from_secs(1)),
+    );
     // Leases expire by the clock (1 s here): drain, rescue, check again.
     wait_for(
         "every lease rescued and run",

@@ -89,10 +89,13 @@ async fn expire_and_rescue(db: &TestDb) -> pgwake::internal::rescuer::RescueRepo
         .await
         .unwrap();
     let pool = pgwake::connect::pool(&db.config(), 1).unwrap();
-    Rescuer::new(pool, Duration::from_secs(1))
-        .run_once()
-        .await
-        .unwrap()
+    Rescuer::new(
+        pool,
+        pgwake::internal::rescuer::RescuerConfig::every(Duration::from_secs(1)),
+    )
+    .run_once()
+    .await
+    .unwrap()
 }
 
 #[tokio::test]
@@ -296,7 +299,10 @@ async fn two_rescuers_at_once_requeue_each_expired_lease_exactly_once() {
     for _ in 0..4 {
         let pool = pgwake::connect::pool(&db.config(), 1).unwrap();
         tasks.push(tokio::spawn(async move {
-            let r = Rescuer::new(pool, Duration::from_secs(1));
+            let r = Rescuer::new(
+                pool,
+                pgwake::internal::rescuer::RescuerConfig::every(Duration::from_secs(1)),
+            );
             let mut total = pgwake::internal::rescuer::RescueReport::default();
             loop {
                 let once = r.run_once().await.unwrap();
@@ -547,10 +553,13 @@ async fn one_expired_lease_that_cannot_be_put_back_does_not_stop_the_others() {
     .await
     .unwrap();
     let pool = pgwake::connect::pool(&db.config(), 1).unwrap();
-    let report = Rescuer::new(pool, Duration::from_secs(1))
-        .run_once()
-        .await
-        .unwrap();
+    let report = Rescuer::new(
+        pool,
+        pgwake::internal::rescuer::RescuerConfig::every(Duration::from_secs(1)),
+    )
+    .run_once()
+    .await
+    .unwrap();
     assert_eq!(report.requeued, 4, "{report:?}");
     assert_eq!(report.failed, 1, "{report:?}");
     let back: i64 = db

@@ -178,7 +178,10 @@ async fn a_rescue_and_a_dead_job_retry_never_wait_for_a_producer_holding_the_key
     let holding_d = producer_holding(&db, "D").await;
 
     let pool = pgwake::connect::pool(&db.config(), 2).unwrap();
-    let rescuer = pgwake::internal::rescuer::Rescuer::new(pool, Duration::from_secs(60));
+    let rescuer = pgwake::internal::rescuer::Rescuer::new(
+        pool,
+        pgwake::internal::rescuer::RescuerConfig::every(Duration::from_secs(60)),
+    );
     let report = tokio::time::timeout(SOON, rescuer.run_once())
         .await
         .expect("the rescue does not wait on the producer")
