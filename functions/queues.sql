@@ -61,8 +61,8 @@ BEGIN
     IF set_queue_max_running.queue IS NULL OR set_queue_max_running.queue = '' THEN
         RAISE EXCEPTION 'pgwake.set_queue_max_running: the queue name must not be empty';
     END IF;
-    IF set_queue_max_running.max_running < 1 THEN
-        RAISE EXCEPTION 'pgwake.set_queue_max_running: max_running must be at least 1 (NULL: no limit), got %',
+    IF set_queue_max_running.max_running < 1 OR set_queue_max_running.max_running > 100000 THEN
+        RAISE EXCEPTION 'pgwake.set_queue_max_running: max_running must be between 1 and 100000 (NULL: no limit), got %',
             set_queue_max_running.max_running;
     END IF;
     -- The upsert locks the queue's row: concurrent changes run one at a time.

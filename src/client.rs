@@ -162,6 +162,11 @@ impl NewJob {
         if d.is_zero() {
             return Err(Error::Config("timeout must be greater than 0".into()));
         }
+        if d > crate::config::JOB_TIMEOUT_MAX {
+            return Err(Error::Config(format!(
+                "timeout {t:?} is longer than 24 days, the most PostgreSQL's statement limit holds"
+            )));
+        }
         Ok(Some(d.as_secs_f64()))
     }
 
@@ -176,6 +181,20 @@ impl NewJob {
         }
         if let Some(q) = &self.queue {
             crate::config::validate_queue_name(q)?;
+        }
+        for (name, key) in [
+            ("unique_key", &self.unique_key),
+            ("ordering_key", &self.ordering_key),
+        ] {
+            if key
+                .as_ref()
+                .is_some_and(|k| k.len() > crate::config::KEY_MAX)
+            {
+                return Err(Error::Config(format!(
+                    "{name} is longer than {} bytes",
+                    crate::config::KEY_MAX
+                )));
+            }
         }
         if self.unique_running == Some(true) && self.unique_key.is_none() {
             return Err(Error::Config("unique_running needs a unique_key".into()));

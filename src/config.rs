@@ -115,6 +115,25 @@ pub const CANCEL_POLL_INTERVAL_DEFAULT: Duration = Duration::from_secs(1);
 pub const IDLE_TIMEOUT_MARGIN: Duration = Duration::from_secs(5);
 /// Longest queue name, in bytes (the schema's CHECK agrees).
 pub const QUEUE_NAME_MAX: usize = 128;
+
+/// Longest job timeout (`--job-timeout`, a job's own `timeout`): the claim
+/// transaction's statement and idle limits are the timeout in milliseconds,
+/// which PostgreSQL holds in 32 bits (24.8 days).
+pub const JOB_TIMEOUT_MAX: Duration = Duration::from_secs(24 * 86400);
+
+/// Longest ordering or unique key, in bytes (the unique index refuses
+/// entries above about 2.7 KB).
+pub const KEY_MAX: usize = 1024;
+
+/// Largest `--max-running` (each unit is a slot row written when the limit
+/// is set).
+pub const MAX_RUNNING_MAX: i32 = 100_000;
+
+/// The milliseconds PostgreSQL is given for `timeout` as a statement or idle
+/// limit: never above what its 32-bit setting holds.
+pub(crate) fn server_timeout_ms(timeout: Duration) -> u64 {
+    (timeout.as_millis() as u64).min(i32::MAX as u64)
+}
 /// Most claim tasks one worker may run.
 pub const CONCURRENCY_MAX: usize = 1000;
 /// Largest batch.
@@ -310,6 +329,12 @@ impl WorkerConfig {
                 return bad(format!("{setting} must be greater than 0"));
             }
         }
+        if self.job_timeout > JOB_TIMEOUT_MAX {
+            return bad(format!(
+                "--job-timeout must be at most 24 days (PostgreSQL holds the claim's statement limit in milliseconds, 32 bits); got {}",
+                humantime::format_duration(self.job_timeout)
+            ));
+        }
         if self.job_timeout < Duration::from_millis(10) {
             return bad("--job-timeout must be at least 10ms".into());
         }
@@ -369,7 +394,7 @@ impl WorkerConfig {
 
     /// The server-side idle-in-transaction limit of a claim transaction.
     pub fn idle_in_transaction_timeout(&self) -> Duration {
-        self.job_timeout + IDLE_TIMEOUT_MARGIN
+        Duration::from_millis(server_timeout_ms(self.job_timeout + IDLE_TIMEOUT_MARGIN))
     }
 }
 

@@ -163,6 +163,12 @@ pub async fn set_max_running<C: GenericClient>(
             "--max-running must be at least 1 (use --no-max-running to remove the limit)".into(),
         ));
     }
+    if max_running.is_some_and(|n| n > crate::config::MAX_RUNNING_MAX) {
+        return Err(Error::Config(format!(
+            "--max-running must be at most {}",
+            crate::config::MAX_RUNNING_MAX
+        )));
+    }
     Db::unnamed(db.client())
         .execute(&QUEUE_SET_MAX_RUNNING, &[&queue, &max_running])
         .await

@@ -99,6 +99,11 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "0013_ready_queues_function.sql",
         sql: include_str!("../../migrations/0013_ready_queues_function.sql"),
     },
+    Migration {
+        version: 14,
+        name: "0014_bounds.sql",
+        sql: include_str!("../../migrations/0014_bounds.sql"),
+    },
 ];
 
 /// The functions and triggers of `functions/`, re-applied by every migrate

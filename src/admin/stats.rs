@@ -94,7 +94,7 @@ pub async fn read(pool: &deadpool_postgres::Pool) -> Result<Vec<QueueStats>> {
 pub fn render_table(stats: &[QueueStats]) -> String {
     let width = stats
         .iter()
-        .map(|s| s.queue.chars().count())
+        .map(|s| printable(&s.queue).chars().count())
         .max()
         .unwrap_or(5)
         .max(5);
@@ -109,7 +109,7 @@ pub fn render_table(stats: &[QueueStats]) -> String {
         };
         out.push_str(&format!(
             "{:<width$}  {:>10}  {:>10}  {:>10}  {:>10}  {:>16.3}  {}\n",
-            s.queue,
+            printable(&s.queue),
             s.ready,
             s.scheduled,
             leased,
@@ -122,4 +122,23 @@ pub fn render_table(stats: &[QueueStats]) -> String {
         out.push_str("(no jobs)\n");
     }
     out
+}
+
+/// `name` as it may reach a terminal: control characters escaped
+/// (`\u{1b}`), everything else as is. Names are chosen by producers.
+pub fn printable(name: &str) -> std::borrow::Cow<'_, str> {
+    if !name.chars().any(char::is_control) {
+        return std::borrow::Cow::Borrowed(name);
+    }
+    std::borrow::Cow::Owned(
+        name.chars()
+            .map(|c| {
+                if c.is_control() {
+                    c.escape_unicode().to_string()
+                } else {
+                    c.to_string()
+                }
+            })
+            .collect(),
+    )
 }

@@ -162,9 +162,9 @@ pub(crate) async fn run_task(ctx: Arc<ClaimContext>) {
                     trigger = Trigger::Drain;
                 }
                 Err(e) => {
-                    if e.is_transient() {
-                        ctx.health.set_db(false);
-                    }
+                    // Not ready while claims fail, whatever the reason: a
+                    // worker that cannot claim must not look healthy.
+                    ctx.health.set_db(false);
                     let delay = backoff.next().unwrap_or(ctx.config.reconnect_max);
                     tracing::warn!(error = %e, retry_in = ?delay, "claim failed");
                     tokio::select! {

@@ -159,7 +159,10 @@ impl ClaimContext {
 
     /// The timeout of one run of `job`.
     pub(crate) fn timeout_of(&self, job: &Job) -> Duration {
-        job.timeout.unwrap_or(self.config.job_timeout)
+        // A job enqueued before the 24-day bound may say more.
+        job.timeout
+            .unwrap_or(self.config.job_timeout)
+            .min(crate::config::JOB_TIMEOUT_MAX)
     }
 
     /// The result to record for a run that ended so: only while history is

@@ -6,6 +6,7 @@
 #[path = "../common/mod.rs"]
 mod common;
 
+mod bounds;
 mod ordering;
 mod plans;
 mod queues;

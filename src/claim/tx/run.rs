@@ -172,8 +172,7 @@ pub(super) async fn run_group(
 /// cut off by a limit meant for one job).
 pub(super) async fn set_limits(db: Db<'_>, session: &mut Session, timeout: Duration) -> Result<()> {
     if session.limits_for != Some(timeout) {
-        let ms = (timeout + crate::config::IDLE_TIMEOUT_MARGIN)
-            .as_millis()
+        let ms = crate::config::server_timeout_ms(timeout + crate::config::IDLE_TIMEOUT_MARGIN)
             .to_string();
         db.execute(&SET_LIMITS, &[&ms])
             .await
