@@ -84,13 +84,34 @@ impl Handler for Remind {
     }
 }
 
-fn demo_jobs() -> Vec<NewJob> {
+/// The queues the demo's jobs go into: on its own cluster the everyday
+/// names; on the user's database (`--database-url`) queues of its own,
+/// which its worker alone claims, so that it never touches a real job.
+struct DemoQueues {
+    main: &'static str,
+    email: &'static str,
+}
+
+const OWN_CLUSTER: DemoQueues = DemoQueues {
+    main: "default",
+    email: "email",
+};
+
+const USER_DATABASE: DemoQueues = DemoQueues {
+    main: "pgwake-demo",
+    email: "pgwake-demo-email",
+};
+
+fn demo_jobs(q: &DemoQueues) -> Vec<NewJob> {
     let mut jobs = Vec::new();
     for i in 0..24 {
-        jobs.push(NewJob::new(
-            "resize_image",
-            serde_json::json!({"image": format!("photo-{i}.jpg"), "width": 640}),
-        ));
+        jobs.push(
+            NewJob::new(
+                "resize_image",
+                serde_json::json!({"image": format!("photo-{i}.jpg"), "width": 640}),
+            )
+            .queue(q.main),
+        );
     }
     for i in 0..6 {
         jobs.push(
@@ -98,13 +119,21 @@ fn demo_jobs() -> Vec<NewJob> {
                 "send_email",
                 serde_json::json!({"to": format!("user{i}@example.com")}),
             )
-            .queue("email"),
+            .queue(q.email),
         );
     }
-    jobs.push(NewJob::new("sync_crm", serde_json::json!({"account": 42})).max_attempts(3));
+    jobs.push(
+        NewJob::new("sync_crm", serde_json::json!({"account": 42}))
+            .queue(q.main)
+            .max_attempts(3),
+    );
     for i in 0..5u64 {
         let at = SystemTime::now() + Duration::from_secs(3 + i);
-        jobs.push(NewJob::new("send_reminder", serde_json::json!({"reminder": i})).run_at(at));
+        jobs.push(
+            NewJob::new("send_reminder", serde_json::json!({"reminder": i}))
+                .queue(q.main)
+                .run_at(at),
+        );
     }
     jobs
 }
@@ -230,7 +259,7 @@ fn pgwake_command() -> String {
     }
 }
 
-fn print_look_around(url: &str, metrics: SocketAddr, keeps_cluster: bool) {
+fn print_look_around(url: &str, metrics: SocketAddr, keeps_cluster: bool, email_queue: &str) {
     let pgwake = pgwake_command();
     println!(
         "\n{} up until Ctrl-C. From another terminal, try:\n",
@@ -240,11 +269,16 @@ fn print_look_around(url: &str, metrics: SocketAddr, keeps_cluster: bool) {
             "The worker stays"
         }
     );
-    // Quoted: a socket URL carries `&`, which a shell would take as a command end.
-    println!("  export DATABASE_URL='{url}'");
+    if keeps_cluster {
+        // Quoted: a socket URL carries `&`, which a shell would take as a command end.
+        println!("  export DATABASE_URL='{url}'");
+    } else {
+        // The user's own URL may hold a password: never echoed.
+        println!("  export DATABASE_URL=…   # the URL given to --database-url");
+    }
     println!("  {pgwake} stats");
     println!("  {pgwake} dead list");
-    println!("  {pgwake} enqueue --task send_email --queue email --payload '{{\"to\": \"you@example.com\"}}'");
+    println!("  {pgwake} enqueue --task send_email --queue {email_queue} --payload '{{\"to\": \"you@example.com\"}}'");
     println!("  curl -s http://{metrics}/metrics | grep '^pgwake_jobs_total'");
     println!("  psql \"$DATABASE_URL\" -c 'TABLE pgwake.dead_jobs'");
     println!("\n(Ctrl-C to stop)");
@@ -258,11 +292,16 @@ async fn run_on(
 ) -> Result<()> {
     let db = pgwake::connect::parse_url(url)?;
     let mut client = pgwake::connect::connect(&db).await?;
-    if !own_cluster {
-        refuse_a_database_with_jobs(&client).await?;
-    }
+    let queues = if own_cluster {
+        OWN_CLUSTER
+    } else {
+        USER_DATABASE
+    };
     pgwake::admin::schema::migrate(&mut client).await?;
-    let jobs = demo_jobs();
+    if !own_cluster {
+        refuse_leftover_demo_jobs(&client, &queues).await?;
+    }
+    let jobs = demo_jobs(&queues);
     let total = jobs.len();
     enqueue_many(&client, &jobs).await?;
     println!("enqueued {total} jobs: 24 resize_image, 6 send_email (fail once, then succeed), 1 sync_crm (always fails, 3 attempts), 5 send_reminder scheduled 3–7 s ahead");
@@ -275,6 +314,14 @@ async fn run_on(
             retry_max: Duration::from_secs(2),
             poll_interval: Duration::from_secs(1),
             sample_interval: Some(Duration::from_secs(1)),
+            // On the user's database: its own queues only, and no schedules
+            // (they are the user's to serve).
+            queues: (!own_cluster).then(|| vec![queues.main.into(), queues.email.into()]),
+            scheduler: if own_cluster {
+                WorkerConfig::default().scheduler
+            } else {
+                None
+            },
             ..WorkerConfig::default()
         })
         .handler("resize_image", Resize)
@@ -314,7 +361,7 @@ async fn run_on(
                 if resolved == total && !summarised {
                     summarised = true;
                     print_summary(&tally);
-                    print_look_around(url, addr, own_cluster);
+                    print_look_around(url, addr, own_cluster, queues.email);
                 }
             }
         }
@@ -327,34 +374,24 @@ async fn run_on(
     Ok(())
 }
 
-/// The demo's fake handlers would "complete" real jobs: on a database that
-/// already has pgwake jobs (waiting, leased or dead), refuse to start.
-async fn refuse_a_database_with_jobs(client: &tokio_postgres::Client) -> Result<()> {
-    let tables: Vec<String> = client
-        .query(
-            "SELECT c.relname::text FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
-             WHERE n.nspname = 'pgwake' AND c.relname IN ('jobs', 'leased_jobs', 'dead_jobs')",
-            &[],
+/// The demo counts its own jobs: jobs left in its queues by an earlier demo
+/// on this database would blur the count. Refuse, saying how to clear them.
+async fn refuse_leftover_demo_jobs(client: &tokio_postgres::Client, q: &DemoQueues) -> Result<()> {
+    let queues = vec![q.main.to_string(), q.email.to_string()];
+    let left: i64 = client
+        .query_one(
+            "SELECT (SELECT count(*) FROM pgwake.jobs WHERE queue = ANY($1))
+                  + (SELECT count(*) FROM pgwake.leased_jobs WHERE queue = ANY($1))",
+            &[&queues],
         )
         .await
-        .map_err(Error::db("demo: cannot check the database for jobs"))?
-        .iter()
-        .map(|r| r.get(0))
-        .collect();
-    let mut has_jobs = false;
-    for table in tables {
-        // Names from the fixed list above, never from input.
-        let sql = format!("SELECT EXISTS (SELECT 1 FROM pgwake.{table})");
-        has_jobs |= client
-            .query_one(&sql, &[])
-            .await
-            .map_err(Error::db("demo: cannot check the database for jobs"))?
-            .get::<_, bool>(0);
-    }
-    if has_jobs {
-        return Err(Error::Config(
-            "--database-url: this database already has pgwake jobs; the demo's fake handlers would run them. Use an empty database, or omit --database-url for a throwaway one".into(),
-        ));
+        .map_err(Error::db("demo: cannot check the database for demo jobs"))?
+        .get(0);
+    if left > 0 {
+        return Err(Error::Config(format!(
+            "--database-url: {left} jobs of an earlier demo are still waiting in the queues {} and {}; delete them (DELETE FROM pgwake.jobs WHERE queue IN ('{}', '{}')) or use another database",
+            q.main, q.email, q.main, q.email
+        )));
     }
     Ok(())
 }

@@ -122,3 +122,81 @@ fn a_taken_metrics_port_stops_the_demo_before_it_starts_a_cluster() {
         "checked before the start-up work"
     );
 }
+
+/// On the user's own database (`--database-url`) the demo touches only its
+/// own jobs: they go into its own queues (`pgwake-demo`,
+/// `pgwake-demo-email`), and its worker claims from those alone, so a real
+/// job enqueued meanwhile — even of a task the demo's fake handlers know,
+/// in a queue the demo uses on its own cluster — waits untouched.
+#[tokio::test]
+async fn on_the_users_database_the_demo_touches_only_its_own_jobs() {
+    let db = migrated_db().await;
+    let mut child = pgwake_cmd()
+        .args([
+            "demo",
+            "--metrics-addr",
+            "127.0.0.1:0",
+            "--database-url",
+            &db.url,
+        ])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let out = tail_stdout(&mut child);
+    let o = out.clone();
+    eventually("every demo job resolved", Duration::from_secs(120), || {
+        let o = o.clone();
+        async move { o.lock().unwrap().contains("Ctrl-C to stop") }
+    })
+    .await;
+    let c = db.client().await;
+    let mut real = Vec::new();
+    for (task, queue) in [("resize_image", "default"), ("send_email", "email")] {
+        real.push(
+            pgwake::client::enqueue(
+                &c,
+                &pgwake::client::NewJob::new(task, serde_json::json!({"real": true})).queue(queue),
+            )
+            .await
+            .unwrap(),
+        );
+    }
+    // A job of the demo's own queue, enqueued after the real ones: once the
+    // demo reports it, it has seen the notifications of the real ones too.
+    let marker = pgwake::client::enqueue(
+        &c,
+        &pgwake::client::NewJob::new("resize_image", serde_json::json!({})).queue("pgwake-demo"),
+    )
+    .await
+    .unwrap();
+    let o = out.clone();
+    eventually(
+        "the demo ran its own new job",
+        Duration::from_secs(60),
+        || {
+            let o = o.clone();
+            let needle = format!("job {marker:>3} ");
+            async move { o.lock().unwrap().contains(&needle) }
+        },
+    )
+    .await;
+    send_signal(&child, libc::SIGINT);
+    let o = wait_exit(child, Duration::from_secs(60)).await;
+    assert_eq!(o.status.code(), Some(0), "{}", stderr_of(&o));
+    for id in real {
+        let attempts: i32 = c
+            .query_one("SELECT attempts FROM pgwake.jobs WHERE id = $1", &[&id])
+            .await
+            .unwrap()
+            .get(0);
+        assert_eq!(attempts, 0, "the real job {id} was touched");
+    }
+    let foreign: i64 = db
+        .scalar(
+            "SELECT (SELECT count(*) FROM pgwake.dead_jobs WHERE queue NOT LIKE 'pgwake-demo%')
+                  + (SELECT count(*) FROM pgwake.jobs WHERE queue NOT LIKE 'pgwake-demo%' AND payload->>'real' IS NULL)",
+        )
+        .await;
+    assert_eq!(foreign, 0, "the demo's jobs stay in its own queues");
+}
