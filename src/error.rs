@@ -245,6 +245,15 @@ impl Error {
         self.kind() == Some(Kind::AuthFailed)
     }
 
+    /// Whether the server refused the connection by its `pg_hba.conf` (no
+    /// entry for this user, database, address and encryption), not for a
+    /// wrong password.
+    pub fn is_refused_by_hba(&self) -> bool {
+        self.driver()
+            .and_then(|e| e.code())
+            .is_some_and(|c| c.code() == "28000")
+    }
+
     /// Whether the database named in the connection settings does not exist.
     pub fn is_unknown_database(&self) -> bool {
         self.kind() == Some(Kind::UnknownDatabase)

@@ -340,7 +340,15 @@ fn pgpass_lookup(
         None => PathBuf::from(env("HOME")?).join(".pgpass"),
     };
     let meta = std::fs::metadata(&path).ok()?;
-    if !meta.is_file() || meta.permissions().mode() & 0o077 != 0 {
+    if !meta.is_file() {
+        return None;
+    }
+    if meta.permissions().mode() & 0o077 != 0 {
+        // As libpq: ignored, and said so.
+        tracing::warn!(
+            "password file {} has group or world access; permissions should be u=rw (0600) or less: not using it (chmod 600 it)",
+            path.display()
+        );
         return None;
     }
     let text = std::fs::read_to_string(&path).ok()?;

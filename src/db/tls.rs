@@ -141,12 +141,13 @@ impl TlsSettings {
     }
 
     /// Build the rustls connector: reads and checks the certificate files
-    /// now, so a wrong path stops the process at start-up with one line.
+    /// now, so a wrong path stops the process at start-up with one line (a
+    /// configuration error: exit 2).
     pub fn connector(&self) -> Result<MakeRustlsConnect> {
         let provider = Arc::new(rustls::crypto::ring::default_provider());
         let builder = ClientConfig::builder_with_provider(provider.clone())
             .with_safe_default_protocol_versions()
-            .map_err(|e| Error::Tls(format!("cannot set up TLS: {e}")))?;
+            .map_err(|e| Error::Config(format!("cannot set up TLS: {e}")))?;
         let mode = self.effective_mode();
         let verifier: Arc<dyn ServerCertVerifier> = match mode {
             SslMode::Disable | SslMode::Prefer | SslMode::Require => {
@@ -157,7 +158,7 @@ impl TlsSettings {
                 let webpki =
                     WebPkiServerVerifier::builder_with_provider(Arc::new(roots), provider.clone())
                         .build()
-                        .map_err(|e| Error::Tls(format!("sslrootcert: {e}")))?;
+                        .map_err(|e| Error::Config(format!("sslrootcert: {e}")))?;
                 if mode == SslMode::VerifyCa {
                     Arc::new(AnyName(webpki))
                 } else {
@@ -172,17 +173,17 @@ impl TlsSettings {
             (Some(cert), Some(key)) => {
                 let chain = read_certs(cert, "sslcert")?;
                 let key = PrivateKeyDer::from_pem_file(key).map_err(|e| {
-                    Error::Tls(format!(
+                    Error::Config(format!(
                         "sslkey {}: {e}; point sslkey (PGSSLKEY) at the client certificate's PEM private key",
                         key.display()
                     ))
                 })?;
                 builder
                     .with_client_auth_cert(chain, key)
-                    .map_err(|e| Error::Tls(format!("sslcert/sslkey do not match: {e}")))?
+                    .map_err(|e| Error::Config(format!("sslcert/sslkey do not match: {e}")))?
             }
             (Some(_), None) | (None, Some(_)) => {
-                return Err(Error::Tls(
+                return Err(Error::Config(
                     "sslcert and sslkey go together: set both (or PGSSLCERT and PGSSLKEY)".into(),
                 ))
             }
@@ -195,7 +196,7 @@ impl TlsSettings {
         let mut roots = RootCertStore::empty();
         match &self.root_cert {
             None => {
-                return Err(Error::Tls(format!(
+                return Err(Error::Config(format!(
                     "sslmode={} needs the CA certificate that signed the server's: set sslrootcert=/path/ca.pem (or PGSSLROOTCERT), or sslrootcert=system",
                     if self.mode == SslMode::VerifyFull { "verify-full" } else { "verify-ca" }
                 )))
@@ -203,7 +204,7 @@ impl TlsSettings {
             Some(RootCert::File(path)) => {
                 for cert in read_certs(path, "sslrootcert")? {
                     roots.add(cert).map_err(|e| {
-                        Error::Tls(format!("sslrootcert {}: {e}", path.display()))
+                        Error::Config(format!("sslrootcert {}: {e}", path.display()))
                     })?;
                 }
             }
@@ -211,7 +212,7 @@ impl TlsSettings {
                 let found = rustls_native_certs::load_native_certs();
                 roots.add_parsable_certificates(found.certs);
                 if roots.is_empty() {
-                    return Err(Error::Tls(
+                    return Err(Error::Config(
                         "sslrootcert=system: the operating system's certificate store is empty; install ca-certificates or name a file".into(),
                     ));
                 }
@@ -224,9 +225,9 @@ impl TlsSettings {
 fn read_certs(path: &Path, setting: &str) -> Result<Vec<CertificateDer<'static>>> {
     let certs: Vec<_> = CertificateDer::pem_file_iter(path)
         .and_then(|it| it.collect::<std::result::Result<Vec<_>, _>>())
-        .map_err(|e| Error::Tls(format!("{setting} {}: {e}", path.display())))?;
+        .map_err(|e| Error::Config(format!("{setting} {}: {e}", path.display())))?;
     if certs.is_empty() {
-        return Err(Error::Tls(format!(
+        return Err(Error::Config(format!(
             "{setting} {}: no PEM certificate in the file",
             path.display()
         )));

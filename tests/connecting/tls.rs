@@ -356,3 +356,83 @@ async fn require_against_a_server_without_tls_is_one_line_naming_tls_and_the_fix
     let prefer = url.replace("require", "prefer");
     assert!(!uses_tls(&try_connect(&prefer).await.unwrap()).await);
 }
+
+/// `pgwake stats` against `url` with `env`, as a child process.
+async fn stats_with(url: Option<String>, env: Vec<(&'static str, String)>) -> std::process::Output {
+    tokio::task::spawn_blocking(move || {
+        let mut c = pgwake_cmd();
+        for (k, v) in env {
+            c.env(k, v);
+        }
+        if let Some(u) = url {
+            c.env("DATABASE_URL", u);
+        }
+        c.arg("stats").output().unwrap()
+    })
+    .await
+    .unwrap()
+}
+
+/// Connection-setting mistakes exit 2 (configuration) and name the setting
+/// to fix: verify-full without a root certificate or with a missing file;
+/// a plain connection refused by a hostssl-only server says TLS, not "check
+/// the password"; a password file others can read is ignored with
+/// libpq's warning; settings from the PG* variables are not called
+/// DATABASE_URL.
+#[tokio::test]
+async fn connection_setting_mistakes_name_what_to_fix() {
+    let server = TlsServer::start().await;
+    for params in [
+        "sslmode=verify-full".to_string(),
+        "sslmode=verify-full&sslrootcert=/nonexistent/ca.pem".to_string(),
+    ] {
+        let o = stats_with(Some(server.url("127.0.0.1", &params)), vec![]).await;
+        let err = stderr_of(&o);
+        assert_eq!(o.status.code(), Some(2), "{params}: {err}");
+        assert!(err.contains("sslrootcert"), "{params}: {err}");
+    }
+    let o = stats_with(Some(server.url("127.0.0.1", "sslmode=disable")), vec![]).await;
+    let err = stderr_of(&o);
+    assert!(!o.status.success());
+    assert!(err.contains("sslmode"), "{err}");
+    assert!(!err.contains("check the user and password"), "{err}");
+
+    let pgpass = server.file("pgpass");
+    std::fs::write(
+        &pgpass,
+        format!("*:*:*:postgres:{}\n", server.cluster.password()),
+    )
+    .unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&pgpass, std::fs::Permissions::from_mode(0o640)).unwrap();
+    let env = vec![
+        ("PGHOST", "127.0.0.1".to_string()),
+        ("PGPORT", server.cluster.port().to_string()),
+        ("PGUSER", "postgres".to_string()),
+        ("PGDATABASE", "postgres".to_string()),
+        ("PGSSLMODE", "require".to_string()),
+        ("PGPASSFILE", pgpass.display().to_string()),
+    ];
+    let o = stats_with(None, env.clone()).await;
+    let err = stderr_of(&o);
+    assert!(
+        !o.status.success(),
+        "a group-readable password file is ignored: {err}"
+    );
+    assert!(
+        err.contains("pgpass") || err.contains("password file"),
+        "{err}"
+    );
+    assert!(err.contains("0600"), "{err}");
+    assert!(
+        !err.contains("DATABASE_URL"),
+        "the settings came from PG* variables: {err}"
+    );
+    // Owner-only, it is used: the connection is made (this database has no
+    // pgwake schema, which is what stats says next).
+    std::fs::set_permissions(&pgpass, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let o = stats_with(None, env).await;
+    let err = stderr_of(&o);
+    assert!(err.contains("pgwake migrate"), "{err}");
+    assert!(!err.contains("password"), "{err}");
+}
