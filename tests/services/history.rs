@@ -856,7 +856,7 @@ async fn a_deleted_history_setting_reads_as_off_and_keep_finished_restores_it() 
     assert_eq!(rows, 1);
 
     // And a driver's check of an answer is not mistaken for an unreachable
-    // server (the command line would say "check DATABASE_URL").
+    // server (the command line would say "check the host and port").
     let e = client
         .query_one("SELECT 1 WHERE false", &[])
         .await
