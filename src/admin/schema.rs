@@ -104,6 +104,11 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "0014_bounds.sql",
         sql: include_str!("../../migrations/0014_bounds.sql"),
     },
+    Migration {
+        version: 15,
+        name: "0015_running_limits.sql",
+        sql: include_str!("../../migrations/0015_running_limits.sql"),
+    },
 ];
 
 /// The functions and triggers of `functions/`, re-applied by every migrate

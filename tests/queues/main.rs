@@ -11,5 +11,6 @@ mod ordering;
 mod plans;
 mod queues;
 mod rate;
+mod running_limits;
 mod unique;
 mod vacuum;

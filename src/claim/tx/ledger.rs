@@ -15,15 +15,22 @@ use super::write::finish;
 use super::OpenTx;
 use crate::db::sql::{Db, ADOPT_STALE, BATCH_MARK, CHARGE, CLAIM_TX_ONE as CLAIM_ONE};
 
-/// Durably record "transaction `xid` holds `ids`" before any handler runs.
-pub(super) async fn mark_batch(ctx: &ClaimContext, xid: &str, ids: &[i64]) -> Result<i64> {
+/// Durably record "transaction `xid` holds `ids`" before any handler runs,
+/// with the queue of each job when they hold no queue slots (`queues`:
+/// counted by a max_running limit set while they run).
+pub(super) async fn mark_batch(
+    ctx: &ClaimContext,
+    xid: &str,
+    ids: &[i64],
+    queues: Option<Vec<String>>,
+) -> Result<i64> {
     let mut conn = crate::db::connect::PooledConn::get(
         &ctx.ledger_pool,
         "claim: no connection to mark the batch",
     )
     .await?;
     let r = Db::pooled(&conn, ctx.config.prepared_statements)
-        .query_one(&BATCH_MARK, &[&xid, &ids, &ctx.worker_id])
+        .query_one(&BATCH_MARK, &[&xid, &ids, &ctx.worker_id, &queues])
         .await;
     Ok(conn
         .check(r)

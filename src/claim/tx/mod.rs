@@ -198,7 +198,14 @@ pub(crate) async fn claim_and_run(
     }
     sort_claim_order(&mut claimed);
     let ids: Vec<i64> = claimed.iter().map(|c| c.job.id).collect();
-    let mark = mark_batch(ctx, &xid, &ids).await?;
+    // A plain claim's jobs hold no queue slot (their queue had no limit); a
+    // limited claim says whether it took one (claim_tx_limited.sql, the
+    // column after the keys). Jobs without a slot are named in the mark, so
+    // that a limit set while they run counts them.
+    let holds_slot = matches!(tried, Some(Target::Limited(_) | Target::Rated(_)))
+        && rows[0].get::<_, bool>(CLAIM_COLUMNS + 5);
+    let queues = (!holds_slot).then(|| claimed.iter().map(|c| c.job.queue.clone()).collect());
+    let mark = mark_batch(ctx, &xid, &ids, queues).await?;
 
     let started = Instant::now();
     let mut session = Session {

@@ -2,7 +2,10 @@
 -- claim transaction and committed durably: "the claim transaction $1 holds
 -- the jobs $2". The claim transaction deletes this row in its own commit
 -- (batch_clear.sql); a row that outlives its transaction marks a batch that
--- crashed or lost its connection while running.
-INSERT INTO pgwake.tx_batches (xid, job_ids, worker_id)
-VALUES ($1::text::xid8, $2::bigint[], $3)
+-- crashed or lost its connection while running. $4: the queue of each job
+-- when the batch holds no queue slots (a plain claim), so that a
+-- max_running limit set while it runs counts its jobs (migration 0015);
+-- NULL when its jobs hold slots.
+INSERT INTO pgwake.tx_batches (xid, job_ids, worker_id, queues)
+VALUES ($1::text::xid8, $2::bigint[], $3, $4::text[])
 RETURNING token

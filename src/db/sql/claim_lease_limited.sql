@@ -13,11 +13,19 @@
 -- retry, bury, rescue, cancel), matching by token: a token is never reused,
 -- so a second release matches nothing. Rows above max_running (a lowered
 -- limit) block new claims until they are gone; the free ones are deleted
--- here (`excess`).
+-- here (`excess`). Jobs of the queue running without a slot (claimed
+-- before the limit was set: `unslotted`, migration 0015) count against the
+-- limit: only slots 1..max_running minus those are used.
 WITH settings AS (
     SELECT q.max_running, q.rate_count FROM pgwake.queues q
     WHERE q.name = $2::text AND NOT q.paused
       AND (q.max_running IS NOT NULL OR q.rate_count IS NOT NULL)
+),
+unslotted AS (
+    SELECT (SELECT count(*) FROM pgwake.leased_jobs l
+            WHERE l.queue = $2::text AND NOT l.holds_slot)
+         + (SELECT count(*) FROM pgwake.tx_batches b, unnest(b.queues) AS bq(queue)
+            WHERE bq.queue = $2::text) AS n
 ),
 excess AS (
     DELETE FROM pgwake.queue_slots s
@@ -29,8 +37,9 @@ excess AS (
 free AS (
     SELECT f.slot, row_number() OVER (ORDER BY f.slot) AS n
     FROM (
-        SELECT s.slot FROM pgwake.queue_slots s, settings
-        WHERE s.queue = $2::text AND s.lease_token IS NULL AND s.slot <= settings.max_running
+        SELECT s.slot FROM pgwake.queue_slots s, settings, unslotted
+        WHERE s.queue = $2::text AND s.lease_token IS NULL
+          AND s.slot <= settings.max_running - unslotted.n
           AND NOT EXISTS (SELECT FROM pgwake.queue_slots x
                           WHERE x.queue = $2::text AND x.slot > settings.max_running)
         ORDER BY s.slot
@@ -69,7 +78,10 @@ l AS (
          ordering_at, holds_slot)
     SELECT id, queue, task, payload, priority, run_at, attempts + 1, max_attempts, last_error,
            created_at, timeout, $5, now(), now() + make_interval(secs => $6), ordering_key,
-           unique_key, ordering_at, true
+           unique_key, ordering_at,
+           -- a slot is held only under a max_running limit (a queue with a
+           -- rate limit alone has none): unslotted jobs count as above
+           (SELECT st.max_running IS NOT NULL FROM settings st)
     FROM c
     RETURNING *
 ),

@@ -14,10 +14,20 @@
 -- version (READ COMMITTED re-evaluation), so a stale snapshot cannot make
 -- a held slot look free. Rows above max_running (a lowered limit) block new
 -- claims until they are gone; the free ones are deleted here (`excess`).
+-- Jobs of the queue running without a slot (claimed before the limit was
+-- set: `unslotted`, migration 0015) count against the limit: only slots
+-- 1..max_running minus those are used, so no new job starts until fewer
+-- than max_running run. The last column says whether the claim took a slot.
 WITH settings AS (
     SELECT q.max_running, q.rate_count FROM pgwake.queues q
     WHERE q.name = $2::text AND NOT q.paused
       AND (q.max_running IS NOT NULL OR q.rate_count IS NOT NULL)
+),
+unslotted AS (
+    SELECT (SELECT count(*) FROM pgwake.leased_jobs l
+            WHERE l.queue = $2::text AND NOT l.holds_slot)
+         + (SELECT count(*) FROM pgwake.tx_batches b, unnest(b.queues) AS bq(queue)
+            WHERE bq.queue = $2::text) AS n
 ),
 excess AS (
     DELETE FROM pgwake.queue_slots s
@@ -27,8 +37,9 @@ excess AS (
         FOR UPDATE OF x SKIP LOCKED)
 ),
 slots AS (
-    SELECT s.slot FROM pgwake.queue_slots s, settings
-    WHERE s.queue = $2::text AND s.lease_token IS NULL AND s.slot <= settings.max_running
+    SELECT s.slot FROM pgwake.queue_slots s, settings, unslotted
+    WHERE s.queue = $2::text AND s.lease_token IS NULL
+      AND s.slot <= settings.max_running - unslotted.n
       AND NOT EXISTS (SELECT FROM pgwake.queue_slots x
                       WHERE x.queue = $2::text AND x.slot > settings.max_running)
     ORDER BY s.slot
@@ -70,5 +81,6 @@ SELECT id, queue, task, payload::text, priority, run_at, attempts, max_attempts,
        extract(epoch FROM clock_timestamp() - greatest(created_at, run_at))::float8,
        pg_current_xact_id()::text,
        pg_backend_pid(),
-       ordering_key, unique_key, coalesce(ordering_at, run_at)
+       ordering_key, unique_key, coalesce(ordering_at, run_at),
+       (SELECT st.max_running IS NOT NULL FROM settings st)
 FROM c

@@ -1,0 +1,140 @@
+//! A new `--max-running` counts the jobs already running. Four jobs of a
+//! queue run when the limit is set to 2 and four more are enqueued: no new
+//! job starts until fewer than 2 run, in both delivery modes (jobs claimed
+//! before the limit hold no slot; the limit must count them anyway — the
+//! moment people set a limit is when a queue overloads something).
+
+use crate::common;
+
+use std::collections::HashSet;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use common::*;
+use pgwake::client::{enqueue, NewJob};
+use pgwake::{async_trait, BoxError, Delivery, Handler, Job, JobContext, Outcome, Resolution};
+use tokio::sync::watch;
+
+const WAIT: Duration = Duration::from_secs(60);
+
+/// Runs until the test releases the job's id; records, for each start,
+/// how many jobs of the queue ran with it (itself included).
+struct Held {
+    delivery: Delivery,
+    running: Arc<AtomicUsize>,
+    starts: Arc<Mutex<Vec<(i64, usize)>>>,
+    release: watch::Receiver<HashSet<i64>>,
+}
+
+#[async_trait]
+impl Handler for Held {
+    fn delivery(&self) -> Delivery {
+        self.delivery
+    }
+
+    async fn handle(&self, job: &Job, _ctx: JobContext<'_>) -> Result<Outcome, BoxError> {
+        let now = self.running.fetch_add(1, Ordering::SeqCst) + 1;
+        self.starts.lock().unwrap().push((job.id, now));
+        let mut release = self.release.clone();
+        let r = release
+            .wait_for(|set| set.contains(&job.id))
+            .await
+            .map(|_| ());
+        self.running.fetch_sub(1, Ordering::SeqCst);
+        r?;
+        Ok(Outcome::Done)
+    }
+}
+
+async fn a_new_limit_counts_the_jobs_already_running(delivery: Delivery) {
+    let db = migrated_db().await;
+    let c = db.client().await;
+    let running = Arc::new(AtomicUsize::new(0));
+    let starts = Arc::new(Mutex::new(Vec::new()));
+    let (release, release_rx) = watch::channel(HashSet::new());
+    let worker = pgwake::Worker::builder(db.config())
+        .config(pgwake::WorkerConfig {
+            concurrency: 8,
+            batch: 1,
+            ..test_config()
+        })
+        .handler(
+            "held",
+            Held {
+                delivery,
+                running: running.clone(),
+                starts: starts.clone(),
+                release: release_rx,
+            },
+        )
+        .build()
+        .unwrap();
+    let mut w = Running::start(worker);
+    w.until_listening().await;
+    let mut old = Vec::new();
+    for _ in 0..4 {
+        old.push(
+            enqueue(&c, &NewJob::new("held", serde_json::json!({})).queue("q"))
+                .await
+                .unwrap(),
+        );
+    }
+    let r = running.clone();
+    eventually("four jobs run", WAIT, || {
+        let r = r.clone();
+        async move { r.load(Ordering::SeqCst) == 4 }
+    })
+    .await;
+
+    pgwake::admin::queues::set_max_running(&c, "q", Some(2))
+        .await
+        .unwrap();
+    let mut new = Vec::new();
+    for _ in 0..4 {
+        new.push(
+            enqueue(&c, &NewJob::new("held", serde_json::json!({})).queue("q"))
+                .await
+                .unwrap(),
+        );
+    }
+    // Old jobs end one by one; new ones may start only below the limit.
+    for id in &old {
+        release.send_modify(|set| {
+            set.insert(*id);
+        });
+        let ev = w.next_events(1, WAIT, |e| e.id == *id).await.remove(0);
+        assert_eq!(ev.resolution, Resolution::Done);
+    }
+    for id in &new {
+        let s = starts.clone();
+        let id = *id;
+        eventually("a new job starts", WAIT, || {
+            let s = s.clone();
+            async move { s.lock().unwrap().iter().any(|(j, _)| *j == id) }
+        })
+        .await;
+        release.send_modify(|set| {
+            set.insert(id);
+        });
+        w.next_events(1, WAIT, |e| e.id == id).await;
+    }
+    w.shutdown().await;
+    let starts = starts.lock().unwrap().clone();
+    for (id, with) in starts.iter().filter(|(id, _)| new.contains(id)) {
+        assert!(
+            *with <= 2,
+            "job {id} started with {with} jobs of the queue running, limit 2: {starts:?}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn a_new_max_running_counts_running_tx_jobs() {
+    a_new_limit_counts_the_jobs_already_running(Delivery::Tx).await;
+}
+
+#[tokio::test]
+async fn a_new_max_running_counts_running_lease_jobs() {
+    a_new_limit_counts_the_jobs_already_running(Delivery::Lease).await;
+}
