@@ -218,3 +218,16 @@ pub async fn claim_lease_all(c: &tokio_postgres::Client, worker: &str) -> Vec<to
         .await
         .unwrap()
 }
+
+/// Give `queue` a `max_running` limit through the command line, as an
+/// operator would (`pgwake queue set QUEUE --max-running N`).
+pub fn limit_queue(db: &TestDb, queue: &str, max_running: i32) {
+    let n = max_running.to_string();
+    let out =
+        super::process::run_pgwake(&["queue", "set", queue, "--max-running", &n], Some(&db.url));
+    assert!(
+        out.status.success(),
+        "pgwake queue set {queue} --max-running {n}: {}",
+        super::process::stderr_of(&out)
+    );
+}

@@ -318,11 +318,7 @@ async fn max_running_holds_across_workers_kills_and_rescues(extra: &[&str]) {
         .batch_execute("ALTER TABLE pgwake_runs ADD COLUMN ended_at timestamptz")
         .await
         .unwrap();
-    let out = run_pgwake(
-        &["queue", "set", "lim", "--max-running", "3"],
-        Some(&db.url),
-    );
-    assert!(out.status.success(), "{}", stderr_of(&out));
+    limit_queue(&db, "lim", 3);
     let lim = insert_into(&db, "lim", 150).await;
     let free = insert_into(&db, "free", 100).await;
     let mut args = vec![
@@ -464,11 +460,7 @@ async fn lowered_max_running_holds_for_jobs_started_after_the_change(extra: &[&s
         .await
         .unwrap();
     let gate = Gate::closed(&db).await;
-    let out = run_pgwake(
-        &["queue", "set", "lim", "--max-running", "6"],
-        Some(&db.url),
-    );
-    assert!(out.status.success(), "{}", stderr_of(&out));
+    limit_queue(&db, "lim", 6);
     let gated: Vec<i64> = db
         .client()
         .await
@@ -499,11 +491,7 @@ async fn lowered_max_running_holds_for_jobs_started_after_the_change(extra: &[&s
     // Waiting behind them while the limit is still 6, with no free slot.
     let waiting = insert_into(&db, "lim", 40).await;
 
-    let out = run_pgwake(
-        &["queue", "set", "lim", "--max-running", "2"],
-        Some(&db.url),
-    );
-    assert!(out.status.success(), "{}", stderr_of(&out));
+    limit_queue(&db, "lim", 2);
     // After the change committed: every claim snapshot taken from here on
     // sees the new limit.
     let change: String = db.scalar("SELECT clock_timestamp()::text").await;
@@ -619,11 +607,7 @@ async fn lowered_max_running_holds_for_jobs_started_after_the_change_lease() {
 async fn a_limited_queue_runs_up_to_its_limit_when_jobs_arrive_one_by_one(extra: &[&str]) {
     let db = migrated_db().await;
     create_run_ledger(&db).await;
-    let out = run_pgwake(
-        &["queue", "set", "lim", "--max-running", "3"],
-        Some(&db.url),
-    );
-    assert!(out.status.success(), "{}", stderr_of(&out));
+    limit_queue(&db, "lim", 3);
     let gate = Gate::closed(&db).await;
     let mut args = vec![
         "--batch",
@@ -677,11 +661,7 @@ async fn a_limited_queue_runs_up_to_its_limit_when_jobs_arrive_one_by_one_lease(
 async fn a_limited_queue_drains_its_backlog_without_polls(extra: &[&str]) {
     let db = migrated_db().await;
     create_run_ledger(&db).await;
-    let out = run_pgwake(
-        &["queue", "set", "lim", "--max-running", "3"],
-        Some(&db.url),
-    );
-    assert!(out.status.success(), "{}", stderr_of(&out));
+    limit_queue(&db, "lim", 3);
     let ids = insert_into(&db, "lim", 200).await;
     let mut args = vec!["--poll-ms", "600000", "--sleep-ms", "2"];
     args.extend_from_slice(extra);
