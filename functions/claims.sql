@@ -277,3 +277,15 @@ BEGIN
     LIMIT max_queues;
 END
 $$;
+
+-- Jobs of `queue` running without a queue slot: claimed while the queue had
+-- no max_running limit (lease: holds_slot false; tx: named in their batch's
+-- durable mark, migration 0015). A limit set while they run counts them:
+-- the limited claims use only slots 1..max_running minus these.
+CREATE OR REPLACE FUNCTION pgwake.unslotted_running(queue text) RETURNS bigint
+LANGUAGE sql STABLE AS $$
+    SELECT (SELECT count(*) FROM pgwake.leased_jobs l
+            WHERE l.queue = unslotted_running.queue AND NOT l.holds_slot)
+         + (SELECT count(*) FROM pgwake.tx_batches b, unnest(b.queues) AS bq(name)
+            WHERE bq.name = unslotted_running.queue)
+$$;

@@ -24,10 +24,7 @@ WITH settings AS (
       AND (q.max_running IS NOT NULL OR q.rate_count IS NOT NULL)
 ),
 unslotted AS (
-    SELECT (SELECT count(*) FROM pgwake.leased_jobs l
-            WHERE l.queue = $2::text AND NOT l.holds_slot)
-         + (SELECT count(*) FROM pgwake.tx_batches b, unnest(b.queues) AS bq(queue)
-            WHERE bq.queue = $2::text) AS n
+    SELECT pgwake.unslotted_running($2::text) AS n
 ),
 excess AS (
     DELETE FROM pgwake.queue_slots s
