@@ -221,10 +221,15 @@ async fn exec_commands_get_an_explicit_environment_without_the_database_secrets(
     assert!(env.contains("API_TOKEN=t0ken"), "{env}");
 }
 
+/// The demo on a user's database runs its own jobs in its own queues
+/// (tests/cli/demo.rs shows real jobs stay untouched); jobs an earlier demo
+/// left in those queues make it refuse (exit 2), touching none.
 #[tokio::test]
-async fn demo_refuses_a_database_that_already_has_jobs_and_touches_none() {
+async fn demo_refuses_leftover_demo_jobs_and_touches_none() {
     let db = migrated_db().await;
-    let id: i64 = db.scalar("SELECT pgwake.enqueue('real_work')").await;
+    let id: i64 = db
+        .scalar("SELECT pgwake.enqueue('resize_image', queue => 'pgwake-demo')")
+        .await;
     let out = pgwake_cmd()
         .args([
             "demo",
@@ -238,7 +243,7 @@ async fn demo_refuses_a_database_that_already_has_jobs_and_touches_none() {
         .unwrap();
     assert_eq!(out.status.code(), Some(2));
     let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(stderr.contains("already has pgwake jobs"), "{stderr}");
+    assert!(stderr.contains("an earlier demo"), "{stderr}");
     let still: i64 = db
         .scalar(&format!(
             "SELECT count(*) FROM pgwake.jobs WHERE id = {id} AND attempts = 0"
