@@ -62,19 +62,33 @@ pub(crate) async fn claim(
     let mut sent = Instant::now();
     let mut walk = Walk::new(ctx, &targets.queues, limit);
     // A rate-limited queue's admissions are committed first (targets.rs).
-    while let Some(queue) = walk.next().await? {
+    // Fill the free slots across plain queues (targets.rs): a limited queue
+    // is claimed only by a round that found nothing before it, and ends it.
+    while (rows.len() as i64) < limit {
+        match walk.peek() {
+            None => break,
+            Some(next) if !rows.is_empty() && !Walk::fills_with(next) => break,
+            Some(_) => {}
+        }
+        let Some(queue) = walk.next().await? else {
+            break;
+        };
         if walk.admission().is_some_and(|a| a.none()) {
             continue;
         }
         let cap = walk.admission().and_then(|a| a.cap());
-        sent = Instant::now();
+        // The leases are secured from the first statement that took jobs.
+        if rows.is_empty() {
+            sent = Instant::now();
+        }
+        let wanted = limit - rows.len() as i64;
         let db = Db::pooled(&conn, ctx.config.prepared_statements);
         let r = match queue {
             Target::All => {
                 db.query(
                     &CLAIM_ALL,
                     &[
-                        &limit,
+                        &wanted,
                         &except,
                         &spec.tasks_in,
                         &spec.tasks_not_in,
@@ -88,7 +102,7 @@ pub(crate) async fn claim(
                 db.query(
                     &CLAIM_QUEUE,
                     &[
-                        &limit,
+                        &wanted,
                         q,
                         &spec.tasks_in,
                         &spec.tasks_not_in,
@@ -102,7 +116,7 @@ pub(crate) async fn claim(
                 db.query(
                     &CLAIM_LIMITED,
                     &[
-                        &limit,
+                        &wanted,
                         q,
                         &spec.tasks_in,
                         &spec.tasks_not_in,
@@ -114,8 +128,10 @@ pub(crate) async fn claim(
                 .await
             }
         };
-        rows = conn.check(r).map_err(Error::db("lease claim"))?;
-        if !rows.is_empty() {
+        let more = conn.check(r).map_err(Error::db("lease claim"))?;
+        let stop = !more.is_empty() && !Walk::fills_with(queue);
+        rows.extend(more);
+        if stop {
             break;
         }
     }

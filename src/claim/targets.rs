@@ -11,7 +11,12 @@ use crate::claim::plan::Target;
 use crate::claim::rate::{self, Admission};
 use crate::error::Result;
 
-/// The walk: [`Walk::next`] until a claim finds jobs, then [`Walk::settle`].
+/// The walk: [`Walk::next`] until the claims found enough jobs, then
+/// [`Walk::settle`]. A round fills its batch across plain queues (many
+/// small queues drain in batches, not a job per round); a limited or
+/// rate-limited queue is claimed only by a round that found nothing before
+/// it, and ends the round (its jobs hold slots or admissions of their own:
+/// see [`Walk::fills_with`]).
 pub(crate) struct Walk<'a> {
     ctx: &'a ClaimContext,
     targets: std::slice::Iter<'a, Target>,
@@ -42,6 +47,19 @@ impl<'a> Walk<'a> {
         self.admission = rate::reserve_for(self.ctx, target, self.limit).await?;
         self.current = Some(target);
         Ok(Some(target))
+    }
+
+    /// The target [`Walk::next`] would take next, without taking it.
+    pub(crate) fn peek(&self) -> Option<&'a Target> {
+        self.targets.clone().next()
+    }
+
+    /// Whether a round that already holds jobs may go on to `target`: only
+    /// to a plain queue. A limited queue's claim takes slots and
+    /// admissions for itself alone (a tx batch would hold a slot for every
+    /// job run after it), so it is taken first in a round or not at all.
+    pub(crate) fn fills_with(target: &Target) -> bool {
+        matches!(target, Target::All | Target::Queue(_))
     }
 
     /// The current target's admissions (`None` unless it is rate-limited).

@@ -7,6 +7,7 @@
 mod common;
 
 mod bounds;
+mod many_queues;
 mod ordering;
 mod plans;
 mod queues;

@@ -121,31 +121,49 @@ pub(crate) async fn claim_and_run(
     // ordered index scan) until one has jobs.
     // A rate-limited queue's admissions are committed first (targets.rs).
     let mut walk = Walk::new(ctx, queues, limit);
-    let first = walk
+    let first_target = walk
         .next()
         .await?
         .expect("a claim spec has at least one target");
     let (begun, first, suspects) = tokio::join!(
         c.batch_execute(&ctx.begin_sql),
-        claim_rows(db, limit, first, except, spec, walk.admission()),
+        claim_rows(db, limit, first_target, except, spec, walk.admission()),
         db.query(&SUSPECTS, &[])
     );
     begun.map_err(Error::db("claim: begin"))?;
     let mut rows = first.map_err(Error::db("claim"))?;
     let mut suspects = suspects.map_err(Error::db("claim: suspects"))?;
-    while rows.is_empty() {
+    // Fill the batch across plain queues (targets.rs): a limited queue is
+    // claimed only by a round that found nothing before it, and ends it.
+    let first_claim = rows.len();
+    let mut stop = !rows.is_empty() && !Walk::fills_with(first_target);
+    while !stop && (rows.len() as i64) < limit {
+        match walk.peek() {
+            None => break,
+            Some(next) if !rows.is_empty() && !Walk::fills_with(next) => break,
+            Some(_) => {}
+        }
         let Some(queue) = walk.next().await? else {
             break;
         };
-        rows = claim_rows(db, limit, queue, except, spec, walk.admission())
+        let more = claim_rows(
+            db,
+            limit - rows.len() as i64,
+            queue,
+            except,
+            spec,
+            walk.admission(),
+        )
+        .await
+        .map_err(Error::db("claim"))?;
+        stop = !more.is_empty() && !Walk::fills_with(queue);
+        rows.extend(more);
+    }
+    if rows.len() > first_claim {
+        suspects = db
+            .query(&SUSPECTS, &[])
             .await
-            .map_err(Error::db("claim"))?;
-        if !rows.is_empty() {
-            suspects = db
-                .query(&SUSPECTS, &[])
-                .await
-                .map_err(Error::db("claim: suspects"))?;
-        }
+            .map_err(Error::db("claim: suspects"))?;
     }
     let (tried, admitted_at) = walk.settle(rows.len()).await?;
     let limited_hit =
