@@ -10,10 +10,18 @@ use crate::error::{Error, Result};
 /// ([`WorkerConfig::prepared_statements`]; `--prepared-statements`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum PreparedStatements {
+    /// Choose at start: [`Unnamed`](PreparedStatements::Unnamed) when the
+    /// start-up check finds a transaction-mode pooler in front of the claims
+    /// (and says so in the log), [`Cached`](PreparedStatements::Cached)
+    /// otherwise. Until [`Worker::run`](crate::Worker::run) has chosen (e.g.
+    /// in [`Worker::claim_once`](crate::Worker::claim_once)) it acts as
+    /// `Cached`.
+    #[default]
+    Auto,
     /// Prepare each statement once per pooled connection, as a named
     /// statement, and reuse it (one plan per connection): the fastest, for
-    /// connections straight to the server or through session pooling.
-    #[default]
+    /// connections straight to the server or through session pooling. A
+    /// transaction-mode pooler found at start is refused (exit 2).
     Cached,
     /// Never create a named prepared statement: every statement is sent as
     /// the unnamed statement (Parse, Bind, Execute in one round trip, planned
@@ -24,9 +32,10 @@ pub enum PreparedStatements {
 }
 
 impl PreparedStatements {
-    /// The flag's spelling: `cached` or `unnamed`.
+    /// The flag's spelling: `auto`, `cached` or `unnamed`.
     pub fn as_str(self) -> &'static str {
         match self {
+            PreparedStatements::Auto => "auto",
             PreparedStatements::Cached => "cached",
             PreparedStatements::Unnamed => "unnamed",
         }
@@ -44,17 +53,18 @@ impl std::str::FromStr for PreparedStatements {
 
     fn from_str(s: &str) -> std::result::Result<Self, String> {
         match s {
+            "auto" => Ok(PreparedStatements::Auto),
             "cached" => Ok(PreparedStatements::Cached),
             "unnamed" => Ok(PreparedStatements::Unnamed),
             _ => Err(format!(
-                "{s:?} is not a prepared-statement mode: use `cached` (direct or session pooling) or `unnamed` (transaction pooling)"
+                "{s:?} is not a prepared-statement mode: use `auto` (the default: `unnamed` when a transaction-mode pooler is found at start, else `cached`), `cached` (direct or session pooling) or `unnamed` (transaction pooling)"
             )),
         }
     }
 }
 
-/// Default [`PreparedStatements`]: cached.
-pub const PREPARED_STATEMENTS_DEFAULT: PreparedStatements = PreparedStatements::Cached;
+/// Default [`PreparedStatements`]: auto.
+pub const PREPARED_STATEMENTS_DEFAULT: PreparedStatements = PreparedStatements::Auto;
 
 /// Queue of a job enqueued without one (the `pgwake.jobs` column default).
 pub const QUEUE_DEFAULT: &str = "default";
@@ -207,8 +217,13 @@ pub struct WorkerConfig {
     /// that run per job) sends its statements: `Cached` named prepared
     /// statements, or `Unnamed` ones for a transaction-mode pooler. The
     /// other services and every command always send unnamed statements.
-    /// Default `Cached`.
+    /// Default `Auto`: chosen at start.
     pub prepared_statements: PreparedStatements,
+    /// End [`Worker::run`](crate::Worker::run) with the error when the
+    /// database cannot be reached at start, instead of waiting for it
+    /// (retrying with backoff from `reconnect_min` to `reconnect_max`,
+    /// not ready meanwhile). Default false: wait.
+    pub fail_fast: bool,
     /// History of finished jobs and its retention (`crate::admin::history`).
     /// Default: leave the database's setting as it is (history is off
     /// unless turned on).
@@ -240,6 +255,7 @@ impl Default for WorkerConfig {
             cancel_poll_interval: CANCEL_POLL_INTERVAL_DEFAULT,
             scheduler: Some(SchedulerConfig::default()),
             prepared_statements: PREPARED_STATEMENTS_DEFAULT,
+            fail_fast: false,
             history: HistoryConfig::default(),
         }
     }

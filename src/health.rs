@@ -9,7 +9,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 pub struct Health {
     db_ok: AtomicBool,
     listener_ok: AtomicBool,
-    listen: bool,
+    listen: AtomicBool,
 }
 
 impl Health {
@@ -18,8 +18,16 @@ impl Health {
         Health {
             db_ok: AtomicBool::new(false),
             listener_ok: AtomicBool::new(false),
-            listen,
+            listen: AtomicBool::new(listen),
         }
+    }
+
+    /// Say whether the listener counts after all (the worker turns LISTEN
+    /// off when it finds it cannot work, e.g. through a transaction-mode
+    /// pooler).
+    pub fn set_listen(&self, listen: bool) {
+        self.listen.store(listen, Ordering::Relaxed);
+        self.publish();
     }
 
     /// Record whether the last database round trip worked.
@@ -48,7 +56,7 @@ impl Health {
 
     /// Whether the worker can do its job now.
     pub fn ready(&self) -> bool {
-        self.db_ok() && (!self.listen || self.listener_ok())
+        self.db_ok() && (!self.listen.load(Ordering::Relaxed) || self.listener_ok())
     }
 
     fn publish(&self) {

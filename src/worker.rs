@@ -160,8 +160,16 @@ impl Worker {
     /// Check the database (reachable, schema current, handlers valid) and
     /// run until `stop` is cancelled; `abort` (the second signal) skips the
     /// grace period. Returns `Ok` after a clean shutdown.
-    pub async fn run(self, stop: CancellationToken, abort: CancellationToken) -> Result<()> {
-        self.check().await?;
+    pub async fn run(mut self, stop: CancellationToken, abort: CancellationToken) -> Result<()> {
+        let Some(pooling) = self.wait_for_database(&stop).await? else {
+            tracing::info!("stopped before the database answered");
+            return Ok(());
+        };
+        self.config.prepared_statements = pooling.prepared;
+        if self.config.listen && !pooling.listen {
+            self.config.listen = false;
+            self.health.set_listen(false);
+        }
         self.health.set_db(true);
         crate::metrics::init_known(
             &self
@@ -335,6 +343,13 @@ impl Worker {
     /// applies `config.history.keep_finished` to the database and reads the
     /// history setting in force.
     pub async fn check(&self) -> Result<()> {
+        self.start_up_check().await.map(|_| ())
+    }
+
+    /// [`check`](Self::check), returning how the claims go over the
+    /// connection (the start-up check decides `--prepared-statements auto`
+    /// and whether LISTEN can work).
+    async fn start_up_check(&self) -> Result<connect::Pooling> {
         let client = connect::connect(&self.db).await?;
         // One transaction: through a transaction-mode pooler its statements
         // (named ones among them) all run on one server connection.
@@ -358,14 +373,56 @@ impl Worker {
             .batch_execute("COMMIT")
             .await
             .map_err(Error::db("start-up check"))?;
-        let listen_through_pool =
-            self.config.listen && connect::describe(&self.listen_db) == connect::describe(&self.db);
+        let listen_through_pool = connect::describe(&self.listen_db) == connect::describe(&self.db);
         connect::check_pooling(
             &self.pool,
             self.config.prepared_statements,
+            self.config.listen,
             listen_through_pool,
+            self.config.poll_interval,
         )
         .await
+    }
+
+    /// The start-up check, repeated while the database cannot be reached
+    /// (not started yet, restarting, a network still coming up), with
+    /// capped backoff (`reconnect_min` doubling to `reconnect_max`) and a
+    /// log line each time saying what it waits for; the worker reports not
+    /// ready meanwhile. Anything else (a setting, the schema, a handler, a
+    /// refused password) ends the start at once, as does any failure with
+    /// `fail_fast`. `None`: `stop` came first.
+    async fn wait_for_database(
+        &self,
+        stop: &CancellationToken,
+    ) -> Result<Option<connect::Pooling>> {
+        let mut delay = self.config.reconnect_min;
+        let mut waited = false;
+        loop {
+            let e = match self.start_up_check().await {
+                Ok(pooling) => {
+                    if waited {
+                        tracing::info!("the database answers; starting");
+                    }
+                    return Ok(Some(pooling));
+                }
+                Err(e) => e,
+            };
+            let unreachable = e.is_connection_lost() || e.is_unreachable();
+            if self.config.fail_fast || !unreachable {
+                return Err(e);
+            }
+            tracing::warn!(
+                error = %e,
+                retry_in = ?delay,
+                "waiting for the database (not ready until it answers; --fail-fast exits instead)"
+            );
+            waited = true;
+            tokio::select! {
+                _ = stop.cancelled() => return Ok(None),
+                _ = tokio::time::sleep(delay) => {}
+            }
+            delay = (delay * 2).min(self.config.reconnect_max);
+        }
     }
 
     fn context(

@@ -519,6 +519,104 @@ async fn ready_is_503_while_the_database_is_down_and_200_once_it_is_back() {
     w.shutdown().await;
 }
 
+/// `pgwake run` started before its database (a host booting, a pod whose
+/// database comes up later) waits for it: it says what it waits for, `/ready`
+/// answers 503 and `/health` 200 meanwhile, and once the server is up it
+/// runs the jobs. `--fail-fast` exits 1 instead; SIGTERM while waiting is a
+/// clean stop.
+#[tokio::test]
+async fn a_worker_started_before_its_database_waits_for_it_then_runs_the_jobs() {
+    let (cluster, db) = private_cluster_db().await;
+    let cluster = Arc::new(cluster);
+    insert_jobs(&db, "t", 3).await;
+    let c = cluster.clone();
+    tokio::task::spawn_blocking(move || c.stop("fast"))
+        .await
+        .unwrap()
+        .unwrap();
+
+    // --fail-fast: today's behaviour, exit 1 naming the database.
+    let out = run_pgwake(
+        &[
+            "run",
+            "--fail-fast",
+            "--metrics-addr",
+            "127.0.0.1:0",
+            "--handler",
+            "t=exec:true",
+        ],
+        Some(&db.url),
+    );
+    assert_eq!(out.status.code(), Some(1), "{}", stderr_of(&out));
+
+    let mut child = spawn_pgwake_run(&db.url, &["--handler", "t=exec:true"]);
+    let log = tail_stderr(&mut child);
+    let addr = wait_for(
+        "the worker to wait for its database",
+        DEADLINE,
+        async || {
+            let log = log.lock().unwrap().clone();
+            if !log.contains("waiting for the database") {
+                return Err(log);
+            }
+            served_addr(&log).ok_or(log)
+        },
+    )
+    .await;
+    let (status, body) = http::http_get(addr, "/ready").await.unwrap();
+    assert_eq!(status, 503, "{body}");
+    assert!(body.contains("database: down"), "{body}");
+    assert_eq!(http::http_get(addr, "/health").await.unwrap().0, 200);
+
+    let c = cluster.clone();
+    tokio::task::spawn_blocking(move || c.start_again())
+        .await
+        .unwrap()
+        .unwrap();
+    let client = db.client().await;
+    eventually("the jobs ran", DEADLINE, || async {
+        let left: i64 = client
+            .query_one("SELECT count(*) FROM pgwake.jobs", &[])
+            .await
+            .unwrap()
+            .get(0);
+        left == 0
+    })
+    .await;
+    assert_eq!(http::http_get(addr, "/ready").await.unwrap().0, 200);
+    send_signal(&child, libc::SIGTERM);
+    let out = wait_exit(child, DEADLINE).await;
+    assert!(out.status.success(), "{}", log.lock().unwrap());
+
+    // Stopped while it waits: a clean exit, not an error.
+    let c = cluster.clone();
+    tokio::task::spawn_blocking(move || c.stop("fast"))
+        .await
+        .unwrap()
+        .unwrap();
+    let mut child = spawn_pgwake_run(&db.url, &["--handler", "t=exec:true"]);
+    let log = tail_stderr(&mut child);
+    wait_for("the worker to wait again", DEADLINE, async || {
+        let log = log.lock().unwrap().clone();
+        if log.contains("waiting for the database") {
+            Ok(())
+        } else {
+            Err(log)
+        }
+    })
+    .await;
+    send_signal(&child, libc::SIGTERM);
+    let out = wait_exit(child, DEADLINE).await;
+    assert!(out.status.success(), "{}", log.lock().unwrap());
+}
+
+/// The address a `pgwake run` log says it serves `/metrics` on.
+fn served_addr(log: &str) -> Option<std::net::SocketAddr> {
+    let line = log.lines().find(|l| l.contains("serving /metrics"))?;
+    let at = line.find("addr=")? + "addr=".len();
+    line[at..].split_whitespace().next()?.parse().ok()
+}
+
 // ---------------------------------------------------------------- helpers
 
 /// A small pool for calling the sampler directly.

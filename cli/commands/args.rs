@@ -118,10 +118,11 @@ pub struct RunArgs {
     /// claims go through PgBouncer in transaction mode (which cannot LISTEN).
     #[arg(long, env = "PGWAKE_LISTEN_DATABASE_URL", hide_env_values = true)]
     pub listen_database_url: Option<String>,
-    /// How the claim path sends statements: `cached` (named prepared statements, prepared once
+    /// How the claim path sends statements: `auto` (`unnamed` when a transaction-mode pooler
+    /// is found at start, else `cached`), `cached` (named prepared statements, prepared once
     /// per connection: direct or session pooling) or `unnamed` (never a named prepared statement:
     /// PgBouncer in transaction mode).
-    #[arg(long, env = "PGWAKE_PREPARED_STATEMENTS", value_name = "cached|unnamed",
+    #[arg(long, env = "PGWAKE_PREPARED_STATEMENTS", value_name = "auto|cached|unnamed",
           default_value_t = config::PREPARED_STATEMENTS_DEFAULT)]
     pub prepared_statements: config::PreparedStatements,
     /// Handler per task: TASK=exec:COMMAND [ARGS] or TASK=sql:[SCHEMA.]FUNCTION; `*` matches
@@ -140,9 +141,15 @@ pub struct RunArgs {
     /// Fallback poll interval (jittered ±25%).
     #[arg(long, value_parser = duration, default_value_t = human(config::POLL_INTERVAL_DEFAULT))]
     pub poll_interval: HumanDuration,
-    /// Poll only; no LISTEN (e.g. behind PgBouncer in transaction mode).
+    /// Poll only; no LISTEN. Behind PgBouncer in transaction mode, rather give
+    /// --listen-database-url (the server itself): the worker polls by itself when LISTEN
+    /// would go through the pooler.
     #[arg(long)]
     pub no_listen: bool,
+    /// Exit 1 when the database cannot be reached at start, instead of waiting for it
+    /// (retrying with backoff up to 10 s, /ready answering 503 meanwhile).
+    #[arg(long, env = "PGWAKE_FAIL_FAST")]
+    pub fail_fast: bool,
     /// Per-job timeout; a job running longer fails its attempt.
     #[arg(long, value_parser = duration, default_value_t = human(config::JOB_TIMEOUT_DEFAULT))]
     pub job_timeout: HumanDuration,

@@ -30,6 +30,7 @@ pub fn worker_config(args: &RunArgs) -> Result<WorkerConfig, Error> {
         tx_queues: args.tx_queues.clone(),
         rescue_interval: args.rescue_interval.into(),
         prepared_statements: args.prepared_statements,
+        fail_fast: args.fail_fast,
         history: pgwake::config::HistoryConfig {
             keep_finished: args.keep_finished.unwrap_or_default(),
             ..Default::default()

@@ -357,32 +357,68 @@ async fn backend_pid(client: &tokio_postgres::Client, sql: &str) -> Result<Strin
         .ok_or(Error::Unexpected("pg_backend_pid() returned no row"))
 }
 
-/// Refuse what cannot work through a transaction-mode pooler, before the
-/// worker starts: named prepared statements on the claim path
-/// ([`PreparedStatements::Cached`](crate::config::PreparedStatements)), and
-/// LISTEN through the same pooler (a notification is delivered to the
-/// session that listens; the pooler gives that server connection to other
-/// clients between transactions). `listen_through_pool`: the listener would
-/// connect where the claim pool does.
+/// How the worker's claims go over `--database-url`, as the start-up check
+/// decided ([`check_pooling`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Pooling {
+    /// How claim-path statements are sent: never
+    /// [`Auto`](crate::config::PreparedStatements::Auto).
+    pub prepared: crate::config::PreparedStatements,
+    /// Whether the listener may LISTEN (false: poll only).
+    pub listen: bool,
+}
+
+/// Decide what the worker's claims send through `pool` and refuse what
+/// cannot work there, before the worker starts. Through a transaction-mode
+/// pooler (PgBouncer's `pool_mode=transaction`), named prepared statements
+/// cannot pass from one transaction to the next, and LISTEN through it hears
+/// nothing (a notification is delivered to the session that listens; the
+/// pooler gives that server connection to other clients between
+/// transactions). So, when one is found:
+/// [`Auto`](crate::config::PreparedStatements::Auto) becomes `Unnamed`, an
+/// explicit `Cached` is refused, and a listener that would connect through
+/// the same pooler (`listen_through_pool`) is turned off (the worker polls)
+/// unless `prepared` was given explicitly, in which case it is refused too,
+/// naming `--listen-database-url`. Each choice is logged.
 pub async fn check_pooling(
     pool: &Pool,
     prepared: crate::config::PreparedStatements,
+    listen: bool,
     listen_through_pool: bool,
-) -> Result<()> {
+    poll_interval: std::time::Duration,
+) -> Result<Pooling> {
+    use crate::config::PreparedStatements;
     if !shares_server_connections(pool).await? {
-        return Ok(());
+        let prepared = match prepared {
+            PreparedStatements::Auto => PreparedStatements::Cached,
+            given => given,
+        };
+        return Ok(Pooling { prepared, listen });
     }
     const FOUND: &str = "--database-url goes through a pooler in transaction mode (two client connections were served by one server connection in turn: PgBouncer's pool_mode=transaction)";
-    if prepared == crate::config::PreparedStatements::Cached {
+    if prepared == PreparedStatements::Cached {
         return Err(Error::Config(format!(
-            "{FOUND}, which cannot carry the worker's named prepared statements from one transaction to the next: set --prepared-statements unnamed (PGWAKE_PREPARED_STATEMENTS=unnamed), or point --database-url at the server or a session-mode pool"
+            "{FOUND}, which cannot carry the worker's named prepared statements from one transaction to the next: leave --prepared-statements at auto (the default) or set it to unnamed (PGWAKE_PREPARED_STATEMENTS), or point --database-url at the server or a session-mode pool"
         )));
     }
-    if listen_through_pool {
-        return Err(Error::Config(format!(
-            "{FOUND}, where LISTEN cannot receive notifications: set --listen-database-url (PGWAKE_LISTEN_DATABASE_URL) to the server itself, or --no-listen to poll"
-        )));
+    let mut listen = listen;
+    if listen && listen_through_pool {
+        if prepared == PreparedStatements::Unnamed {
+            return Err(Error::Config(format!(
+                "{FOUND}, where LISTEN cannot receive notifications: set --listen-database-url (PGWAKE_LISTEN_DATABASE_URL) to the server itself, or --no-listen to poll"
+            )));
+        }
+        tracing::warn!(
+            poll_interval = ?poll_interval,
+            "claims go through a transaction-mode pooler, where LISTEN hears no notifications: polling instead (new jobs wait up to the poll interval); set --listen-database-url (PGWAKE_LISTEN_DATABASE_URL) to the server itself for instant pickup"
+        );
+        listen = false;
     }
-    tracing::info!("claims go through a transaction-mode pooler; statements are sent unnamed");
-    Ok(())
+    if prepared == PreparedStatements::Auto {
+        tracing::info!("claims go through a transaction-mode pooler: statements are sent unnamed (--prepared-statements auto)");
+    }
+    Ok(Pooling {
+        prepared: PreparedStatements::Unnamed,
+        listen,
+    })
 }

@@ -168,7 +168,9 @@ impl<'a> Db<'a> {
         Db {
             client: conn,
             cache: match mode {
-                PreparedStatements::Cached => Some(&conn.statement_cache),
+                PreparedStatements::Cached | PreparedStatements::Auto => {
+                    Some(&conn.statement_cache)
+                }
                 PreparedStatements::Unnamed => None,
             },
         }

@@ -25,6 +25,7 @@ fn an_unreachable_database_exits_1_with_a_hint_and_no_password() {
     let o = run(
         &[
             "run",
+            "--fail-fast",
             "--handler",
             "t=exec:true",
             "--metrics-addr",

@@ -182,7 +182,7 @@ async fn a_server_that_never_answers_is_given_up_on_after_connect_timeout() {
     for args in [
         vec!["stats"],
         vec!["migrate"],
-        vec!["run", "--handler", "t=exec:true"],
+        vec!["run", "--fail-fast", "--handler", "t=exec:true"],
     ] {
         let mut c = pgwake_cmd();
         c.env("DATABASE_URL", &url)

@@ -5,8 +5,10 @@
 //!   connections are really shared: producers (`pgwake enqueue`, the Rust
 //!   client, `pgwake schedule`, `pgwake stats`, `pgwake dead`, `pgwake
 //!   cancel`) and the worker's claims in both delivery modes with
-//!   `--prepared-statements unnamed`; the default (named, cached statements) is refused at start
-//!   with the flag to set, and so is LISTEN through the pooler;
+//!   `--prepared-statements unnamed`, and without the flag: the default
+//!   (`auto`) finds the pooler and sends unnamed statements by itself, and
+//!   polls when LISTEN would go through the pooler; named statements forced
+//!   through it are refused at start with the flag to set;
 //! - session pooling: the worker with its default cached statements.
 //!
 //! pgwake sends no startup `options` (PgBouncer's default configuration
@@ -432,43 +434,113 @@ impl pgwake::Handler for Writing {
     }
 }
 
+/// Behind PgBouncer in transaction mode the worker needs no flag: it finds
+/// the pooler at start, sends its statements unnamed and says so; with LISTEN
+/// through the same pooler it polls instead, and says so. What a user forces
+/// (`--prepared-statements cached`, or `unnamed` with LISTEN through the
+/// pooler) is refused at start naming what to set.
 #[tokio::test]
-async fn the_default_cached_statements_through_transaction_pooling_are_refused_at_start_naming_the_flag(
-) {
+async fn through_transaction_pooling_the_default_worker_switches_to_unnamed_statements_by_itself() {
     let (cluster, direct) = migrated_cluster().await;
     let bouncer = Bouncer::start(&cluster, 5).await;
     let tx_url = bouncer.url("app_tx");
-    let run = |extra: &[&str]| {
-        let out = pgwake_cmd()
-            .env("DATABASE_URL", &tx_url)
-            .args([
-                "run",
-                "--metrics-addr",
-                "127.0.0.1:0",
-                "--handler",
-                "t=exec:true",
-            ])
-            .args(extra)
-            .output()
-            .unwrap();
-        (
-            out.status.code(),
-            String::from_utf8_lossy(&out.stderr).to_string(),
-        )
+    let refused = |extra: &[&str], env: Option<(&str, &str)>| {
+        let mut cmd = pgwake_cmd();
+        cmd.env("DATABASE_URL", &tx_url).args([
+            "run",
+            "--metrics-addr",
+            "127.0.0.1:0",
+            "--handler",
+            "t=exec:true",
+        ]);
+        if let Some((k, v)) = env {
+            cmd.env(k, v);
+        }
+        let out = cmd.args(extra).output().unwrap();
+        (out.status.code(), stderr_of(&out))
     };
-    // The default: named, cached statements. Refused before any claim,
-    // with what to set.
-    let (code, stderr) = run(&["--listen-database-url", &direct]);
+    // Forced named statements: refused before any claim, with what to set.
+    let (code, stderr) = refused(
+        &[
+            "--prepared-statements",
+            "cached",
+            "--listen-database-url",
+            &direct,
+        ],
+        None,
+    );
     assert_eq!(code, Some(2), "{stderr}");
     assert!(
-        stderr.contains("transaction mode") && stderr.contains("--prepared-statements unnamed"),
+        stderr.contains("transaction mode") && stderr.contains("--prepared-statements"),
         "{stderr}"
     );
-    // Unnamed statements, but LISTEN through the same pooler: refused too
-    // (notifications would never arrive).
-    let (code, stderr) = run(&["--prepared-statements", "unnamed"]);
+    // The environment variable forces it like the flag.
+    let (code, stderr) = refused(
+        &["--listen-database-url", &direct],
+        Some(("PGWAKE_PREPARED_STATEMENTS", "cached")),
+    );
+    assert_eq!(code, Some(2), "{stderr}");
+    // Forced unnamed statements with LISTEN through the pooler: refused
+    // (notifications would never arrive), naming the listen URL.
+    let (code, stderr) = refused(&["--prepared-statements", "unnamed"], None);
     assert_eq!(code, Some(2), "{stderr}");
     assert!(stderr.contains("--listen-database-url"), "{stderr}");
+
+    // No flag at all: the worker starts, says what it chose, and runs jobs.
+    for (extra, said) in [
+        (
+            vec![
+                "--handler",
+                "t=exec:true",
+                "--listen-database-url",
+                direct.as_str(),
+            ],
+            "statements are sent unnamed",
+        ),
+        (vec!["--handler", "t=exec:true"], "polling instead"),
+    ] {
+        let id: i64 = {
+            let c = pgwake::connect::connect(&pgwake::connect::parse_url(&direct).unwrap())
+                .await
+                .unwrap();
+            c.query_one("SELECT pgwake.enqueue('t')", &[])
+                .await
+                .unwrap()
+                .get(0)
+        };
+        let mut child = spawn_pgwake_run(&tx_url, &extra);
+        let log = tail_stderr(&mut child);
+        let c = pgwake::connect::connect(&pgwake::connect::parse_url(&direct).unwrap())
+            .await
+            .unwrap();
+        wait_for("the job ran", Duration::from_secs(60), async || {
+            let left: i64 = c
+                .query_one("SELECT count(*) FROM pgwake.jobs WHERE id = $1", &[&id])
+                .await
+                .unwrap()
+                .get(0);
+            if left == 0 {
+                Ok(())
+            } else {
+                Err(log.lock().unwrap().clone())
+            }
+        })
+        .await;
+        send_signal(&child, libc::SIGTERM);
+        let out = wait_exit(child, Duration::from_secs(60)).await;
+        let log = log.lock().unwrap().clone();
+        assert!(out.status.success(), "{extra:?}: {log}");
+        assert!(log.contains(said), "{extra:?}: {log}");
+        assert_eq!(
+            c.query_one("SELECT count(*) FROM pgwake.dead_jobs", &[])
+                .await
+                .unwrap()
+                .get::<_, i64>(0),
+            0,
+            "{log}"
+        );
+    }
+
     // Through the session pool the start-up check refuses nothing.
     let worker = Worker::builder(pgwake::connect::parse_url(&bouncer.url("app_session")).unwrap())
         .handler("t", ok_handler(&Ledger::default()))
@@ -478,22 +550,6 @@ async fn the_default_cached_statements_through_transaction_pooling_are_refused_a
         .check()
         .await
         .expect("session pooling passes the check");
-    // And the environment variable selects the mode like the flag.
-    let out = pgwake_cmd()
-        .env("DATABASE_URL", &tx_url)
-        .env("PGWAKE_PREPARED_STATEMENTS", "unnamed")
-        .args([
-            "run",
-            "--metrics-addr",
-            "127.0.0.1:0",
-            "--handler",
-            "t=exec:true",
-        ])
-        .output()
-        .unwrap();
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(2), "{stderr}");
-    assert!(stderr.contains("--listen-database-url"), "{stderr}");
 }
 
 #[tokio::test]
