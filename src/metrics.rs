@@ -158,13 +158,31 @@ pub(crate) fn application_label(application: &str) -> String {
     APPLICATION_LABELS.label(application)
 }
 
+/// What [`init_known`] creates series for.
+pub(crate) struct Known<'a> {
+    /// The worker's queues (`--queues`, or `default` when it works every
+    /// queue).
+    pub queues: &'a [String],
+    /// `--lease-queues` and `--tx-queues`.
+    pub forced_queues: &'a [String],
+    /// The handlers' task names (`*` left out).
+    pub tasks: &'a [String],
+    /// The worker's `application_name`.
+    pub application: &'a str,
+    /// Whether this worker runs the scheduler.
+    pub scheduler: bool,
+    /// The delivery modes it claims in (`tx`, `lease`).
+    pub modes: &'a [&'static str],
+}
+
 /// Give the worker's known queues and tasks their label places first, and
-/// create their counters at 0, so dashboards and alert rules (`rate()`,
-/// `increase()`) have series from the first scrape instead of "no data"
-/// until the first event. `queues`: the worker's queues (`--queues`, or
-/// `default` when it works every queue) and lease queues; `tasks`: the
-/// handlers' task names (`*` left out).
-pub(crate) fn init_known(queues: &[String], lease_queues: &[String], tasks: &[String]) {
+/// create every series the dashboard and the alert rules read at 0 (the
+/// gauges the sampler and the scheduler set later, the counters, and empty
+/// histograms), so a fresh install shows zeros from the first scrape
+/// instead of "No data" until the first event, and `rate()`/`increase()`
+/// have a starting point. `tests/observability.rs` checks every name.
+pub(crate) fn init_known(known: Known<'_>) {
+    let (queues, lease_queues, tasks) = (known.queues, known.forced_queues, known.tasks);
     let tasks: Vec<String> = tasks.iter().filter(|t| *t != "*").cloned().collect();
     let mut all_queues: Vec<String> = queues.to_vec();
     all_queues.extend(lease_queues.iter().cloned());
@@ -174,12 +192,60 @@ pub(crate) fn init_known(queues: &[String], lease_queues: &[String], tasks: &[St
         let queue = queue_label(q);
         metrics::counter!(LEASES_RESCUED, "queue" => queue.clone()).increment(0);
         metrics::counter!(JOBS_CANCELLED, "queue" => queue.clone()).increment(0);
+        metrics::counter!(RATE_THROTTLED, "queue" => queue.clone()).increment(0);
+        metrics::gauge!(JOBS_IN_FLIGHT, "queue" => queue.clone()).increment(0.0);
+        for state in ["ready", "scheduled"] {
+            metrics::gauge!(QUEUE_DEPTH, "queue" => queue.clone(), "state" => state).increment(0.0);
+        }
+        for gauge in [
+            QUEUE_OLDEST_READY_AGE,
+            DEAD_JOBS,
+            QUEUE_PAUSED,
+            QUEUE_MAX_RUNNING,
+            QUEUE_RATE_LIMIT,
+        ] {
+            metrics::gauge!(gauge, "queue" => queue.clone()).increment(0.0);
+        }
+        let _ = metrics::histogram!(PICKUP_LATENCY, "queue" => queue.clone());
         for t in &tasks {
             for outcome in ["done", "retry", "dead", "returned", "lost", "cancelled"] {
                 metrics::counter!(JOBS, "queue" => queue.clone(), "task" => task_label(t), "outcome" => outcome)
                     .increment(0);
             }
+            let _ = metrics::histogram!(JOB_DURATION, "queue" => queue.clone(), "task" => task_label(t), "outcome" => "done");
         }
+    }
+    for outcome in ["done", "dead"] {
+        metrics::counter!(HISTORY_ROWS, "outcome" => outcome).increment(0);
+    }
+    for trigger in ["notify", "poll", "drain", "reconnect"] {
+        for result in ["hit", "empty"] {
+            for mode in known.modes {
+                metrics::counter!(CLAIMS, "trigger" => trigger, "result" => result, "mode" => *mode)
+                    .increment(0);
+            }
+        }
+    }
+    for gauge in [
+        IDLE_IN_TX_MAX_AGE,
+        OLDEST_TX_AGE,
+        NOTIFY_QUEUE_USAGE,
+        QUEUE_TABLE_DEAD_TUPLES,
+        SAMPLER_DURATION,
+    ] {
+        metrics::gauge!(gauge).increment(0.0);
+    }
+    metrics::gauge!(IDLE_IN_TX_SESSIONS, "application" => application_label(known.application))
+        .increment(0.0);
+    if known.scheduler {
+        for state in ["active", "invalid"] {
+            metrics::gauge!(SCHEDULES, "state" => state).increment(0.0);
+        }
+        metrics::gauge!(SCHEDULE_OVERDUE).increment(0.0);
+        for result in ["enqueued", "missed", "waiting"] {
+            metrics::counter!(SCHEDULE_TICKS, "result" => result).increment(0);
+        }
+        let _ = metrics::histogram!(SCHEDULE_TICK_DELAY);
     }
 }
 

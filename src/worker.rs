@@ -170,20 +170,29 @@ impl Worker {
             self.config.listen = false;
             self.health.set_listen(false);
         }
-        self.health.set_db(true);
-        crate::metrics::init_known(
-            &self
+        crate::metrics::init_known(crate::metrics::Known {
+            queues: &self
                 .config
                 .queues
                 .clone()
                 .unwrap_or_else(|| vec!["default".into()]),
-            &[
+            forced_queues: &[
                 self.config.lease_queues.clone(),
                 self.config.tx_queues.clone(),
             ]
             .concat(),
-            &self.registry.tasks(),
-        );
+            tasks: &self.registry.tasks(),
+            application: &self.config.application_name,
+            scheduler: self.config.scheduler.is_some(),
+            modes: &crate::claim::plan::build(&self.config, &self.registry)
+                .iter()
+                .map(|s| match s.mode {
+                    crate::handler::Delivery::Tx => "tx",
+                    crate::handler::Delivery::Lease => "lease",
+                })
+                .collect::<Vec<_>>(),
+        });
+        self.health.set_db(true);
         let pool = self.pool.clone();
         let app = &self.config.application_name;
         let wake = Arc::new(Wakeup::default());

@@ -108,6 +108,56 @@ fn every_metric_a_dashboard_expression_names_is_found() {
     }
 }
 
+/// The dashboard works both ways Grafana loads one: imported in the UI and
+/// provisioned from a file (the Kubernetes sidecar), where import-time
+/// inputs (`__inputs`, `${DS_…}`) are never resolved. So its data source is
+/// a template variable of type `datasource`, and every panel, target,
+/// annotation and variable reads through it.
+#[test]
+fn the_dashboard_reads_its_data_source_from_a_template_variable_so_file_provisioning_works() {
+    let path = grafana_dir().join("pgwake-dashboard.json");
+    let text = std::fs::read_to_string(&path).unwrap();
+    let json: serde_json::Value = serde_json::from_str(&text).unwrap();
+    assert!(
+        json.get("__inputs").is_none(),
+        "__inputs are resolved only by a UI import"
+    );
+    assert!(
+        !text.contains("${DS_"),
+        "an import-time input is referenced"
+    );
+    let vars = json["templating"]["list"].as_array().unwrap();
+    let ds: Vec<&serde_json::Value> = vars.iter().filter(|v| v["type"] == "datasource").collect();
+    assert_eq!(ds.len(), 1, "one data source variable");
+    assert_eq!(ds[0]["query"], "prometheus");
+    let name = ds[0]["name"].as_str().unwrap();
+    let want = serde_json::json!({"type": "prometheus", "uid": format!("${{{name}}}")});
+    let mut refs = Vec::new();
+    fn collect<'a>(v: &'a serde_json::Value, out: &mut Vec<&'a serde_json::Value>) {
+        match v {
+            serde_json::Value::Object(m) => {
+                for (k, x) in m {
+                    if k == "datasource" {
+                        out.push(x);
+                    }
+                    collect(x, out);
+                }
+            }
+            serde_json::Value::Array(a) => a.iter().for_each(|x| collect(x, out)),
+            _ => {}
+        }
+    }
+    collect(&json, &mut refs);
+    let own: Vec<_> = refs
+        .iter()
+        .filter(|r| r["type"] != "grafana" && r["type"] != "datasource")
+        .collect();
+    assert!(own.len() > 10, "{own:?}");
+    for r in own {
+        assert_eq!(**r, want, "a data source reference not through ${name}");
+    }
+}
+
 #[tokio::test]
 async fn alert_rules_pass_promtool_check_and_their_unit_tests() {
     let dir = grafana_dir();
@@ -517,6 +567,60 @@ async fn ready_is_503_while_the_database_is_down_and_200_once_it_is_back() {
     let (_, body) = endpoint.until_ready(200, "database back").await;
     assert_eq!(body, "database: up\nlistener: up\n");
     w.shutdown().await;
+}
+
+/// A fresh worker, before any job, schedule or idle session exists: the
+/// first scrape once it is ready has every metric the dashboard and the
+/// alert rules name, so a new install shows zeros, not "No data", and
+/// `rate()`/`increase()` have a starting point.
+#[tokio::test]
+async fn a_fresh_worker_exports_every_metric_the_dashboard_and_the_alerts_name_from_the_first_scrape(
+) {
+    let db = migrated_db().await;
+    let mut wanted = Dashboard::load().metric_names();
+    wanted.extend(alert_metric_names());
+    // A histogram's series: the dashboard names `_bucket`, `_sum`, `_count`.
+    let mut child = spawn_pgwake_run(&db.url, &["--handler", "t=exec:true"]);
+    let log = tail_stderr(&mut child);
+    let addr = wait_for("the worker's address", DEADLINE, async || {
+        let log = log.lock().unwrap().clone();
+        served_addr(&log).ok_or(log)
+    })
+    .await;
+    wait_for("/ready", DEADLINE, async || {
+        match http::http_get(addr, "/ready").await {
+            Ok((200, _)) => Ok(()),
+            other => Err(format!("{other:?}")),
+        }
+    })
+    .await;
+    let (status, text) = http::http_get(addr, "/metrics").await.unwrap();
+    assert_eq!(status, 200);
+    let exported = load::exported_names(&text);
+    let missing: Vec<_> = wanted
+        .iter()
+        .filter(|m| !m.starts_with("absent") && !exported.contains(*m))
+        .collect();
+    assert!(
+        missing.is_empty(),
+        "missing on the first scrape: {missing:?}\n--- exposition ---\n{text}"
+    );
+    send_signal(&child, libc::SIGTERM);
+    let out = wait_exit(child, DEADLINE).await;
+    assert!(out.status.success(), "{}", log.lock().unwrap());
+}
+
+/// Metric names the alert rules' expressions read (`grafana/alerts.yml`).
+fn alert_metric_names() -> BTreeSet<String> {
+    let rules = std::fs::read_to_string(grafana_dir().join("alerts.yml")).unwrap();
+    let names: BTreeSet<String> = rules
+        .lines()
+        .filter_map(|l| l.trim_start().strip_prefix("expr:"))
+        .flat_map(|e| metric_names(e.trim()))
+        .filter(|m| m != "up")
+        .collect();
+    assert!(names.len() >= 5, "{names:?}");
+    names
 }
 
 /// `pgwake run` started before its database (a host booting, a pod whose

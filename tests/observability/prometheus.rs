@@ -222,7 +222,17 @@ impl Prometheus {
                 if result.is_empty() {
                     return Err(format!("{expr} -> empty"));
                 }
-                if result.iter().any(|(_, v)| v.eq_ignore_ascii_case("nan")) {
+                let nan = |(_, v): &&(Value, String)| v.eq_ignore_ascii_case("nan");
+                // A quantile of a histogram that saw nothing in the window
+                // is NaN (a queue or task the worker knows, idle): every
+                // series exists from start-up at 0. Such an expression
+                // needs one series with data; any other NaN is a mistake.
+                let bad = if expr.contains("histogram_quantile") {
+                    result.iter().all(|r| nan(&r))
+                } else {
+                    result.iter().any(|r| nan(&r))
+                };
+                if bad {
                     return Err(format!("{expr} -> NaN in {result:?}"));
                 }
             }
