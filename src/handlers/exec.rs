@@ -14,11 +14,11 @@
 //! which is explicit: a few inherited variables and `PGWAKE_EXEC_*`, never
 //! the worker's `DATABASE_URL` or `PGPASSWORD` (see `explicit_env`).
 //! Exit status 0 is success; anything else is a failed attempt whose stderr
-//! tail becomes `last_error`. stdout goes to the worker's stdout and, up to
-//! [`EXEC_STDOUT_MAX_DEFAULT`] bytes (`--exec-stdout-max`), is the job's
-//! result (recorded when history is on): JSON output is kept as JSON, any
-//! other text as a JSON string, output past the bound is cut (and then is
-//! a string ending in `…[cut]`), empty output is no result. At the job
+//! tail becomes `last_error`. stdout, up to [`EXEC_STDOUT_MAX_DEFAULT`]
+//! bytes (`--exec-stdout-max`), is the job's result (recorded when history
+//! is on) and never reaches the worker's own stdout: JSON output is kept as
+//! JSON, any other text as a JSON string, output past the bound is cut (and
+//! then is a string ending in `…[cut]`), empty output is no result. At the job
 //! timeout (or a shutdown past its grace period) the whole process group is
 //! killed with SIGKILL, and the command is killed too if the worker process
 //! dies (`PR_SET_PDEATHSIG`). Processes the command starts in the background
@@ -69,7 +69,7 @@ fn explicit_env(cmd: &mut Command) {
 pub const STDERR_TAIL_BYTES: usize = 2048;
 
 /// How much of a command's stdout is kept as its result, by default
-/// (`--exec-stdout-max`; 0 keeps none, and stdout is then inherited).
+/// (`--exec-stdout-max`; 0 keeps none, and stdout is then discarded).
 pub const EXEC_STDOUT_MAX_DEFAULT: usize = 64 * 1024;
 
 /// Largest `--exec-stdout-max`.
@@ -123,8 +123,8 @@ impl ExecHandler {
         })
     }
 
-    /// Keep at most `bytes` of stdout as the result (0: keep none and let
-    /// the command write to the worker's stdout directly).
+    /// Keep at most `bytes` of stdout as the result (0: keep none; the
+    /// command's stdout is then `/dev/null`).
     pub fn with_stdout_max(mut self, bytes: usize) -> ExecHandler {
         self.stdout_max = bytes;
         self
@@ -151,26 +151,24 @@ pub fn stdout_result(out: &[u8], cut: bool) -> Option<serde_json::Value> {
     Some(serde_json::Value::String(s))
 }
 
-/// Copy `from` to the worker's stdout, keeping the first `max` bytes; the
-/// rest is passed on and counted but not kept. Never stops reading early
-/// (a command blocked on a full pipe would never exit).
+/// Read `from` to its end, keeping the first `max` bytes; the rest is
+/// counted but not kept. Nothing is written anywhere else: a command's
+/// stdout is its result, never the worker's output. Never stops reading
+/// early (a command blocked on a full pipe would never exit).
 async fn capture(mut from: tokio::process::ChildStdout, max: usize) -> (Vec<u8>, bool) {
     let mut kept = Vec::new();
     let mut cut = false;
-    let mut out = tokio::io::stdout();
     let mut buf = [0u8; 8192];
     while let Ok(n) = from.read(&mut buf).await {
         if n == 0 {
             break;
         }
-        let _ = out.write_all(&buf[..n]).await;
         let room = max - kept.len();
         if n > room {
             cut = true;
         }
         kept.extend_from_slice(&buf[..n.min(room)]);
     }
-    let _ = out.flush().await;
     (kept, cut)
 }
 
@@ -206,7 +204,7 @@ impl Handler for ExecHandler {
             .stdout(if self.stdout_max > 0 {
                 Stdio::piped()
             } else {
-                Stdio::inherit()
+                Stdio::null()
             })
             .stderr(Stdio::piped())
             .process_group(0)
