@@ -13,8 +13,12 @@
 //! `PGWAKE_TASK`, `PGWAKE_QUEUE` and `PGWAKE_ATTEMPT` are in its environment,
 //! which is explicit: a few inherited variables and `PGWAKE_EXEC_*`, never
 //! the worker's `DATABASE_URL` or `PGPASSWORD` (see `explicit_env`).
-//! Exit status 0 is success; anything else is a failed attempt whose stderr
-//! tail becomes `last_error`. stdout, up to [`EXEC_STDOUT_MAX_DEFAULT`]
+//! Exit status 0 is success; [`EXIT_FAIL`] (65) fails the job for good;
+//! [`EXIT_RETRY_LATER`] (75) retries it after the delay of a
+//! `pgwake-retry-after:` stderr line; anything else is a failed attempt,
+//! retried with backoff. On failure the stderr tail becomes `last_error`;
+//! every stderr line also goes to the worker's log, tagged with the job and
+//! escaped, within bounds ([`STDERR_LOG_LINE_MAX`], [`STDERR_LOG_LINES_MAX`]). stdout, up to [`EXEC_STDOUT_MAX_DEFAULT`]
 //! bytes (`--exec-stdout-max`), is the job's result (recorded when history
 //! is on) and never reaches the worker's own stdout: JSON output is kept as
 //! JSON, any other text as a JSON string, output past the bound is cut (and
@@ -35,6 +39,26 @@ use tokio::process::Command;
 use crate::error::{Error, Result};
 use crate::handler::{BoxError, Delivery, Handler, JobContext};
 use crate::job::{Job, Outcome};
+
+mod stderr;
+
+pub use stderr::{
+    escape_line, parse_retry_after, LOG_TARGET, RETRY_AFTER_LINE, STDERR_LOG_LINES_MAX,
+    STDERR_LOG_LINE_MAX, STDERR_TAIL_BYTES,
+};
+
+/// Exit status of a command that failed for good (`EX_DATAERR` of
+/// `sysexits.h`: "the input data was incorrect"): the job goes to
+/// `pgwake.dead_jobs` at once, whatever attempts remain, with the stderr
+/// tail as its error ([`Outcome::Fail`]).
+pub const EXIT_FAIL: i32 = 65;
+
+/// Exit status of a command asking to be run again later (`EX_TEMPFAIL` of
+/// `sysexits.h`, which mail transfer agents read as "defer"): an attempt
+/// retried after the delay of its last `pgwake-retry-after:` stderr line
+/// ([`RETRY_AFTER_LINE`]), or after the configured backoff without one
+/// ([`Outcome::Retry`]: it counts as an attempt).
+pub const EXIT_RETRY_LATER: i32 = 75;
 
 /// Variables of the worker's environment an exec command inherits. Nothing
 /// else is passed: the worker's own environment holds `DATABASE_URL`,
@@ -64,9 +88,6 @@ fn explicit_env(cmd: &mut Command) {
         }
     }
 }
-
-/// How much of a failed command's stderr is kept as `last_error`.
-pub const STDERR_TAIL_BYTES: usize = 2048;
 
 /// How much of a command's stdout is kept as its result, by default
 /// (`--exec-stdout-max`; 0 keeps none, and stdout is then discarded).
@@ -242,21 +263,18 @@ impl Handler for ExecHandler {
             let _ = stdin.write_all(&payload).await;
             let _ = stdin.shutdown().await;
         };
-        let read = async move {
-            let mut tail = Vec::new();
+        let mut lines = stderr::Stderr::new(job);
+        let read = async {
             let mut buf = [0u8; 4096];
             while let Ok(n) = stderr.read(&mut buf).await {
                 if n == 0 {
                     break;
                 }
-                tail.extend_from_slice(&buf[..n]);
-                if tail.len() > STDERR_TAIL_BYTES * 2 {
-                    tail.drain(..tail.len() - STDERR_TAIL_BYTES);
-                }
+                lines.push(&buf[..n]);
             }
-            tail
+            lines.finish();
         };
-        let (_, tail, (out, cut), status) = tokio::join!(write, read, output, child.wait());
+        let (_, (), (out, cut), status) = tokio::join!(write, read, output, child.wait());
         let status = status?;
         guard.pid = None;
         if status.success() {
@@ -265,20 +283,43 @@ impl Handler for ExecHandler {
                 None => Outcome::Done,
             });
         }
-        let start = tail.len().saturating_sub(STDERR_TAIL_BYTES);
-        let tail = String::from_utf8_lossy(&tail[start..]).trim().to_string();
-        let how = match status.code() {
-            Some(code) => format!("exit status {code}"),
+        let tail = lines.tail();
+        let program = self.program.display();
+        let (what, how) = match status.code() {
+            Some(EXIT_FAIL) => ("failed for good", format!("exit status {EXIT_FAIL}")),
+            Some(EXIT_RETRY_LATER) => (
+                "asked to be retried later",
+                format!("exit status {EXIT_RETRY_LATER}"),
+            ),
+            Some(code) => ("failed", format!("exit status {code}")),
             None => {
                 use std::os::unix::process::ExitStatusExt;
-                format!("killed by signal {}", status.signal().unwrap_or(0))
+                let signal = status.signal().unwrap_or(0);
+                ("failed", format!("killed by signal {signal}"))
             }
         };
-        Ok(Outcome::retry(if tail.is_empty() {
-            format!("{} failed: {how}", self.program.display())
+        let reason = if tail.is_empty() {
+            format!("{program} {what}: {how}")
         } else {
-            format!("{} failed: {how}: {tail}", self.program.display())
-        }))
+            format!("{program} {what}: {how}: {tail}")
+        };
+        Ok(match status.code() {
+            Some(EXIT_FAIL) => Outcome::fail(reason),
+            Some(EXIT_RETRY_LATER) => match lines.retry_after().map(parse_retry_after) {
+                Some(Ok(after)) => Outcome::retry_after(reason, after),
+                Some(Err(why)) => {
+                    tracing::warn!(
+                        job = job.id,
+                        task = %escape_line(job.task.as_bytes()),
+                        "{RETRY_AFTER_LINE} {}; the backoff applies",
+                        escape_line(why.as_bytes())
+                    );
+                    Outcome::retry(reason)
+                }
+                None => Outcome::retry(reason),
+            },
+            _ => Outcome::retry(reason),
+        })
     }
 
     fn delivery(&self) -> Delivery {

@@ -1,4 +1,5 @@
-//! The `exec` protocol: where a command's stdout goes.
+//! The `exec` protocol: what a command's exit status means (done, fail for
+//! good, retry later) and where its stderr and stdout go.
 
 use crate::common;
 
@@ -8,8 +9,138 @@ use std::time::Duration;
 
 use common::*;
 use pgwake::client::{enqueue, NewJob};
+use pgwake::handlers::parse_flag;
+use pgwake::Worker;
 
 const WAIT: Duration = Duration::from_secs(30);
+
+fn worker_with(db: &TestDb, flag: &str) -> Worker {
+    worker_with_all(db, &[flag.to_string()])
+}
+
+fn worker_with_all(db: &TestDb, flags: &[String]) -> Worker {
+    let mut b = Worker::builder(db.config()).config(test_config());
+    for flag in flags {
+        let (task, h) = parse_flag(flag).unwrap();
+        b = b.handler_arc(&task, h);
+    }
+    b.build().unwrap()
+}
+
+/// A waiting job's delay until it is due, its attempts and `last_error`.
+async fn waiting(db: &TestDb, id: i64) -> (f64, i32, String) {
+    let row = db
+        .client()
+        .await
+        .query_one(
+            "SELECT extract(epoch FROM run_at - now())::float8, attempts, last_error \
+             FROM pgwake.jobs WHERE id = $1",
+            &[&id],
+        )
+        .await
+        .unwrap();
+    (row.get(0), row.get(1), row.get(2))
+}
+
+#[tokio::test]
+async fn exit_65_fails_the_job_for_good_with_its_stderr_tail() {
+    let db = migrated_db().await;
+    let client = db.client().await;
+    // 25 attempts: without the protocol a bad payload is retried for hours.
+    let id = enqueue(&client, &NewJob::new("bad", serde_json::json!({})))
+        .await
+        .unwrap();
+    let flag = "bad=exec:sh -c 'echo checking; echo \"payload has no image\" >&2; exit 65'";
+    let mut w = Running::start(worker_with(&db, flag));
+    let ev = w.next_events(1, WAIT, |_| true).await;
+    w.shutdown().await;
+    assert_eq!((ev[0].id, ev[0].outcome()), (id, "dead"), "{ev:?}");
+    let err = dead_reason(&client, id).await;
+    assert!(err.contains("exit status 65"), "{err}");
+    assert!(err.contains("payload has no image"), "{err}");
+    let attempts: i32 = db
+        .scalar(&format!(
+            "SELECT attempts FROM pgwake.dead_jobs WHERE id = {id}"
+        ))
+        .await;
+    assert_eq!(attempts, 1, "dead on its first attempt");
+}
+
+#[tokio::test]
+async fn exit_75_retries_after_the_delay_the_command_gives_on_stderr() {
+    let db = migrated_db().await;
+    let client = db.client().await;
+    let mut ids = Vec::new();
+    for task in ["hour", "secs", "bare"] {
+        ids.push(
+            enqueue(&client, &NewJob::new(task, serde_json::json!({})))
+                .await
+                .unwrap(),
+        );
+    }
+    let [hour, secs, bare] = ids[..] else {
+        unreachable!()
+    };
+    let later = |delay: &str| {
+        format!(
+            "sh -c 'echo \"rate limited\" >&2; echo \"pgwake-retry-after: {delay}\" >&2; exit 75'"
+        )
+    };
+    let flags = [
+        format!("hour=exec:{}", later("1h")),
+        format!("secs=exec:{}", later("90")),
+        "bare=exec:sh -c 'exit 75'".to_string(),
+    ];
+    let mut w = Running::start(worker_with_all(&db, &flags));
+    let ev = w
+        .next_events(2, WAIT, |e| e.id == hour || e.id == secs)
+        .await;
+    w.next_events(1, WAIT, |e| e.id == bare).await;
+    w.shutdown().await;
+    assert!(ev.iter().all(|e| e.outcome() == "retry"), "{ev:?}");
+    let (delay, attempts, err) = waiting(&db, hour).await;
+    assert!(
+        (3500.0..=3600.0).contains(&delay),
+        "due in {delay} s, not 1h"
+    );
+    assert_eq!(
+        attempts, 1,
+        "a retry later is an attempt, like Outcome::Retry"
+    );
+    assert!(err.contains("exit status 75"), "{err}");
+    assert!(err.contains("rate limited"), "{err}");
+    let (delay, _, _) = waiting(&db, secs).await;
+    assert!((80.0..=90.0).contains(&delay), "due in {delay} s, not 90 s");
+    // Without the line, the configured backoff (20-100 ms in tests).
+    let (delay, attempts, _) = waiting(&db, bare).await;
+    assert!(
+        attempts >= 1 && delay < 5.0,
+        "due in {delay} s: the backoff applies"
+    );
+}
+
+#[tokio::test]
+async fn other_exit_statuses_are_failed_attempts_retried_with_backoff() {
+    let db = migrated_db().await;
+    let client = db.client().await;
+    let id = enqueue(&client, &NewJob::new("flaky", serde_json::json!({})))
+        .await
+        .unwrap();
+    // A retry-after line counts only with exit 75.
+    let flag = "flaky=exec:sh -c 'echo \"pgwake-retry-after: 1h\" >&2; exit 1'";
+    let mut w = Running::start(worker_with(&db, flag));
+    let ev = w.next_events(1, WAIT, |_| true).await;
+    w.shutdown().await;
+    assert_eq!((ev[0].id, ev[0].outcome()), (id, "retry"), "{ev:?}");
+    assert!(ev[0].error().unwrap().contains("exit status 1"), "{ev:?}");
+    let delay: f64 = db
+        .scalar(&format!(
+            "SELECT coalesce(max(extract(epoch FROM run_at - now())), 0)::float8 \
+             FROM pgwake.jobs WHERE id = {id}"
+        ))
+        .await;
+    assert!(delay < 5.0, "due in {delay} s: the backoff applies");
+}
 
 /// `pgwake run` with `args` (and `env` added to its environment) until
 /// every job of `db` has left `pgwake.jobs` and `pgwake.leased_jobs`, then
@@ -58,6 +189,79 @@ async fn run_until_drained(
     let stdout = out.join().unwrap();
     let stderr = String::from_utf8_lossy(&err.join().unwrap()).into_owned();
     (status.code(), stdout, stderr)
+}
+
+#[tokio::test]
+async fn every_stderr_line_reaches_the_worker_log_tagged_and_escaped() {
+    let db = migrated_db().await;
+    let client = db.client().await;
+    let id = enqueue(
+        &client,
+        &NewJob::new("noisy", serde_json::json!({})).queue("imports"),
+    )
+    .await
+    .unwrap();
+    let handler = "noisy=exec:sh -c 'printf \"first line\\n\" >&2; \
+                   printf \"red \\033[31mtext\\033[0m bell\\007 cr\\rend \\377\\n\" >&2; \
+                   printf \"no newline at the end\" >&2'";
+    let (code, _, log) = run_until_drained(&db, &["--handler", handler], &[]).await;
+    assert_eq!(code, Some(0), "{log}");
+    for expected in [
+        "first line",
+        // As `pgwake stats` escapes names; bytes that are not UTF-8 as \xNN.
+        r"red \u{1b}[31mtext\u{1b}[0m bell\u{7} cr\u{d}end \xff",
+        "no newline at the end",
+    ] {
+        let line = log
+            .lines()
+            .find(|l| l.contains(expected))
+            .unwrap_or_else(|| panic!("{expected:?} is not in the worker log:\n{log}"));
+        for tag in [
+            format!("job={id}"),
+            "task=noisy".to_string(),
+            "queue=imports".to_string(),
+        ] {
+            assert!(line.contains(&tag), "{tag} missing from {line:?}");
+        }
+    }
+    for byte in ['\x1b', '\x07', '\r'] {
+        assert!(
+            !log.contains(byte),
+            "raw {byte:?} in the worker log:\n{log:?}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn stderr_in_the_worker_log_is_bounded_per_line_and_per_run() {
+    let db = migrated_db().await;
+    let client = db.client().await;
+    enqueue(&client, &NewJob::new("chatty", serde_json::json!({})))
+        .await
+        .unwrap();
+    // One 100 KB line, then 1,000 short ones: 1,001 lines.
+    let handler = "chatty=exec:sh -c '{ head -c 100000 /dev/zero | tr \"\\0\" x; echo; \
+                   seq 1 1000 | sed \"s/^/short line /\"; } >&2'";
+    let (code, _, log) = run_until_drained(&db, &["--handler", handler], &[]).await;
+    assert_eq!(code, Some(0), "{log}");
+    let long = log
+        .lines()
+        .find(|l| l.contains("xxxx"))
+        .expect("the long line is logged");
+    assert!(long.contains("[cut"), "{}", &long[..200]);
+    assert!(
+        long.len() < 2048,
+        "a logged line is bounded: {} bytes",
+        long.len()
+    );
+    // 256 lines per run: the long one and short lines 1 to 255.
+    assert!(log.contains("short line 255 "), "{log}");
+    assert!(!log.contains("short line 256 "), "{log}");
+    let summary = log
+        .lines()
+        .find(|l| l.contains("745") && l.contains("not logged"))
+        .unwrap_or_else(|| panic!("no summary of the lines left out:\n{log}"));
+    assert!(summary.contains("task=chatty"), "{summary}");
 }
 
 #[tokio::test]
