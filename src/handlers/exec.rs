@@ -11,8 +11,9 @@
 //! The payload is written to the process's stdin exactly as PostgreSQL
 //! stores it (`payload::text`: numbers keep every digit); `PGWAKE_JOB_ID`,
 //! `PGWAKE_TASK`, `PGWAKE_QUEUE` and `PGWAKE_ATTEMPT` are in its environment,
-//! which is explicit: a few inherited variables and `PGWAKE_EXEC_*`, never
-//! the worker's `DATABASE_URL` or `PGPASSWORD` (see `explicit_env`).
+//! which is explicit: a few inherited variables, the names given to
+//! `--exec-env` and `PGWAKE_EXEC_*`, never the worker's `DATABASE_URL` or
+//! `PGPASSWORD` (see `explicit_env` and [`check_passed_env`]).
 //! Exit status 0 is success; [`EXIT_FAIL`] (65) fails the job for good;
 //! [`EXIT_RETRY_LATER`] (75) retries it after the delay of a
 //! `pgwake-retry-after:` stderr line; anything else is a failed attempt,
@@ -71,17 +72,99 @@ pub const EXEC_ENV_INHERITED: &[&str] = &[
 /// the command as `<NAME>` (e.g. `PGWAKE_EXEC_API_TOKEN` → `API_TOKEN`).
 pub const EXEC_ENV_PREFIX: &str = "PGWAKE_EXEC_";
 
+/// The environment form of `--exec-env`: names separated by commas. Not
+/// `PGWAKE_EXEC_ENV`, which already reaches every command as `ENV`.
+pub const EXEC_ENV_VAR: &str = "PGWAKE_PASS_ENV";
+
+/// Check the names of `--exec-env` (variables of the worker's environment
+/// passed to exec commands unchanged) as [`ExecHandler::with_passed_env`]
+/// does, and log a warning for each name the worker's environment does not
+/// have (commands will not see it). `pgwake run` calls this once, with or
+/// without exec handlers.
+pub fn check_passed_env(names: &[String]) -> Result<()> {
+    refuse_passed_env(names)?;
+    for name in names {
+        if std::env::var_os(name).is_none() {
+            tracing::warn!(
+                "--exec-env {name}: the worker's environment has no such variable, so exec commands will not see it"
+            );
+        }
+    }
+    Ok(())
+}
+
+/// Each name must be a variable name, and none may be `DATABASE_URL` or
+/// start with `PG` (libpq's `PGPASSWORD`, `PGPASSFILE`, `PGHOST`…, pgwake's
+/// own `PGWAKE_*` settings), in any case: those are the worker's database
+/// connection and password, which an exec command never sees by accident.
+/// A variable of such a name can still be given on purpose as
+/// `PGWAKE_EXEC_<NAME>`.
+fn refuse_passed_env(names: &[String]) -> Result<()> {
+    let refuse = |name: &str, why: String| {
+        Err(Error::Config(format!(
+            "--exec-env {name:?} (the flag or {EXEC_ENV_VAR}): {why}"
+        )))
+    };
+    for name in names {
+        if name.is_empty() || name.contains(['=', '\0']) {
+            return refuse(
+                name,
+                "not a variable name; give one name per --exec-env, or names separated by commas"
+                    .into(),
+            );
+        }
+        let upper = name.to_ascii_uppercase();
+        if let Some(renamed) = upper.strip_prefix(EXEC_ENV_PREFIX) {
+            return refuse(
+                name,
+                format!(
+                    "refused: every {EXEC_ENV_PREFIX}<NAME> of the worker's environment already reaches commands as <NAME> (here {renamed})"
+                ),
+            );
+        }
+        if upper.starts_with("PGWAKE_") {
+            return refuse(
+                name,
+                "refused: PGWAKE_* variables are the worker's own settings (PGWAKE_LISTEN_DATABASE_URL \
+                 is a database URL); a command gets its job's PGWAKE_JOB_ID, PGWAKE_TASK, PGWAKE_QUEUE \
+                 and PGWAKE_ATTEMPT"
+                    .into(),
+            );
+        }
+        if upper == "DATABASE_URL" || upper.starts_with("PG") {
+            return refuse(
+                name,
+                format!(
+                    "refused: DATABASE_URL and the PG* variables (PGPASSWORD, PGPASSFILE, PGHOST…) hold \
+                     the worker's own database connection and password, which never reach an exec \
+                     command by accident; to give a command a variable of this name on purpose, set \
+                     {EXEC_ENV_PREFIX}{name} in the worker's environment"
+                ),
+            );
+        }
+    }
+    Ok(())
+}
+
 /// Give `cmd` the explicit, documented environment of an exec command
-/// ([`EXEC_ENV_INHERITED`], `LC_*`, `PGWAKE_EXEC_*` with the prefix removed)
-/// instead of the worker's whole environment. The job's `PGWAKE_*`
-/// variables are added by the caller.
-fn explicit_env(cmd: &mut Command) {
+/// ([`EXEC_ENV_INHERITED`], `LC_*`, the `passed` names of `--exec-env`,
+/// `PGWAKE_EXEC_*` with the prefix removed, which wins over a passed
+/// variable of the same name) instead of the worker's whole environment.
+/// The job's `PGWAKE_*` variables are added by the caller.
+fn explicit_env(cmd: &mut Command, passed: &[String]) {
     cmd.env_clear();
     for (key, value) in std::env::vars_os() {
         let Some(name) = key.to_str() else { continue };
-        if EXEC_ENV_INHERITED.contains(&name) || name.starts_with("LC_") {
+        if EXEC_ENV_INHERITED.contains(&name)
+            || name.starts_with("LC_")
+            || passed.iter().any(|p| p == name)
+        {
             cmd.env(&key, &value);
-        } else if let Some(stripped) = name.strip_prefix(EXEC_ENV_PREFIX) {
+        }
+    }
+    for (key, value) in std::env::vars_os() {
+        let Some(name) = key.to_str() else { continue };
+        if let Some(stripped) = name.strip_prefix(EXEC_ENV_PREFIX) {
             if !stripped.is_empty() {
                 cmd.env(stripped, &value);
             }
@@ -105,6 +188,8 @@ pub struct ExecHandler {
     program: PathBuf,
     args: Vec<String>,
     stdout_max: usize,
+    /// `--exec-env`: variables passed through unchanged.
+    passed_env: Vec<String>,
 }
 
 /// Resolve `program` like `execvp` would, so a typo fails at start-up.
@@ -141,7 +226,22 @@ impl ExecHandler {
             program: resolved,
             args: args.to_vec(),
             stdout_max: EXEC_STDOUT_MAX_DEFAULT,
+            passed_env: Vec::new(),
         })
+    }
+
+    /// Pass these variables of the worker's environment to the command
+    /// unchanged (`--exec-env`), beside the inherited few and
+    /// `PGWAKE_EXEC_*`. Each must be a variable name, and none may be
+    /// `DATABASE_URL` or start with `PG` (libpq's `PGPASSWORD`,
+    /// `PGPASSFILE`, `PGHOST`…, pgwake's own `PGWAKE_*` settings), in any
+    /// case: those are the worker's database connection and password, which
+    /// a command never sees by accident (`PGWAKE_EXEC_<NAME>` still gives a
+    /// command such a variable on purpose).
+    pub fn with_passed_env(mut self, names: &[String]) -> Result<ExecHandler> {
+        refuse_passed_env(names)?;
+        self.passed_env = names.to_vec();
+        Ok(self)
     }
 
     /// Keep at most `bytes` of stdout as the result (0: keep none; the
@@ -215,7 +315,7 @@ impl Drop for GroupGuard {
 impl Handler for ExecHandler {
     async fn handle(&self, job: &Job, _ctx: JobContext<'_>) -> Result<Outcome, BoxError> {
         let mut cmd = Command::new(&self.program);
-        explicit_env(&mut cmd);
+        explicit_env(&mut cmd, &self.passed_env);
         cmd.args(&self.args)
             .env("PGWAKE_JOB_ID", job.id.to_string())
             .env("PGWAKE_TASK", &job.task)

@@ -1,5 +1,6 @@
 //! The `exec` protocol: what a command's exit status means (done, fail for
-//! good, retry later) and where its stderr and stdout go.
+//! good, retry later), where its stderr and stdout go, and which variables
+//! of the worker's environment it sees.
 
 use crate::common;
 
@@ -281,5 +282,99 @@ async fn a_commands_stdout_never_reaches_the_worker_stdout() {
             !stdout.contains("job-output-bytes"),
             "--exec-stdout-max {max}: the job's stdout reached the worker's: {stdout:?}"
         );
+    }
+}
+
+#[tokio::test]
+async fn exec_env_passes_named_variables_through_unchanged() {
+    let db = migrated_db().await;
+    let dir = tempfile::tempdir().unwrap();
+    let handler = format!(
+        "env=exec:sh -c 'env > {}/$PGWAKE_JOB_ID.env'",
+        dir.path().display()
+    );
+    let worker_env = [
+        ("AWS_REGION", "eu-west-3"),
+        ("AWS_PROFILE", "jobs"),
+        ("PGWAKE_EXEC_API_TOKEN", "t0k"),
+    ];
+    // The flag (twice), the environment form, and neither: a run's flags and
+    // the variables added to the worker's environment.
+    type Run = (
+        &'static [&'static str],
+        &'static [(&'static str, &'static str)],
+    );
+    let runs: [Run; 3] = [
+        (
+            &["--exec-env", "AWS_REGION", "--exec-env", "AWS_PROFILE"],
+            &[],
+        ),
+        (&[], &[("PGWAKE_PASS_ENV", "AWS_REGION,AWS_PROFILE")]),
+        (&[], &[]),
+    ];
+    let mut seen = Vec::new();
+    for (flags, extra_env) in runs {
+        let id = enqueue(
+            &db.client().await,
+            &NewJob::new("env", serde_json::json!({})),
+        )
+        .await
+        .unwrap();
+        let mut args = vec!["--handler", handler.as_str()];
+        args.extend_from_slice(flags);
+        let env: Vec<(&str, &str)> = worker_env.iter().chain(extra_env).copied().collect();
+        let (code, _, log) = run_until_drained(&db, &args, &env).await;
+        assert_eq!(code, Some(0), "{log}");
+        seen.push(std::fs::read_to_string(dir.path().join(format!("{id}.env"))).unwrap());
+    }
+    for env in &seen[..2] {
+        let has = |line: &str| env.lines().any(|l| l == line);
+        assert!(has("AWS_REGION=eu-west-3"), "{env}");
+        assert!(has("AWS_PROFILE=jobs"), "{env}");
+        assert!(has("API_TOKEN=t0k"), "renaming still works: {env}");
+        assert!(!env.contains("DATABASE_URL"), "{env}");
+    }
+    assert!(
+        !seen[2].contains("AWS_REGION"),
+        "not passed unless named: {}",
+        seen[2]
+    );
+    assert!(!seen[2].contains("AWS_PROFILE"), "{}", seen[2]);
+}
+
+#[test]
+fn exec_env_refuses_the_database_secrets() {
+    for (args, env, named) in [
+        (&["--exec-env", "DATABASE_URL"][..], None, "DATABASE_URL"),
+        (&["--exec-env", "PGPASSWORD"][..], None, "PGPASSWORD"),
+        (
+            &[
+                "--exec-env",
+                "AWS_REGION",
+                "--exec-env",
+                "PGWAKE_LISTEN_DATABASE_URL",
+            ][..],
+            None,
+            "the worker's own settings",
+        ),
+        (&[][..], Some("AWS_REGION,PGPASSFILE"), "PGPASSFILE"),
+        (&["--exec-env", "pgpassword"][..], None, "password"),
+        (
+            &["--exec-env", "PGWAKE_EXEC_API_TOKEN"][..],
+            None,
+            "as <NAME> (here API_TOKEN)",
+        ),
+        (&["--exec-env", "A=B"][..], None, "not a variable name"),
+    ] {
+        let mut c = pgwake_cmd();
+        c.args(["run", "--handler", "t=exec:true"]).args(args);
+        if let Some(v) = env {
+            c.env("PGWAKE_PASS_ENV", v);
+        }
+        let o = c.output().unwrap();
+        let err = stderr_of(&o);
+        assert_eq!(o.status.code(), Some(2), "{args:?} {env:?}: {err}");
+        assert!(err.contains(named), "{args:?} {env:?}: {err}");
+        assert!(err.contains("--exec-env"), "{err}");
     }
 }
