@@ -378,3 +378,26 @@ fn exec_env_refuses_the_database_secrets() {
         assert!(err.contains("--exec-env"), "{err}");
     }
 }
+
+#[tokio::test]
+async fn a_run_stopped_at_its_timeout_still_logs_its_last_stderr_line() {
+    let db = migrated_db().await;
+    let client = db.client().await;
+    let id = enqueue(
+        &client,
+        &NewJob::new("stuck", serde_json::json!({})).max_attempts(1),
+    )
+    .await
+    .unwrap();
+    // A line without its newline, then the command hangs until killed.
+    let handler = "stuck=exec:sh -c 'printf \"stuck at step 3\" >&2; exec sleep 3600'";
+    let (code, _, log) =
+        run_until_drained(&db, &["--handler", handler, "--job-timeout", "500ms"], &[]).await;
+    assert_eq!(code, Some(0), "{log}");
+    assert!(dead_reason(&client, id).await.contains("timed out"));
+    let line = log
+        .lines()
+        .find(|l| l.contains("stuck at step 3"))
+        .unwrap_or_else(|| panic!("the last line is not in the worker log:\n{log}"));
+    assert!(line.contains(&format!("job={id}")), "{line}");
+}

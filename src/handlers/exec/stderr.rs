@@ -85,6 +85,14 @@ pub(super) struct Stderr {
     /// The value of the last `pgwake-retry-after:` line.
     retry_after: Option<String>,
     tail: Vec<u8>,
+    /// [`Stderr::finish`] has run.
+    finished: bool,
+}
+
+impl Drop for Stderr {
+    fn drop(&mut self) {
+        self.finish();
+    }
 }
 
 impl Stderr {
@@ -100,6 +108,7 @@ impl Stderr {
             not_logged: 0,
             retry_after: None,
             tail: Vec::new(),
+            finished: false,
         }
     }
 
@@ -167,9 +176,13 @@ impl Stderr {
         }
     }
 
-    /// The command's stderr is closed: log the last, unterminated line and
-    /// how many lines were not logged.
+    /// The command's stderr is closed, or its run was stopped (timeout,
+    /// cancel, shutdown: then on drop): log the last, unterminated line and
+    /// how many lines were not logged, once.
     pub(super) fn finish(&mut self) {
+        if std::mem::replace(&mut self.finished, true) {
+            return;
+        }
         if !self.line.is_empty() || self.cut > 0 {
             self.end_line();
         }
