@@ -19,16 +19,18 @@
 //! `pgwake-retry-after:` stderr line; anything else is a failed attempt,
 //! retried with backoff. On failure the stderr tail becomes `last_error`;
 //! every stderr line also goes to the worker's log, tagged with the job and
-//! escaped, within bounds ([`STDERR_LOG_LINE_MAX`], [`STDERR_LOG_LINES_MAX`]). stdout, up to [`EXEC_STDOUT_MAX_DEFAULT`]
+//! escaped, within bounds ([`STDERR_LOG_LINE_MAX`],
+//! [`STDERR_LOG_LINES_MAX`]). stdout, up to [`EXEC_STDOUT_MAX_DEFAULT`]
 //! bytes (`--exec-stdout-max`), is the job's result (recorded when history
 //! is on) and never reaches the worker's own stdout: JSON output is kept as
 //! JSON, any other text as a JSON string, output past the bound is cut (and
-//! then is a string ending in `…[cut]`), empty output is no result. At the job
-//! timeout (or a shutdown past its grace period) the whole process group is
-//! killed with SIGKILL, and the command is killed too if the worker process
-//! dies (`PR_SET_PDEATHSIG`). Processes the command starts in the background
-//! are not covered by the latter; run pgwake under systemd or Kubernetes,
-//! which kill the whole group, or `exec` the long-running program.
+//! then is a string ending in `…[cut]`), empty output is no result. At the
+//! job timeout (or a shutdown past its grace period) the whole process
+//! group is killed with SIGKILL, and the command is killed too if the
+//! worker process dies (`PR_SET_PDEATHSIG`). Processes the command starts
+//! in the background are not covered by the latter; run pgwake under
+//! systemd or Kubernetes, which kill the whole group, or `exec` the
+//! long-running program.
 
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
@@ -409,8 +411,11 @@ impl Handler for ExecHandler {
                 Some(Ok(after)) => Outcome::retry_after(reason, after),
                 Some(Err(why)) => {
                     tracing::warn!(
+                        target: LOG_TARGET,
                         job = job.id,
                         task = %escape_line(job.task.as_bytes()),
+                        queue = %escape_line(job.queue.as_bytes()),
+                        attempt = job.attempt,
                         "{RETRY_AFTER_LINE} {}; the backoff applies",
                         escape_line(why.as_bytes())
                     );
