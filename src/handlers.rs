@@ -17,6 +17,17 @@ pub fn parse_flag(flag: &str) -> Result<(String, Arc<dyn Handler>)> {
 /// [`parse_flag`], with exec handlers keeping at most `exec_stdout_max`
 /// bytes of stdout as their result (`--exec-stdout-max`).
 pub fn parse_flag_with(flag: &str, exec_stdout_max: usize) -> Result<(String, Arc<dyn Handler>)> {
+    parse_flag_with_env(flag, exec_stdout_max, &[])
+}
+
+/// [`parse_flag_with`], with exec handlers also passing the `exec_env`
+/// variables of the worker's environment through unchanged (`--exec-env`;
+/// see [`exec::check_passed_env`] for the names refused).
+pub fn parse_flag_with_env(
+    flag: &str,
+    exec_stdout_max: usize,
+    exec_env: &[String],
+) -> Result<(String, Arc<dyn Handler>)> {
     let usage =
         "expected --handler TASK=exec:COMMAND [ARGS] or --handler TASK=sql:[SCHEMA.]FUNCTION";
     let (task, spec) = flag
@@ -31,7 +42,11 @@ pub fn parse_flag_with(flag: &str, exec_stdout_max: usize) -> Result<(String, Ar
         .split_once(':')
         .ok_or_else(|| Error::Config(format!("--handler {flag:?}: missing kind; {usage}")))?;
     let handler: Arc<dyn Handler> = match kind {
-        "exec" => Arc::new(exec::ExecHandler::parse(rest)?.with_stdout_max(exec_stdout_max)),
+        "exec" => Arc::new(
+            exec::ExecHandler::parse(rest)?
+                .with_stdout_max(exec_stdout_max)
+                .with_passed_env(exec_env)?,
+        ),
         "sql" => Arc::new(sql::SqlHandler::parse(rest)?),
         other => {
             return Err(Error::Config(format!(

@@ -192,9 +192,20 @@ pub struct RunArgs {
     /// `off` turns history off. Default: leave the database's setting (off unless turned on).
     #[arg(long, value_parser = keep_finished)]
     pub keep_finished: Option<pgwake::config::KeepFinished>,
-    /// Most bytes of an exec command's stdout kept as its result; 0 keeps none.
+    /// Most bytes of an exec command's stdout kept as its result (never written to the worker's
+    /// stdout); 0 keeps none.
     #[arg(long, default_value_t = pgwake::handlers::exec::EXEC_STDOUT_MAX_DEFAULT, value_parser = exec_stdout_max)]
     pub exec_stdout_max: usize,
+    /// Pass this variable of the worker's environment to exec commands unchanged, beside the
+    /// few they inherit and PGWAKE_EXEC_<NAME> (passed as <NAME>). Repeatable; the environment
+    /// form takes names separated by commas. DATABASE_URL and PG* names are refused.
+    #[arg(
+        long,
+        value_name = "NAME",
+        env = "PGWAKE_PASS_ENV",
+        value_delimiter = ','
+    )]
+    pub exec_env: Vec<String>,
 }
 
 fn keep_finished(s: &str) -> Result<pgwake::config::KeepFinished, String> {

@@ -62,11 +62,14 @@ type TaskHandler = (String, Arc<dyn Handler>);
 
 /// The handlers of the `--handler` flags; a task given twice is refused
 /// (silently keeping the last would run a handler the user did not mean).
-fn handlers(flags: &[String], exec_stdout_max: usize) -> Result<Vec<TaskHandler>, Error> {
+fn handlers(args: &RunArgs) -> Result<Vec<TaskHandler>, Error> {
+    // Refused even without an exec handler: a worker is never to be started with them.
+    pgwake::handlers::exec::check_passed_env(&args.exec_env)?;
     let mut seen: HashMap<String, &str> = HashMap::new();
-    let mut out = Vec::with_capacity(flags.len());
-    for flag in flags {
-        let (task, handler) = pgwake::handlers::parse_flag_with(flag, exec_stdout_max)?;
+    let mut out = Vec::with_capacity(args.handlers.len());
+    for flag in &args.handlers {
+        let (task, handler) =
+            pgwake::handlers::parse_flag_with_env(flag, args.exec_stdout_max, &args.exec_env)?;
         if let Some(first) = seen.insert(task.clone(), flag) {
             return Err(Error::Config(format!(
                 "--handler {flag:?}: task {task:?} already has a handler (--handler {first:?}); \
@@ -81,7 +84,7 @@ fn handlers(flags: &[String], exec_stdout_max: usize) -> Result<Vec<TaskHandler>
 /// Run the worker until SIGTERM/SIGINT.
 pub async fn run(args: RunArgs) -> Result<(), Error> {
     let config = worker_config(&args)?;
-    let handlers = handlers(&args.handlers, args.exec_stdout_max)?;
+    let handlers = handlers(&args)?;
     let metrics_listener = bind_metrics(args.metrics_addr).await?;
     let db = args.db.config()?;
     let mut builder = Worker::builder(db).config(config);

@@ -11,19 +11,26 @@
 //! The payload is written to the process's stdin exactly as PostgreSQL
 //! stores it (`payload::text`: numbers keep every digit); `PGWAKE_JOB_ID`,
 //! `PGWAKE_TASK`, `PGWAKE_QUEUE` and `PGWAKE_ATTEMPT` are in its environment,
-//! which is explicit: a few inherited variables and `PGWAKE_EXEC_*`, never
-//! the worker's `DATABASE_URL` or `PGPASSWORD` (see `explicit_env`).
-//! Exit status 0 is success; anything else is a failed attempt whose stderr
-//! tail becomes `last_error`. stdout goes to the worker's stdout and, up to
-//! [`EXEC_STDOUT_MAX_DEFAULT`] bytes (`--exec-stdout-max`), is the job's
-//! result (recorded when history is on): JSON output is kept as JSON, any
-//! other text as a JSON string, output past the bound is cut (and then is
-//! a string ending in `…[cut]`), empty output is no result. At the job
-//! timeout (or a shutdown past its grace period) the whole process group is
-//! killed with SIGKILL, and the command is killed too if the worker process
-//! dies (`PR_SET_PDEATHSIG`). Processes the command starts in the background
-//! are not covered by the latter; run pgwake under systemd or Kubernetes,
-//! which kill the whole group, or `exec` the long-running program.
+//! which is explicit: a few inherited variables, the names given to
+//! `--exec-env` and `PGWAKE_EXEC_*`, never the worker's `DATABASE_URL` or
+//! `PGPASSWORD` (see `explicit_env` and [`check_passed_env`]).
+//! Exit status 0 is success; [`EXIT_FAIL`] (65) fails the job for good;
+//! [`EXIT_RETRY_LATER`] (75) retries it after the delay of a
+//! `pgwake-retry-after:` stderr line; anything else is a failed attempt,
+//! retried with backoff. On failure the stderr tail becomes `last_error`;
+//! every stderr line also goes to the worker's log, tagged with the job and
+//! escaped, within bounds ([`STDERR_LOG_LINE_MAX`],
+//! [`STDERR_LOG_LINES_MAX`]). stdout, up to [`EXEC_STDOUT_MAX_DEFAULT`]
+//! bytes (`--exec-stdout-max`), is the job's result (recorded when history
+//! is on) and never reaches the worker's own stdout: JSON output is kept as
+//! JSON, any other text as a JSON string, output past the bound is cut (and
+//! then is a string ending in `…[cut]`), empty output is no result. At the
+//! job timeout (or a shutdown past its grace period) the whole process
+//! group is killed with SIGKILL, and the command is killed too if the
+//! worker process dies (`PR_SET_PDEATHSIG`). Processes the command starts
+//! in the background are not covered by the latter; run pgwake under
+//! systemd or Kubernetes, which kill the whole group, or `exec` the
+//! long-running program.
 
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
@@ -36,6 +43,26 @@ use crate::error::{Error, Result};
 use crate::handler::{BoxError, Delivery, Handler, JobContext};
 use crate::job::{Job, Outcome};
 
+mod stderr;
+
+pub use stderr::{
+    escape_line, parse_retry_after, LOG_TARGET, RETRY_AFTER_LINE, STDERR_LOG_LINES_MAX,
+    STDERR_LOG_LINE_MAX, STDERR_TAIL_BYTES,
+};
+
+/// Exit status of a command that failed for good (`EX_DATAERR` of
+/// `sysexits.h`: "the input data was incorrect"): the job goes to
+/// `pgwake.dead_jobs` at once, whatever attempts remain, with the stderr
+/// tail as its error ([`Outcome::Fail`]).
+pub const EXIT_FAIL: i32 = 65;
+
+/// Exit status of a command asking to be run again later (`EX_TEMPFAIL` of
+/// `sysexits.h`, which mail transfer agents read as "defer"): an attempt
+/// retried after the delay of its last `pgwake-retry-after:` stderr line
+/// ([`RETRY_AFTER_LINE`]), or after the configured backoff without one
+/// ([`Outcome::Retry`]: it counts as an attempt).
+pub const EXIT_RETRY_LATER: i32 = 75;
+
 /// Variables of the worker's environment an exec command inherits. Nothing
 /// else is passed: the worker's own environment holds `DATABASE_URL`,
 /// `PGPASSWORD`, `PGWAKE_LISTEN_DATABASE_URL` and other secrets a job's
@@ -47,17 +74,99 @@ pub const EXEC_ENV_INHERITED: &[&str] = &[
 /// the command as `<NAME>` (e.g. `PGWAKE_EXEC_API_TOKEN` → `API_TOKEN`).
 pub const EXEC_ENV_PREFIX: &str = "PGWAKE_EXEC_";
 
+/// The environment form of `--exec-env`: names separated by commas. Not
+/// `PGWAKE_EXEC_ENV`, which already reaches every command as `ENV`.
+pub const EXEC_ENV_VAR: &str = "PGWAKE_PASS_ENV";
+
+/// Check the names of `--exec-env` (variables of the worker's environment
+/// passed to exec commands unchanged) as [`ExecHandler::with_passed_env`]
+/// does, and log a warning for each name the worker's environment does not
+/// have (commands will not see it). `pgwake run` calls this once, with or
+/// without exec handlers.
+pub fn check_passed_env(names: &[String]) -> Result<()> {
+    refuse_passed_env(names)?;
+    for name in names {
+        if std::env::var_os(name).is_none() {
+            tracing::warn!(
+                "--exec-env {name}: the worker's environment has no such variable, so exec commands will not see it"
+            );
+        }
+    }
+    Ok(())
+}
+
+/// Each name must be a variable name, and none may be `DATABASE_URL` or
+/// start with `PG` (libpq's `PGPASSWORD`, `PGPASSFILE`, `PGHOST`…, pgwake's
+/// own `PGWAKE_*` settings), in any case: those are the worker's database
+/// connection and password, which an exec command never sees by accident.
+/// A variable of such a name can still be given on purpose as
+/// `PGWAKE_EXEC_<NAME>`.
+fn refuse_passed_env(names: &[String]) -> Result<()> {
+    let refuse = |name: &str, why: String| {
+        Err(Error::Config(format!(
+            "--exec-env {name:?} (the flag or {EXEC_ENV_VAR}): {why}"
+        )))
+    };
+    for name in names {
+        if name.is_empty() || name.contains(['=', '\0']) {
+            return refuse(
+                name,
+                "not a variable name; give one name per --exec-env, or names separated by commas"
+                    .into(),
+            );
+        }
+        let upper = name.to_ascii_uppercase();
+        if let Some(renamed) = upper.strip_prefix(EXEC_ENV_PREFIX) {
+            return refuse(
+                name,
+                format!(
+                    "refused: every {EXEC_ENV_PREFIX}<NAME> of the worker's environment already reaches commands as <NAME> (here {renamed})"
+                ),
+            );
+        }
+        if upper.starts_with("PGWAKE_") {
+            return refuse(
+                name,
+                "refused: PGWAKE_* variables are the worker's own settings (PGWAKE_LISTEN_DATABASE_URL \
+                 is a database URL); a command gets its job's PGWAKE_JOB_ID, PGWAKE_TASK, PGWAKE_QUEUE \
+                 and PGWAKE_ATTEMPT"
+                    .into(),
+            );
+        }
+        if upper == "DATABASE_URL" || upper.starts_with("PG") {
+            return refuse(
+                name,
+                format!(
+                    "refused: DATABASE_URL and the PG* variables (PGPASSWORD, PGPASSFILE, PGHOST…) hold \
+                     the worker's own database connection and password, which never reach an exec \
+                     command by accident; to give a command a variable of this name on purpose, set \
+                     {EXEC_ENV_PREFIX}{name} in the worker's environment"
+                ),
+            );
+        }
+    }
+    Ok(())
+}
+
 /// Give `cmd` the explicit, documented environment of an exec command
-/// ([`EXEC_ENV_INHERITED`], `LC_*`, `PGWAKE_EXEC_*` with the prefix removed)
-/// instead of the worker's whole environment. The job's `PGWAKE_*`
-/// variables are added by the caller.
-fn explicit_env(cmd: &mut Command) {
+/// ([`EXEC_ENV_INHERITED`], `LC_*`, the `passed` names of `--exec-env`,
+/// `PGWAKE_EXEC_*` with the prefix removed, which wins over a passed
+/// variable of the same name) instead of the worker's whole environment.
+/// The job's `PGWAKE_*` variables are added by the caller.
+fn explicit_env(cmd: &mut Command, passed: &[String]) {
     cmd.env_clear();
     for (key, value) in std::env::vars_os() {
         let Some(name) = key.to_str() else { continue };
-        if EXEC_ENV_INHERITED.contains(&name) || name.starts_with("LC_") {
+        if EXEC_ENV_INHERITED.contains(&name)
+            || name.starts_with("LC_")
+            || passed.iter().any(|p| p == name)
+        {
             cmd.env(&key, &value);
-        } else if let Some(stripped) = name.strip_prefix(EXEC_ENV_PREFIX) {
+        }
+    }
+    for (key, value) in std::env::vars_os() {
+        let Some(name) = key.to_str() else { continue };
+        if let Some(stripped) = name.strip_prefix(EXEC_ENV_PREFIX) {
             if !stripped.is_empty() {
                 cmd.env(stripped, &value);
             }
@@ -65,11 +174,8 @@ fn explicit_env(cmd: &mut Command) {
     }
 }
 
-/// How much of a failed command's stderr is kept as `last_error`.
-pub const STDERR_TAIL_BYTES: usize = 2048;
-
 /// How much of a command's stdout is kept as its result, by default
-/// (`--exec-stdout-max`; 0 keeps none, and stdout is then inherited).
+/// (`--exec-stdout-max`; 0 keeps none, and stdout is then discarded).
 pub const EXEC_STDOUT_MAX_DEFAULT: usize = 64 * 1024;
 
 /// Largest `--exec-stdout-max`.
@@ -84,6 +190,8 @@ pub struct ExecHandler {
     program: PathBuf,
     args: Vec<String>,
     stdout_max: usize,
+    /// `--exec-env`: variables passed through unchanged.
+    passed_env: Vec<String>,
 }
 
 /// Resolve `program` like `execvp` would, so a typo fails at start-up.
@@ -120,11 +228,26 @@ impl ExecHandler {
             program: resolved,
             args: args.to_vec(),
             stdout_max: EXEC_STDOUT_MAX_DEFAULT,
+            passed_env: Vec::new(),
         })
     }
 
-    /// Keep at most `bytes` of stdout as the result (0: keep none and let
-    /// the command write to the worker's stdout directly).
+    /// Pass these variables of the worker's environment to the command
+    /// unchanged (`--exec-env`), beside the inherited few and
+    /// `PGWAKE_EXEC_*`. Each must be a variable name, and none may be
+    /// `DATABASE_URL` or start with `PG` (libpq's `PGPASSWORD`,
+    /// `PGPASSFILE`, `PGHOST`…, pgwake's own `PGWAKE_*` settings), in any
+    /// case: those are the worker's database connection and password, which
+    /// a command never sees by accident (`PGWAKE_EXEC_<NAME>` still gives a
+    /// command such a variable on purpose).
+    pub fn with_passed_env(mut self, names: &[String]) -> Result<ExecHandler> {
+        refuse_passed_env(names)?;
+        self.passed_env = names.to_vec();
+        Ok(self)
+    }
+
+    /// Keep at most `bytes` of stdout as the result (0: keep none; the
+    /// command's stdout is then `/dev/null`).
     pub fn with_stdout_max(mut self, bytes: usize) -> ExecHandler {
         self.stdout_max = bytes;
         self
@@ -151,26 +274,24 @@ pub fn stdout_result(out: &[u8], cut: bool) -> Option<serde_json::Value> {
     Some(serde_json::Value::String(s))
 }
 
-/// Copy `from` to the worker's stdout, keeping the first `max` bytes; the
-/// rest is passed on and counted but not kept. Never stops reading early
-/// (a command blocked on a full pipe would never exit).
+/// Read `from` to its end, keeping the first `max` bytes; the rest is
+/// counted but not kept. Nothing is written anywhere else: a command's
+/// stdout is its result, never the worker's output. Never stops reading
+/// early (a command blocked on a full pipe would never exit).
 async fn capture(mut from: tokio::process::ChildStdout, max: usize) -> (Vec<u8>, bool) {
     let mut kept = Vec::new();
     let mut cut = false;
-    let mut out = tokio::io::stdout();
     let mut buf = [0u8; 8192];
     while let Ok(n) = from.read(&mut buf).await {
         if n == 0 {
             break;
         }
-        let _ = out.write_all(&buf[..n]).await;
         let room = max - kept.len();
         if n > room {
             cut = true;
         }
         kept.extend_from_slice(&buf[..n.min(room)]);
     }
-    let _ = out.flush().await;
     (kept, cut)
 }
 
@@ -196,7 +317,7 @@ impl Drop for GroupGuard {
 impl Handler for ExecHandler {
     async fn handle(&self, job: &Job, _ctx: JobContext<'_>) -> Result<Outcome, BoxError> {
         let mut cmd = Command::new(&self.program);
-        explicit_env(&mut cmd);
+        explicit_env(&mut cmd, &self.passed_env);
         cmd.args(&self.args)
             .env("PGWAKE_JOB_ID", job.id.to_string())
             .env("PGWAKE_TASK", &job.task)
@@ -206,7 +327,7 @@ impl Handler for ExecHandler {
             .stdout(if self.stdout_max > 0 {
                 Stdio::piped()
             } else {
-                Stdio::inherit()
+                Stdio::null()
             })
             .stderr(Stdio::piped())
             .process_group(0)
@@ -244,21 +365,18 @@ impl Handler for ExecHandler {
             let _ = stdin.write_all(&payload).await;
             let _ = stdin.shutdown().await;
         };
-        let read = async move {
-            let mut tail = Vec::new();
+        let mut lines = stderr::Stderr::new(job);
+        let read = async {
             let mut buf = [0u8; 4096];
             while let Ok(n) = stderr.read(&mut buf).await {
                 if n == 0 {
                     break;
                 }
-                tail.extend_from_slice(&buf[..n]);
-                if tail.len() > STDERR_TAIL_BYTES * 2 {
-                    tail.drain(..tail.len() - STDERR_TAIL_BYTES);
-                }
+                lines.push(&buf[..n]);
             }
-            tail
+            lines.finish();
         };
-        let (_, tail, (out, cut), status) = tokio::join!(write, read, output, child.wait());
+        let (_, (), (out, cut), status) = tokio::join!(write, read, output, child.wait());
         let status = status?;
         guard.pid = None;
         if status.success() {
@@ -267,20 +385,46 @@ impl Handler for ExecHandler {
                 None => Outcome::Done,
             });
         }
-        let start = tail.len().saturating_sub(STDERR_TAIL_BYTES);
-        let tail = String::from_utf8_lossy(&tail[start..]).trim().to_string();
-        let how = match status.code() {
-            Some(code) => format!("exit status {code}"),
+        let tail = lines.tail();
+        let program = self.program.display();
+        let (what, how) = match status.code() {
+            Some(EXIT_FAIL) => ("failed for good", format!("exit status {EXIT_FAIL}")),
+            Some(EXIT_RETRY_LATER) => (
+                "asked to be retried later",
+                format!("exit status {EXIT_RETRY_LATER}"),
+            ),
+            Some(code) => ("failed", format!("exit status {code}")),
             None => {
                 use std::os::unix::process::ExitStatusExt;
-                format!("killed by signal {}", status.signal().unwrap_or(0))
+                let signal = status.signal().unwrap_or(0);
+                ("failed", format!("killed by signal {signal}"))
             }
         };
-        Ok(Outcome::retry(if tail.is_empty() {
-            format!("{} failed: {how}", self.program.display())
+        let reason = if tail.is_empty() {
+            format!("{program} {what}: {how}")
         } else {
-            format!("{} failed: {how}: {tail}", self.program.display())
-        }))
+            format!("{program} {what}: {how}: {tail}")
+        };
+        Ok(match status.code() {
+            Some(EXIT_FAIL) => Outcome::fail(reason),
+            Some(EXIT_RETRY_LATER) => match lines.retry_after().map(parse_retry_after) {
+                Some(Ok(after)) => Outcome::retry_after(reason, after),
+                Some(Err(why)) => {
+                    tracing::warn!(
+                        target: LOG_TARGET,
+                        job = job.id,
+                        task = %escape_line(job.task.as_bytes()),
+                        queue = %escape_line(job.queue.as_bytes()),
+                        attempt = job.attempt,
+                        "{RETRY_AFTER_LINE} {}; the backoff applies",
+                        escape_line(why.as_bytes())
+                    );
+                    Outcome::retry(reason)
+                }
+                None => Outcome::retry(reason),
+            },
+            _ => Outcome::retry(reason),
+        })
     }
 
     fn delivery(&self) -> Delivery {

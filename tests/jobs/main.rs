@@ -11,6 +11,7 @@ mod cancel;
 mod cancellation;
 mod crash;
 mod delivery;
+mod exec_protocol;
 mod fencing;
 mod handlers;
 mod hostile;

@@ -1,0 +1,290 @@
+//! An `exec` command's stderr: every line in the worker's log, tagged with
+//! the job and escaped, within bounds; the `pgwake-retry-after:` line; and
+//! the tail kept for `last_error`.
+
+use std::time::Duration;
+
+use crate::job::Job;
+
+/// How much of a failed command's stderr is kept as `last_error`.
+pub const STDERR_TAIL_BYTES: usize = 2048;
+
+/// The log target of a command's stderr lines: `RUST_LOG=info,pgwake::exec=warn`
+/// keeps them out of the log (but for the notes on lines not logged).
+pub const LOG_TARGET: &str = "pgwake::exec";
+
+/// Longest stderr line logged, in bytes as the command wrote them; the rest
+/// of a longer line is counted and dropped (`…[cut N bytes]`).
+pub const STDERR_LOG_LINE_MAX: usize = 1024;
+
+/// Most stderr lines logged per run of a command; later lines are counted,
+/// and their number is logged when the command ends.
+pub const STDERR_LOG_LINES_MAX: usize = 256;
+
+/// The reserved stderr line of a command exiting with
+/// [`EXIT_RETRY_LATER`](super::EXIT_RETRY_LATER): `pgwake-retry-after: 30s`
+/// (a duration such as `90s`, `5m`, `1h 30m`, or a whole number of
+/// seconds). The last such line counts.
+pub const RETRY_AFTER_LINE: &str = "pgwake-retry-after:";
+
+/// A stderr line as it may reach a log or a terminal: control characters
+/// and bidirectional-text controls escaped like `pgwake stats` escapes
+/// names (`\u{1b}`), bytes that are not UTF-8 as `\xNN`, everything else as
+/// written.
+pub fn escape_line(bytes: &[u8]) -> String {
+    let mut out = String::with_capacity(bytes.len());
+    for chunk in bytes.utf8_chunks() {
+        for c in chunk.valid().chars() {
+            if c.is_control() || is_bidi_control(c) {
+                out.extend(c.escape_unicode());
+            } else {
+                out.push(c);
+            }
+        }
+        for b in chunk.invalid() {
+            out.push_str(&format!("\\x{b:02x}"));
+        }
+    }
+    out
+}
+
+/// The characters that reorder text on display (Trojan Source).
+fn is_bidi_control(c: char) -> bool {
+    matches!(c, '\u{200e}' | '\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}')
+}
+
+/// The delay of a `pgwake-retry-after:` value.
+pub fn parse_retry_after(value: &str) -> Result<Duration, String> {
+    let value = value.trim();
+    if !value.is_empty() && value.bytes().all(|b| b.is_ascii_digit()) {
+        return value
+            .parse::<u64>()
+            .map(Duration::from_secs)
+            .map_err(|e| format!("{value:?}: {e}"));
+    }
+    humantime::parse_duration(value).map_err(|e| {
+        format!("{value:?} is not a delay ({e}); expected e.g. `{RETRY_AFTER_LINE} 30` (seconds) or `{RETRY_AFTER_LINE} 5m`")
+    })
+}
+
+/// What a command wrote on stderr, read as it comes: lines go to the log
+/// (bounded), the tail is kept, the last retry-after line remembered.
+pub(super) struct Stderr {
+    /// The job's id and attempt, its task and queue escaped: the tags of
+    /// every line logged.
+    job: i64,
+    attempt: i32,
+    task: String,
+    queue: String,
+    /// The current line, up to [`STDERR_LOG_LINE_MAX`] bytes.
+    line: Vec<u8>,
+    /// Bytes of the current line past the bound.
+    cut: usize,
+    logged: usize,
+    not_logged: usize,
+    /// The value of the last `pgwake-retry-after:` line.
+    retry_after: Option<String>,
+    tail: Vec<u8>,
+    /// [`Stderr::finish`] has run.
+    finished: bool,
+}
+
+impl Drop for Stderr {
+    fn drop(&mut self) {
+        self.finish();
+    }
+}
+
+impl Stderr {
+    pub(super) fn new(job: &Job) -> Stderr {
+        Stderr {
+            job: job.id,
+            attempt: job.attempt,
+            task: escape_line(job.task.as_bytes()),
+            queue: escape_line(job.queue.as_bytes()),
+            line: Vec::new(),
+            cut: 0,
+            logged: 0,
+            not_logged: 0,
+            retry_after: None,
+            tail: Vec::new(),
+            finished: false,
+        }
+    }
+
+    /// Take the next bytes the command wrote.
+    pub(super) fn push(&mut self, mut bytes: &[u8]) {
+        self.tail.extend_from_slice(bytes);
+        if self.tail.len() > STDERR_TAIL_BYTES * 2 {
+            self.tail.drain(..self.tail.len() - STDERR_TAIL_BYTES);
+        }
+        while !bytes.is_empty() {
+            let (part, ended) = match bytes.iter().position(|&b| b == b'\n') {
+                Some(i) => (&bytes[..i], Some(i + 1)),
+                None => (bytes, None),
+            };
+            let room = STDERR_LOG_LINE_MAX - self.line.len();
+            self.line.extend_from_slice(&part[..part.len().min(room)]);
+            self.cut += part.len().saturating_sub(room);
+            match ended {
+                Some(next) => {
+                    self.end_line();
+                    bytes = &bytes[next..];
+                }
+                None => break,
+            }
+        }
+    }
+
+    fn end_line(&mut self) {
+        let line = std::mem::take(&mut self.line);
+        let cut = std::mem::replace(&mut self.cut, 0);
+        if cut == 0 {
+            if let Some(value) = std::str::from_utf8(&line)
+                .ok()
+                .and_then(|l| l.trim().strip_prefix(RETRY_AFTER_LINE))
+            {
+                self.retry_after = Some(value.trim().to_string());
+            }
+        }
+        if self.logged == STDERR_LOG_LINES_MAX {
+            self.not_logged += 1;
+            return;
+        }
+        self.logged += 1;
+        let mut text = escape_line(&line);
+        if cut > 0 {
+            text.push_str(&format!("…[cut {cut} bytes]"));
+        }
+        tracing::info!(
+            target: LOG_TARGET,
+            job = self.job,
+            task = %self.task,
+            queue = %self.queue,
+            attempt = self.attempt,
+            "{text}"
+        );
+        if self.logged == STDERR_LOG_LINES_MAX {
+            tracing::warn!(
+                target: LOG_TARGET,
+                job = self.job,
+                task = %self.task,
+                queue = %self.queue,
+                attempt = self.attempt,
+                "{STDERR_LOG_LINES_MAX} stderr lines logged for this run: later ones are counted, not logged"
+            );
+        }
+    }
+
+    /// The command's stderr is closed, or its run was stopped (timeout,
+    /// cancel, shutdown: then on drop): log the last, unterminated line and
+    /// how many lines were not logged, once.
+    pub(super) fn finish(&mut self) {
+        if std::mem::replace(&mut self.finished, true) {
+            return;
+        }
+        if !self.line.is_empty() || self.cut > 0 {
+            self.end_line();
+        }
+        if self.not_logged > 0 {
+            tracing::warn!(
+                target: LOG_TARGET,
+                job = self.job,
+                task = %self.task,
+                queue = %self.queue,
+                attempt = self.attempt,
+                "{} more stderr lines not logged (at most {STDERR_LOG_LINES_MAX} per run)",
+                self.not_logged
+            );
+        }
+    }
+
+    /// The last [`STDERR_TAIL_BYTES`] of stderr, as text.
+    pub(super) fn tail(&self) -> String {
+        let start = self.tail.len().saturating_sub(STDERR_TAIL_BYTES);
+        String::from_utf8_lossy(&self.tail[start..])
+            .trim()
+            .to_string()
+    }
+
+    /// The value of the last `pgwake-retry-after:` line, if any.
+    pub(super) fn retry_after(&self) -> Option<&str> {
+        self.retry_after.as_deref()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn job() -> Job {
+        Job {
+            id: 7,
+            queue: "q".into(),
+            task: "t".into(),
+            payload: serde_json::Value::Null,
+            payload_text: "null".into(),
+            priority: 0,
+            run_at: std::time::SystemTime::now(),
+            attempt: 1,
+            max_attempts: 25,
+            timeout: None,
+            created_at: std::time::SystemTime::now(),
+        }
+    }
+
+    #[test]
+    fn control_bytes_bidi_controls_and_invalid_utf8_are_escaped() {
+        assert_eq!(escape_line(b"plain \\ text, \xc3\xa9"), "plain \\ text, é");
+        assert_eq!(
+            escape_line(b"\x1b[2J\x07\r\t\x7f\xff\xc3"),
+            "\\u{1b}[2J\\u{7}\\u{d}\\u{9}\\u{7f}\\xff\\xc3"
+        );
+        assert_eq!(
+            escape_line("a\u{202e}b\u{9b}".as_bytes()),
+            "a\\u{202e}b\\u{9b}"
+        );
+    }
+
+    #[test]
+    fn a_retry_after_is_seconds_or_a_duration() {
+        assert_eq!(parse_retry_after(" 30 "), Ok(Duration::from_secs(30)));
+        assert_eq!(parse_retry_after("0"), Ok(Duration::ZERO));
+        assert_eq!(parse_retry_after("5m"), Ok(Duration::from_secs(300)));
+        assert_eq!(parse_retry_after("1h 30m"), Ok(Duration::from_secs(5400)));
+        for bad in ["", "soon", "-5", "30 parsecs", "99999999999999999999999"] {
+            assert!(parse_retry_after(bad).is_err(), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn lines_are_split_across_reads_and_the_last_retry_after_line_counts() {
+        let mut s = Stderr::new(&job());
+        s.push(b"pgwake-retry-after: 10\nslow down\npgwake-re");
+        s.push(b"try-after:  2m\r\nbye");
+        s.finish();
+        assert_eq!(s.retry_after(), Some("2m"));
+        assert_eq!(s.logged, 4);
+        assert!(s.tail().ends_with("bye"));
+    }
+
+    #[test]
+    fn long_lines_and_many_lines_are_bounded() {
+        let mut s = Stderr::new(&job());
+        s.push(&vec![b'x'; STDERR_LOG_LINE_MAX * 3]);
+        assert_eq!(
+            (s.line.len(), s.cut),
+            (STDERR_LOG_LINE_MAX, STDERR_LOG_LINE_MAX * 2)
+        );
+        s.push(b"\n");
+        assert_eq!((s.line.len(), s.cut, s.logged), (0, 0, 1));
+        // A cut line is never a retry-after line.
+        s.push(format!("{RETRY_AFTER_LINE} 5{}\n", " ".repeat(STDERR_LOG_LINE_MAX)).as_bytes());
+        assert_eq!(s.retry_after(), None);
+        s.push("line\n".repeat(STDERR_LOG_LINES_MAX + 10).as_bytes());
+        s.finish();
+        assert_eq!(s.logged, STDERR_LOG_LINES_MAX);
+        assert_eq!(s.not_logged, 12);
+        assert!(s.tail.len() <= STDERR_TAIL_BYTES * 2);
+    }
+}
