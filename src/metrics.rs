@@ -41,6 +41,10 @@ pub(crate) const QUEUE_RATE_LIMIT: &str = "pgwake_queue_rate_limit";
 /// Counter: claims of a rate-limited queue that found more ready jobs than
 /// free admissions (the queue is running at its rate), label `queue`.
 pub(crate) const RATE_THROTTLED: &str = "pgwake_rate_throttled_total";
+/// Gauge: ready jobs no live worker can run (no live worker works their
+/// queue with a handler for their task), labels `queue`, `task`; counted
+/// at the heads of the queues (`services::fleet`).
+pub(crate) const JOBS_UNSERVED: &str = "pgwake_jobs_unserved";
 /// Gauge: age of the oldest ready job, label `queue`.
 pub(crate) const QUEUE_OLDEST_READY_AGE: &str = "pgwake_queue_oldest_ready_age_seconds";
 /// Gauge: rows in `dead_jobs`, label `queue`.
@@ -213,6 +217,8 @@ pub(crate) fn init_known(known: Known<'_>) {
                     .increment(0);
             }
             let _ = metrics::histogram!(JOB_DURATION, "queue" => queue.clone(), "task" => task_label(t), "outcome" => "done");
+            metrics::gauge!(JOBS_UNSERVED, "queue" => queue.clone(), "task" => task_label(t))
+                .increment(0.0);
         }
     }
     for outcome in ["done", "dead"] {
@@ -306,6 +312,10 @@ pub(crate) fn describe() {
         "Time the longest-waiting ready job has been ready (since the later of created_at and run_at), by queue; 0 when none is ready"
     );
     describe_gauge!(DEAD_JOBS, "Rows in pgwake.dead_jobs by queue");
+    describe_gauge!(
+        JOBS_UNSERVED,
+        "Ready jobs that no live worker can run (none works their queue with a handler for their task), by queue and task; counted among the first 10 ready jobs of each queue and priority, so a lower bound"
+    );
     describe_gauge!(
         QUEUE_PAUSED,
         "1 while the queue is paused (pgwake queue pause): no worker starts its jobs; 0 once resumed"

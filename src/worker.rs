@@ -260,6 +260,29 @@ impl Worker {
             },
         );
         services.spawn(watcher.run(service_stop.clone()));
+        let member = crate::services::fleet::Member {
+            id: self.worker_id.clone(),
+            host: hostname(),
+            version: env!("CARGO_PKG_VERSION").into(),
+            application_name: self.config.application_name.clone(),
+            queues: self.worked_queues(),
+            tasks: self.registry.tasks(),
+            handlers: self
+                .registry
+                .tasks()
+                .iter()
+                .filter_map(|t| {
+                    self.registry
+                        .get(t)
+                        .map(|h| serde_json::json!({"task": t, "mode": h.delivery().as_str()}))
+                })
+                .collect(),
+            concurrency: self.config.concurrency,
+        };
+        services.spawn(
+            crate::services::fleet::Membership::new(pool.clone(), member, ctx.slots.clone())
+                .run(service_stop.clone()),
+        );
         let rescuer = Rescuer::new(
             pool.clone(),
             crate::services::rescuer::RescuerConfig::every(self.config.rescue_interval),
@@ -556,18 +579,22 @@ async fn join_all(set: &mut JoinSet<()>) {
 }
 
 /// `host:pid:random`, unique per worker process run; stored with each lease.
-fn worker_id() -> String {
+fn hostname() -> String {
     let mut buf = [0u8; 256];
     // SAFETY: the buffer is valid for its length; gethostname NUL-terminates
     // or truncates.
-    let host = if unsafe { libc::gethostname(buf.as_mut_ptr().cast(), buf.len()) } == 0 {
+    if unsafe { libc::gethostname(buf.as_mut_ptr().cast(), buf.len()) } == 0 {
         let end = buf.iter().position(|b| *b == 0).unwrap_or(buf.len());
         String::from_utf8_lossy(&buf[..end]).into_owned()
     } else {
         "unknown".into()
-    };
+    }
+}
+
+fn worker_id() -> String {
     format!(
-        "{host}:{}:{:08x}",
+        "{}:{}:{:08x}",
+        hostname(),
         std::process::id(),
         rand::random::<u32>()
     )

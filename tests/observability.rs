@@ -623,6 +623,41 @@ fn alert_metric_names() -> BTreeSet<String> {
     names
 }
 
+/// Jobs of a task no live worker has a handler for show in
+/// `pgwake_jobs_unserved` (the `PgwakeJobsUnserved` alert's input).
+#[tokio::test]
+async fn jobs_of_a_task_no_live_worker_serves_raise_the_unserved_gauge() {
+    let db = migrated_db().await;
+    db.client()
+        .await
+        .batch_execute("INSERT INTO pgwake.jobs (task) VALUES ('other'), ('other'), ('t')")
+        .await
+        .unwrap();
+    let mut child = spawn_pgwake_run(&db.url, &["--handler", "t=exec:true"]);
+    let log = tail_stderr(&mut child);
+    let addr = wait_for("the worker's address", DEADLINE, async || {
+        let log = log.lock().unwrap().clone();
+        served_addr(&log).ok_or(log)
+    })
+    .await;
+    wait_for("the unserved gauge", DEADLINE, async || {
+        let (_, text) = http::http_get(addr, "/metrics")
+            .await
+            .map_err(|e| e.to_string())?;
+        let line = text
+            .lines()
+            .find(|l| l.starts_with("pgwake_jobs_unserved{") && l.contains("task=\"other\""));
+        match line {
+            Some(l) if l.ends_with(" 2") && l.contains("queue=\"default\"") => Ok(()),
+            _ => Err(text),
+        }
+    })
+    .await;
+    send_signal(&child, libc::SIGTERM);
+    let out = wait_exit(child, DEADLINE).await;
+    assert!(out.status.success(), "{}", log.lock().unwrap());
+}
+
 /// `pgwake run` started before its database (a host booting, a pod whose
 /// database comes up later) waits for it: it says what it waits for, `/ready`
 /// answers 503 and `/health` 200 meanwhile, and once the server is up it

@@ -11,3 +11,4 @@ pub mod queues;
 pub mod schedules;
 pub mod schema;
 pub mod stats;
+pub mod workers;

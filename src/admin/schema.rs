@@ -109,6 +109,11 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "0015_running_limits.sql",
         sql: include_str!("../../migrations/0015_running_limits.sql"),
     },
+    Migration {
+        version: 16,
+        name: "0016_workers.sql",
+        sql: include_str!("../../migrations/0016_workers.sql"),
+    },
 ];
 
 /// The functions and triggers of `functions/`, re-applied by every migrate
@@ -125,6 +130,7 @@ pub const FUNCTIONS: &[(&str, &str)] = &[
     ("queues.sql", include_str!("../../functions/queues.sql")),
     ("claims.sql", include_str!("../../functions/claims.sql")),
     ("rescue.sql", include_str!("../../functions/rescue.sql")),
+    ("workers.sql", include_str!("../../functions/workers.sql")),
     ("roles.sql", include_str!("../../functions/roles.sql")),
 ];
 

@@ -32,6 +32,10 @@ pub struct QueueStats {
     pub oldest_ready_age_seconds: f64,
     /// Whether the queue is paused (`pgwake queue pause`): its jobs wait.
     pub paused: bool,
+    /// Ready jobs of this queue that no live worker can run, per task (none
+    /// works the queue with a handler for the task): they wait until one
+    /// starts. Counted among the first 1,000 ready jobs of each priority.
+    pub unserved: Vec<crate::admin::workers::Unserved>,
 }
 
 /// Read every queue's numbers.
@@ -49,11 +53,26 @@ pub async fn read(pool: &deadpool_postgres::Pool) -> Result<Vec<QueueStats>> {
         .into_iter()
         .map(|r| (r.get(0), (r.get(1), r.get(2))))
         .collect();
+    let unserved = crate::admin::workers::unserved(
+        &conn,
+        crate::admin::workers::UNSERVED_HEAD,
+        crate::admin::workers::UNSERVED_PAIRS_MAX,
+    )
+    .await
+    .map_err(crate::error::Error::db("stats: reading unserved jobs"))?;
+    let unserved_of = |queue: &str| -> Vec<crate::admin::workers::Unserved> {
+        unserved
+            .iter()
+            .filter(|u| u.queue == queue)
+            .cloned()
+            .collect()
+    };
     let mut stats: Vec<QueueStats> = sample
         .queues
         .into_iter()
         .map(|q| QueueStats {
             paused: sample.paused.contains(&q.queue),
+            unserved: unserved_of(&q.queue),
             leased: leased.get(&q.queue).map_or(0, |l| l.0),
             expired_leases: leased.get(&q.queue).map_or(0, |l| l.1),
             queue: q.queue,
@@ -76,6 +95,7 @@ pub async fn read(pool: &deadpool_postgres::Pool) -> Result<Vec<QueueStats>> {
             let (leased, expired_leases) = leased.get(&q).copied().unwrap_or((0, 0));
             stats.push(QueueStats {
                 paused: sample.paused.contains(&q),
+                unserved: unserved_of(&q),
                 queue: q,
                 ready: 0,
                 scheduled: 0,
@@ -120,6 +140,19 @@ pub fn render_table(stats: &[QueueStats]) -> String {
     }
     if stats.is_empty() {
         out.push_str("(no jobs)\n");
+    }
+    let unserved: Vec<_> = stats.iter().flat_map(|s| &s.unserved).collect();
+    if !unserved.is_empty() {
+        out.push_str("\nWaiting for a worker: no live worker works these queues with a handler for these tasks\n");
+        for u in unserved {
+            out.push_str(&format!(
+                "  queue {}  task {}  {} job(s), oldest ready {:.0} s\n",
+                printable(&u.queue),
+                printable(&u.task),
+                u.jobs,
+                u.oldest_age_seconds
+            ));
+        }
     }
     out
 }

@@ -2,13 +2,15 @@
 //! delivery mode. The mode follows the handler ([`Handler::delivery`]);
 //! `--tx-queues` / `--lease-queues` override it per queue.
 //!
-//! A queue whose jobs all run in one mode (the usual case: one kind of
-//! handler, or one queue per kind) is claimed without any task filter. A
-//! queue that mixes modes is claimed once per mode, each claim filtered by
-//! task name; such a claim steps over the other mode's ready jobs, so it
-//! gets slower as they pile up ahead of it: give long jobs their own queue.
-//! Jobs of a task without a handler are claimed by the "rest" claim (the
-//! catch-all's mode, else tx if any handler is tx) and go to `dead_jobs`.
+//! A worker claims only the tasks it has handlers for: every claim is
+//! filtered by task name (`task = ANY(…)`), unless the worker has a `*`
+//! catch-all, whose claim takes every task the other mode's claim does not.
+//! A job of a task this worker cannot run is never claimed: it waits for a
+//! worker that can (two fleets on one queue, a rolling deploy), and the
+//! sampler reports it if no live worker can (`services::registry`). A
+//! claim steps over the ready jobs it does not take, so it gets slower as
+//! they pile up ahead of it: give each fleet, and long jobs, their own
+//! queue. A queue that mixes modes is claimed once per mode.
 
 use crate::config::WorkerConfig;
 use crate::handler::{Delivery, Registry};
@@ -145,29 +147,39 @@ pub(crate) fn build(config: &WorkerConfig, registry: &Registry) -> Vec<ClaimSpec
         }
     };
     let mut specs = Vec::new();
+    let catch_all = registry.catch_all().is_some();
     if let Some(queues) = unforced {
         let (tx, lease, rest) = modes(registry);
-        let has_tx = !tx.is_empty() || rest == Delivery::Tx;
-        let has_lease = !lease.is_empty() || rest == Delivery::Lease;
         let spec = |mode, tasks_in, tasks_not_in| ClaimSpec {
             mode,
             queues: queues.clone(),
             tasks_in,
             tasks_not_in,
         };
-        match (has_tx, has_lease) {
-            (true, true) => {
-                let (rest_tasks, other_tasks, other_mode) = match rest {
-                    Delivery::Tx => (lease.clone(), lease, Delivery::Lease),
-                    Delivery::Lease => (tx.clone(), tx, Delivery::Tx),
-                };
-                specs.push(spec(rest, None, rest_tasks));
-                specs.push(spec(other_mode, Some(other_tasks), Vec::new()));
+        if catch_all {
+            // The catch-all's mode takes every task but the other mode's.
+            let (other, other_mode) = match rest {
+                Delivery::Tx => (lease, Delivery::Lease),
+                Delivery::Lease => (tx, Delivery::Tx),
+            };
+            if other.is_empty() {
+                specs.push(spec(rest, None, Vec::new()));
+            } else {
+                specs.push(spec(rest, None, other.clone()));
+                specs.push(spec(other_mode, Some(other), Vec::new()));
             }
-            (true, false) => specs.push(spec(Delivery::Tx, None, Vec::new())),
-            _ => specs.push(spec(Delivery::Lease, None, Vec::new())),
+        } else {
+            for (mode, tasks) in [(Delivery::Tx, tx), (Delivery::Lease, lease)] {
+                if !tasks.is_empty() {
+                    specs.push(spec(mode, Some(tasks), Vec::new()));
+                }
+            }
         }
     }
+    // Forced queues run every task this worker has a handler for in their
+    // mode (every task, with a catch-all).
+    let mut named: Vec<String> = registry.named().map(|(t, _)| t.clone()).collect();
+    named.sort();
     for (mode, queues) in [
         (Delivery::Lease, &config.lease_queues),
         (Delivery::Tx, &config.tx_queues),
@@ -176,7 +188,7 @@ pub(crate) fn build(config: &WorkerConfig, registry: &Registry) -> Vec<ClaimSpec
             specs.push(ClaimSpec {
                 mode,
                 queues: Queues::Listed(queues.clone()),
-                tasks_in: None,
+                tasks_in: (!catch_all).then(|| named.clone()),
                 tasks_not_in: Vec::new(),
             });
         }
@@ -243,30 +255,53 @@ mod tests {
         r
     }
 
+    fn names(v: &[&str]) -> Option<Vec<String>> {
+        Some(v.iter().map(|s| s.to_string()).collect())
+    }
+
     #[test]
-    fn one_mode_claims_without_task_filter() {
+    fn one_mode_claims_only_the_tasks_with_handlers() {
         let specs = build(
             &WorkerConfig::default(),
             &registry(&[("a", Delivery::Lease), ("b", Delivery::Lease)]),
         );
         assert_eq!(specs.len(), 1);
         assert_eq!(specs[0].mode, Delivery::Lease);
+        assert_eq!(specs[0].tasks_in, names(&["a", "b"]));
+        assert!(specs[0].tasks_not_in.is_empty());
+    }
+
+    #[test]
+    fn a_catch_all_claims_without_task_filter() {
+        let specs = build(
+            &WorkerConfig::default(),
+            &registry(&[("*", Delivery::Lease), ("b", Delivery::Lease)]),
+        );
+        assert_eq!(specs.len(), 1);
         assert_eq!(specs[0].tasks_in, None);
         assert!(specs[0].tasks_not_in.is_empty());
     }
 
     #[test]
-    fn mixed_modes_split_by_task_and_unknown_tasks_go_to_the_rest() {
+    fn mixed_modes_split_by_task() {
         let specs = build(
             &WorkerConfig::default(),
             &registry(&[("a", Delivery::Tx), ("b", Delivery::Lease)]),
         );
         assert_eq!(specs.len(), 2);
         assert_eq!(specs[0].mode, Delivery::Tx);
+        assert_eq!(specs[0].tasks_in, names(&["a"]));
+        assert_eq!(specs[1].mode, Delivery::Lease);
+        assert_eq!(specs[1].tasks_in, names(&["b"]));
+        // With a catch-all (tx), the tx claim takes every task but `b`.
+        let specs = build(
+            &WorkerConfig::default(),
+            &registry(&[("*", Delivery::Tx), ("b", Delivery::Lease)]),
+        );
+        assert_eq!(specs[0].mode, Delivery::Tx);
         assert_eq!(specs[0].tasks_in, None);
         assert_eq!(specs[0].tasks_not_in, vec!["b".to_string()]);
-        assert_eq!(specs[1].mode, Delivery::Lease);
-        assert_eq!(specs[1].tasks_in, Some(vec!["b".to_string()]));
+        assert_eq!(specs[1].tasks_in, names(&["b"]));
     }
 
     #[test]

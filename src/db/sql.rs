@@ -141,6 +141,10 @@ statements! {
     WAITING_SETTLED = "waiting_settled" [TEXT];
     WAITING_SNAPSHOT = "waiting_snapshot" [];
     WAITING_UNREGISTER = "waiting_unregister" [TEXT];
+    WORKER_REGISTER = "worker_register" [TEXT, TEXT, INT4, TEXT, TEXT, TEXT_ARRAY, TEXT_ARRAY,
+        TEXT, INT4, INT4, FLOAT8];
+    WORKER_UNREGISTER = "worker_unregister" [TEXT];
+    UNSERVED_JOBS = "unserved_jobs" [INT4, INT4];
 }
 
 type Params<'p> = [&'p (dyn ToSql + Sync)];

@@ -1,11 +1,13 @@
 //! What runs beside the claim path in every worker, each a task the
 //! worker's supervisor starts and joins: the [`listener`] (LISTEN, wake-ups),
 //! the fallback [`poller`], the [`waiting`] registration, the [`rescuer`]
-//! (expired leases), the [`sampler`] (queue and database-pressure gauges)
-//! and the [`scheduler`] (cron ticks). Services use `claim/`; the claim
+//! (expired leases), the [`sampler`] (queue and database-pressure gauges),
+//! the [`scheduler`] (cron ticks) and the [`fleet`] registry (this worker's
+//! row in `pgwake.workers`, and the jobs no live worker can run). Services use `claim/`; the claim
 //! path never uses them.
 
 pub(crate) mod cancel_watcher;
+pub(crate) mod fleet;
 pub(crate) mod history;
 pub(crate) mod listener;
 pub(crate) mod poller;

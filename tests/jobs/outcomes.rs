@@ -215,32 +215,76 @@ async fn a_handler_hung_in_a_query_times_out_and_the_connection_recovers() {
     w.shutdown().await;
 }
 
-#[tokio::test]
-async fn a_job_without_a_handler_goes_dead_with_a_clear_reason() {
+/// Two fleets on one queue, or a rolling deploy: a worker claims only the
+/// tasks it has handlers for. A job of another task is never claimed (not
+/// buried, not charged an attempt); it waits for a worker that has a
+/// handler, in both delivery modes.
+async fn a_job_of_a_task_without_a_handler_waits_for_a_worker_that_has_one(lease: bool) {
     let db = migrated_db().await;
     let client = db.client().await;
-    let id = enqueue(
+    let other = enqueue(
         &client,
         &NewJob::new("nobody'; DROP TABLE pgwake.jobs; --", serde_json::json!({})),
     )
     .await
     .unwrap();
+    let mine = insert_jobs(&db, "t", 3).await;
+    let config = || WorkerConfig {
+        lease_queues: if lease {
+            vec!["default".into()]
+        } else {
+            vec![]
+        },
+        ..test_config()
+    };
+    let ledger = Ledger::default();
     let worker = Worker::builder(db.config())
-        .config(test_config())
-        .handler("t", ok_handler(&Ledger::default()))
+        .config(config())
+        .handler("t", ok_handler(&ledger))
         .build()
         .unwrap();
-    let mut w = Running::start(worker);
-    let ev = w.next_events(1, Duration::from_secs(30), |_| true).await;
-    w.shutdown().await;
-    assert_eq!(ev[0].outcome(), "dead");
-    let err = dead_reason(&client, id).await;
-    assert!(err.contains("no handler for task"), "{err}");
-    assert_eq!(
-        remaining(&db).await,
-        0,
-        "the jobs table is still there and empty"
-    );
+    // Claim rounds until this worker's own jobs are done: the other task's
+    // job is ready the whole time and never taken.
+    let mut claimed = 0;
+    while claimed < mine.len() {
+        let n = worker.claim_once().await.unwrap();
+        assert!(n > 0, "a round claimed nothing with jobs of task t ready");
+        claimed += n;
+    }
+    assert_eq!(claimed, mine.len(), "claimed only the jobs of task t");
+    assert_eq!(worker.claim_once().await.unwrap(), 0);
+    let (attempts, dead): (i32, i64) = {
+        let r = client
+            .query_one(
+                "SELECT (SELECT attempts FROM pgwake.jobs WHERE id = $1), \
+                        (SELECT count(*) FROM pgwake.dead_jobs)",
+                &[&other],
+            )
+            .await
+            .unwrap();
+        (r.get(0), r.get(1))
+    };
+    assert_eq!((attempts, dead), (0, 0), "waiting, not charged, not dead");
+
+    // A worker with a handler for it runs it.
+    let ran = Ledger::default();
+    let worker = Worker::builder(db.config())
+        .config(config())
+        .handler("nobody'; DROP TABLE pgwake.jobs; --", ok_handler(&ran))
+        .build()
+        .unwrap();
+    assert_eq!(worker.claim_once().await.unwrap(), 1);
+    assert_eq!(remaining(&db).await, 0);
+}
+
+#[tokio::test]
+async fn a_job_of_a_task_without_a_handler_waits_for_a_worker_that_has_one_tx() {
+    a_job_of_a_task_without_a_handler_waits_for_a_worker_that_has_one(false).await;
+}
+
+#[tokio::test]
+async fn a_job_of_a_task_without_a_handler_waits_for_a_worker_that_has_one_lease() {
+    a_job_of_a_task_without_a_handler_waits_for_a_worker_that_has_one(true).await;
 }
 
 #[tokio::test]

@@ -7,6 +7,7 @@
 mod common;
 
 mod clocks;
+mod fleet;
 mod halfopen;
 mod history;
 mod roles;
