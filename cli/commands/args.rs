@@ -56,6 +56,18 @@ pub enum Command {
         #[command(subcommand)]
         action: super::queue::QueueAction,
     },
+    /// List jobs in every state, filtered (queue, task, state, keys, payload).
+    Jobs {
+        #[command(subcommand)]
+        action: super::jobs::JobsAction,
+    },
+    /// Show one job: payload, attempts, errors, result, history, and why it is not running.
+    Job {
+        #[command(subcommand)]
+        action: super::jobs::JobAction,
+    },
+    /// Why isn't job ID running? Each reason and what will end it.
+    Explain(super::jobs::IdArgs),
     /// Recurring jobs: add, list and remove cron schedules.
     Schedule {
         #[command(subcommand)]

@@ -11,6 +11,7 @@ pub mod dead;
 pub mod enqueue;
 pub mod explain;
 pub mod history;
+pub mod jobs;
 pub mod logging;
 pub mod ndjson;
 pub mod queue;
@@ -47,6 +48,9 @@ pub async fn dispatch(command: Command) -> Result<(), Error> {
         Command::Schedule { action } => schedule::command(action).await,
         Command::Cancel(args) => cancel::command(args).await,
         Command::Queue { action } => queue::command(action).await,
+        Command::Jobs { action } => jobs::jobs_command(action).await,
+        Command::Job { action } => jobs::job_command(action).await,
+        Command::Explain(args) => jobs::explain_command(args).await,
         Command::Bench(args) => crate::bench::run(args).await,
         Command::Demo(args) => {
             crate::demo::run(crate::demo::DemoOptions {

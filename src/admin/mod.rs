@@ -7,6 +7,7 @@ pub mod cron;
 pub mod dead;
 pub mod gauges;
 pub mod history;
+pub mod jobs;
 pub mod queues;
 pub mod schedules;
 pub mod schema;

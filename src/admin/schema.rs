@@ -131,6 +131,7 @@ pub const FUNCTIONS: &[(&str, &str)] = &[
     ("claims.sql", include_str!("../../functions/claims.sql")),
     ("rescue.sql", include_str!("../../functions/rescue.sql")),
     ("workers.sql", include_str!("../../functions/workers.sql")),
+    ("jobs.sql", include_str!("../../functions/jobs.sql")),
     ("roles.sql", include_str!("../../functions/roles.sql")),
 ];
 

@@ -89,6 +89,10 @@ statements! {
     DEAD_MISSING = "dead_missing" [INT8_ARRAY, TEXT];
     DEAD_PURGE = "dead_purge" [INT8_ARRAY, TEXT, FLOAT8];
     DEAD_RETRY = "dead_retry" [INT8_ARRAY, TEXT];
+    EXPLAIN = "explain" [INT8];
+    JOB_HISTORY = "job_history" [INT8];
+    JOB_PAYLOAD = "job_payload" [INT8];
+    LIST_JOBS = "list_jobs" [TEXT, TEXT, TEXT, TEXT, TEXT, TEXT, INT8, INT4];
     ENQUEUE = "enqueue" [TEXT_ARRAY, JSONB_ARRAY, TEXT_ARRAY, TEXT_ARRAY, INT4_ARRAY, INT4_ARRAY,
         FLOAT8_ARRAY, FLOAT8_ARRAY, TEXT_ARRAY, TEXT_ARRAY, BOOL_ARRAY];
     HISTORY_DONE = "history_done" [INT8_ARRAY, TEXT_ARRAY, TEXT_ARRAY, TEXT_ARRAY, INT4_ARRAY,

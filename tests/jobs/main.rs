@@ -12,6 +12,7 @@ mod cancellation;
 mod crash;
 mod delivery;
 mod exec_protocol;
+mod explain;
 mod fencing;
 mod handlers;
 mod hostile;

@@ -1,0 +1,274 @@
+-- Why isn't job N running? `SELECT * FROM pgwake.explain(42)`: one row per
+-- reason, the most decisive first, each naming what will end it:
+--
+--   reason         detail (what and what ends it)                   until           blocking_job
+--   running        leased by worker W (lease mode) / in a tx claim  lease_until
+--   scheduled      runs at T                                        run_at
+--   retry_backoff  attempt N failed (error); retried at T           run_at
+--   paused         queue Q is paused: pgwake queue resume Q
+--   ordering_key   behind job M on key K (M's state)                                M
+--   max_running    Q runs its limit of N (jobs …)                                   one holder
+--   rate_limit     Q started its limit of N per W; next admission   next admission
+--   no_worker      no live worker works queue Q
+--   no_handler     live workers work Q, none has a handler for T
+--   ready          nothing holds it: the next free worker takes it
+--   dead           in pgwake.dead_jobs: its last error (`cancelled`: cancelled)
+--   not_found      no waiting, running or dead job has this id
+--
+-- Read-only and lock-free (no row or advisory lock is taken): what it says
+-- is what held a moment ago. Used by `pgwake explain`, `pgwake job show`
+-- and the console; anything else may call it too.
+CREATE OR REPLACE FUNCTION pgwake.explain(job_id bigint)
+RETURNS TABLE (reason text, detail text, until timestamptz, blocking_job bigint)
+LANGUAGE plpgsql STABLE AS $$
+DECLARE
+    j record;
+    l record;
+    d record;
+    q record;
+    b record;
+    running_ids bigint[];
+    running_n bigint;
+    next_admission timestamptz;
+    found_reason boolean := false;
+BEGIN
+    SELECT lj.worker_id, lj.lease_until, lj.attempts, lj.queue
+    INTO l FROM pgwake.leased_jobs lj WHERE lj.id = job_id;
+    IF FOUND THEN
+        RETURN QUERY SELECT 'running'::text,
+            format('running (lease mode, attempt %s), leased by worker %s; its lease is renewed while it runs',
+                   l.attempts, l.worker_id),
+            l.lease_until, NULL::bigint;
+        RETURN;
+    END IF;
+
+    SELECT jb.queue, jb.task, jb.run_at, jb.priority, jb.attempts, jb.last_error,
+           jb.ordering_key, coalesce(jb.ordering_at, jb.run_at) AS key_at, jb.xmax,
+           jb.xmax IN (SELECT pl.transactionid FROM pg_locks pl
+                       WHERE pl.locktype = 'transactionid' AND pl.granted) AS in_tx
+    INTO j FROM pgwake.jobs jb WHERE jb.id = job_id;
+    IF NOT FOUND THEN
+        SELECT dj.last_error, dj.failed_at INTO d FROM pgwake.dead_jobs dj WHERE dj.id = job_id;
+        IF FOUND THEN
+            RETURN QUERY SELECT
+                CASE WHEN d.last_error = 'cancelled' THEN 'cancelled' ELSE 'dead' END,
+                format('in pgwake.dead_jobs since %s: %s; `pgwake dead retry --id %s` runs it again',
+                       d.failed_at, d.last_error, job_id),
+                NULL::timestamptz, NULL::bigint;
+        ELSE
+            RETURN QUERY SELECT 'not_found'::text,
+                'no waiting, running or dead job has this id: it finished (see `pgwake history`, when history is on) or never existed'::text,
+                NULL::timestamptz, NULL::bigint;
+        END IF;
+        RETURN;
+    END IF;
+
+    IF j.in_tx THEN
+        RETURN QUERY SELECT 'running'::text,
+            format('running (tx mode, attempt %s): a worker''s claim transaction holds it until its handler ends', j.attempts + 1),
+            NULL::timestamptz, NULL::bigint;
+        RETURN;
+    END IF;
+
+    IF j.run_at > now() THEN
+        found_reason := true;
+        IF j.attempts > 0 THEN
+            RETURN QUERY SELECT 'retry_backoff'::text,
+                format('attempt %s failed (%s); retried at %s', j.attempts,
+                       coalesce(j.last_error, 'no error recorded'), j.run_at),
+                j.run_at, NULL::bigint;
+        ELSE
+            RETURN QUERY SELECT 'scheduled'::text, format('scheduled: runs at %s', j.run_at),
+                j.run_at, NULL::bigint;
+        END IF;
+    END IF;
+
+    SELECT qs.paused, qs.paused_at, qs.max_running, qs.rate_count, qs.rate_window
+    INTO q FROM pgwake.queues qs WHERE qs.name = j.queue;
+    IF FOUND AND q.paused THEN
+        found_reason := true;
+        RETURN QUERY SELECT 'paused'::text,
+            format('queue %s is paused (since %s): no job of it starts until `pgwake queue resume %s`',
+                   quote_literal(j.queue), q.paused_at, quote_literal(j.queue)),
+            NULL::timestamptz, NULL::bigint;
+    END IF;
+
+    IF j.ordering_key IS NOT NULL THEN
+        SELECT 'running (lease mode)' AS state, lj.id INTO b
+        FROM pgwake.leased_jobs lj WHERE lj.ordering_key = j.ordering_key
+        ORDER BY lj.id LIMIT 1;
+        IF NOT FOUND THEN
+            SELECT CASE
+                       WHEN jb.xmax IN (SELECT pl.transactionid FROM pg_locks pl
+                                        WHERE pl.locktype = 'transactionid' AND pl.granted)
+                           THEN 'running (tx mode)'
+                       WHEN jb.run_at > now() AND jb.attempts > 0 THEN 'waiting to retry at ' || jb.run_at
+                       WHEN jb.run_at > now() THEN 'scheduled for ' || jb.run_at
+                       ELSE 'waiting'
+                   END AS state, jb.id
+            INTO b FROM pgwake.jobs jb
+            WHERE jb.ordering_key = j.ordering_key
+              AND (jb.priority, coalesce(jb.ordering_at, jb.run_at), jb.id)
+                  < (j.priority, j.key_at, job_id)
+            ORDER BY jb.priority, coalesce(jb.ordering_at, jb.run_at), jb.id
+            LIMIT 1;
+        END IF;
+        IF FOUND THEN
+            found_reason := true;
+            RETURN QUERY SELECT 'ordering_key'::text,
+                format('behind job %s on ordering key %s (job %s is %s): it starts when every earlier job of the key has ended',
+                       b.id, quote_literal(j.ordering_key), b.id, b.state),
+                NULL::timestamptz, b.id::bigint;
+        END IF;
+    END IF;
+
+    IF q.max_running IS NOT NULL THEN
+        SELECT array_agg(r.id ORDER BY r.id), count(*) INTO running_ids, running_n FROM (
+            SELECT lj.id FROM pgwake.leased_jobs lj WHERE lj.queue = j.queue
+            UNION ALL
+            SELECT jb.id FROM pgwake.jobs jb
+            WHERE jb.queue = j.queue
+              AND jb.xmax IN (SELECT pl.transactionid FROM pg_locks pl
+                              WHERE pl.locktype = 'transactionid' AND pl.granted)
+        ) r;
+        IF running_n >= q.max_running THEN
+            found_reason := true;
+            RETURN QUERY SELECT 'max_running'::text,
+                format('queue %s runs its limit of %s job(s) at once (running: %s): one must end first',
+                       quote_literal(j.queue), q.max_running,
+                       array_to_string(running_ids[1:10], ', ')
+                       || CASE WHEN running_n > 10 THEN ', …' ELSE '' END),
+                NULL::timestamptz, running_ids[1];
+        END IF;
+    END IF;
+
+    IF q.rate_count IS NOT NULL THEN
+        SELECT min(rs.last_start) + q.rate_window INTO next_admission
+        FROM pgwake.queue_rate_slots rs WHERE rs.queue = j.queue;
+        IF next_admission IS NOT NULL AND next_admission > now()
+           AND (SELECT count(*) FROM pgwake.queue_rate_slots rs WHERE rs.queue = j.queue) >= q.rate_count THEN
+            found_reason := true;
+            RETURN QUERY SELECT 'rate_limit'::text,
+                format('queue %s started its limit of %s job(s) per %s; the next start is admitted at %s',
+                       quote_literal(j.queue), q.rate_count, q.rate_window, next_admission),
+                next_admission, NULL::bigint;
+        END IF;
+    END IF;
+
+    IF NOT EXISTS (SELECT 1 FROM pgwake.live_workers w
+                   WHERE w.queues IS NULL OR j.queue = ANY(w.queues)) THEN
+        found_reason := true;
+        RETURN QUERY SELECT 'no_worker'::text,
+            format('no live worker works queue %s: start one (`pgwake run`, with the queue in --queues if it lists queues)',
+                   quote_literal(j.queue)),
+            NULL::timestamptz, NULL::bigint;
+    ELSIF NOT EXISTS (SELECT 1 FROM pgwake.live_workers w
+                      WHERE (w.queues IS NULL OR j.queue = ANY(w.queues))
+                        AND ('*' = ANY(w.tasks) OR j.task = ANY(w.tasks))) THEN
+        found_reason := true;
+        RETURN QUERY SELECT 'no_handler'::text,
+            format('live workers work queue %s, but none has a handler for task %s: deploy one with `--handler %s=…`',
+                   quote_literal(j.queue), quote_literal(j.task), j.task),
+            NULL::timestamptz, NULL::bigint;
+    END IF;
+
+    IF NOT found_reason THEN
+        RETURN QUERY SELECT 'ready'::text,
+            format('ready: nothing holds it; the next free worker takes it (%s ready job(s) of queue %s ahead of it in claim order)',
+                   (SELECT count(*) FROM (
+                        SELECT 1 FROM pgwake.jobs jb
+                        WHERE jb.queue = j.queue AND jb.run_at <= now()
+                          AND (jb.priority, jb.run_at, jb.id) < (j.priority, j.run_at, job_id)
+                        LIMIT 100000) a),
+                   quote_literal(j.queue)),
+            NULL::timestamptz, NULL::bigint;
+    END IF;
+END
+$$;
+
+-- Jobs in every state, filtered, keyset-paginated by id: the rows behind
+-- `pgwake jobs list` and the console's Jobs page. `state`: waiting (ready
+-- now), scheduled (later, retries included), running (lease mode, and tx
+-- mode: rows a claim transaction holds), dead, cancelled, finished
+-- (history, when on), or NULL for every state but finished. Each filter
+-- NULL: any. `payload`: jobs whose payload contains it (`@>`). Ids above
+-- `after_id`, ascending, at most `page` rows (1 to 1000).
+CREATE OR REPLACE FUNCTION pgwake.list_jobs(
+    state        text    DEFAULT NULL,
+    queue        text    DEFAULT NULL,
+    task         text    DEFAULT NULL,
+    ordering_key text    DEFAULT NULL,
+    unique_key   text    DEFAULT NULL,
+    payload      jsonb   DEFAULT NULL,
+    after_id     bigint  DEFAULT 0,
+    page         integer DEFAULT 100)
+RETURNS TABLE (id bigint, job_state text, job_queue text, job_task text, priority integer,
+               attempts integer, max_attempts integer, run_at timestamptz,
+               created_at timestamptz, job_ordering_key text, job_unique_key text,
+               worker text, last_error text)
+LANGUAGE plpgsql STABLE AS $$
+DECLARE
+    lim integer := least(greatest(coalesce(page, 100), 1), 1000);
+BEGIN
+    IF state IS NOT NULL AND state NOT IN
+       ('waiting', 'scheduled', 'running', 'dead', 'cancelled', 'finished') THEN
+        RAISE EXCEPTION 'unknown job state %: use waiting, scheduled, running, dead, cancelled or finished', quote_literal(state)
+            USING ERRCODE = '22023';
+    END IF;
+    RETURN QUERY
+    SELECT * FROM (
+        SELECT j.id,
+               CASE WHEN j.xmax IN (SELECT pl.transactionid FROM pg_locks pl
+                                    WHERE pl.locktype = 'transactionid' AND pl.granted) THEN 'running'
+                    WHEN j.run_at > now() THEN 'scheduled'
+                    ELSE 'waiting' END AS s,
+               j.queue, j.task, j.priority, j.attempts, j.max_attempts, j.run_at, j.created_at,
+               j.ordering_key, j.unique_key, NULL::text, j.last_error
+        FROM pgwake.jobs j
+        WHERE (state IS NULL OR state IN ('waiting', 'scheduled', 'running'))
+          AND j.id > coalesce(after_id, 0)
+          AND (list_jobs.queue IS NULL OR j.queue = list_jobs.queue)
+          AND (list_jobs.task IS NULL OR j.task = list_jobs.task)
+          AND (list_jobs.ordering_key IS NULL OR j.ordering_key = list_jobs.ordering_key)
+          AND (list_jobs.unique_key IS NULL OR j.unique_key = list_jobs.unique_key)
+          AND (list_jobs.payload IS NULL OR j.payload @> list_jobs.payload)
+        UNION ALL
+        SELECT l.id, 'running', l.queue, l.task, l.priority, l.attempts, l.max_attempts, l.run_at,
+               l.created_at, l.ordering_key, l.unique_key, l.worker_id, l.last_error
+        FROM pgwake.leased_jobs l
+        WHERE (state IS NULL OR state = 'running')
+          AND l.id > coalesce(after_id, 0)
+          AND (list_jobs.queue IS NULL OR l.queue = list_jobs.queue)
+          AND (list_jobs.task IS NULL OR l.task = list_jobs.task)
+          AND (list_jobs.ordering_key IS NULL OR l.ordering_key = list_jobs.ordering_key)
+          AND (list_jobs.unique_key IS NULL OR l.unique_key = list_jobs.unique_key)
+          AND (list_jobs.payload IS NULL OR l.payload @> list_jobs.payload)
+        UNION ALL
+        SELECT d.id, CASE WHEN d.last_error = 'cancelled' THEN 'cancelled' ELSE 'dead' END,
+               d.queue, d.task, d.priority, d.attempts, d.max_attempts, d.run_at, d.created_at,
+               d.ordering_key, d.unique_key, NULL::text, d.last_error
+        FROM pgwake.dead_jobs d
+        WHERE (state IS NULL OR state IN ('dead', 'cancelled'))
+          AND (state IS NULL OR (state = 'cancelled') = (d.last_error = 'cancelled'))
+          AND d.id > coalesce(after_id, 0)
+          AND (list_jobs.queue IS NULL OR d.queue = list_jobs.queue)
+          AND (list_jobs.task IS NULL OR d.task = list_jobs.task)
+          AND (list_jobs.ordering_key IS NULL OR d.ordering_key = list_jobs.ordering_key)
+          AND (list_jobs.unique_key IS NULL OR d.unique_key = list_jobs.unique_key)
+          AND (list_jobs.payload IS NULL OR d.payload @> list_jobs.payload)
+        UNION ALL
+        SELECT f.id, f.outcome, f.queue, f.task, NULL::integer, f.attempts, NULL::integer, NULL::timestamptz,
+               f.enqueued_at, NULL::text, f.unique_key, f.worker, f.error
+        FROM pgwake.finished_jobs f
+        WHERE state = 'finished'
+          AND f.id > coalesce(after_id, 0)
+          AND (list_jobs.queue IS NULL OR f.queue = list_jobs.queue)
+          AND (list_jobs.task IS NULL OR f.task = list_jobs.task)
+          AND (list_jobs.unique_key IS NULL OR f.unique_key = list_jobs.unique_key)
+          AND (list_jobs.payload IS NULL OR f.payload @> list_jobs.payload)
+    ) all_jobs (id, s, q, t, p, a, m, r, c, ok, uk, w, e)
+    WHERE state IS NULL OR state = 'finished' OR all_jobs.s = state
+    ORDER BY all_jobs.id
+    LIMIT lim;
+END
+$$;

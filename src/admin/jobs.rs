@@ -1,0 +1,232 @@
+//! Looking at jobs: list them in every state with filters, show one, and
+//! say why a job is not running (`functions/jobs.sql`: `pgwake.list_jobs`,
+//! `pgwake.explain`). The command line (`pgwake jobs list`, `pgwake job
+//! show`, `pgwake explain`) and the console read the same functions.
+
+use serde::Serialize;
+
+use crate::db::sql::{self, Db};
+use crate::error::{Error, Result};
+
+/// One reason a job is not running, and what ends it.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct Reason {
+    /// `running`, `scheduled`, `retry_backoff`, `paused`, `ordering_key`,
+    /// `max_running`, `rate_limit`, `no_worker`, `no_handler`, `ready`,
+    /// `dead`, `cancelled` or `not_found` (`docs/src/sql.md`).
+    pub reason: String,
+    /// What holds it and what will end it, in words.
+    pub detail: String,
+    /// When it ends by itself, if known (database clock, RFC 3339).
+    pub until: Option<String>,
+    /// The job it waits for (ordering key) or one holding its queue's slots.
+    pub blocking_job: Option<i64>,
+}
+
+/// `pgwake.explain(id)`: why job `id` is not running, most decisive first.
+pub async fn explain(client: &tokio_postgres::Client, id: i64) -> Result<Vec<Reason>> {
+    let rows = Db::unnamed(client)
+        .query(&sql::EXPLAIN, &[&id])
+        .await
+        .map_err(Error::db("explain"))?;
+    Ok(rows
+        .iter()
+        .map(|r| Reason {
+            reason: r.get(0),
+            detail: r.get(1),
+            until: r
+                .get::<_, Option<chrono::DateTime<chrono::Utc>>>(2)
+                .map(|t| t.to_rfc3339()),
+            blocking_job: r.get(3),
+        })
+        .collect())
+}
+
+/// Which jobs [`list`] returns; `None` fields match anything.
+#[derive(Debug, Clone, Default)]
+pub struct JobFilter {
+    /// `waiting`, `scheduled`, `running`, `dead`, `cancelled` or
+    /// `finished` (history); `None`: every state but finished.
+    pub state: Option<String>,
+    /// Queue name.
+    pub queue: Option<String>,
+    /// Task name.
+    pub task: Option<String>,
+    /// Ordering key.
+    pub ordering_key: Option<String>,
+    /// Unique key.
+    pub unique_key: Option<String>,
+    /// Jobs whose payload contains this JSON (`@>`), e.g. `{"customer": 42}`.
+    pub payload: Option<serde_json::Value>,
+    /// Only ids above this (the last id of the previous page).
+    pub after_id: i64,
+    /// At most this many (1 to 1000).
+    pub page: i32,
+}
+
+/// One job in a listing.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct JobRow {
+    /// Its id.
+    pub id: i64,
+    /// `waiting`, `scheduled`, `running`, `dead`, `cancelled`, or a
+    /// finished outcome (`done`, `dead`, `cancelled`) for history rows.
+    pub state: String,
+    /// Queue.
+    pub queue: String,
+    /// Task.
+    pub task: String,
+    /// Priority (lower first); none for history rows.
+    pub priority: Option<i32>,
+    /// Attempts so far.
+    pub attempts: i32,
+    /// Attempts it gets; none for history rows.
+    pub max_attempts: Option<i32>,
+    /// When it may run (RFC 3339); none for history rows.
+    pub run_at: Option<String>,
+    /// When it was enqueued (RFC 3339).
+    pub created_at: String,
+    /// Ordering key.
+    pub ordering_key: Option<String>,
+    /// Unique key.
+    pub unique_key: Option<String>,
+    /// The worker running (or that finished) it.
+    pub worker: Option<String>,
+    /// Its last error.
+    pub last_error: Option<String>,
+}
+
+fn time(t: Option<chrono::DateTime<chrono::Utc>>) -> Option<String> {
+    t.map(|t| t.to_rfc3339())
+}
+
+/// Jobs matching `filter`, by id ascending (`pgwake.list_jobs`). An unknown
+/// state is refused naming the states.
+pub async fn list(client: &tokio_postgres::Client, filter: &JobFilter) -> Result<Vec<JobRow>> {
+    let payload = filter.payload.as_ref().map(|p| p.to_string());
+    let rows = Db::unnamed(client)
+        .query(
+            &sql::LIST_JOBS,
+            &[
+                &filter.state,
+                &filter.queue,
+                &filter.task,
+                &filter.ordering_key,
+                &filter.unique_key,
+                &payload,
+                &filter.after_id,
+                &filter.page,
+            ],
+        )
+        .await
+        .map_err(|e| match e.code().map(|c| c.code()) {
+            Some("22023") => Error::Config(
+                e.as_db_error()
+                    .map(|d| d.message().to_string())
+                    .unwrap_or_default(),
+            ),
+            _ => Error::db("listing jobs")(e),
+        })?;
+    Ok(rows
+        .iter()
+        .map(|r| JobRow {
+            id: r.get(0),
+            state: r.get(1),
+            queue: r.get(2),
+            task: r.get(3),
+            priority: r.get(4),
+            attempts: r.get(5),
+            max_attempts: r.get(6),
+            run_at: time(r.get(7)),
+            created_at: time(r.get(8)).unwrap_or_default(),
+            ordering_key: r.get(9),
+            unique_key: r.get(10),
+            worker: r.get(11),
+            last_error: r.get(12),
+        })
+        .collect())
+}
+
+/// One history row of a job (history on).
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct HistoryEntry {
+    /// `done`, `dead` or `cancelled`.
+    pub outcome: String,
+    /// Attempts it took.
+    pub attempts: i32,
+    /// When the finishing run was claimed (RFC 3339).
+    pub started_at: Option<String>,
+    /// When it finished (RFC 3339).
+    pub finished_at: String,
+    /// The worker that finished it.
+    pub worker: Option<String>,
+    /// The error (dead, cancelled).
+    pub error: Option<String>,
+    /// The result, pretty-printed JSON (done).
+    pub result: Option<String>,
+}
+
+/// Everything about one job.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct JobDetail {
+    /// Where it is now; `None` when only its history remains.
+    pub job: Option<JobRow>,
+    /// Its payload, pretty-printed by the server (numbers exactly as
+    /// stored).
+    pub payload: Option<String>,
+    /// Its history rows, oldest first (history on).
+    pub history: Vec<HistoryEntry>,
+    /// Why it is not running ([`explain`]).
+    pub explanation: Vec<Reason>,
+}
+
+/// Everything about job `id`; `None` when nothing is known of it.
+pub async fn show(client: &tokio_postgres::Client, id: i64) -> Result<Option<JobDetail>> {
+    let filter = |state: Option<&str>| JobFilter {
+        state: state.map(str::to_string),
+        after_id: id - 1,
+        page: 1,
+        ..JobFilter::default()
+    };
+    let mut job = list(client, &filter(None))
+        .await?
+        .into_iter()
+        .find(|j| j.id == id);
+    if job.is_none() {
+        job = list(client, &filter(Some("finished")))
+            .await?
+            .into_iter()
+            .find(|j| j.id == id);
+    }
+    let payload: Option<String> = Db::unnamed(client)
+        .query(&sql::JOB_PAYLOAD, &[&id])
+        .await
+        .map_err(Error::db("reading the payload"))?
+        .first()
+        .and_then(|r| r.get(0));
+    let history: Vec<HistoryEntry> = Db::unnamed(client)
+        .query(&sql::JOB_HISTORY, &[&id])
+        .await
+        .map_err(Error::db("reading the history"))?
+        .iter()
+        .map(|r| HistoryEntry {
+            outcome: r.get(0),
+            attempts: r.get(1),
+            started_at: time(r.get(2)),
+            finished_at: time(r.get(3)).unwrap_or_default(),
+            worker: r.get(4),
+            error: r.get(5),
+            result: r.get(6),
+        })
+        .collect();
+    if job.is_none() && payload.is_none() && history.is_empty() {
+        return Ok(None);
+    }
+    let explanation = explain(client, id).await?;
+    Ok(Some(JobDetail {
+        job,
+        payload,
+        history,
+        explanation,
+    }))
+}

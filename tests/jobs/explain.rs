@@ -1,0 +1,252 @@
+//! "Why isn't it running?": `pgwake.explain(id)` names each reason and what
+//! ends it. Every reason is created here and read back; `pgwake explain`,
+//! `pgwake jobs list` and `pgwake job show` print them, producer values
+//! escaped.
+
+use crate::common;
+
+use common::*;
+use pgwake::{Worker, WorkerConfig};
+
+/// (reason, detail, blocking_job) of job `id`.
+async fn why(c: &tokio_postgres::Client, id: i64) -> Vec<(String, String, Option<i64>)> {
+    c.query(
+        "SELECT reason, detail, blocking_job FROM pgwake.explain($1)",
+        &[&id],
+    )
+    .await
+    .unwrap()
+    .iter()
+    .map(|r| (r.get(0), r.get(1), r.get(2)))
+    .collect()
+}
+
+fn reasons(w: &[(String, String, Option<i64>)]) -> Vec<&str> {
+    w.iter().map(|r| r.0.as_str()).collect()
+}
+
+async fn job(c: &tokio_postgres::Client, sql: &str) -> i64 {
+    c.query_one(sql, &[]).await.unwrap().get(0)
+}
+
+/// A live worker row serving `tasks` on every queue (as `services::fleet`
+/// writes it).
+async fn live_worker(c: &tokio_postgres::Client, tasks: &[&str]) {
+    let tasks: Vec<String> = tasks.iter().map(|t| t.to_string()).collect();
+    c.execute(
+        "INSERT INTO pgwake.workers (id, host, pid, version, application_name, tasks, concurrency, expires_at)
+         VALUES ('w-' || gen_random_uuid(), 'h', 1, 'test', 'pgwake', $1, 4, now() + interval '1 hour')",
+        &[&tasks],
+    )
+    .await
+    .unwrap();
+}
+
+#[tokio::test]
+async fn each_reason_a_waiting_job_has_is_named_with_what_ends_it() {
+    let db = migrated_db().await;
+    let c = db.client().await;
+
+    // No worker at all, then one without the handler, then one with it.
+    let plain = job(&c, "SELECT pgwake.enqueue('t')").await;
+    assert_eq!(reasons(&why(&c, plain).await), ["no_worker"]);
+    live_worker(&c, &["other"]).await;
+    let w = why(&c, plain).await;
+    assert_eq!(reasons(&w), ["no_handler"]);
+    assert!(w[0].1.contains("'t'"), "{w:?}");
+    live_worker(&c, &["*"]).await;
+    let w = why(&c, plain).await;
+    assert_eq!(reasons(&w), ["ready"]);
+    assert!(w[0].1.contains("0 ready job(s)"), "{w:?}");
+
+    // Scheduled, and waiting for a retry.
+    let later = job(
+        &c,
+        "SELECT pgwake.enqueue('t', run_at => now() + interval '1 hour')",
+    )
+    .await;
+    assert_eq!(reasons(&why(&c, later).await), ["scheduled"]);
+    let retry = job(
+        &c,
+        "INSERT INTO pgwake.jobs (task, run_at, attempts, last_error)
+         VALUES ('t', now() + interval '1 minute', 2, 'connection refused') RETURNING id",
+    )
+    .await;
+    let w = why(&c, retry).await;
+    assert_eq!(reasons(&w), ["retry_backoff"]);
+    assert!(
+        w[0].1.contains("attempt 2 failed (connection refused)"),
+        "{w:?}"
+    );
+
+    // Paused.
+    let paused = job(&c, "SELECT pgwake.enqueue('t', queue => 'hold me')").await;
+    c.execute("SELECT pgwake.pause_queue('hold me')", &[])
+        .await
+        .unwrap();
+    let w = why(&c, paused).await;
+    assert_eq!(reasons(&w), ["paused"]);
+    assert!(w[0].1.contains("pgwake queue resume 'hold me'"), "{w:?}");
+
+    // Behind an earlier job of its ordering key.
+    let first = job(&c, "SELECT pgwake.enqueue('t', ordering_key => 'k')").await;
+    let second = job(&c, "SELECT pgwake.enqueue('t', ordering_key => 'k')").await;
+    assert_eq!(reasons(&why(&c, first).await), ["ready"]);
+    let w = why(&c, second).await;
+    assert_eq!(reasons(&w), ["ordering_key"]);
+    assert_eq!(w[0].2, Some(first));
+    assert!(w[0].1.contains("is waiting"), "{w:?}");
+
+    // Not found, dead and cancelled.
+    assert_eq!(reasons(&why(&c, 1 << 40).await), ["not_found"]);
+    let cancelled = job(&c, "SELECT pgwake.enqueue('t', queue => 'gone')").await;
+    c.execute("SELECT pgwake.cancel($1)", &[&cancelled])
+        .await
+        .unwrap();
+    assert_eq!(reasons(&why(&c, cancelled).await), ["cancelled"]);
+}
+
+#[tokio::test]
+async fn running_jobs_say_where_they_run_in_both_modes() {
+    let db = migrated_db().await;
+    let c = db.client().await;
+    live_worker(&c, &["*"]).await;
+    let leased = job(&c, "SELECT pgwake.enqueue('t')").await;
+    let rows = claim_lease_all(&c, "worker-7").await;
+    assert_eq!(rows.len(), 1);
+    let w = why(&c, leased).await;
+    assert_eq!(reasons(&w), ["running"]);
+    assert!(
+        w[0].1.contains("lease mode") && w[0].1.contains("worker-7"),
+        "{w:?}"
+    );
+
+    let in_tx = job(&c, "SELECT pgwake.enqueue('t')").await;
+    let claimer = db.client().await;
+    claimer.batch_execute("BEGIN").await.unwrap();
+    assert_eq!(claim_tx_all(&claimer).await.len(), 1);
+    let w = why(&c, in_tx).await;
+    assert_eq!(reasons(&w), ["running"]);
+    assert!(w[0].1.contains("tx mode"), "{w:?}");
+    claimer.batch_execute("ROLLBACK").await.unwrap();
+    assert_eq!(reasons(&why(&c, in_tx).await), ["ready"]);
+}
+
+#[tokio::test]
+async fn a_full_max_running_limit_names_the_jobs_holding_it() {
+    let db = migrated_db().await;
+    let c = db.client().await;
+    live_worker(&c, &["*"]).await;
+    let running = job(&c, "SELECT pgwake.enqueue('t', queue => 'q')").await;
+    assert_eq!(claim_lease_all(&c, "w").await.len(), 1);
+    limit_queue(&db, "q", 1);
+    let waiting = job(&c, "SELECT pgwake.enqueue('t', queue => 'q')").await;
+    let w = why(&c, waiting).await;
+    assert_eq!(reasons(&w), ["max_running"]);
+    assert_eq!(w[0].2, Some(running));
+    assert!(w[0].1.contains(&format!("running: {running}")), "{w:?}");
+}
+
+#[tokio::test]
+async fn a_spent_rate_limit_names_the_next_admission() {
+    let db = migrated_db().await;
+    let c = db.client().await;
+    live_worker(&c, &["*"]).await;
+    job(&c, "SELECT pgwake.enqueue('t', queue => 'metered')").await;
+    c.execute(
+        "SELECT pgwake.set_queue_rate('metered', 1, interval '1 hour')",
+        &[],
+    )
+    .await
+    .unwrap();
+    // One start takes the hour's admission.
+    let worker = Worker::builder(db.config())
+        .config(WorkerConfig {
+            queues: Some(vec!["metered".into()]),
+            ..test_config()
+        })
+        .handler("t", ok_handler(&Ledger::default()))
+        .build()
+        .unwrap();
+    assert_eq!(worker.claim_once().await.unwrap(), 1);
+    let next = job(&c, "SELECT pgwake.enqueue('t', queue => 'metered')").await;
+    let row = c
+        .query_one(
+            "SELECT reason, until > now() + interval '50 minutes' FROM pgwake.explain($1)",
+            &[&next],
+        )
+        .await
+        .unwrap();
+    assert_eq!(row.get::<_, String>(0), "rate_limit");
+    assert!(
+        row.get::<_, bool>(1),
+        "the next admission is an hour after the start"
+    );
+}
+
+/// What a producer chose (queue, task, keys, payload, error) reaches the
+/// terminal escaped: no control character is printed raw.
+#[tokio::test]
+async fn the_commands_list_show_and_explain_jobs_with_producer_values_escaped() {
+    let db = migrated_db().await;
+    let c = db.client().await;
+    let hostile = "evil\u{1b}[2J\u{7}";
+    let id: i64 = c
+        .query_one(
+            "INSERT INTO pgwake.jobs (task, payload, ordering_key, last_error)
+             VALUES ($1, jsonb_build_object('customer', 42, 'note', $1::text, 'big', 123456789012345678901234567890),
+                     $1, $1)
+             RETURNING id",
+            &[&hostile],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    job(&c, "SELECT pgwake.enqueue('t', '{\"customer\": 7}')").await;
+    for args in [
+        vec!["jobs", "list"],
+        vec!["jobs", "list", "--payload", "customer=42"],
+        vec!["job", "show", &id.to_string()],
+        vec!["explain", &id.to_string()],
+    ] {
+        let out = run_pgwake(&args, Some(&db.url));
+        assert!(out.status.success(), "{args:?}: {}", stderr_of(&out));
+        assert!(
+            !out.stdout.iter().any(|b| *b == 0x1b || *b == 0x07),
+            "{args:?} printed a control byte raw: {:?}",
+            String::from_utf8_lossy(&out.stdout)
+        );
+    }
+    // The payload filter, as JSON.
+    let out = run_pgwake(
+        &["jobs", "list", "--payload", "customer=42", "--json"],
+        Some(&db.url),
+    );
+    let rows: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(rows.as_array().unwrap().len(), 1);
+    assert_eq!(rows[0]["id"], id);
+    assert_eq!(rows[0]["task"], hostile);
+    // The payload exactly as stored: the 30-digit number is not rounded.
+    let out = run_pgwake(&["job", "show", &id.to_string(), "--json"], Some(&db.url));
+    let detail: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert!(
+        detail["payload"]
+            .as_str()
+            .unwrap()
+            .contains("123456789012345678901234567890"),
+        "{detail}"
+    );
+    assert_eq!(detail["explanation"][0]["reason"], "no_worker");
+    // Unknown ids and states exit 2 naming the problem.
+    let out = run_pgwake(&["explain", "999999999"], Some(&db.url));
+    assert_eq!(out.status.code(), Some(2));
+    let out = run_pgwake(&["job", "show", "999999999"], Some(&db.url));
+    assert_eq!(out.status.code(), Some(2));
+    let out = run_pgwake(&["jobs", "list", "--state", "sleeping"], Some(&db.url));
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        stderr_of(&out).contains("waiting, scheduled"),
+        "{}",
+        stderr_of(&out)
+    );
+}
