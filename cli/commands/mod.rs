@@ -68,7 +68,8 @@ async fn migrate(db: Db) -> Result<(), Error> {
         );
     } else {
         if !report.applied.is_empty() {
-            println!("applied migrations {:?}", report.applied);
+            let versions: Vec<String> = report.applied.iter().map(i32::to_string).collect();
+            println!("applied migrations {}", versions.join(", "));
         }
         if !report.definitions.is_empty() {
             println!("applied definitions {}", report.definitions.join(", "));

@@ -173,6 +173,25 @@ async fn migrate_prints_no_server_notices_and_logs_to_a_pipe_without_colour() {
     }
 }
 
+/// `pgwake migrate` says each step once: the applied migrations and
+/// definitions on stdout, not also as log lines on stderr.
+#[tokio::test]
+async fn migrate_says_each_step_once() {
+    let db = empty_db().await;
+    let o = run(&["migrate"], Some(&db.url));
+    assert!(o.status.success(), "{}", stderr(&o));
+    let out = String::from_utf8_lossy(&o.stdout).to_string();
+    let err = stderr(&o);
+    assert!(out.contains("applied migrations"), "{out}");
+    assert!(out.contains("schema at version"), "{out}");
+    for step in ["applied migration", "applied definition"] {
+        assert!(
+            !err.contains(step),
+            "{step:?} said on stdout and again on stderr: {err}"
+        );
+    }
+}
+
 #[tokio::test]
 async fn the_worker_start_line_shows_queues_as_a_person_would_write_them() {
     let db = migrated_db().await;
