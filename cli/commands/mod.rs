@@ -16,6 +16,7 @@ pub mod ndjson;
 pub mod queue;
 pub mod run;
 pub mod schedule;
+pub mod shell;
 pub mod timestamp;
 
 use pgwake::error::Error;

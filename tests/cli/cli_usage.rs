@@ -471,3 +471,45 @@ fn the_install_step_reads_every_needed_package_name() {
         assert!(valid, "not an apt package name: {package:?}");
     }
 }
+
+/// The command a suggestion of pgwake's quotes (between the first and the
+/// last backtick: the name may hold one), run through bash as a user pasting
+/// it would, with `pgwake` this binary.
+fn run_suggestion(printed: &str, url: &str) -> Output {
+    let at = printed
+        .find("`pgwake ")
+        .unwrap_or_else(|| panic!("no suggestion: {printed}"));
+    let command = &printed[at + 1..printed.rfind('`').unwrap()];
+    std::process::Command::new("bash")
+        .arg("-c")
+        .arg(format!("\"$PGWAKE\"{}", &command["pgwake".len()..]))
+        .env("PGWAKE", env!("CARGO_BIN_EXE_pgwake"))
+        .env("DATABASE_URL", url)
+        .output()
+        .unwrap()
+}
+
+#[tokio::test]
+async fn the_resume_command_queue_pause_suggests_works_for_any_name() {
+    let db = migrated_db().await;
+    for name in [
+        "my queue",
+        "a,b",
+        "it's",
+        "$HOME",
+        "a b,c'd$e `id`",
+        "-dash",
+        "ünï 名",
+    ] {
+        let o = run(&["queue", "pause", "--", name], Some(&db.url));
+        assert!(o.status.success(), "{name:?}: {}", stderr(&o));
+        let printed = String::from_utf8_lossy(&o.stdout).to_string();
+        let resumed = run_suggestion(&printed, &db.url);
+        let out = String::from_utf8_lossy(&resumed.stdout).to_string();
+        assert!(
+            resumed.status.success() && out == format!("{name}: resumed\n"),
+            "{name:?}: {printed} → {out} {}",
+            stderr(&resumed)
+        );
+    }
+}
