@@ -513,3 +513,58 @@ async fn the_resume_command_queue_pause_suggests_works_for_any_name() {
         );
     }
 }
+
+/// `--queues`, `--tx-queues` and `--lease-queues` take comma-separated
+/// names, repeatable; a comma inside a name is written `\,`.
+#[tokio::test]
+async fn a_queue_name_with_a_comma_can_be_given_to_queues() {
+    let db = migrated_db().await;
+    for queue in ["a,b", "c", "a", "b"] {
+        let o = run(&["enqueue", "--task", "t", "--queue", queue], Some(&db.url));
+        assert!(o.status.success(), "{}", stderr(&o));
+    }
+    let mut child = spawn_pgwake_run(
+        &db.url,
+        &[
+            "--handler",
+            "t=exec:true",
+            "--queues",
+            r"a\,b",
+            "--queues",
+            "c",
+        ],
+    );
+    let log = tail_stderr(&mut child);
+    let left = "SELECT string_agg(queue, ' ' ORDER BY queue) FROM pgwake.jobs";
+    let db2 = &db;
+    eventually(
+        "the jobs of a,b and c ran",
+        Duration::from_secs(30),
+        || async move { db2.scalar::<Option<String>>(left).await.as_deref() == Some("a b") },
+    )
+    .await;
+    send_signal(&child, libc::SIGTERM);
+    wait_exit(child, Duration::from_secs(30)).await;
+    let log = log.lock().unwrap().clone();
+    let line = log.lines().find(|l| l.contains("worker started")).unwrap();
+    assert!(line.contains(r"queues=a\,b,c"), "{line}");
+    // The same parser reads the mode flags: one queue "x,y" in both is refused.
+    let o = run(
+        &[
+            "run",
+            "--handler",
+            "t=exec:true",
+            "--tx-queues",
+            r"x\,y",
+            "--lease-queues",
+            r"x\,y",
+        ],
+        Some(&db.url),
+    );
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains(r#"queue "x,y" is in both"#),
+        "{}",
+        stderr(&o)
+    );
+}
