@@ -164,8 +164,10 @@ pub struct WorkerConfig {
     pub batch: usize,
     /// Fallback poll interval, jittered by ±25%. Default 2 s.
     pub poll_interval: Duration,
-    /// LISTEN for wake-ups (false: poll only, e.g. behind PgBouncer in
-    /// transaction mode). Default true.
+    /// LISTEN for wake-ups (false: poll only). Behind PgBouncer in
+    /// transaction mode, rather give a listen database (the server itself:
+    /// `WorkerBuilder::listen_database`); without one the worker finds the
+    /// pooler at start and polls by itself. Default true.
     pub listen: bool,
     /// A job running longer is cancelled and counts as a failed attempt,
     /// in either mode. A job's own `timeout` column overrides it, and a Rust

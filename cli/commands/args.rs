@@ -40,7 +40,7 @@ pub enum Command {
         #[arg(long)]
         json: bool,
     },
-    /// Inspect, retry and purge dead jobs.
+    /// List, retry and purge dead jobs.
     Dead {
         #[command(subcommand)]
         action: DeadAction,
@@ -51,7 +51,7 @@ pub enum Command {
     /// Cancel jobs: waiting ones leave the queue, running ones are stopped; both end in
     /// dead_jobs as cancelled. Exits 2 if any id is unknown, finished or already dead.
     Cancel(super::cancel::CancelArgs),
-    /// Queue settings, read by every worker without a restart: list, pause, resume.
+    /// Queue settings, read by every worker without a restart: list, pause, resume, set.
     Queue {
         #[command(subcommand)]
         action: super::queue::QueueAction,
@@ -150,7 +150,10 @@ pub struct RunArgs {
     /// Claim tasks = jobs in flight at once.
     #[arg(long, default_value_t = config::CONCURRENCY_DEFAULT, allow_negative_numbers = true)]
     pub concurrency: usize,
-    /// Jobs per claim (run one after another in one transaction; use 1 for slow jobs).
+    /// Most jobs per claim (1–1000). In tx mode a batch runs its jobs one after another in one
+    /// transaction and is sized by time below this (about 100 ms a batch), so slow jobs already
+    /// run one per transaction and --batch 1 is rarely worth setting; in lease mode a claim
+    /// takes one job per free slot, at most this many.
     #[arg(long, default_value_t = config::BATCH_DEFAULT, allow_negative_numbers = true)]
     pub batch: usize,
     /// Fallback poll interval (jittered ±25%).

@@ -1,8 +1,10 @@
 //! The `pgwake` command line, one module per concern: [`args`] (flags),
 //! [`logging`], [`explain`] (error messages and exit codes), [`run`] (the
 //! worker's wiring), [`enqueue`] and [`ndjson`] (producing), [`dead`] (dead
-//! jobs), [`schedule`] (recurring jobs), [`cancel`] (cancelling jobs), [`queue`] (pause and resume queues), [`history`] (finished jobs), and here the dispatch and the small
-//! commands.
+//! jobs), [`schedule`] (recurring jobs), [`cancel`] (cancelling jobs),
+//! [`queue`] (queue settings), [`history`] (finished jobs), [`shell`]
+//! (quoting the names in the commands it suggests), and here the dispatch and
+//! the small commands.
 
 pub mod args;
 pub mod cancel;

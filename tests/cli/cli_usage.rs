@@ -568,3 +568,84 @@ async fn a_queue_name_with_a_comma_can_be_given_to_queues() {
         stderr(&o)
     );
 }
+
+/// The subcommands a `--help` lists under "Commands:" (without `help`).
+fn subcommands(help: &str) -> Vec<String> {
+    let Some(at) = help.find("Commands:\n") else {
+        return Vec::new();
+    };
+    help[at + "Commands:\n".len()..]
+        .lines()
+        .take_while(|l| l.starts_with("  "))
+        .filter_map(|l| l.split_whitespace().next())
+        .filter(|c| *c != "help")
+        .map(str::to_string)
+        .collect()
+}
+
+/// The words of a text, lower-cased (so `set` is not found in `settings`).
+fn words(text: &str) -> Vec<String> {
+    text.split(|c: char| !c.is_alphanumeric() && c != '-')
+        .map(str::to_lowercase)
+        .collect()
+}
+
+/// Every command is in the reference's table of commands, and a command
+/// with subcommands names each of them in its one-line summary (what
+/// `pgwake --help` shows) and in its row of that table.
+#[test]
+fn every_subcommand_is_named_by_its_parent_and_in_the_command_reference() {
+    let top = String::from_utf8(run(&["--help"], None).stdout).unwrap();
+    let reference = include_str!("../../docs/src/cli.md");
+    let table = &reference[reference.find("## Every command").unwrap()..];
+    let commands = subcommands(&top);
+    assert!(commands.len() >= 10, "{top}");
+    for command in &commands {
+        let row = table
+            .lines()
+            .find(|l| l.starts_with(&format!("| `pgwake {command}")))
+            .unwrap_or_else(|| panic!("docs/src/cli.md's table lacks pgwake {command}"));
+        let help = String::from_utf8(run(&[command, "--help"], None).stdout).unwrap();
+        let summary = help.lines().next().unwrap();
+        for sub in subcommands(&help) {
+            assert!(
+                words(summary).contains(&sub),
+                "pgwake {command}'s summary does not name {sub}: {summary}"
+            );
+            assert!(
+                words(row).contains(&sub),
+                "docs/src/cli.md's row of pgwake {command} does not name {sub}: {row}"
+            );
+        }
+    }
+}
+
+/// `--batch`: batches are sized by time, so the help must not advise
+/// `--batch 1` for slow jobs while the docs call it rarely worth setting.
+#[test]
+fn the_batch_help_and_the_docs_give_the_same_advice() {
+    let help = String::from_utf8(run(&["run", "--help"], None).stdout).unwrap();
+    let help = &help[help.find("--batch <").unwrap()..];
+    let help = help[..help.find("\n      --").unwrap()]
+        .split_whitespace()
+        .collect::<Vec<_>>()
+        .join(" ");
+    let reference = include_str!("../../docs/src/cli.md");
+    let row = reference
+        .lines()
+        .find(|l| l.starts_with("| `--batch"))
+        .unwrap();
+    let performance = include_str!("../../docs/src/performance.md")
+        .split_whitespace()
+        .collect::<Vec<_>>()
+        .join(" ");
+    for (what, text) in [
+        ("--help", help.as_str()),
+        ("cli.md", row),
+        ("performance.md", &performance),
+    ] {
+        assert!(!text.contains("use 1 for slow jobs"), "{what}: {text}");
+        assert!(text.contains("sized by time"), "{what}: {text}");
+        assert!(text.contains("rarely worth setting"), "{what}: {text}");
+    }
+}
