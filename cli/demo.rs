@@ -260,7 +260,10 @@ fn pgwake_command() -> String {
 }
 
 fn print_look_around(url: &str, metrics: SocketAddr, keeps_cluster: bool, email_queue: &str) {
+    use crate::commands::shell::quote;
     let pgwake = pgwake_command();
+    // Its full path may hold a space.
+    let pgwake = quote(&pgwake);
     println!(
         "\n{} up until Ctrl-C. From another terminal, try:\n",
         if keeps_cluster {
@@ -271,14 +274,14 @@ fn print_look_around(url: &str, metrics: SocketAddr, keeps_cluster: bool, email_
     );
     if keeps_cluster {
         // Quoted: a socket URL carries `&`, which a shell would take as a command end.
-        println!("  export DATABASE_URL='{url}'");
+        println!("  export DATABASE_URL={}", quote(url));
     } else {
         // The user's own URL may hold a password: never echoed.
         println!("  export DATABASE_URL=…   # the URL given to --database-url");
     }
     println!("  {pgwake} stats");
     println!("  {pgwake} dead list");
-    println!("  {pgwake} enqueue --task send_email --queue {email_queue} --payload '{{\"to\": \"you@example.com\"}}'");
+    println!("  {pgwake} enqueue --task send_email --queue {} --payload '{{\"to\": \"you@example.com\"}}'", quote(email_queue));
     println!("  curl -s http://{metrics}/metrics | grep '^pgwake_jobs_total'");
     println!("  psql \"$DATABASE_URL\" -c 'TABLE pgwake.dead_jobs'");
     println!("\n(Ctrl-C to stop)");

@@ -164,8 +164,10 @@ pub struct WorkerConfig {
     pub batch: usize,
     /// Fallback poll interval, jittered by ±25%. Default 2 s.
     pub poll_interval: Duration,
-    /// LISTEN for wake-ups (false: poll only, e.g. behind PgBouncer in
-    /// transaction mode). Default true.
+    /// LISTEN for wake-ups (false: poll only). Behind PgBouncer in
+    /// transaction mode, rather give a listen database (the server itself:
+    /// `WorkerBuilder::listen_database`); without one the worker finds the
+    /// pooler at start and polls by itself. Default true.
     pub listen: bool,
     /// A job running longer is cancelled and counts as a failed attempt,
     /// in either mode. A job's own `timeout` column overrides it, and a Rust
@@ -281,6 +283,36 @@ pub fn validate_queue_name(name: &str) -> Result<()> {
     Ok(())
 }
 
+/// The names of a comma-separated list flag (`--queues a,b`): split at every
+/// comma, except one written `\,`, which is part of the name (`a\,b,c` is
+/// `a,b` and `c`); `\\` is one backslash, and a backslash before any other
+/// character is kept as it is. Nothing is trimmed; an empty item stays, for
+/// validation to refuse.
+pub fn split_names(list: &str) -> Vec<String> {
+    let mut names = Vec::new();
+    let mut name = String::new();
+    let mut chars = list.chars().peekable();
+    while let Some(c) = chars.next() {
+        match c {
+            '\\' if matches!(chars.peek(), Some(',' | '\\')) => name.extend(chars.next()),
+            ',' => names.push(std::mem::take(&mut name)),
+            c => name.push(c),
+        }
+    }
+    names.push(name);
+    names
+}
+
+/// Names as one comma-separated list that [`split_names`] reads back: each
+/// comma and backslash inside a name escaped with a backslash.
+pub fn join_names<S: AsRef<str>>(names: &[S]) -> String {
+    names
+        .iter()
+        .map(|n| n.as_ref().replace('\\', r"\\").replace(',', r"\,"))
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
 impl WorkerConfig {
     /// Reject settings the worker cannot run with; the message names the
     /// setting (as the `pgwake run` flag where there is one, else as the
@@ -393,11 +425,12 @@ impl WorkerConfig {
             .min(self.retry_max)
     }
 
-    /// The queues as a person writes them, for logs: `all`, or `a,b`.
+    /// The queues as a person writes them, for logs: `all`, or `a,b` (as
+    /// `--queues` takes them: see [`join_names`]).
     pub fn queues_label(&self) -> String {
         match &self.queues {
             None => "all".into(),
-            Some(q) => q.join(","),
+            Some(q) => join_names(q),
         }
     }
 
@@ -574,6 +607,28 @@ impl SchedulerConfig {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_comma_or_backslash_in_a_name_survives_a_list() {
+        assert_eq!(split_names("a,b"), ["a", "b"]);
+        assert_eq!(split_names(r"a\,b,c"), ["a,b", "c"]);
+        assert_eq!(split_names(r"a\\,b"), [r"a\", "b"]);
+        assert_eq!(split_names(r"C:\x"), [r"C:\x"]);
+        assert_eq!(split_names("a,,b"), ["a", "", "b"]);
+        assert_eq!(split_names(""), [""]);
+        for names in [
+            vec!["a,b", "c"],
+            vec![r"a\", "b"],
+            vec![r"\,", r",\", "x y", r"a\b"],
+        ] {
+            assert_eq!(
+                split_names(&join_names(&names)),
+                names,
+                "{}",
+                join_names(&names)
+            );
+        }
+    }
 
     #[test]
     fn retry_delay_grows_and_is_capped() {

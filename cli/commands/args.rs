@@ -40,7 +40,7 @@ pub enum Command {
         #[arg(long)]
         json: bool,
     },
-    /// Inspect, retry and purge dead jobs.
+    /// List, retry and purge dead jobs.
     Dead {
         #[command(subcommand)]
         action: DeadAction,
@@ -51,7 +51,7 @@ pub enum Command {
     /// Cancel jobs: waiting ones leave the queue, running ones are stopped; both end in
     /// dead_jobs as cancelled. Exits 2 if any id is unknown, finished or already dead.
     Cancel(super::cancel::CancelArgs),
-    /// Queue settings, read by every worker without a restart: list, pause, resume.
+    /// Queue settings, read by every worker without a restart: list, pause, resume, set.
     Queue {
         #[command(subcommand)]
         action: super::queue::QueueAction,
@@ -112,6 +112,20 @@ fn queue_name(s: &str) -> Result<String, String> {
     Ok(s.to_string())
 }
 
+/// The names of one occurrence of a list flag such as `--queues`
+/// ([`config::split_names`]: comma-separated, `\,` for a comma in a name).
+#[derive(Clone, Debug)]
+pub struct NameList(pub Vec<String>);
+
+fn name_list(s: &str) -> Result<NameList, String> {
+    Ok(NameList(config::split_names(s)))
+}
+
+/// Every name of every occurrence of a list flag, in order.
+pub fn names(lists: &[NameList]) -> Vec<String> {
+    lists.iter().flat_map(|l| l.0.iter().cloned()).collect()
+}
+
 fn duration(s: &str) -> Result<HumanDuration, String> {
     s.parse::<HumanDuration>()
         .map_err(|e| format!("{e} (examples: 500ms, 2s, 1m)"))
@@ -141,13 +155,17 @@ pub struct RunArgs {
     /// every task. Repeatable, one per task.
     #[arg(long = "handler", value_name = "TASK=KIND:SPEC", required = true)]
     pub handlers: Vec<String>,
-    /// Queues to work, comma-separated (default: all).
-    #[arg(long, value_delimiter = ',')]
-    pub queues: Option<Vec<String>>,
+    /// Queues to work (default: all): comma-separated, repeatable; a comma in a name is
+    /// written \, ('a\,b,c' is the queues "a,b" and "c").
+    #[arg(long, value_name = "Q,…", value_parser = name_list)]
+    pub queues: Option<Vec<NameList>>,
     /// Claim tasks = jobs in flight at once.
     #[arg(long, default_value_t = config::CONCURRENCY_DEFAULT, allow_negative_numbers = true)]
     pub concurrency: usize,
-    /// Jobs per claim (run one after another in one transaction; use 1 for slow jobs).
+    /// Most jobs per claim (1–1000). In tx mode a batch runs its jobs one after another in one
+    /// transaction and is sized by time below this (about 100 ms a batch), so slow jobs already
+    /// run one per transaction and --batch 1 is rarely worth setting; in lease mode a claim
+    /// takes one job per free slot, at most this many.
     #[arg(long, default_value_t = config::BATCH_DEFAULT, allow_negative_numbers = true)]
     pub batch: usize,
     /// Fallback poll interval (jittered ±25%).
@@ -174,13 +192,14 @@ pub struct RunArgs {
     /// Time in-flight jobs get to finish after SIGTERM/SIGINT.
     #[arg(long, value_parser = duration, default_value_t = human(config::GRACE_PERIOD_DEFAULT))]
     pub grace_period: HumanDuration,
-    /// Queues whose jobs all run in lease mode, whatever their handler declares (comma-separated).
-    /// Default: the mode follows the handler (exec: lease; sql: tx).
-    #[arg(long, value_delimiter = ',')]
-    pub lease_queues: Vec<String>,
-    /// Queues whose jobs all run in tx mode, whatever their handler declares (comma-separated).
-    #[arg(long, value_delimiter = ',')]
-    pub tx_queues: Vec<String>,
+    /// Queues whose jobs all run in lease mode, whatever their handler declares (like
+    /// --queues: comma-separated, repeatable, \, for a comma in a name). Default: the mode
+    /// follows the handler (exec: lease; sql: tx).
+    #[arg(long, value_name = "Q,…", value_parser = name_list)]
+    pub lease_queues: Vec<NameList>,
+    /// Queues whose jobs all run in tx mode, whatever their handler declares (like --queues).
+    #[arg(long, value_name = "Q,…", value_parser = name_list)]
+    pub tx_queues: Vec<NameList>,
     /// Lease length of a lease-mode job (renewed every third of it).
     #[arg(long, value_parser = duration, default_value_t = human(config::LEASE_DURATION_DEFAULT))]
     pub lease_duration: HumanDuration,

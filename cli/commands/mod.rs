@@ -1,8 +1,10 @@
 //! The `pgwake` command line, one module per concern: [`args`] (flags),
 //! [`logging`], [`explain`] (error messages and exit codes), [`run`] (the
 //! worker's wiring), [`enqueue`] and [`ndjson`] (producing), [`dead`] (dead
-//! jobs), [`schedule`] (recurring jobs), [`cancel`] (cancelling jobs), [`queue`] (pause and resume queues), [`history`] (finished jobs), and here the dispatch and the small
-//! commands.
+//! jobs), [`schedule`] (recurring jobs), [`cancel`] (cancelling jobs),
+//! [`queue`] (queue settings), [`history`] (finished jobs), [`shell`]
+//! (quoting the names in the commands it suggests), and here the dispatch and
+//! the small commands.
 
 pub mod args;
 pub mod cancel;
@@ -17,6 +19,7 @@ pub mod ndjson;
 pub mod queue;
 pub mod run;
 pub mod schedule;
+pub mod shell;
 pub mod timestamp;
 
 use pgwake::error::Error;
@@ -72,7 +75,8 @@ async fn migrate(db: Db) -> Result<(), Error> {
         );
     } else {
         if !report.applied.is_empty() {
-            println!("applied migrations {:?}", report.applied);
+            let versions: Vec<String> = report.applied.iter().map(i32::to_string).collect();
+            println!("applied migrations {}", versions.join(", "));
         }
         if !report.definitions.is_empty() {
             println!("applied definitions {}", report.definitions.join(", "));

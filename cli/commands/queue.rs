@@ -86,7 +86,10 @@ pub async fn command(action: QueueAction) -> Result<(), Error> {
             let client = connect::connect(&db.config()?).await?;
             schema::check(&client).await?;
             if queues::pause(&client, &queue).await? {
-                println!("{queue}: paused (running jobs finish; no new job starts until `pgwake queue resume {queue}`)");
+                println!(
+                    "{queue}: paused (running jobs finish; no new job starts until `pgwake queue resume {}`)",
+                    super::shell::positional(&queue)
+                );
             } else {
                 println!("{queue}: already paused");
             }

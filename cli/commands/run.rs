@@ -9,12 +9,12 @@ use pgwake::Handler;
 use pgwake::{connect, Worker, WorkerConfig};
 use tokio_util::sync::CancellationToken;
 
-use super::args::RunArgs;
+use super::args::{names, RunArgs};
 
 /// The worker's settings from the flags, validated.
 pub fn worker_config(args: &RunArgs) -> Result<WorkerConfig, Error> {
     let config = WorkerConfig {
-        queues: args.queues.clone(),
+        queues: args.queues.as_deref().map(names),
         concurrency: args.concurrency,
         batch: args.batch,
         poll_interval: args.poll_interval.into(),
@@ -25,9 +25,9 @@ pub fn worker_config(args: &RunArgs) -> Result<WorkerConfig, Error> {
         grace_period: args.grace_period.into(),
         sample_interval: Some(args.sample_interval.into()),
         application_name: args.application_name.clone(),
-        lease_queues: args.lease_queues.clone(),
+        lease_queues: names(&args.lease_queues),
         lease_duration: args.lease_duration.into(),
-        tx_queues: args.tx_queues.clone(),
+        tx_queues: names(&args.tx_queues),
         rescue_interval: args.rescue_interval.into(),
         prepared_statements: args.prepared_statements,
         fail_fast: args.fail_fast,

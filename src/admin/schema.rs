@@ -271,7 +271,9 @@ async fn migrate_locked(client: &mut Client, opts: &MigrateOptions) -> Result<Mi
             })
         })
         .await?;
-        tracing::info!(version = m.version, name = m.name, "applied migration");
+        // Debug: the caller reports the steps (`pgwake migrate` prints the
+        // returned report), so an info line here would say each one twice.
+        tracing::debug!(version = m.version, name = m.name, "applied migration");
         applied.push(m.version);
     }
     let recorded: std::collections::HashMap<String, String> = client
@@ -299,7 +301,7 @@ async fn migrate_locked(client: &mut Client, opts: &MigrateOptions) -> Result<Mi
             })
         })
         .await?;
-        tracing::info!(file = name, "applied definition");
+        tracing::debug!(file = name, "applied definition");
         definitions.push(*name);
     }
     Ok(MigrateReport {

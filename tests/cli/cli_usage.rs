@@ -173,6 +173,25 @@ async fn migrate_prints_no_server_notices_and_logs_to_a_pipe_without_colour() {
     }
 }
 
+/// `pgwake migrate` says each step once: the applied migrations and
+/// definitions on stdout, not also as log lines on stderr.
+#[tokio::test]
+async fn migrate_says_each_step_once() {
+    let db = empty_db().await;
+    let o = run(&["migrate"], Some(&db.url));
+    assert!(o.status.success(), "{}", stderr(&o));
+    let out = String::from_utf8_lossy(&o.stdout).to_string();
+    let err = stderr(&o);
+    assert!(out.contains("applied migrations"), "{out}");
+    assert!(out.contains("schema at version"), "{out}");
+    for step in ["applied migration", "applied definition"] {
+        assert!(
+            !err.contains(step),
+            "{step:?} said on stdout and again on stderr: {err}"
+        );
+    }
+}
+
 #[tokio::test]
 async fn the_worker_start_line_shows_queues_as_a_person_would_write_them() {
     let db = migrated_db().await;
@@ -450,5 +469,188 @@ fn the_install_step_reads_every_needed_package_name() {
                 .chars()
                 .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || "+-.".contains(c));
         assert!(valid, "not an apt package name: {package:?}");
+    }
+}
+
+/// The command a suggestion of pgwake's quotes (between the first and the
+/// last backtick: the name may hold one), run through bash as a user pasting
+/// it would, with `pgwake` this binary.
+fn run_suggestion(printed: &str, url: &str) -> Output {
+    let at = printed
+        .find("`pgwake ")
+        .unwrap_or_else(|| panic!("no suggestion: {printed}"));
+    let command = &printed[at + 1..printed.rfind('`').unwrap()];
+    std::process::Command::new("bash")
+        .arg("-c")
+        .arg(format!("\"$PGWAKE\"{}", &command["pgwake".len()..]))
+        .env("PGWAKE", env!("CARGO_BIN_EXE_pgwake"))
+        .env("DATABASE_URL", url)
+        .output()
+        .unwrap()
+}
+
+#[tokio::test]
+async fn the_resume_command_queue_pause_suggests_works_for_any_name() {
+    let db = migrated_db().await;
+    for name in [
+        "my queue",
+        "a,b",
+        "it's",
+        "$HOME",
+        "a b,c'd$e `id`",
+        "-dash",
+        "ünï 名",
+    ] {
+        let o = run(&["queue", "pause", "--", name], Some(&db.url));
+        assert!(o.status.success(), "{name:?}: {}", stderr(&o));
+        let printed = String::from_utf8_lossy(&o.stdout).to_string();
+        let resumed = run_suggestion(&printed, &db.url);
+        let out = String::from_utf8_lossy(&resumed.stdout).to_string();
+        assert!(
+            resumed.status.success() && out == format!("{name}: resumed\n"),
+            "{name:?}: {printed} → {out} {}",
+            stderr(&resumed)
+        );
+    }
+}
+
+/// `--queues`, `--tx-queues` and `--lease-queues` take comma-separated
+/// names, repeatable; a comma inside a name is written `\,`.
+#[tokio::test]
+async fn a_queue_name_with_a_comma_can_be_given_to_queues() {
+    let db = migrated_db().await;
+    for queue in ["a,b", "c", "a", "b"] {
+        let o = run(&["enqueue", "--task", "t", "--queue", queue], Some(&db.url));
+        assert!(o.status.success(), "{}", stderr(&o));
+    }
+    let mut child = spawn_pgwake_run(
+        &db.url,
+        &[
+            "--handler",
+            "t=exec:true",
+            "--queues",
+            r"a\,b",
+            "--queues",
+            "c",
+        ],
+    );
+    let log = tail_stderr(&mut child);
+    let left = "SELECT string_agg(queue, ' ' ORDER BY queue) FROM pgwake.jobs";
+    let db2 = &db;
+    eventually(
+        "the jobs of a,b and c ran",
+        Duration::from_secs(30),
+        || async move { db2.scalar::<Option<String>>(left).await.as_deref() == Some("a b") },
+    )
+    .await;
+    send_signal(&child, libc::SIGTERM);
+    wait_exit(child, Duration::from_secs(30)).await;
+    let log = log.lock().unwrap().clone();
+    let line = log.lines().find(|l| l.contains("worker started")).unwrap();
+    assert!(line.contains(r"queues=a\,b,c"), "{line}");
+    // The same parser reads the mode flags: one queue "x,y" in both is refused.
+    let o = run(
+        &[
+            "run",
+            "--handler",
+            "t=exec:true",
+            "--tx-queues",
+            r"x\,y",
+            "--lease-queues",
+            r"x\,y",
+        ],
+        Some(&db.url),
+    );
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains(r#"queue "x,y" is in both"#),
+        "{}",
+        stderr(&o)
+    );
+}
+
+/// The subcommands a `--help` lists under "Commands:" (without `help`).
+fn subcommands(help: &str) -> Vec<String> {
+    let Some(at) = help.find("Commands:\n") else {
+        return Vec::new();
+    };
+    help[at + "Commands:\n".len()..]
+        .lines()
+        .take_while(|l| l.starts_with("  "))
+        .filter_map(|l| l.split_whitespace().next())
+        .filter(|c| *c != "help")
+        .map(str::to_string)
+        .collect()
+}
+
+/// The words of a text, lower-cased (so `set` is not found in `settings`).
+fn words(text: &str) -> Vec<String> {
+    text.split(|c: char| !c.is_alphanumeric() && c != '-')
+        .map(str::to_lowercase)
+        .collect()
+}
+
+/// Every command is in the reference's table of commands, and a command
+/// with subcommands names each of them in its one-line summary (what
+/// `pgwake --help` shows) and in its row of that table.
+#[test]
+fn every_subcommand_is_named_by_its_parent_and_in_the_command_reference() {
+    let top = String::from_utf8(run(&["--help"], None).stdout).unwrap();
+    let reference = include_str!("../../docs/src/cli.md");
+    let table = &reference[reference.find("## Every command").unwrap()..];
+    let commands = subcommands(&top);
+    assert!(commands.len() >= 10, "{top}");
+    for command in &commands {
+        let row = table
+            .lines()
+            .find(|l| {
+                let rest = l
+                    .strip_prefix(&format!("| `pgwake {command}"))
+                    .unwrap_or("x");
+                rest.starts_with([' ', '`'])
+            })
+            .unwrap_or_else(|| panic!("docs/src/cli.md's table lacks pgwake {command}"));
+        let help = String::from_utf8(run(&[command, "--help"], None).stdout).unwrap();
+        let summary = help.lines().next().unwrap();
+        for sub in subcommands(&help) {
+            assert!(
+                words(summary).contains(&sub),
+                "pgwake {command}'s summary does not name {sub}: {summary}"
+            );
+            assert!(
+                words(row).contains(&sub),
+                "docs/src/cli.md's row of pgwake {command} does not name {sub}: {row}"
+            );
+        }
+    }
+}
+
+/// `--batch`: batches are sized by time, so the help must not advise
+/// `--batch 1` for slow jobs while the docs call it rarely worth setting.
+#[test]
+fn the_batch_help_and_the_docs_give_the_same_advice() {
+    let help = String::from_utf8(run(&["run", "--help"], None).stdout).unwrap();
+    let help = &help[help.find("--batch <").unwrap()..];
+    let help = help[..help.find("\n      --").unwrap()]
+        .split_whitespace()
+        .collect::<Vec<_>>()
+        .join(" ");
+    let reference = include_str!("../../docs/src/cli.md");
+    let row = reference
+        .lines()
+        .find(|l| l.starts_with("| `--batch"))
+        .unwrap();
+    let performance = include_str!("../../docs/src/performance.md")
+        .split_whitespace()
+        .collect::<Vec<_>>()
+        .join(" ");
+    for (what, text) in [
+        ("--help", help.as_str()),
+        ("cli.md", row),
+        ("performance.md", &performance),
+    ] {
+        assert!(!text.contains("use 1 for slow jobs"), "{what}: {text}");
+        assert!(text.contains("sized by time"), "{what}: {text}");
+        assert!(text.contains("rarely worth setting"), "{what}: {text}");
     }
 }
