@@ -49,6 +49,9 @@ impl Delivery {
 pub(crate) struct ClaimTx<'a> {
     pub client: &'a Client,
     pub savepoint: AtomicBool,
+    /// The batch's asynchronous mark: made durable before the handler's
+    /// first statement (`claim::tx::ledger::Mark`).
+    pub mark: Option<&'a crate::claim::tx::ledger::Mark>,
 }
 
 /// The job's deadline, which the handler may push back
@@ -101,6 +104,9 @@ impl<'a> JobContext<'a> {
             return Ok(None);
         };
         if !tx.savepoint.load(Ordering::Acquire) {
+            if let Some(mark) = tx.mark {
+                mark.make_durable().await?;
+            }
             tx.client.batch_execute("SAVEPOINT pgwake_job").await?;
             tx.savepoint.store(true, Ordering::Release);
         }

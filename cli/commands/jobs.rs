@@ -149,7 +149,7 @@ fn or_dash(s: &Option<String>) -> String {
 
 fn render_list(rows: &[JobRow], limit: i32) -> String {
     let mut out = format!(
-        "{:>10}  {:<10}  {:<16}  {:<20}  {:>8}  {:<25}  {}\n",
+        "{:>10}  {:<10}  {:<16}  {:<20}  {:>8}  {:<32}  {}\n",
         "ID", "STATE", "QUEUE", "TASK", "ATTEMPTS", "RUN AT", "KEYS"
     );
     for r in rows {
@@ -162,7 +162,7 @@ fn render_list(rows: &[JobRow], limit: i32) -> String {
             (o, u) => format!("ordering {} unique {}", or_dash(o), or_dash(u)),
         };
         out.push_str(&format!(
-            "{:>10}  {:<10}  {:<16}  {:<20}  {:>8}  {:<25}  {}\n",
+            "{:>10}  {:<10}  {:<16}  {:<20}  {:>8}  {:<32}  {}\n",
             r.id,
             r.state,
             printable(&r.queue),

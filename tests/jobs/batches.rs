@@ -304,14 +304,29 @@ async fn running_or_dead(db: &TestDb, id: i64) -> Option<i32> {
     .await
 }
 
+/// Crashes its database session through the claim transaction: `SELECT
+/// crash_me(…)` sleeps until the test kills its server process.
+struct CrashesItsSession;
+
+#[async_trait]
+impl Handler for CrashesItsSession {
+    async fn handle(&self, job: &Job, ctx: JobContext<'_>) -> Result<Outcome, BoxError> {
+        let tx = ctx.transaction().await?.expect("a tx-mode job");
+        tx.execute("SELECT crash_me($1)", &[&job.payload]).await?;
+        Ok(Outcome::Done)
+    }
+}
+
 /// Issue repro: the crash ledger was UNLOGGED, so a job that crashes the
 /// server (crash recovery truncates unlogged tables) was retried at attempt
-/// 1 forever. Each run of this SQL job has its server process killed with
+/// 1 forever. Each run of this job has its server process killed with
 /// SIGKILL (the server restarts all sessions and recovers); it must use up
-/// its attempts and end dead.
-#[tokio::test]
-async fn a_job_that_crashes_its_database_session_uses_up_its_attempts() {
-    let (_cluster, db) = private_cluster_db().await;
+/// its attempts and end dead. The WAL writer is slowed to 10 s, so a batch
+/// mark committed asynchronously survives the crash only if the worker made
+/// it durable before the handler first used the database (a `sql` handler's
+/// call; a Rust handler's `ctx.transaction()`).
+async fn a_job_that_crashes_its_database_session_uses_up_its_attempts(sql: bool) {
+    let (cluster, db) = private_cluster_db().await;
     let client = db.client().await;
     client
         .batch_execute(
@@ -319,6 +334,14 @@ async fn a_job_that_crashes_its_database_session_uses_up_its_attempts() {
         )
         .await
         .unwrap();
+    for setting in [
+        "ALTER SYSTEM SET wal_writer_delay = '10s'",
+        "ALTER SYSTEM SET wal_writer_flush_after = '1GB'",
+        "SELECT pg_reload_conf()",
+    ] {
+        client.batch_execute(setting).await.unwrap();
+    }
+    let _ = &cluster;
     let id = enqueue(
         &client,
         &NewJob::new("crash", serde_json::json!({})).max_attempts(2),
@@ -326,21 +349,22 @@ async fn a_job_that_crashes_its_database_session_uses_up_its_attempts() {
     .await
     .unwrap();
     drop(client);
-    let worker = Worker::builder(db.config())
-        .config(WorkerConfig {
-            concurrency: 1,
-            poll_interval: Duration::from_millis(200),
-            ..test_config()
-        })
-        .handler_arc(
+    let builder = Worker::builder(db.config()).config(WorkerConfig {
+        concurrency: 1,
+        poll_interval: Duration::from_millis(200),
+        ..test_config()
+    });
+    let builder = if sql {
+        builder.handler_arc(
             "crash",
             pgwake::handlers::parse_flag("crash=sql:crash_me")
                 .unwrap()
                 .1,
         )
-        .build()
-        .unwrap();
-    let running = Running::start(worker);
+    } else {
+        builder.handler("crash", CrashesItsSession)
+    };
+    let running = Running::start(builder.build().unwrap());
     let mut kills = 0;
     loop {
         // Wait for the job to run (or be dead), on a fresh connection: the
@@ -370,4 +394,15 @@ async fn a_job_that_crashes_its_database_session_uses_up_its_attempts() {
     let reason = dead_reason(&client, id).await;
     assert!(reason.contains("never reported"), "{reason}");
     running.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_sql_job_that_crashes_its_database_session_uses_up_its_attempts() {
+    a_job_that_crashes_its_database_session_uses_up_its_attempts(true).await;
+}
+
+#[tokio::test]
+async fn a_rust_job_that_crashes_its_database_session_through_the_claim_transaction_uses_up_its_attempts(
+) {
+    a_job_that_crashes_its_database_session_uses_up_its_attempts(false).await;
 }

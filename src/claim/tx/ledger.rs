@@ -13,29 +13,98 @@ use crate::error::{Error, Result};
 use super::run::{run_batch, Session};
 use super::write::finish;
 use super::OpenTx;
-use crate::db::sql::{Db, ADOPT_STALE, BATCH_MARK, CHARGE, CLAIM_TX_ONE as CLAIM_ONE};
+use crate::db::sql::{
+    Db, ADOPT_STALE, BATCH_MARK, BATCH_MARK_DURABLE, CHARGE, CLAIM_TX_ONE as CLAIM_ONE,
+};
 
-/// Durably record "transaction `xid` holds `ids`" before any handler runs,
-/// with the queue of each job when they hold no queue slots (`queues`:
-/// counted by a max_running limit set while they run).
+/// A batch's mark in `pgwake.tx_batches`, committed asynchronously
+/// (`synchronous_commit = off`: no WAL flush waited for) and made durable
+/// before a handler of the batch first uses the database.
+///
+/// Why that is enough: the mark must outlive the claim transaction when the
+/// batch crashes. A worker crash (kill -9, OOM, abort) leaves the server
+/// running: an asynchronous commit is as visible and as lasting as a
+/// synchronous one unless the server itself crashes before the WAL writer
+/// flushes it (`wal_writer_delay`, 200 ms by default). A job can crash the
+/// server only through the database, and a handler reaches the database
+/// only through [`make_durable`](Mark::make_durable) first (the `sql`
+/// handlers' calls, a Rust handler's `JobContext::transaction()`). A server
+/// crash from elsewhere within that window loses the mark, and so the
+/// charge of jobs that did not cause it. Handlers that never use the
+/// database (most lease-free Rust handlers) save one WAL flush per batch.
+pub(crate) struct Mark {
+    /// The mark's token (`batch_clear.sql` deletes it in the claim's commit).
+    pub(crate) token: i64,
+    durable: std::sync::atomic::AtomicBool,
+    pool: deadpool_postgres::Pool,
+}
+
+impl Mark {
+    /// Flush the WAL up to (and past) the mark's commit, once per batch.
+    /// A connection that cannot be had for a reason other than the
+    /// database's (the pool closing at shutdown) leaves the mark to the WAL
+    /// writer, logged.
+    pub(crate) async fn make_durable(&self) -> std::result::Result<(), tokio_postgres::Error> {
+        use std::sync::atomic::Ordering;
+        if self.durable.load(Ordering::Acquire) {
+            return Ok(());
+        }
+        let conn = match self.pool.get().await {
+            Ok(conn) => conn,
+            Err(deadpool_postgres::PoolError::Backend(e)) => return Err(e),
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot make the batch mark durable; the WAL writer flushes it within wal_writer_delay");
+                return Ok(());
+            }
+        };
+        let r = Db::unnamed(&conn)
+            .execute(&BATCH_MARK_DURABLE, &[&self.token])
+            .await;
+        if let Err(e) = &r {
+            if crate::error::pg_is_connection_lost(e) {
+                // Do not hand a broken connection back to the pool.
+                let _ = deadpool_postgres::Object::take(conn);
+            }
+        }
+        r?;
+        self.durable.store(true, Ordering::Release);
+        Ok(())
+    }
+}
+
+/// Record "transaction `xid` holds `ids`" before any handler runs (an
+/// asynchronous commit: see [`Mark`]), with the queue of each job when they
+/// hold no queue slots (`queues`: counted by a max_running limit set while
+/// they run).
 pub(super) async fn mark_batch(
     ctx: &ClaimContext,
     xid: &str,
     ids: &[i64],
     queues: Option<Vec<String>>,
-) -> Result<i64> {
+) -> Result<Mark> {
     let mut conn = crate::db::connect::PooledConn::get(
         &ctx.ledger_pool,
         "claim: no connection to mark the batch",
     )
     .await?;
-    let r = Db::pooled(&conn, ctx.config.prepared_statements)
-        .query_one(&BATCH_MARK, &[&xid, &ids, &ctx.worker_id, &queues])
-        .await;
-    Ok(conn
-        .check(r)
+    // One round trip: the three requests are pipelined, in this order (the
+    // insert as the unnamed statement: a cached one could need a Parse
+    // round trip first and land after the COMMIT).
+    let params: [&(dyn ToSql + Sync); 4] = [&xid, &ids, &ctx.worker_id, &queues];
+    let (begun, marked, committed) = tokio::join!(
+        conn.batch_execute("BEGIN; SET LOCAL synchronous_commit = off"),
+        Db::unnamed(&conn).query_one(&BATCH_MARK, &params),
+        conn.batch_execute("COMMIT"),
+    );
+    let token: i64 = conn
+        .check(begun.and(marked).and_then(|row| committed.map(|()| row)))
         .map_err(Error::db("claim: mark batch"))?
-        .get(0))
+        .get(0);
+    Ok(Mark {
+        token,
+        durable: Default::default(),
+        pool: ctx.ledger_pool.clone(),
+    })
 }
 
 /// Run each suspect alone, charged before it starts.
@@ -116,6 +185,8 @@ pub(super) async fn run_suspect(ctx: &ClaimContext, id: i64) -> Result<()> {
         last_sent: Instant::now(),
         limits_for: Some(ctx.config.job_timeout),
         backend_pid,
+        // A suspect's charge is durable already (charge.sql).
+        mark: None,
     };
     let results = run_batch(ctx, c, vec![claimed], &mut session).await?;
     finish(ctx, db, &results, None, Some(&[id])).await?;

@@ -49,7 +49,7 @@ use crate::db::sql::{
     CLAIM_TX_QUEUE as CLAIM_QUEUE, SUSPECTS,
 };
 
-mod ledger;
+pub(crate) mod ledger;
 mod run;
 mod sizer;
 mod write;
@@ -226,14 +226,16 @@ pub(crate) async fn claim_and_run(
     let mark = mark_batch(ctx, &xid, &ids, queues).await?;
 
     let started = Instant::now();
+    let token = mark.token;
     let mut session = Session {
         last_sent: Instant::now(),
         limits_for: Some(ctx.config.job_timeout),
         backend_pid,
+        mark: Some(std::sync::Arc::new(mark)),
     };
     let results = run_batch(ctx, c, claimed, &mut session).await?;
     sizer.observe(count, started.elapsed());
-    finish(ctx, db, &results, Some(mark), None).await?;
+    finish(ctx, db, &results, Some(token), None).await?;
     tx.release();
     for r in results {
         ctx.report(&r.claimed.job, r.resolution, r.duration);

@@ -29,6 +29,9 @@ pub(super) struct Session {
     pub(super) limits_for: Option<Duration>,
     /// The claim connection's server process (to cancel a timed-out query).
     pub(super) backend_pid: i32,
+    /// The batch's asynchronous mark, made durable before a handler first
+    /// uses the database (`ledger::Mark`); none for a suspect run alone.
+    pub(super) mark: Option<std::sync::Arc<super::ledger::Mark>>,
 }
 
 /// Run a claimed batch in claim order: runs of one batching handler's task
@@ -108,6 +111,12 @@ pub(super) async fn run_group(
         timeout,
     )
     .await?;
+    // The handler's statement is about to reach the server.
+    if let Some(mark) = &session.mark {
+        mark.make_durable()
+            .await
+            .map_err(Error::db("claim: make the batch mark durable"))?;
+    }
     c.batch_execute("SAVEPOINT pgwake_batch")
         .await
         .map_err(Error::db("claim: savepoint"))?;
@@ -216,6 +225,7 @@ pub(super) async fn run_one(
     let claim_tx = ClaimTx {
         client: c,
         savepoint: Default::default(),
+        mark: session.mark.as_deref(),
     };
     let deadline = Deadline::new(timeout);
     // Fires on shutdown past the grace period and on a cancel request.

@@ -1,6 +1,8 @@
 -- Before a tx-mode batch's handlers start, on a connection outside the
--- claim transaction and committed durably: "the claim transaction $1 holds
--- the jobs $2". The claim transaction deletes this row in its own commit
+-- claim transaction: "the claim transaction $1 holds the jobs $2". Committed
+-- asynchronously (claim/tx/ledger.rs): made durable before a handler first
+-- uses the database (batch_mark_durable.sql), the only way a job can crash
+-- the server; a worker crash leaves the server, and the mark, alone. The claim transaction deletes this row in its own commit
 -- (batch_clear.sql); a row that outlives its transaction marks a batch that
 -- crashed or lost its connection while running. $4: the queue of each job
 -- when the batch holds no queue slots (a plain claim), so that a
