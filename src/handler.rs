@@ -104,10 +104,18 @@ impl<'a> JobContext<'a> {
             return Ok(None);
         };
         if !tx.savepoint.load(Ordering::Acquire) {
-            if let Some(mark) = tx.mark {
-                mark.make_durable().await?;
-            }
-            tx.client.batch_execute("SAVEPOINT pgwake_job").await?;
+            // The mark's flush (another connection) and the savepoint go
+            // out together: the handler gets the connection after both.
+            let durable = async {
+                match tx.mark {
+                    Some(mark) => mark.make_durable().await,
+                    None => Ok(()),
+                }
+            };
+            let (durable, savepoint) =
+                tokio::join!(durable, tx.client.batch_execute("SAVEPOINT pgwake_job"));
+            durable?;
+            savepoint?;
             tx.savepoint.store(true, Ordering::Release);
         }
         Ok(Some(tx.client))

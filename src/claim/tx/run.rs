@@ -111,15 +111,17 @@ pub(super) async fn run_group(
         timeout,
     )
     .await?;
-    // The handler's statement is about to reach the server.
-    if let Some(mark) = &session.mark {
-        mark.make_durable()
-            .await
-            .map_err(Error::db("claim: make the batch mark durable"))?;
-    }
-    c.batch_execute("SAVEPOINT pgwake_batch")
-        .await
-        .map_err(Error::db("claim: savepoint"))?;
+    // The handler's statement is about to reach the server: the mark's
+    // flush (another connection) goes out with the savepoint.
+    let durable = async {
+        match &session.mark {
+            Some(mark) => mark.make_durable().await,
+            None => Ok(()),
+        }
+    };
+    let (durable, savepoint) = tokio::join!(durable, c.batch_execute("SAVEPOINT pgwake_batch"));
+    durable.map_err(Error::db("claim: make the batch mark durable"))?;
+    savepoint.map_err(Error::db("claim: savepoint"))?;
     let started = Instant::now();
     let run = tokio::time::timeout(timeout, handler.handle_batch(&jobs, c));
     let result = tokio::select! {
