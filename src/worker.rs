@@ -495,6 +495,7 @@ impl Worker {
             jobs: TaskTracker::new(),
             history: self.history.clone(),
             cancels,
+            marks_durable: Default::default(),
         }
     }
 

@@ -308,6 +308,18 @@ async fn running_or_dead(db: &TestDb, id: i64) -> Option<i32> {
 /// crash_me(…)` sleeps until the test kills its server process.
 struct CrashesItsSession;
 
+/// Uses the claim transaction and succeeds.
+struct UsesTheDatabase;
+
+#[async_trait]
+impl Handler for UsesTheDatabase {
+    async fn handle(&self, _: &Job, ctx: JobContext<'_>) -> Result<Outcome, BoxError> {
+        let tx = ctx.transaction().await?.expect("a tx-mode job");
+        tx.execute("SELECT 1", &[]).await?;
+        Ok(Outcome::Done)
+    }
+}
+
 #[async_trait]
 impl Handler for CrashesItsSession {
     async fn handle(&self, job: &Job, ctx: JobContext<'_>) -> Result<Outcome, BoxError> {
@@ -324,8 +336,10 @@ impl Handler for CrashesItsSession {
 /// its attempts and end dead. The WAL writer is slowed to 10 s, so a batch
 /// mark committed asynchronously survives the crash only if the worker made
 /// it durable before the handler first used the database (a `sql` handler's
-/// call; a Rust handler's `ctx.transaction()`).
-async fn a_job_that_crashes_its_database_session_uses_up_its_attempts(sql: bool) {
+/// call; a Rust handler's `ctx.transaction()`). `warm`: a job that used the
+/// database ran first, so the crashing job's mark is committed durably at
+/// once (the worker learnt that its handlers use the database).
+async fn a_job_that_crashes_its_database_session_uses_up_its_attempts(sql: bool, warm: bool) {
     let (cluster, db) = private_cluster_db().await;
     let client = db.client().await;
     client
@@ -342,6 +356,11 @@ async fn a_job_that_crashes_its_database_session_uses_up_its_attempts(sql: bool)
         client.batch_execute(setting).await.unwrap();
     }
     let _ = &cluster;
+    if warm {
+        enqueue(&client, &NewJob::new("warm", serde_json::json!({})))
+            .await
+            .unwrap();
+    }
     let id = enqueue(
         &client,
         &NewJob::new("crash", serde_json::json!({})).max_attempts(2),
@@ -355,14 +374,23 @@ async fn a_job_that_crashes_its_database_session_uses_up_its_attempts(sql: bool)
         ..test_config()
     });
     let builder = if sql {
-        builder.handler_arc(
-            "crash",
-            pgwake::handlers::parse_flag("crash=sql:crash_me")
-                .unwrap()
-                .1,
-        )
+        builder
+            .handler_arc(
+                "crash",
+                pgwake::handlers::parse_flag("crash=sql:crash_me")
+                    .unwrap()
+                    .1,
+            )
+            .handler_arc(
+                "warm",
+                pgwake::handlers::parse_flag("warm=sql:pg_catalog.jsonb_typeof")
+                    .unwrap()
+                    .1,
+            )
     } else {
-        builder.handler("crash", CrashesItsSession)
+        builder
+            .handler("crash", CrashesItsSession)
+            .handler("warm", UsesTheDatabase)
     };
     let running = Running::start(builder.build().unwrap());
     let mut kills = 0;
@@ -398,11 +426,21 @@ async fn a_job_that_crashes_its_database_session_uses_up_its_attempts(sql: bool)
 
 #[tokio::test]
 async fn a_sql_job_that_crashes_its_database_session_uses_up_its_attempts() {
-    a_job_that_crashes_its_database_session_uses_up_its_attempts(true).await;
+    a_job_that_crashes_its_database_session_uses_up_its_attempts(true, false).await;
 }
 
 #[tokio::test]
 async fn a_rust_job_that_crashes_its_database_session_through_the_claim_transaction_uses_up_its_attempts(
 ) {
-    a_job_that_crashes_its_database_session_uses_up_its_attempts(false).await;
+    a_job_that_crashes_its_database_session_uses_up_its_attempts(false, false).await;
+}
+
+#[tokio::test]
+async fn a_sql_job_that_crashes_its_database_session_after_others_used_it_uses_up_its_attempts() {
+    a_job_that_crashes_its_database_session_uses_up_its_attempts(true, true).await;
+}
+
+#[tokio::test]
+async fn a_rust_job_that_crashes_its_database_session_after_others_used_it_uses_up_its_attempts() {
+    a_job_that_crashes_its_database_session_uses_up_its_attempts(false, true).await;
 }

@@ -32,10 +32,17 @@ use crate::db::sql::{
 /// crash from elsewhere within that window loses the mark, and so the
 /// charge of jobs that did not cause it. Handlers that never use the
 /// database (most lease-free Rust handlers) save one WAL flush per batch.
+///
+/// A worker whose handlers do reach the database would pay that flush as a
+/// round trip of its own on top of the old durable commit: so when the last
+/// batch's handlers reached the database (`ClaimContext::marks_durable`), the
+/// next mark is committed durably at once, as before.
 pub(crate) struct Mark {
     /// The mark's token (`batch_clear.sql` deletes it in the claim's commit).
     pub(crate) token: i64,
     durable: std::sync::atomic::AtomicBool,
+    /// A handler of the batch asked for the database.
+    reached: std::sync::atomic::AtomicBool,
     pool: deadpool_postgres::Pool,
 }
 
@@ -46,6 +53,7 @@ impl Mark {
     /// writer, logged.
     pub(crate) async fn make_durable(&self) -> std::result::Result<(), tokio_postgres::Error> {
         use std::sync::atomic::Ordering;
+        self.reached.store(true, Ordering::Release);
         if self.durable.load(Ordering::Acquire) {
             return Ok(());
         }
@@ -70,6 +78,11 @@ impl Mark {
         self.durable.store(true, Ordering::Release);
         Ok(())
     }
+
+    /// Whether a handler of the batch asked for the database.
+    pub(crate) fn reached(&self) -> bool {
+        self.reached.load(std::sync::atomic::Ordering::Acquire)
+    }
 }
 
 /// Record "transaction `xid` holds `ids`" before any handler runs (an
@@ -89,10 +102,17 @@ pub(super) async fn mark_batch(
     .await?;
     // One round trip: the three requests are pipelined, in this order (the
     // insert as the unnamed statement: a cached one could need a Parse
-    // round trip first and land after the COMMIT).
+    // round trip first and land after the COMMIT). Durable at once when the
+    // last batch's handlers used the database.
+    let durable = ctx.marks_durable.load(std::sync::atomic::Ordering::Relaxed);
+    let begin = if durable {
+        "BEGIN"
+    } else {
+        "BEGIN; SET LOCAL synchronous_commit = off"
+    };
     let params: [&(dyn ToSql + Sync); 4] = [&xid, &ids, &ctx.worker_id, &queues];
     let (begun, marked, committed) = tokio::join!(
-        conn.batch_execute("BEGIN; SET LOCAL synchronous_commit = off"),
+        conn.batch_execute(begin),
         Db::unnamed(&conn).query_one(&BATCH_MARK, &params),
         conn.batch_execute("COMMIT"),
     );
@@ -102,7 +122,8 @@ pub(super) async fn mark_batch(
         .get(0);
     Ok(Mark {
         token,
-        durable: Default::default(),
+        durable: durable.into(),
+        reached: Default::default(),
         pool: ctx.ledger_pool.clone(),
     })
 }

@@ -227,13 +227,16 @@ pub(crate) async fn claim_and_run(
 
     let started = Instant::now();
     let token = mark.token;
+    let mark = std::sync::Arc::new(mark);
     let mut session = Session {
         last_sent: Instant::now(),
         limits_for: Some(ctx.config.job_timeout),
         backend_pid,
-        mark: Some(std::sync::Arc::new(mark)),
+        mark: Some(mark.clone()),
     };
     let results = run_batch(ctx, c, claimed, &mut session).await?;
+    ctx.marks_durable
+        .store(mark.reached(), std::sync::atomic::Ordering::Relaxed);
     sizer.observe(count, started.elapsed());
     finish(ctx, db, &results, Some(token), None).await?;
     tx.release();
