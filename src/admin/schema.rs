@@ -109,6 +109,11 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "0015_running_limits.sql",
         sql: include_str!("../../migrations/0015_running_limits.sql"),
     },
+    Migration {
+        version: 17,
+        name: "0017_held_keys.sql",
+        sql: include_str!("../../migrations/0017_held_keys.sql"),
+    },
 ];
 
 /// The functions and triggers of `functions/`, re-applied by every migrate

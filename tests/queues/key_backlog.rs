@@ -9,6 +9,9 @@
 
 use crate::common;
 
+use std::collections::HashMap;
+use std::time::Duration;
+
 use common::*;
 use pgwake::internal::sql::{self, Db, Sql};
 use tokio_postgres::types::ToSql;
@@ -34,11 +37,7 @@ async fn rows_read(c: &Client) -> i64 {
 
 /// Run `claim` in a transaction of its own that is rolled back: the jobs it
 /// claimed and the rows of `pgwake.jobs` it read.
-async fn claim_and_count(
-    c: &Client,
-    claim: &Sql,
-    params: &[&(dyn ToSql + Sync)],
-) -> (usize, i64) {
+async fn claim_and_count(c: &Client, claim: &Sql, params: &[&(dyn ToSql + Sync)]) -> (usize, i64) {
     c.batch_execute("BEGIN").await.unwrap();
     let before = rows_read(c).await;
     let claimed = Db::unnamed(c).query(claim, params).await.unwrap().len();
@@ -137,7 +136,15 @@ async fn claims_do_not_read_a_blocked_keys_backlog(lease: bool) {
     let (claim, params): (&Sql, Vec<&(dyn ToSql + Sync)>) = if lease {
         (
             &sql::CLAIM_LEASE_LIMITED,
-            vec![&limit, &queue, &any, &none, &worker, &lease_s, &no_admissions],
+            vec![
+                &limit,
+                &queue,
+                &any,
+                &none,
+                &worker,
+                &lease_s,
+                &no_admissions,
+            ],
         )
     } else {
         (
@@ -165,4 +172,355 @@ async fn tx_mode_a_claim_reads_a_bounded_number_of_rows_whatever_a_blocked_keys_
 #[tokio::test]
 async fn lease_mode_a_claim_reads_a_bounded_number_of_rows_whatever_a_blocked_keys_backlog() {
     claims_do_not_read_a_blocked_keys_backlog(true).await;
+}
+
+/// Enqueue `n` jobs of key `key` (payload `lock` = the key, for the chaos
+/// worker's ledger): their ids, in order.
+async fn enqueue_key(c: &Client, key: &str, n: i32) -> Vec<i64> {
+    c.query(
+        "INSERT INTO pgwake.jobs (task, payload, ordering_key)
+         SELECT 'work', jsonb_build_object('lock', $1::text), $1 FROM generate_series(1, $2)
+         RETURNING id",
+        &[&key, &n],
+    )
+    .await
+    .unwrap()
+    .iter()
+    .map(|r| r.get(0))
+    .collect()
+}
+
+/// The ids a tx-mode claim (any queue) takes, in a transaction the caller ends.
+async fn tx_claim(c: &Client) -> Vec<i64> {
+    claim_tx_all(c).await.iter().map(|r| r.get(0)).collect()
+}
+
+/// (id, token) of what a lease-mode claim (any queue) takes.
+async fn lease_claim(c: &Client) -> Vec<(i64, i64)> {
+    claim_lease_all(c, "w")
+        .await
+        .iter()
+        .map(|r| (r.get(0), r.get(12)))
+        .collect()
+}
+
+/// The rescuer's sweep of held keys, once: (rechecked, stalled).
+async fn sweep(c: &Client) -> (i64, i64) {
+    let r = Db::unnamed(c)
+        .query_one(&sql::RELEASE_KEYS, &[&None::<String>, &1000i64])
+        .await
+        .unwrap();
+    (r.get(0), r.get(1))
+}
+
+async fn held(c: &Client) -> Vec<(i64, bool)> {
+    c.query("SELECT id, held FROM pgwake.jobs ORDER BY id", &[])
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| (r.get(0), r.get(1)))
+        .collect()
+}
+
+#[tokio::test]
+async fn tx_mode_a_keys_next_job_is_released_when_its_job_ends_or_is_cancelled_and_not_on_rollback()
+{
+    let db = migrated_db().await;
+    let a = db.client().await;
+    let b = db.client().await;
+    let ids = enqueue_key(&a, "k", 4).await;
+    assert_eq!(
+        held(&a).await,
+        vec![
+            (ids[0], false),
+            (ids[1], true),
+            (ids[2], true),
+            (ids[3], true)
+        ]
+    );
+    // Rolled back (a crash): the job is back, first of its key; nothing else
+    // was released.
+    a.batch_execute("BEGIN").await.unwrap();
+    assert_eq!(tx_claim(&a).await, vec![ids[0]]);
+    b.batch_execute("BEGIN").await.unwrap();
+    assert!(
+        tx_claim(&b).await.is_empty(),
+        "started beside its key's job"
+    );
+    b.batch_execute("ROLLBACK").await.unwrap();
+    a.batch_execute("ROLLBACK").await.unwrap();
+    assert_eq!(held(&a).await[..2], [(ids[0], false), (ids[1], true)]);
+    // Done (the claim commits): the next one is released at that commit.
+    a.batch_execute("BEGIN").await.unwrap();
+    assert_eq!(tx_claim(&a).await, vec![ids[0]]);
+    a.batch_execute("COMMIT").await.unwrap();
+    assert_eq!(held(&a).await[0], (ids[1], false));
+    // Cancelled while first of its key: the one after it is released.
+    let what: String = a
+        .query_one("SELECT pgwake.cancel($1)", &[&ids[1]])
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(what, "cancelled");
+    b.batch_execute("BEGIN").await.unwrap();
+    assert_eq!(tx_claim(&b).await, vec![ids[2]]);
+    b.batch_execute("COMMIT").await.unwrap();
+    assert_eq!(held(&a).await, vec![(ids[3], false)]);
+    assert_eq!(sweep(&a).await, (0, 0), "nothing was left for the rescuer");
+}
+
+#[tokio::test]
+async fn lease_mode_a_keys_next_job_is_released_when_its_lease_ends_however_it_ends() {
+    let db = migrated_db().await;
+    let c = db.client().await;
+    let ids = enqueue_key(&c, "k", 4).await;
+    let first = lease_claim(&c).await;
+    assert_eq!(first.iter().map(|r| r.0).collect::<Vec<_>>(), vec![ids[0]]);
+    assert!(
+        lease_claim(&c).await.is_empty(),
+        "leased beside its key's job"
+    );
+    // Done.
+    Db::unnamed(&c)
+        .query(&sql::LEASE_DONE, &[&vec![first[0].1]])
+        .await
+        .unwrap();
+    let second = lease_claim(&c).await;
+    assert_eq!(second.iter().map(|r| r.0).collect::<Vec<_>>(), vec![ids[1]]);
+    // Failed for good (buried).
+    Db::unnamed(&c)
+        .query(
+            &sql::LEASE_BURY,
+            &[&vec![second[0].1], &vec!["failed".to_string()]],
+        )
+        .await
+        .unwrap();
+    let third = lease_claim(&c).await;
+    assert_eq!(third.iter().map(|r| r.0).collect::<Vec<_>>(), vec![ids[2]]);
+    // Its worker died (kill -9): the lease expires, the rescue puts it back
+    // first of its key, and it runs again before the next one.
+    c.execute(
+        "UPDATE pgwake.leased_jobs SET lease_until = now() - interval '1 second' WHERE token = $1",
+        &[&third[0].1],
+    )
+    .await
+    .unwrap();
+    c.query("SELECT * FROM pgwake.rescue(10)", &[])
+        .await
+        .unwrap();
+    assert_eq!(held(&c).await, vec![(ids[2], false), (ids[3], true)]);
+    let again = lease_claim(&c).await;
+    assert_eq!(again.iter().map(|r| r.0).collect::<Vec<_>>(), vec![ids[2]]);
+    // Failed, to be retried after a backoff: it keeps its place, the next
+    // one stays held.
+    Db::unnamed(&c)
+        .query(
+            &sql::LEASE_REQUEUE,
+            &[
+                &vec![again[0].1],
+                &vec![2i32],
+                &vec!["boom".to_string()],
+                &vec![3600.0f64],
+            ],
+        )
+        .await
+        .unwrap();
+    assert_eq!(held(&c).await, vec![(ids[2], false), (ids[3], true)]);
+    assert!(
+        lease_claim(&c).await.is_empty(),
+        "the retry's successor ran"
+    );
+    assert_eq!(sweep(&c).await, (0, 0), "nothing was left for the rescuer");
+}
+
+/// A producer inserts a job of a key in a transaction still open while the
+/// key's last job ends: that job's release cannot see the new one (nor wait
+/// for the producer). The key is noted, and the rescuer's next run
+/// releases it. When the producer commits first, the release sees its job
+/// at once.
+async fn a_job_inserted_while_its_keys_job_ends_is_released(lease: bool) {
+    let db = migrated_db().await;
+    let worker = db.client().await;
+    let producer = db.client().await;
+    enqueue_key(&worker, "k", 1).await;
+    let end = async |running: &Vec<(i64, i64)>| {
+        if lease {
+            Db::unnamed(&worker)
+                .query(&sql::LEASE_DONE, &[&vec![running[0].1]])
+                .await
+                .unwrap();
+        } else {
+            worker.batch_execute("COMMIT").await.unwrap();
+        }
+    };
+    let start = async || -> Vec<(i64, i64)> {
+        if lease {
+            lease_claim(&worker).await
+        } else {
+            worker.batch_execute("BEGIN").await.unwrap();
+            tx_claim(&worker).await.iter().map(|id| (*id, 0)).collect()
+        }
+    };
+    // The producer commits before the job ends: released at its end.
+    let running = start().await;
+    assert_eq!(running.len(), 1);
+    let second = enqueue_key(&producer, "k", 1).await[0];
+    end(&running).await;
+    assert_eq!(held(&worker).await, vec![(second, false)]);
+    // The producer's transaction is open when the job ends.
+    let running = start().await;
+    assert_eq!(running[0].0, second);
+    producer.batch_execute("BEGIN").await.unwrap();
+    let third = enqueue_key(&producer, "k", 1).await[0];
+    end(&running).await;
+    producer.batch_execute("COMMIT").await.unwrap();
+    assert_eq!(held(&worker).await, vec![(third, true)]);
+    let noted: i64 = db
+        .scalar("SELECT count(*) FROM pgwake.ordering_recheck")
+        .await;
+    assert_eq!(noted, 1, "the key was noted for the rescuer");
+    assert_eq!(sweep(&worker).await, (1, 0));
+    assert_eq!(held(&worker).await, vec![(third, false)]);
+    let noted: i64 = db
+        .scalar("SELECT count(*) FROM pgwake.ordering_recheck")
+        .await;
+    assert_eq!(noted, 0);
+    let running = start().await;
+    assert_eq!(running[0].0, third);
+    end(&running).await;
+}
+
+#[tokio::test]
+async fn tx_mode_a_job_inserted_while_its_keys_job_ends_is_released() {
+    a_job_inserted_while_its_keys_job_ends_is_released(false).await;
+}
+
+#[tokio::test]
+async fn lease_mode_a_job_inserted_while_its_keys_job_ends_is_released() {
+    a_job_inserted_while_its_keys_job_ends_is_released(true).await;
+}
+
+#[tokio::test]
+async fn a_key_held_with_nothing_of_it_running_is_released_by_the_rescuers_sweep() {
+    // Whatever went wrong (here: a hand-made hold), the sweep finds a key
+    // whose first job is held with no job of the key running, and
+    // releases it; a key whose job runs is left alone.
+    let db = migrated_db().await;
+    let c = db.client().await;
+    let stuck = enqueue_key(&c, "stuck", 2).await;
+    let busy = enqueue_key(&c, "busy", 2).await;
+    c.execute(
+        "UPDATE pgwake.jobs SET held = true WHERE id = $1",
+        &[&stuck[0]],
+    )
+    .await
+    .unwrap();
+    c.execute("DELETE FROM pgwake.ordering_recheck", &[])
+        .await
+        .unwrap();
+    // "busy" runs (leased); "stuck" has nothing claimable.
+    let running = lease_claim(&c).await;
+    assert_eq!(
+        running.iter().map(|r| r.0).collect::<Vec<_>>(),
+        vec![busy[0]]
+    );
+    assert!(lease_claim(&c).await.is_empty());
+    assert_eq!(sweep(&c).await, (0, 1));
+    assert_eq!(
+        lease_claim(&c)
+            .await
+            .iter()
+            .map(|r| r.0)
+            .collect::<Vec<_>>(),
+        vec![stuck[0]]
+    );
+    // And through a worker's rescuer, in a slice of the keys per run.
+    let rescuer = pgwake::internal::rescuer::Rescuer::new(
+        pgwake::connect::pool(&db.config(), 2).unwrap(),
+        pgwake::internal::rescuer::RescuerConfig::default(),
+    );
+    c.execute(
+        "UPDATE pgwake.jobs SET held = true WHERE id = $1",
+        &[&stuck[1]],
+    )
+    .await
+    .unwrap();
+    let r = rescuer.run_once().await.unwrap();
+    assert_eq!((r.keys_rechecked, r.keys_stalled), (0, 0), "{r:?}");
+}
+
+/// Producers insert jobs of one key, concurrently, some in transactions
+/// that stay open a moment, while workers run them: no two jobs of the key
+/// ever run at once, each producer's jobs run in the order it inserted
+/// them, and every job runs (none is left held).
+async fn concurrent_producers_of_one_key(lease: bool) {
+    let db = migrated_db().await;
+    create_run_ledger(&db).await;
+    let mode: &[&str] = if lease { &["--lease"] } else { &[] };
+    let workers: Vec<ChaosWorker> = (0..2)
+        .map(|_| {
+            ChaosWorker::spawn(
+                &db,
+                &[mode, &["--concurrency", "4", "--sleep-ms", "2"]].concat(),
+            )
+        })
+        .collect();
+    let mut producers = Vec::new();
+    for p in 0..4 {
+        let client = db.client().await;
+        producers.push(tokio::spawn(async move {
+            let mut ids = Vec::new();
+            for i in 0..25 {
+                let slow = (i + p) % 3 == 0;
+                if slow {
+                    client.batch_execute("BEGIN").await.unwrap();
+                }
+                ids.extend(enqueue_key(&client, "k", 1).await);
+                if slow {
+                    tokio::time::sleep(Duration::from_millis(5)).await;
+                    client.batch_execute("COMMIT").await.unwrap();
+                }
+            }
+            ids
+        }));
+    }
+    let mut by_producer = Vec::new();
+    for p in producers {
+        by_producer.push(p.await.unwrap());
+    }
+    until_drained(&db).await;
+    for w in workers {
+        assert!(w.terminate().await.success());
+    }
+    let runs = ledger_runs(&db).await;
+    assert!(
+        runs.iter().all(|r| !r.3),
+        "two jobs of the key ran at once: {runs:?}"
+    );
+    let order: HashMap<i64, usize> = runs.iter().enumerate().map(|(i, r)| (r.0, i)).collect();
+    for ids in &by_producer {
+        let positions: Vec<usize> = ids
+            .iter()
+            .map(|id| {
+                *order
+                    .get(id)
+                    .unwrap_or_else(|| panic!("job {id} never ran"))
+            })
+            .collect();
+        assert!(
+            positions.windows(2).all(|w| w[0] < w[1]),
+            "a producer's jobs ran out of order: {ids:?} at {positions:?}"
+        );
+    }
+    assert_eq!(runs.len(), 100);
+}
+
+#[tokio::test]
+async fn tx_mode_concurrent_producers_of_one_key_never_run_two_at_once_nor_strand_a_job() {
+    concurrent_producers_of_one_key(false).await;
+}
+
+#[tokio::test]
+async fn lease_mode_concurrent_producers_of_one_key_never_run_two_at_once_nor_strand_a_job() {
+    concurrent_producers_of_one_key(true).await;
 }
