@@ -72,7 +72,8 @@ BEGIN
     WITH c AS (
         -- By address: the subquery locked each row it returns, so no other
         -- transaction can update or delete it before this one ends (pgwake
-        -- never updates a waiting job), and VACUUM never moves a live row.
+        -- updates a waiting job only to hold or release it, migration 0017,
+        -- skipping locked rows), and VACUUM never moves a live row.
         -- A row that someone's UPDATE changed after this statement's
         -- snapshot was taken comes back locked at its new address, which the
         -- snapshot does not see: it is not claimed now, and stays for a
