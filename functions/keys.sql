@@ -195,12 +195,17 @@ $$;
 -- (ordering_hold_lock): an insert takes it shared until its transaction
 -- ends; a release tries it exclusively, without waiting (a worker never
 -- waits for a producer's transaction). A release that cannot get it (a job
--- of the key is being inserted by a transaction still open, which decided
--- from what it saw before this job ended) releases what it sees and notes
--- the key in pgwake.ordering_recheck: the rescuer releases it again later.
+-- of the key may be being inserted by a transaction still open, which
+-- decided from what it saw before this job ended) releases what it sees and
+-- notes the key in pgwake.ordering_recheck: the rescuer releases it again
+-- later. The lock is one of 256 stripes, not one per key: a transaction
+-- that inserts jobs of 100,000 keys holds at most 256 locks (one per key
+-- would overflow the server's lock table, max_locks_per_transaction). A
+-- stripe shared with another key's producer only costs a note (the release
+-- of what is visible is made all the same).
 CREATE OR REPLACE FUNCTION pgwake.ordering_hold_lock(key text) RETURNS bigint
 LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
-    SELECT (x'70677768'::bigint << 32) | (hashtext(key)::bigint & x'ffffffff'::bigint)
+    SELECT (x'70677768'::bigint << 32) | (hashtext(key)::bigint & 255)
 $$;
 
 -- BEFORE INSERT of a keyed job (trigger jobs_hold_ordering_key, migration

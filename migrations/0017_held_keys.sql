@@ -80,7 +80,7 @@ CREATE INDEX jobs_key_held_idx ON pgwake.jobs (ordering_key) WHERE held;
 -- The lock that orders a key's inserts and releases (functions/keys.sql).
 CREATE OR REPLACE FUNCTION pgwake.ordering_hold_lock(key text) RETURNS bigint
 LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
-    SELECT (x'70677768'::bigint << 32) | (hashtext(key)::bigint & x'ffffffff'::bigint)
+    SELECT (x'70677768'::bigint << 32) | (hashtext(key)::bigint & 255)
 $$;
 
 -- The functions the triggers call, as functions/keys.sql first defined

@@ -524,3 +524,25 @@ async fn tx_mode_concurrent_producers_of_one_key_never_run_two_at_once_nor_stran
 async fn lease_mode_concurrent_producers_of_one_key_never_run_two_at_once_nor_strand_a_job() {
     concurrent_producers_of_one_key(true).await;
 }
+
+#[tokio::test]
+async fn one_transaction_enqueues_jobs_of_a_hundred_thousand_keys() {
+    // The insert trigger's lock is one of a few stripes, not one per key:
+    // a lock per key held to the end of the transaction would overflow the
+    // server's lock table ("out of shared memory") long before this.
+    let db = migrated_db().await;
+    let c = db.client().await;
+    let n = c
+        .execute(
+            "INSERT INTO pgwake.jobs (task, ordering_key)
+             SELECT 't', 'k' || i FROM generate_series(1, 100000) i",
+            &[],
+        )
+        .await
+        .unwrap();
+    assert_eq!(n, 100_000);
+    let held: i64 = db
+        .scalar("SELECT count(*) FROM pgwake.jobs WHERE held")
+        .await;
+    assert_eq!(held, 0, "each key's only job is its first");
+}
