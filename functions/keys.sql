@@ -227,6 +227,11 @@ BEGIN
              OR EXISTS (SELECT 1 FROM pgwake.leased_jobs l
                         WHERE l.ordering_key = NEW.ordering_key AND l.id <> NEW.id);
     IF NOT NEW.held THEN
+        -- Usually none (the key was empty): a probe, not an UPDATE.
+        IF NOT EXISTS (SELECT 1 FROM pgwake.jobs j
+                       WHERE j.ordering_key = NEW.ordering_key AND NOT j.held) THEN
+            RETURN NEW;
+        END IF;
         UPDATE pgwake.jobs SET held = true
         WHERE ctid = ANY(ARRAY(SELECT j.ctid FROM pgwake.jobs j
                                WHERE j.ordering_key = NEW.ordering_key AND NOT j.held
