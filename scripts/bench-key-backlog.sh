@@ -16,6 +16,8 @@
 #                the baseline is the same worker on an empty table
 #   drain        seconds for a tx-mode worker (defaults, `sql` no-op
 #                handler) to run the N jobs (layouts none and many)
+#   enqueue      seconds of the one INSERT … SELECT of the N jobs (the
+#                producers' side: the insert trigger of keyed jobs)
 # Usage:
 #   scripts/bench-key-backlog.sh ADMIN_URL N T BINARY...
 # ADMIN_URL names a server on this machine where a database can be created
@@ -48,13 +50,18 @@ fresh() {
     psql -q "$url" -c "CREATE FUNCTION noop(p jsonb) RETURNS void LANGUAGE sql AS 'SELECT'" >/dev/null
 }
 
+# Seconds to insert the layout's N jobs (one INSERT … SELECT).
 load() {
+    local t0 t1
+    t0=$(date +%s.%N)
     case $1 in
         none) psql -q "$url" -c "INSERT INTO pgwake.jobs (task) SELECT 't' FROM generate_series(1, $n)" ;;
         one)  psql -q "$url" -c "INSERT INTO pgwake.jobs (task, ordering_key) SELECT 't', 'k' FROM generate_series(1, $n)" ;;
         many) psql -q "$url" -c "INSERT INTO pgwake.jobs (task, ordering_key) SELECT 't', 'k' || i FROM generate_series(1, $n) i" ;;
     esac >/dev/null
+    t1=$(date +%s.%N)
     psql -q "$url" -c "VACUUM ANALYZE pgwake.jobs" >/dev/null
+    echo "$t1 - $t0" | bc
 }
 
 # ms per claim, pgbench for $t s.
@@ -96,9 +103,9 @@ drain_s() {
 for bin in "$@"; do
     fresh "$bin"
     cpu_empty=$(idle_cpu "$bin")
-    declare -A tx lease drain
+    declare -A tx lease drain enqueue
     for layout in none one many; do
-        fresh "$bin"; load $layout
+        fresh "$bin"; enqueue[$layout]=$(load $layout)
         tx[$layout]=$(claim_ms tx); lease[$layout]=$(claim_ms lease)
         if [ $layout = one ]; then
             # The key's first job runs (leased for an hour): the rest wait.
@@ -120,4 +127,7 @@ for bin in "$@"; do
         "$lease_busy" "$(r "$lease_busy" "${lease[none]}")"
     printf '  idle server CPU: empty table %.1f%% | 1 key x N busy %.1f%% of a core\n' "$cpu_empty" "$cpu_busy"
     printf '  drain s: none %.2f | N keys x 1 %.2f (%.2fx)\n' "${drain[none]}" "${drain[many]}" "$(r "${drain[many]}" "${drain[none]}")"
+    printf '  enqueue s: none %.2f | 1 key x N %.2f (%.2fx) | N keys x 1 %.2f (%.2fx)\n' \
+        "${enqueue[none]}" "${enqueue[one]}" "$(r "${enqueue[one]}" "${enqueue[none]}")" \
+        "${enqueue[many]}" "$(r "${enqueue[many]}" "${enqueue[none]}")"
 done
