@@ -18,22 +18,37 @@ CREATE OR REPLACE FUNCTION pgwake.ordering_free(key text, priority integer, at t
 RETURNS boolean
 LANGUAGE plpgsql VOLATILE AS $$
 BEGIN
-    IF EXISTS (SELECT 1 FROM pgwake.jobs j
-               WHERE j.ordering_key = $1
-                 AND (j.priority, coalesce(j.ordering_at, j.run_at), j.id) < ($2, $3, $4))
+    IF pgwake.ordering_earlier(key, priority, at, job)
        OR EXISTS (SELECT 1 FROM pgwake.leased_jobs l WHERE l.ordering_key = $1) THEN
         RETURN false;
     END IF;
     IF NOT pg_try_advisory_xact_lock(hashtextextended($1, 5262466120913749583)) THEN
         RETURN false;
     END IF;
-    RETURN NOT EXISTS (SELECT 1 FROM pgwake.jobs j
-                       WHERE j.ordering_key = $1
-                         AND (j.priority, coalesce(j.ordering_at, j.run_at), j.id) < ($2, $3, $4))
+    RETURN NOT pgwake.ordering_earlier(key, priority, at, job)
        AND NOT EXISTS (SELECT 1 FROM pgwake.leased_jobs l WHERE l.ordering_key = $1);
 END
 $$;
 
+-- Whether a job of `key` in pgwake.jobs comes before the place (priority,
+-- at, job): the key's first job, read as the first entry of
+-- jobs_ordering_idx, compared with it — one index descent. (Asked as
+-- `EXISTS (… WHERE (priority, coalesce(ordering_at, run_at), id) < …)`,
+-- the index scan of a key's first job read every entry of its key: 500
+-- pages, 6–15 ms, at 100,000 jobs.) VOLATILE: a new snapshot per call
+-- (ordering_free calls it again after taking the key's lock).
+CREATE OR REPLACE FUNCTION pgwake.ordering_earlier(key text, priority integer, at timestamptz, job bigint)
+RETURNS boolean
+LANGUAGE plpgsql VOLATILE AS $$
+BEGIN
+    RETURN coalesce((SELECT (f.priority, f.at, f.id) < (ordering_earlier.priority, ordering_earlier.at, ordering_earlier.job)
+                     FROM (SELECT j.priority, coalesce(j.ordering_at, j.run_at) AS at, j.id
+                           FROM pgwake.jobs j
+                           WHERE j.ordering_key = ordering_earlier.key
+                           ORDER BY j.priority, coalesce(j.ordering_at, j.run_at), j.id
+                           LIMIT 1) f), false);
+END
+$$;
 -- Enqueue one job; a job with a `unique_key` that already waits is not
 -- inserted again: its id comes back with duplicate = true.
 --   SELECT * FROM pgwake.enqueue_unique('sync', unique_key => 'user:42');
@@ -220,10 +235,8 @@ CREATE OR REPLACE FUNCTION pgwake.hold_ordering_key() RETURNS trigger
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pgwake AS $$
 BEGIN
     PERFORM pg_advisory_xact_lock_shared(pgwake.ordering_hold_lock(NEW.ordering_key));
-    NEW.held := EXISTS (SELECT 1 FROM pgwake.jobs j
-                        WHERE j.ordering_key = NEW.ordering_key
-                          AND (j.priority, coalesce(j.ordering_at, j.run_at), j.id)
-                              < (NEW.priority, coalesce(NEW.ordering_at, NEW.run_at), NEW.id))
+    NEW.held := pgwake.ordering_earlier(NEW.ordering_key, NEW.priority,
+                                        coalesce(NEW.ordering_at, NEW.run_at), NEW.id)
              OR EXISTS (SELECT 1 FROM pgwake.leased_jobs l
                         WHERE l.ordering_key = NEW.ordering_key AND l.id <> NEW.id);
     IF NOT NEW.held THEN

@@ -86,6 +86,19 @@ $$;
 -- The functions the triggers call, as functions/keys.sql first defined
 -- them (migrate then applies that file, which holds the current ones):
 -- the triggers work from the commit of this migration on.
+CREATE OR REPLACE FUNCTION pgwake.ordering_earlier(key text, priority integer, at timestamptz, job bigint)
+RETURNS boolean
+LANGUAGE plpgsql VOLATILE AS $$
+BEGIN
+    RETURN coalesce((SELECT (f.priority, f.at, f.id) < (ordering_earlier.priority, ordering_earlier.at, ordering_earlier.job)
+                     FROM (SELECT j.priority, coalesce(j.ordering_at, j.run_at) AS at, j.id
+                           FROM pgwake.jobs j
+                           WHERE j.ordering_key = ordering_earlier.key
+                           ORDER BY j.priority, coalesce(j.ordering_at, j.run_at), j.id
+                           LIMIT 1) f), false);
+END
+$$;
+
 CREATE OR REPLACE FUNCTION pgwake.release_ordering_key(key text) RETURNS boolean
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pgwake AS $$
 DECLARE
@@ -121,10 +134,8 @@ CREATE OR REPLACE FUNCTION pgwake.hold_ordering_key() RETURNS trigger
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pgwake AS $$
 BEGIN
     PERFORM pg_advisory_xact_lock_shared(pgwake.ordering_hold_lock(NEW.ordering_key));
-    NEW.held := EXISTS (SELECT 1 FROM pgwake.jobs j
-                        WHERE j.ordering_key = NEW.ordering_key
-                          AND (j.priority, coalesce(j.ordering_at, j.run_at), j.id)
-                              < (NEW.priority, coalesce(NEW.ordering_at, NEW.run_at), NEW.id))
+    NEW.held := pgwake.ordering_earlier(NEW.ordering_key, NEW.priority,
+                                        coalesce(NEW.ordering_at, NEW.run_at), NEW.id)
              OR EXISTS (SELECT 1 FROM pgwake.leased_jobs l
                         WHERE l.ordering_key = NEW.ordering_key AND l.id <> NEW.id);
     IF NOT NEW.held THEN
