@@ -235,8 +235,14 @@ CREATE OR REPLACE FUNCTION pgwake.hold_ordering_key() RETURNS trigger
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pgwake AS $$
 BEGIN
     PERFORM pg_advisory_xact_lock_shared(pgwake.ordering_hold_lock(NEW.ordering_key));
-    NEW.held := pgwake.ordering_earlier(NEW.ordering_key, NEW.priority,
-                                        coalesce(NEW.ordering_at, NEW.run_at), NEW.id)
+    -- ordering_earlier(), inlined (one plpgsql call per row, not two).
+    NEW.held := coalesce((SELECT (f.priority, f.at, f.id)
+                                 < (NEW.priority, coalesce(NEW.ordering_at, NEW.run_at), NEW.id)
+                          FROM (SELECT j.priority, coalesce(j.ordering_at, j.run_at) AS at, j.id
+                                FROM pgwake.jobs j
+                                WHERE j.ordering_key = NEW.ordering_key
+                                ORDER BY j.priority, coalesce(j.ordering_at, j.run_at), j.id
+                                LIMIT 1) f), false)
              OR EXISTS (SELECT 1 FROM pgwake.leased_jobs l
                         WHERE l.ordering_key = NEW.ordering_key AND l.id <> NEW.id);
     IF NOT NEW.held THEN
@@ -298,6 +304,16 @@ $$;
 CREATE OR REPLACE FUNCTION pgwake.release_ordering_key_trigger() RETURNS trigger
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pgwake AS $$
 BEGIN
+    -- The usual case, a key with no held job (its only job ended, or the
+    -- next one was not held): one probe, if no producer of the key is
+    -- inserting now. The lock is held to the commit; the probe is a
+    -- statement of its own, so its snapshot is taken after the lock.
+    IF pg_try_advisory_xact_lock(pgwake.ordering_hold_lock(OLD.ordering_key)) THEN
+        IF NOT EXISTS (SELECT 1 FROM pgwake.jobs j
+                       WHERE j.ordering_key = OLD.ordering_key AND j.held) THEN
+            RETURN NULL;
+        END IF;
+    END IF;
     IF NOT pgwake.release_ordering_key(OLD.ordering_key) THEN
         INSERT INTO pgwake.ordering_recheck (ordering_key) VALUES (OLD.ordering_key);
     END IF;
