@@ -29,8 +29,10 @@
 -- that wait behind another of their key are marked (one pass over the keyed
 -- jobs: jobs a claim holds now are skipped, they only cost a probe later);
 -- jobs_claim_idx is rebuilt as a partial index, and jobs_queue_ready_idx
--- built. The builds take a SHARE lock on pgwake.jobs: inserts and claims
--- wait for them (about a second per million waiting jobs).
+-- built. All in one transaction that holds the ACCESS EXCLUSIVE lock of
+-- the ADD COLUMN: inserts and claims wait for the whole migration
+-- (measured: 5.6 s for 1,100,000 waiting jobs, 100,000 of them keyed, on 2
+-- busy cores; a few ms on an empty queue).
 
 ALTER TABLE pgwake.jobs ADD COLUMN held boolean NOT NULL DEFAULT false;
 -- Only a keyed job can be held (a producer cannot hide an unkeyed job from
