@@ -7,6 +7,10 @@
 -- written as it is: their headers and ARCHITECTURE.md ("Claims plan once,
 -- and walk the index").
 --
+-- Every claim walks a claim index that leaves out held jobs (keyed jobs
+-- waiting behind an earlier job of their key, migration 0017):
+-- jobs_claim_idx over every queue, jobs_queue_ready_idx for one queue.
+--
 -- The claims share their predicate with src/db/sql/claim_*_limited.sql and
 -- claim_tx_one.sql (which are not functions: they take queue slots and
 -- admissions): tests/repository/layout.rs checks that every claim says the task
@@ -68,7 +72,8 @@ BEGIN
     WITH c AS (
         -- By address: the subquery locked each row it returns, so no other
         -- transaction can update or delete it before this one ends (pgwake
-        -- never updates a waiting job), and VACUUM never moves a live row.
+        -- updates a waiting job only to hold or release it, migration 0017,
+        -- skipping locked rows), and VACUUM never moves a live row.
         -- A row that someone's UPDATE changed after this statement's
         -- snapshot was taken comes back locked at its new address, which the
         -- snapshot does not see: it is not claimed now, and stays for a
@@ -82,6 +87,9 @@ BEGIN
               AND queue NOT IN (SELECT name FROM pgwake.queues
                                 WHERE paused OR max_running IS NOT NULL OR rate_count IS NOT NULL)
               AND (only_tasks IS NULL OR task = ANY(only_tasks)) AND task <> ALL(never_tasks)
+              -- Not a keyed job waiting behind an earlier one of its key
+              -- (migration 0017): the claim indexes leave those out.
+              AND NOT held
               -- CASE, not `ordering_key IS NULL OR …`: the function runs
               -- only for keyed jobs (ARCHITECTURE.md, "The claim predicate").
               AND CASE WHEN ordering_key IS NULL THEN true
@@ -101,7 +109,7 @@ BEGIN
 END
 $$;
 
--- tx-mode claim from one queue, in claim order on jobs_queue_claim_idx.
+-- tx-mode claim from one queue, in claim order on jobs_queue_ready_idx.
 CREATE OR REPLACE FUNCTION pgwake.claim_tx_queue(
     claim_limit bigint, claim_queue text, only_tasks text[], never_tasks text[])
 RETURNS TABLE (id bigint, queue text, task text, payload text, priority integer,
@@ -126,6 +134,7 @@ BEGIN
               -- Paused or limited: a one-time filter (migration 0011).
               AND pgwake.queue_claimable(claim_queue)
               AND (only_tasks IS NULL OR task = ANY(only_tasks)) AND task <> ALL(never_tasks)
+              AND NOT held
               AND CASE WHEN ordering_key IS NULL THEN true
                        ELSE pgwake.ordering_free(ordering_key, priority, coalesce(ordering_at, run_at), id) END
             ORDER BY queue, priority, run_at, id
@@ -172,6 +181,7 @@ BEGIN
               AND queue NOT IN (SELECT name FROM pgwake.queues
                                 WHERE paused OR max_running IS NOT NULL OR rate_count IS NOT NULL)
               AND (only_tasks IS NULL OR task = ANY(only_tasks)) AND task <> ALL(never_tasks)
+              AND NOT held
               AND CASE WHEN ordering_key IS NULL THEN true
                        ELSE pgwake.ordering_free(ordering_key, priority, coalesce(ordering_at, run_at), id) END
             ORDER BY priority, run_at, id
@@ -195,7 +205,7 @@ BEGIN
 END
 $$;
 
--- lease-mode claim from one queue, in claim order on jobs_queue_claim_idx.
+-- lease-mode claim from one queue, in claim order on jobs_queue_ready_idx.
 CREATE OR REPLACE FUNCTION pgwake.claim_lease_queue(
     claim_limit bigint, claim_queue text, only_tasks text[], never_tasks text[],
     worker text, lease_seconds double precision)
@@ -219,6 +229,7 @@ BEGIN
             WHERE queue >= claim_queue AND queue <= claim_queue AND run_at <= now()
               AND pgwake.queue_claimable(claim_queue)
               AND (only_tasks IS NULL OR task = ANY(only_tasks)) AND task <> ALL(never_tasks)
+              AND NOT held
               AND CASE WHEN ordering_key IS NULL THEN true
                        ELSE pgwake.ordering_free(ordering_key, priority, coalesce(ordering_at, run_at), id) END
             ORDER BY queue, priority, run_at, id
@@ -243,7 +254,9 @@ END
 $$;
 
 -- The queues that have a ready job, but those in `skip_queues` and paused
--- ones, at most `max_queues`, in name order.
+-- ones, at most `max_queues`, in name order. A held job (migration 0017)
+-- is not ready: a queue of held jobs only is not claimed. The reads walk
+-- jobs_queue_ready_idx, which leaves them out.
 CREATE OR REPLACE FUNCTION pgwake.ready_queues(skip_queues text[], max_queues bigint)
 RETURNS TABLE (queue text)
 LANGUAGE plpgsql STABLE
@@ -256,9 +269,9 @@ AS $$
 BEGIN
     RETURN QUERY
     WITH RECURSIVE qs AS (
-        (SELECT j.queue FROM pgwake.jobs j ORDER BY j.queue LIMIT 1)
+        (SELECT j.queue FROM pgwake.jobs j WHERE NOT j.held ORDER BY j.queue LIMIT 1)
         UNION ALL
-        SELECT (SELECT j.queue FROM pgwake.jobs j WHERE j.queue > qs.queue
+        SELECT (SELECT j.queue FROM pgwake.jobs j WHERE NOT j.held AND j.queue > qs.queue
                 ORDER BY j.queue LIMIT 1)
         FROM qs
         WHERE qs.queue IS NOT NULL
@@ -271,7 +284,7 @@ BEGIN
       -- The index walks the queue's first priority first: it stops at the
       -- first ready job, and reads past the scheduled ones ahead of it.
       AND (SELECT true FROM pgwake.jobs j
-           WHERE j.queue >= qs.queue AND j.queue <= qs.queue AND j.run_at <= now()
+           WHERE j.queue >= qs.queue AND j.queue <= qs.queue AND j.run_at <= now() AND NOT j.held
            ORDER BY j.queue, j.priority, j.run_at, j.id
            LIMIT 1)
     LIMIT max_queues;

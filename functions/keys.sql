@@ -18,22 +18,37 @@ CREATE OR REPLACE FUNCTION pgwake.ordering_free(key text, priority integer, at t
 RETURNS boolean
 LANGUAGE plpgsql VOLATILE AS $$
 BEGIN
-    IF EXISTS (SELECT 1 FROM pgwake.jobs j
-               WHERE j.ordering_key = $1
-                 AND (j.priority, coalesce(j.ordering_at, j.run_at), j.id) < ($2, $3, $4))
+    IF pgwake.ordering_earlier(key, priority, at, job)
        OR EXISTS (SELECT 1 FROM pgwake.leased_jobs l WHERE l.ordering_key = $1) THEN
         RETURN false;
     END IF;
     IF NOT pg_try_advisory_xact_lock(hashtextextended($1, 5262466120913749583)) THEN
         RETURN false;
     END IF;
-    RETURN NOT EXISTS (SELECT 1 FROM pgwake.jobs j
-                       WHERE j.ordering_key = $1
-                         AND (j.priority, coalesce(j.ordering_at, j.run_at), j.id) < ($2, $3, $4))
+    RETURN NOT pgwake.ordering_earlier(key, priority, at, job)
        AND NOT EXISTS (SELECT 1 FROM pgwake.leased_jobs l WHERE l.ordering_key = $1);
 END
 $$;
 
+-- Whether a job of `key` in pgwake.jobs comes before the place (priority,
+-- at, job): the key's first job, read as the first entry of
+-- jobs_ordering_idx, compared with it — one index descent. (Asked as
+-- `EXISTS (… WHERE (priority, coalesce(ordering_at, run_at), id) < …)`,
+-- the index scan of a key's first job read every entry of its key: 500
+-- pages, 6–15 ms, at 100,000 jobs.) VOLATILE: a new snapshot per call
+-- (ordering_free calls it again after taking the key's lock).
+CREATE OR REPLACE FUNCTION pgwake.ordering_earlier(key text, priority integer, at timestamptz, job bigint)
+RETURNS boolean
+LANGUAGE plpgsql VOLATILE AS $$
+BEGIN
+    RETURN coalesce((SELECT (f.priority, f.at, f.id) < (ordering_earlier.priority, ordering_earlier.at, ordering_earlier.job)
+                     FROM (SELECT j.priority, coalesce(j.ordering_at, j.run_at) AS at, j.id
+                           FROM pgwake.jobs j
+                           WHERE j.ordering_key = ordering_earlier.key
+                           ORDER BY j.priority, coalesce(j.ordering_at, j.run_at), j.id
+                           LIMIT 1) f), false);
+END
+$$;
 -- Enqueue one job; a job with a `unique_key` that already waits is not
 -- inserted again: its id comes back with duplicate = true.
 --   SELECT * FROM pgwake.enqueue_unique('sync', unique_key => 'user:42');
@@ -180,4 +195,196 @@ BEGIN
     END IF;
     RETURN key;
 END
+$$;
+
+-- A key's blocked jobs are held (migration 0017; ARCHITECTURE.md → "A
+-- key's blocked jobs are held"). A keyed job that waits behind an earlier
+-- job of its key is `held`: out of the claim indexes, so a claim meets at
+-- most the first waiting job of a key, however many wait behind it.
+-- `held` is a hint: ordering_free() still decides whether a job may start,
+-- so a job released too early costs a claim one probe, never a second run
+-- of its key; a job held when it should not be waits until the rescuer's
+-- sweep releases it (release_stalled_keys below).
+--
+-- Inserts and releases of one key are ordered by the key's lock
+-- (ordering_hold_lock): an insert takes it shared until its transaction
+-- ends; a release tries it exclusively, without waiting (a worker never
+-- waits for a producer's transaction). A release that cannot get it (a job
+-- of the key may be being inserted by a transaction still open, which
+-- decided from what it saw before this job ended) releases what it sees and
+-- notes the key in pgwake.ordering_recheck: the rescuer releases it again
+-- later. The lock is one of 256 stripes, not one per key: a transaction
+-- that inserts jobs of 100,000 keys holds at most 256 locks (one per key
+-- would overflow the server's lock table, max_locks_per_transaction). A
+-- stripe shared with another key's producer only costs a note (the release
+-- of what is visible is made all the same).
+CREATE OR REPLACE FUNCTION pgwake.ordering_hold_lock(key text) RETURNS bigint
+LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
+    SELECT (x'70677768'::bigint << 32) | (hashtext(key)::bigint & 255)
+$$;
+
+-- BEFORE INSERT of a keyed job (trigger jobs_hold_ordering_key, migration
+-- 0017): held when a job of its key comes before it in pgwake.jobs (waiting,
+-- or running in tx mode: a row its claim deleted but has not committed) or
+-- one is leased. A job that comes first (none of its key, or it was
+-- enqueued ahead of the waiting ones: a higher priority, an earlier
+-- run_at) is not held, and holds the key's jobs released before it, but
+-- those a claim holds now (they run). SECURITY DEFINER: a producer needs no
+-- right on leased_jobs or to update jobs.
+CREATE OR REPLACE FUNCTION pgwake.hold_ordering_key() RETURNS trigger
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pgwake AS $$
+BEGIN
+    PERFORM pg_advisory_xact_lock_shared(pgwake.ordering_hold_lock(NEW.ordering_key));
+    -- ordering_earlier(), inlined (one plpgsql call per row, not two).
+    NEW.held := coalesce((SELECT (f.priority, f.at, f.id)
+                                 < (NEW.priority, coalesce(NEW.ordering_at, NEW.run_at), NEW.id)
+                          FROM (SELECT j.priority, coalesce(j.ordering_at, j.run_at) AS at, j.id
+                                FROM pgwake.jobs j
+                                WHERE j.ordering_key = NEW.ordering_key
+                                ORDER BY j.priority, coalesce(j.ordering_at, j.run_at), j.id
+                                LIMIT 1) f), false)
+             OR EXISTS (SELECT 1 FROM pgwake.leased_jobs l
+                        WHERE l.ordering_key = NEW.ordering_key AND l.id <> NEW.id);
+    IF NOT NEW.held THEN
+        -- Usually none (the key was empty): a probe, not an UPDATE.
+        IF NOT EXISTS (SELECT 1 FROM pgwake.jobs j
+                       WHERE j.ordering_key = NEW.ordering_key AND NOT j.held) THEN
+            RETURN NEW;
+        END IF;
+        UPDATE pgwake.jobs SET held = true
+        WHERE ctid = ANY(ARRAY(SELECT j.ctid FROM pgwake.jobs j
+                               WHERE j.ordering_key = NEW.ordering_key AND NOT j.held
+                               FOR UPDATE SKIP LOCKED));
+    ELSIF current_setting('transaction_isolation') <> 'read committed' THEN
+        -- This transaction's snapshot may be older than the end of the job
+        -- it waits for, whose release could not see this one.
+        INSERT INTO pgwake.ordering_recheck (ordering_key) VALUES (NEW.ordering_key);
+    END IF;
+    RETURN NEW;
+END
+$$;
+
+-- Release the first job of `key` unless a job of the key is leased. Never
+-- waits. False when it could not be sure: a producer of the key holds the
+-- key's lock (its job may come first), or the first job is locked (a
+-- producer is holding it, or a claim that does not look at `held`).
+CREATE OR REPLACE FUNCTION pgwake.release_ordering_key(key text) RETURNS boolean
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pgwake AS $$
+DECLARE
+    sure boolean := true;
+    head record;
+BEGIN
+    IF EXISTS (SELECT 1 FROM pgwake.leased_jobs l WHERE l.ordering_key = key) THEN
+        RETURN true;  -- the lease's end releases the key
+    END IF;
+    IF NOT pg_try_advisory_xact_lock(pgwake.ordering_hold_lock(key)) THEN
+        sure := false;
+    END IF;
+    -- A new snapshot, after the lock: every insert of the key that got the
+    -- lock before us has committed.
+    SELECT j.id, j.held INTO head FROM pgwake.jobs j
+    WHERE j.ordering_key = key
+    ORDER BY j.priority, coalesce(j.ordering_at, j.run_at), j.id
+    LIMIT 1;
+    IF FOUND AND head.held THEN
+        UPDATE pgwake.jobs SET held = false
+        WHERE ctid = ANY(ARRAY(SELECT j.ctid FROM pgwake.jobs j
+                               WHERE j.id = head.id AND j.held
+                               FOR UPDATE SKIP LOCKED));
+        IF NOT FOUND THEN
+            sure := false;
+        END IF;
+    END IF;
+    RETURN sure;
+END
+$$;
+
+-- AFTER DELETE on pgwake.jobs and pgwake.leased_jobs, deferred to the
+-- commit (triggers *_release_ordering_key, migration 0017).
+CREATE OR REPLACE FUNCTION pgwake.release_ordering_key_trigger() RETURNS trigger
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pgwake AS $$
+BEGIN
+    -- The usual case, a key with no held job (its only job ended, or the
+    -- next one was not held): one probe, if no producer of the key is
+    -- inserting now. The lock is held to the commit; the probe is a
+    -- statement of its own, so its snapshot is taken after the lock.
+    IF pg_try_advisory_xact_lock(pgwake.ordering_hold_lock(OLD.ordering_key)) THEN
+        IF NOT EXISTS (SELECT 1 FROM pgwake.jobs j
+                       WHERE j.ordering_key = OLD.ordering_key AND j.held) THEN
+            RETURN NULL;
+        END IF;
+    END IF;
+    IF NOT pgwake.release_ordering_key(OLD.ordering_key) THEN
+        INSERT INTO pgwake.ordering_recheck (ordering_key) VALUES (OLD.ordering_key);
+    END IF;
+    RETURN NULL;
+END
+$$;
+
+-- The rescuer's sweep (src/db/sql/release_keys.sql), so that no key stays
+-- held for good, whatever went wrong: first the keys noted in
+-- pgwake.ordering_recheck (a note stays until its key's release is sure),
+-- then up to `batch` keys that have held jobs, in key order from after
+-- `after` (the caller passes back `next_after`: NULL when the sweep reached
+-- the last key, so the next one starts over). Returns how many jobs each
+-- part released; a job released by the second part had been held with
+-- nothing before it running: a release was missed.
+CREATE OR REPLACE FUNCTION pgwake.release_stalled_keys(
+    after text, batch bigint,
+    OUT rechecked bigint, OUT stalled bigint, OUT next_after text)
+LANGUAGE plpgsql VOLATILE
+SET plan_cache_mode = force_generic_plan
+AS $$
+DECLARE
+    k text;
+    before boolean;
+    seen bigint := 0;
+BEGIN
+    rechecked := 0;
+    stalled := 0;
+    FOR k IN SELECT DISTINCT r.ordering_key FROM pgwake.ordering_recheck r LIMIT batch LOOP
+        before := pgwake.key_first_held(k);
+        IF pgwake.release_ordering_key(k) THEN
+            DELETE FROM pgwake.ordering_recheck r WHERE r.ordering_key = k;
+        END IF;
+        IF before AND NOT pgwake.key_first_held(k) THEN
+            rechecked := rechecked + 1;
+        END IF;
+    END LOOP;
+    next_after := NULL;
+    FOR k IN
+        WITH RECURSIVE keys AS (
+            (SELECT j.ordering_key FROM pgwake.jobs j
+             WHERE j.held AND (after IS NULL OR j.ordering_key > after)
+             ORDER BY j.ordering_key LIMIT 1)
+            UNION ALL
+            SELECT (SELECT j.ordering_key FROM pgwake.jobs j
+                    WHERE j.held AND j.ordering_key > keys.ordering_key
+                    ORDER BY j.ordering_key LIMIT 1)
+            FROM keys
+            WHERE keys.ordering_key IS NOT NULL
+        )
+        SELECT keys.ordering_key FROM keys WHERE keys.ordering_key IS NOT NULL LIMIT batch
+    LOOP
+        next_after := k;
+        seen := seen + 1;
+        IF pgwake.key_first_held(k) THEN
+            PERFORM pgwake.release_ordering_key(k);
+            IF NOT pgwake.key_first_held(k) THEN
+                stalled := stalled + 1;
+            END IF;
+        END IF;
+    END LOOP;
+    IF seen < batch THEN
+        next_after := NULL;  -- the last key: start over next time
+    END IF;
+END
+$$;
+
+-- Whether the first job of `key` in pgwake.jobs is held.
+CREATE OR REPLACE FUNCTION pgwake.key_first_held(key text) RETURNS boolean
+LANGUAGE sql VOLATILE AS $$
+    SELECT coalesce((SELECT j.held FROM pgwake.jobs j WHERE j.ordering_key = key
+                     ORDER BY j.priority, coalesce(j.ordering_at, j.run_at), j.id
+                     LIMIT 1), false)
 $$;

@@ -50,8 +50,8 @@ pub(crate) struct ClaimTx<'a> {
     pub client: &'a Client,
     pub savepoint: AtomicBool,
     /// The batch's asynchronous mark: made durable before the handler's
-    /// first statement (`claim::tx::ledger::Mark`).
-    pub mark: Option<&'a crate::claim::tx::ledger::Mark>,
+    /// first statement (`claim::tx::mark::Mark`).
+    pub mark: Option<&'a crate::claim::tx::mark::Mark>,
 }
 
 /// The job's deadline, which the handler may push back

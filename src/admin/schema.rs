@@ -114,6 +114,11 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "0016_workers.sql",
         sql: include_str!("../../migrations/0016_workers.sql"),
     },
+    Migration {
+        version: 17,
+        name: "0017_held_keys.sql",
+        sql: include_str!("../../migrations/0017_held_keys.sql"),
+    },
 ];
 
 /// The functions and triggers of `functions/`, re-applied by every migrate

@@ -112,7 +112,7 @@ pub(crate) struct ClaimContext {
     pub cancels: Arc<crate::claim::cancels::CancelBook>,
     /// Whether the last tx batch's handlers reached the database: the next
     /// batch's mark is then committed durably at once rather than flushed
-    /// when a handler first reaches it (`claim::tx::ledger::Mark`), which
+    /// when a handler first reaches it (`claim::tx::mark::Mark`), which
     /// costs that handler a round trip for nothing.
     pub marks_durable: std::sync::atomic::AtomicBool,
 }

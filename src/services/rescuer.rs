@@ -4,7 +4,11 @@
 //! the last attempt. Safe to run on any number of workers at once: each
 //! expired lease is moved exactly once (DELETE … SKIP LOCKED). It also
 //! turns tx-mode batch marks that outlived their transaction into suspects
-//! (`tx.rs`), and forgets crash charges of jobs that are gone.
+//! (`tx.rs`), and forgets crash charges of jobs that are gone. Last, it
+//! releases ordering keys whose next job stayed held (functions/keys.sql,
+//! `release_stalled_keys`): the keys a release could not settle at once,
+//! and a slice of every key with held jobs, so that no key stays held for
+//! good.
 
 use std::time::Duration;
 
@@ -16,6 +20,9 @@ use crate::metrics;
 
 /// Most expired leases moved per run.
 pub const RESCUE_BATCH_DEFAULT: i64 = 1000;
+/// Most ordering keys with held jobs looked at per run (the next run goes on
+/// from the last one).
+pub const KEY_SWEEP_BATCH: i64 = 1000;
 
 /// What one rescue run did.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -30,6 +37,14 @@ pub struct RescueReport {
     /// Expired leases that could not be moved (each logged at error level
     /// with its reason; they stay leased, and every run tries them again).
     pub failed: usize,
+    /// Ordering keys whose next job was released because its release had
+    /// been left for later (a producer was inserting a job of the key when
+    /// the job before it ended).
+    pub keys_rechecked: usize,
+    /// Ordering keys whose next job was released though no release had been
+    /// left for later: it was held with nothing of its key running (a missed
+    /// release; logged at warn level).
+    pub keys_stalled: usize,
 }
 
 /// How the rescuer runs.
@@ -65,12 +80,18 @@ impl RescuerConfig {
 pub struct Rescuer {
     pool: deadpool_postgres::Pool,
     config: RescuerConfig,
+    /// The last ordering key the sweep looked at (None: start over).
+    key_sweep_after: std::sync::Mutex<Option<String>>,
 }
 
 impl Rescuer {
     /// A rescuer on `pool`.
     pub fn new(pool: deadpool_postgres::Pool, config: RescuerConfig) -> Rescuer {
-        Rescuer { pool, config }
+        Rescuer {
+            pool,
+            config,
+            key_sweep_after: std::sync::Mutex::new(None),
+        }
     }
 
     /// Rescue until `shutdown`.
@@ -81,14 +102,27 @@ impl Rescuer {
                 _ = tokio::time::sleep(crate::services::poller::jitter(self.config.interval)) => {}
             }
             match self.run_once().await {
-                Ok(r) if r.requeued + r.dead > 0 => {
-                    tracing::warn!(
-                        requeued = r.requeued,
-                        dead = r.dead,
-                        "rescued expired leases"
-                    )
+                Ok(r) => {
+                    if r.requeued + r.dead > 0 {
+                        tracing::warn!(
+                            requeued = r.requeued,
+                            dead = r.dead,
+                            "rescued expired leases"
+                        )
+                    }
+                    if r.keys_stalled > 0 {
+                        tracing::warn!(
+                            keys = r.keys_stalled,
+                            "released ordering keys whose next job was held with nothing of its key running (a missed release)"
+                        )
+                    }
+                    if r.keys_rechecked > 0 {
+                        tracing::debug!(
+                            keys = r.keys_rechecked,
+                            "released ordering keys left for a recheck"
+                        )
+                    }
                 }
-                Ok(_) => {}
                 Err(e) => {
                     tracing::error!(error = %e, "rescuing expired leases failed; trying again next interval")
                 }
@@ -113,6 +147,14 @@ impl Rescuer {
             .execute(&sql::CLEANUP_ATTEMPTS, &[])
             .await;
         conn.check(r).map_err(Error::db("rescuer: cleanup"))?;
+        let after = self.key_sweep_after.lock().unwrap().clone();
+        let r = Db::unnamed(&conn)
+            .query_one(&sql::RELEASE_KEYS, &[&after, &KEY_SWEEP_BATCH])
+            .await;
+        let row = conn.check(r).map_err(Error::db("rescuer: ordering keys"))?;
+        report.keys_rechecked = row.get::<_, i64>(0) as usize;
+        report.keys_stalled = row.get::<_, i64>(1) as usize;
+        *self.key_sweep_after.lock().unwrap() = row.get(2);
         for row in &rows {
             let queue: String = row.get(0);
             let what: &str = row.get(1);

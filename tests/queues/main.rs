@@ -7,6 +7,7 @@
 mod common;
 
 mod bounds;
+mod key_backlog;
 mod many_queues;
 mod ordering;
 mod plans;

@@ -122,8 +122,8 @@ fn sorts_or_compiles(nodes: &[String]) -> bool {
 
 /// Which of the four plain claims, at these limits (and the ready-queues
 /// read, below), ran a plan that does anything but this: walk its claim
-/// index in order (`jobs_queue_claim_idx`
-/// for one queue, `jobs_claim_idx` for all), then delete the rows it locked
+/// index in order (`jobs_queue_ready_idx`
+/// for one queue, `jobs_claim_idx` for all: both leave out held jobs), then delete the rows it locked
 /// by their addresses (a TID scan). Found wrong before: a sort of the whole
 /// queue, a sequential scan of it, the delete walking `jobs_queue_claim_idx`
 /// for `id = ANY(…)` (a plan made on the empty table, where every index
@@ -136,7 +136,7 @@ async fn bad_plans(client: &Client, notices: &mut UnboundedReceiver<String>) -> 
             (
                 &CLAIM_TX_QUEUE,
                 format!("{limit}, 'default', NULL, '{{}}'"),
-                "jobs_queue_claim_idx",
+                "jobs_queue_ready_idx",
             ),
             (
                 &CLAIM_TX_ALL,
@@ -146,7 +146,7 @@ async fn bad_plans(client: &Client, notices: &mut UnboundedReceiver<String>) -> 
             (
                 &CLAIM_LEASE_QUEUE,
                 format!("{limit}, 'default', NULL, '{{}}', 'w', 30"),
-                "jobs_queue_claim_idx",
+                "jobs_queue_ready_idx",
             ),
             (
                 &CLAIM_LEASE_ALL,
@@ -166,7 +166,7 @@ async fn bad_plans(client: &Client, notices: &mut UnboundedReceiver<String>) -> 
         }
     }
     // The fair claims' read of the ready queues (migration 0013): every read
-    // of the jobs walks jobs_queue_claim_idx (the loose scan of the distinct
+    // of the jobs walks jobs_queue_ready_idx (the loose scan of the distinct
     // queues and each queue's first ready row), never jobs_claim_idx or
     // jobs_run_at_idx, which read every other queue's jobs too.
     for args in ["'{}', 100", "'{busy}', 1"] {
@@ -174,8 +174,8 @@ async fn bad_plans(client: &Client, notices: &mut UnboundedReceiver<String>) -> 
         let scans = scans_of_jobs(&nodes);
         let good = !scans.is_empty()
             && scans.iter().all(|n| {
-                *n == "Index Scan jobs jobs_queue_claim_idx"
-                    || *n == "Index Only Scan jobs jobs_queue_claim_idx"
+                *n == "Index Scan jobs jobs_queue_ready_idx"
+                    || *n == "Index Only Scan jobs jobs_queue_ready_idx"
             });
         if !good || sorts_or_compiles(&nodes) {
             bad.push(format!("{} ({args}): {nodes:?}", READY_QUEUES.name));

@@ -84,7 +84,13 @@ async fn producer_worker_and_monitor_roles_work_with_the_documented_grants() {
             "INSERT INTO pgwake.jobs (task) VALUES ('ok');
              SELECT pgwake.enqueue('ok', queue => 'long');
              SELECT pgwake.enqueue('fail_once');
-             SELECT pgwake.enqueue('doomed', max_attempts => 1);",
+             SELECT pgwake.enqueue('doomed', max_attempts => 1);
+             -- Keyed: the second of each key is held behind the first (the
+             -- insert trigger reads and updates what a producer may not).
+             SELECT pgwake.enqueue('ok', ordering_key => 'rk');
+             INSERT INTO pgwake.jobs (task, ordering_key) VALUES ('ok', 'rk');
+             SELECT pgwake.enqueue('ok', queue => 'long', ordering_key => 'lk');
+             SELECT pgwake.enqueue('ok', queue => 'long', ordering_key => 'lk');",
         )
         .await
         .unwrap();
@@ -109,7 +115,8 @@ async fn producer_worker_and_monitor_roles_work_with_the_documented_grants() {
         .unwrap_err();
     assert!(denied(&e), "a producer must not read payloads: {e}");
 
-    // Worker: tx mode, lease mode, a retry and a dead job.
+    // Worker: tx mode, lease mode, a retry, a dead job, and keyed jobs (each
+    // key's second job released when the first ends).
     let (_, worker_cfg) = as_role(&db, "rl_worker");
     let worker = Worker::builder(worker_cfg)
         .config(pgwake::WorkerConfig {
@@ -142,11 +149,11 @@ async fn producer_worker_and_monitor_roles_work_with_the_documented_grants() {
         .unwrap();
     let mut w = Running::start(worker);
     let events = w
-        .next_events(5, Duration::from_secs(60), |e| e.outcome() != "retry")
+        .next_events(9, Duration::from_secs(60), |e| e.outcome() != "retry")
         .await;
     let dead = events.iter().filter(|e| e.outcome() == "dead").count();
     let done = events.iter().filter(|e| e.outcome() == "done").count();
-    assert_eq!((done, dead), (4, 1), "{events:?}");
+    assert_eq!((done, dead), (8, 1), "{events:?}");
     w.stop.cancel();
     w.join.await.unwrap().unwrap();
 

@@ -38,7 +38,8 @@ async fn concurrent_migrate_leaves_one_correct_schema() {
         .scalar("SELECT string_agg(tgname, ',' ORDER BY tgname) FROM pg_trigger WHERE tgrelid = 'pgwake.jobs'::regclass AND NOT tgisinternal")
         .await;
     assert_eq!(
-        triggers, "jobs_hold_unique_key,jobs_notify",
+        triggers,
+        "jobs_hold_ordering_key,jobs_hold_unique_key,jobs_notify,jobs_release_ordering_key",
         "each trigger once"
     );
 }

@@ -49,7 +49,8 @@ use crate::db::sql::{
     CLAIM_TX_QUEUE as CLAIM_QUEUE, SUSPECTS,
 };
 
-pub(crate) mod ledger;
+mod ledger;
+pub(crate) mod mark;
 mod run;
 mod sizer;
 mod write;

@@ -30,8 +30,8 @@ pub(super) struct Session {
     /// The claim connection's server process (to cancel a timed-out query).
     pub(super) backend_pid: i32,
     /// The batch's asynchronous mark, made durable before a handler first
-    /// uses the database (`ledger::Mark`); none for a suspect run alone.
-    pub(super) mark: Option<std::sync::Arc<super::ledger::Mark>>,
+    /// uses the database (`mark::Mark`); none for a suspect run alone.
+    pub(super) mark: Option<std::sync::Arc<super::mark::Mark>>,
 }
 
 /// Run a claimed batch in claim order: runs of one batching handler's task

@@ -1,4 +1,5 @@
--- lease-mode claim from one queue ($2), in claim order on jobs_queue_claim_idx.
+-- lease-mode claim from one queue ($2), in claim order on
+-- jobs_queue_ready_idx (which leaves out held jobs).
 -- $1: limit, $3: only these tasks (NULL: any), $4: never these tasks,
 -- $5: worker id, $6: lease seconds.
 --

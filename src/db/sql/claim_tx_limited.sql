@@ -57,6 +57,7 @@ c AS (
           AND ($3::text[] IS NULL OR task = ANY($3::text[])) AND task <> ALL($4::text[])
           -- CASE, not `ordering_key IS NULL OR …`, which the planner rates at
           -- 0.5% without statistics (ARCHITECTURE.md, "The claim predicate").
+          AND NOT held
           AND CASE WHEN ordering_key IS NULL THEN true
                    ELSE pgwake.ordering_free(ordering_key, priority, coalesce(ordering_at, run_at), id) END
         ORDER BY priority, run_at, id

@@ -31,6 +31,7 @@ c AS (
         WHERE id = $1 AND run_at <= now()
           -- CASE, not `ordering_key IS NULL OR …`, which the planner rates at
           -- 0.5% without statistics (ARCHITECTURE.md, "The claim predicate").
+          AND NOT held
           AND CASE WHEN ordering_key IS NULL THEN true
                    ELSE pgwake.ordering_free(ordering_key, priority, coalesce(ordering_at, run_at), id) END
           AND NOT EXISTS (SELECT FROM settings WHERE paused)
