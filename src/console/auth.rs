@@ -102,15 +102,15 @@ pub(crate) fn session(app: &App, headers: &HeaderMap) -> Option<String> {
     app.sessions.csrf_of(&cookie(headers)?)
 }
 
-/// A request from another site: an `Origin` (or `Sec-Fetch-Site`) that is
-/// not this console's.
+/// A request from another site. Browsers say where a request comes from
+/// in `Sec-Fetch-Site` (only `same-origin`, or `none` for one the user
+/// typed, pass); without it, an `Origin` must be this console's. A request
+/// with neither (a script, not a browser) still needs the session and the
+/// CSRF token.
 fn cross_origin(headers: &HeaderMap) -> bool {
-    if headers
-        .get("sec-fetch-site")
-        .and_then(|v| v.to_str().ok())
-        .is_some_and(|v| v == "cross-site" || v == "same-site")
-    {
-        return true;
+    if let Some(site) = headers.get("sec-fetch-site") {
+        let site = site.to_str().unwrap_or_default();
+        return !(site == "same-origin" || site == "none");
     }
     let Some(origin) = headers.get(header::ORIGIN) else {
         return false;
@@ -287,6 +287,10 @@ mod tests {
         );
         assert!(cross_origin(&h));
         h.insert(header::ORIGIN, HeaderValue::from_static("null"));
+        assert!(cross_origin(&h));
+        h.insert("sec-fetch-site", HeaderValue::from_static("same-origin"));
+        assert!(!cross_origin(&h), "a browser's own word wins");
+        h.insert("sec-fetch-site", HeaderValue::from_static("cross-site"));
         assert!(cross_origin(&h));
     }
 

@@ -694,7 +694,7 @@ pub(crate) async fn job(
                 }
             }
             div.panel #explanation {
-                h2 style="margin-top:0" { "Why isn't it running?" }
+                h2.first { "Why isn't it running?" }
                 ol.reasons {
                     @for r in &d.explanation {
                         li {

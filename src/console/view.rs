@@ -24,7 +24,7 @@ pub(crate) async fn js() -> impl IntoResponse {
 
 /// On every response: nothing but this console's own files may load or
 /// run (no inline script, no other site), no framing, no caching, no
-/// referrer.
+/// referrer sent to another site.
 pub(crate) async fn secure_headers(mut response: Response) -> Response {
     let h = response.headers_mut();
     for (name, value) in [
@@ -35,7 +35,7 @@ pub(crate) async fn secure_headers(mut response: Response) -> Response {
         ),
         ("x-frame-options", "DENY"),
         ("x-content-type-options", "nosniff"),
-        ("referrer-policy", "no-referrer"),
+        ("referrer-policy", "same-origin"),
         ("cache-control", "no-store"),
     ] {
         h.insert(name, HeaderValue::from_static(value));
@@ -70,7 +70,7 @@ pub(crate) fn page(title: &str, here: &str, who: Who<'_>, body: Markup) -> Marku
             head {
                 meta charset="utf-8";
                 meta name="viewport" content="width=device-width, initial-scale=1";
-                meta name="referrer" content="no-referrer";
+                meta name="referrer" content="same-origin";
                 title { (title) " · pgwake" }
                 link rel="stylesheet" href="/assets/console.css";
                 script src="/assets/console.js" defer {}
