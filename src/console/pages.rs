@@ -25,6 +25,10 @@ pub(crate) const PAGE: i32 = 50;
 /// estimate): an exact count of a huge backlog costs more than it tells.
 pub(crate) const DEPTH_CAP: i64 = gauges::DEPTH_CAP_DEFAULT;
 
+/// Ready jobs per queue and priority the overview checks for a worker
+/// that can run them (a lower bound beyond).
+const UNSERVED_HEAD: i32 = 100;
+
 /// A connection of the console's pool.
 pub(crate) async fn conn(app: &App) -> Result<deadpool_postgres::Object, PageError> {
     app.pool
@@ -166,7 +170,7 @@ async fn overview_body(app: &App) -> Result<Markup, PageError> {
     let horizon = activity::horizon(c, 5).await?;
     let tables = activity::tables(c).await?;
     let settings = queues::list(c).await?;
-    let unserved = workers::unserved(c, 100, 2000)
+    let unserved = workers::unserved(c, UNSERVED_HEAD, 2000)
         .await
         .map_err(Error::db("reading unserved jobs"))?;
     let fleet = workers::list(c).await?;
@@ -210,10 +214,10 @@ async fn overview_body(app: &App) -> Result<Markup, PageError> {
     Ok(html! {
         div.cards {
             div.card { div.label { "Ready" } div.value { (capped(total_ready)) }
-                @if let Some(t) = estimate("jobs") { div.note { "≈ " (count(t.estimated_rows)) " rows in pgwake.jobs" } } }
+                @if let Some(t) = estimate("jobs").filter(|t| t.estimated_rows > 0) { div.note { "≈ " (count(t.estimated_rows)) " rows in pgwake.jobs" } } }
             div.card { div.label { "Running" } div.value { (count(total_running)) } div.note { "lease and tx mode" } }
             div.card { div.label { "Dead" } div.value { (capped(total_dead)) }
-                @if let Some(t) = estimate("dead_jobs") { div.note { "≈ " (count(t.estimated_rows)) " rows" } } }
+                @if let Some(t) = estimate("dead_jobs").filter(|t| t.estimated_rows > 0) { div.note { "≈ " (count(t.estimated_rows)) " rows" } } }
             div.card { div.label { "Live workers" } div.value { (live) }
                 div.note { a href="/workers" { "see workers" } } }
             div.card { div.label { "Oldest transaction" } div.value { (seconds(sample.oldest_transaction_age)) }
@@ -268,7 +272,7 @@ async fn overview_body(app: &App) -> Result<Markup, PageError> {
                 table {
                     thead { tr { th { "Queue" } th { "Task" } th.num { "Jobs" } th.num { "Oldest" } } }
                     tbody { @for u in &unserved { tr {
-                        td { (u.queue) } td { (u.task) } td.num { (count(u.jobs)) } td.num { (seconds(u.oldest_age_seconds)) }
+                        td { (u.queue) } td { (u.task) } td.num { (count(u.jobs)) @if u.jobs >= UNSERVED_HEAD as i64 { "+" } } td.num { (seconds(u.oldest_age_seconds)) }
                     } } }
                 }
             }
@@ -600,7 +604,7 @@ pub(crate) async fn jobs(
                             td.num { a href={ "/jobs/" (r.id) } { (r.id) } }
                             td { span class=(view::state_class(&r.state)) { (r.state) } }
                             td { @if let Some(b) = badge.get(&r.id) {
-                                span.reason class=(view::reason_class(&b.reason)) title=(b.detail) { (b.reason) }
+                                span class={ "reason " (view::reason_class(&b.reason)) } title=(b.detail) { (b.reason) }
                             } }
                             td { (r.queue) }
                             td { (r.task) }

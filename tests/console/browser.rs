@@ -359,33 +359,60 @@ async fn no_producer_value_runs_as_script_in_the_browser() {
 async fn screenshots_for_the_docs() {
     let db = migrated_db().await;
     let c = db.client().await;
+    // Jobs held for every kind of reason, first by id: a paused queue and an
+    // ordering key (crm), a full max-running limit (email), a task no
+    // worker has a handler for (images), a scheduled job (reports); then
+    // a backlog, and thumbnails that finish (history on: jobs/s).
     c.batch_execute(
-        "SELECT pgwake.enqueue('send_email', jsonb_build_object('to', 'user' || g || '@example.com'), queue => 'email')
-           FROM generate_series(1, 120) g;
-         SELECT pgwake.enqueue('resize_image', jsonb_build_object('image', g || '.jpg', 'width', 1280), queue => 'default')
-           FROM generate_series(1, 840) g;
-         SELECT pgwake.enqueue('sync_crm', jsonb_build_object('customer', 42, 'amount', 1234567890.123456789), queue => 'crm',
-                               ordering_key => 'customer:42') FROM generate_series(1, 3);
+        "SELECT pgwake.pause_queue('crm');
+         SELECT pgwake.set_queue_max_running('email', 2);
+         SELECT pgwake.set_queue_rate('thumbs', 40, interval '1 second');
+         INSERT INTO pgwake.history_settings (keep) VALUES (interval '7 days')
+             ON CONFLICT (singleton) DO UPDATE SET keep = excluded.keep;
+         SELECT pgwake.enqueue('sync_crm', jsonb_build_object('customer', 42, 'amount', 1234567890.123456789),
+                               queue => 'crm', ordering_key => 'customer:42') FROM generate_series(1, 3);
+         SELECT pgwake.enqueue('send_email', jsonb_build_object('to', 'user' || g || '@example.com'), queue => 'email')
+           FROM generate_series(1, 6) g;
+         SELECT pgwake.enqueue('resize_image', jsonb_build_object('image', g || '.jpg', 'width', 1280), queue => 'images')
+           FROM generate_series(1, 3) g;
          SELECT pgwake.enqueue('report', '{\"month\": \"2026-11\"}', queue => 'reports', run_at => now() + interval '10 minutes');
-         SELECT pgwake.pause_queue('crm');
-         SELECT pgwake.set_queue_max_running('email', 4);
-         SELECT pgwake.set_queue_rate('default', 50, interval '1 second');",
+         SELECT pgwake.enqueue('resize_image', jsonb_build_object('image', g || '.jpg'), queue => 'images')
+           FROM generate_series(4, 840) g;
+         SELECT pgwake.enqueue('thumbnail', jsonb_build_object('image', g || '.jpg'), queue => 'thumbs')
+           FROM generate_series(1, 2000) g;",
     )
     .await
     .unwrap();
     let worker = Worker::builder(db.config())
         .config(WorkerConfig {
-            queues: Some(vec!["reports".into()]),
+            queues: Some(vec![
+                "email".into(),
+                "reports".into(),
+                "thumbs".into(),
+                "images".into(),
+            ]),
             ..test_config()
         })
+        .handler("send_email", ExecHandler::parse("sleep 600").unwrap())
         .handler("report", ExecHandler::parse("true").unwrap())
+        .handler("thumbnail", ExecHandler::parse("true").unwrap())
         .build()
         .unwrap();
     let w = Running::start(worker);
     w.until_waiting(&db).await;
+    tokio::time::sleep(Duration::from_secs(4)).await;
     let console = Console::start(&db, true).await;
     let b = Browser::start().await;
     b.client.set_window_size(1280, 860).await.unwrap();
+    b.client.goto(&console.url("/login?next=/")).await.unwrap();
+    b.client
+        .find(Locator::Css("#token"))
+        .await
+        .unwrap()
+        .send_keys(TOKEN)
+        .await
+        .unwrap();
+    click(&b, "button[type=submit]").await;
     let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/src/images");
     std::fs::create_dir_all(&dir).unwrap();
     let crm: i64 = db
@@ -394,7 +421,7 @@ async fn screenshots_for_the_docs() {
     for (path, file) in [
         ("/".to_string(), "console-overview.png"),
         (format!("/jobs/{crm}"), "console-job.png"),
-        ("/jobs?queue=crm".to_string(), "console-explain.png"),
+        ("/jobs?state=waiting".to_string(), "console-explain.png"),
     ] {
         b.client.goto(&console.url(&path)).await.unwrap();
         text(&b, "main").await;
@@ -403,5 +430,6 @@ async fn screenshots_for_the_docs() {
     }
     b.close().await;
     w.stop.cancel();
+    w.abort.cancel();
     let _ = w.join.await;
 }

@@ -459,3 +459,39 @@ async fn run_now_enqueues_one_job_as_the_next_tick_would_and_leaves_the_ticks() 
         Err(schedules::ScheduleError::NotFound(_))
     ));
 }
+
+#[tokio::test]
+async fn a_worker_started_with_ui_addr_serves_the_console_and_stops_with_it() {
+    let db = migrated_db().await;
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let addr: std::net::SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
+    let child = spawn_pgwake_run(
+        &db.url,
+        &["--handler", "t=exec:true", "--ui-addr", &addr.to_string()],
+    );
+    until("the console answers", 60, || async {
+        tokio::net::TcpStream::connect(addr).await.is_ok()
+    })
+    .await;
+    let mut live = String::new();
+    for _ in 0..100 {
+        live = http(addr, "GET", "/workers", &[], None).await.body;
+        if live.contains("<code>t</code>") {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    }
+    assert!(live.contains("read-only"), "{live}");
+    assert!(
+        live.contains("<code>t</code>"),
+        "the worker lists itself: {live}"
+    );
+    send_signal(&child, libc::SIGTERM);
+    let out = wait_exit(child, std::time::Duration::from_secs(30)).await;
+    assert!(out.status.success(), "{out:?}");
+    assert!(tokio::net::TcpStream::connect(addr).await.is_err());
+}
