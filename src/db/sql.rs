@@ -96,6 +96,7 @@ statements! {
     EXPLAIN = "explain" [INT8];
     JOB_HISTORY = "job_history" [INT8];
     JOB_PAYLOAD = "job_payload" [INT8];
+    LIST_FINISHED = "list_finished" [INT8, TEXT, TEXT, TEXT, TEXT, INT4];
     LIST_JOBS = "list_jobs" [TEXT, TEXT, TEXT, TEXT, TEXT, TEXT, INT8, INT4];
     ENQUEUE = "enqueue" [TEXT_ARRAY, JSONB_ARRAY, TEXT_ARRAY, TEXT_ARRAY, INT4_ARRAY, INT4_ARRAY,
         FLOAT8_ARRAY, FLOAT8_ARRAY, TEXT_ARRAY, TEXT_ARRAY, BOOL_ARRAY];

@@ -495,3 +495,80 @@ async fn a_worker_started_with_ui_addr_serves_the_console_and_stops_with_it() {
     assert!(out.status.success(), "{out:?}");
     assert!(tokio::net::TcpStream::connect(addr).await.is_err());
 }
+
+#[tokio::test]
+async fn finished_jobs_are_listed_as_pgwake_list_jobs_lists_them_a_page_at_a_time() {
+    let db = migrated_db().await;
+    let c = db.client().await;
+    c.batch_execute(
+        "SELECT pgwake.history_partition(current_date);
+         INSERT INTO pgwake.finished_jobs (id, queue, task, payload, outcome, error, attempts,
+                                           enqueued_at, finished_at, worker, unique_key)
+         SELECT 1000 + i, 'q' || (i % 3), 't' || (i % 2), jsonb_build_object('customer', i % 5),
+                CASE WHEN i % 4 = 0 THEN 'dead' ELSE 'done' END, CASE WHEN i % 4 = 0 THEN 'boom' END,
+                1, now() - interval '1 minute', now() - make_interval(secs => i), 'w', 'u' || i
+         FROM generate_series(1, 60) i;",
+    )
+    .await
+    .unwrap();
+    let filters = [
+        JobFilter::default(),
+        JobFilter {
+            queue: Some("q1".into()),
+            ..JobFilter::default()
+        },
+        JobFilter {
+            task: Some("t0".into()),
+            payload: Some(serde_json::json!({"customer": 3})),
+            ..JobFilter::default()
+        },
+        JobFilter {
+            unique_key: Some("u7".into()),
+            ..JobFilter::default()
+        },
+    ];
+    for f in filters {
+        let mut after = 0;
+        let mut pages = 0;
+        loop {
+            let page = JobFilter {
+                state: Some("finished".into()),
+                after_id: after,
+                page: 7,
+                ..f.clone()
+            };
+            let ours = pgwake::admin::jobs::list(&c, &page).await.unwrap();
+            let payload = page.payload.as_ref().map(|p| p.to_string());
+            let theirs: Vec<(i64, String, String, String, Option<String>)> = c
+                .query(
+                    "SELECT id, job_state, job_queue, job_task, last_error
+                     FROM pgwake.list_jobs('finished', $1, $2, NULL, $3, $4::text::jsonb, $5, 7)",
+                    &[&page.queue, &page.task, &page.unique_key, &payload, &after],
+                )
+                .await
+                .unwrap()
+                .iter()
+                .map(|r| (r.get(0), r.get(1), r.get(2), r.get(3), r.get(4)))
+                .collect();
+            let mine: Vec<_> = ours
+                .iter()
+                .map(|r| {
+                    (
+                        r.id,
+                        r.state.clone(),
+                        r.queue.clone(),
+                        r.task.clone(),
+                        r.last_error.clone(),
+                    )
+                })
+                .collect();
+            assert_eq!(mine, theirs, "{f:?} after {after}");
+            pages += 1;
+            match ours.last() {
+                Some(last) if ours.len() == 7 => after = last.id,
+                _ => break,
+            }
+        }
+        assert!(pages >= 1);
+    }
+}
