@@ -469,10 +469,21 @@ async fn a_worker_started_with_ui_addr_serves_the_console_and_stops_with_it() {
         .unwrap()
         .port();
     let addr: std::net::SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
-    let child = spawn_pgwake_run(
+    let mut child = Some(spawn_pgwake_run(
         &db.url,
         &["--handler", "t=exec:true", "--ui-addr", &addr.to_string()],
-    );
+    ));
+    // Killed if an assertion fails first.
+    struct Reap<'a>(&'a mut Option<std::process::Child>);
+    impl Drop for Reap<'_> {
+        fn drop(&mut self) {
+            if let Some(c) = self.0.as_mut() {
+                let _ = c.kill();
+                let _ = c.wait();
+            }
+        }
+    }
+    let reap = Reap(&mut child);
     until("the console answers", 60, || async {
         tokio::net::TcpStream::connect(addr).await.is_ok()
     })
@@ -490,6 +501,8 @@ async fn a_worker_started_with_ui_addr_serves_the_console_and_stops_with_it() {
         live.contains("<code>t</code>"),
         "the worker lists itself: {live}"
     );
+    let child = reap.0.take().unwrap();
+    drop(reap);
     send_signal(&child, libc::SIGTERM);
     let out = wait_exit(child, std::time::Duration::from_secs(30)).await;
     assert!(out.status.success(), "{out:?}");
