@@ -165,6 +165,15 @@ pub(crate) async fn schedule_action(
     Ok(Redirect::to(&format!("/jobs/{id}?did=run_now")).into_response())
 }
 
+/// With an id filter, that job alone (the selection starts at it).
+fn only(mut m: bulk::Matching, id: Option<i64>) -> bulk::Matching {
+    if let Some(id) = id {
+        m.ids.retain(|x| *x == id);
+        m.more = false;
+    }
+    m
+}
+
 /// The bulk forms' fields: the action and the Jobs page's filters.
 #[derive(Deserialize)]
 pub(crate) struct BulkForm {
@@ -184,10 +193,10 @@ pub(crate) async fn bulk_review(
 ) -> PageResult {
     auth::authorize(&app, &headers, &f.csrf)?;
     let action: BulkAction = f.action.parse()?;
-    let (filter, _) = f.filters.to_filter()?;
+    let (filter, id) = f.filters.to_filter()?;
     let mut conn = conn(&app).await?;
     let tx = pages::read_tx(&app, &mut conn).await?;
-    let matching = bulk::select(tx.client(), &filter, action).await?;
+    let matching = only(bulk::select(tx.client(), &filter, action).await?, id);
     tx.commit().await.map_err(Error::db("console: commit"))?;
     let csrf = Some(f.csrf.clone());
     let n = matching.ids.len();
@@ -234,10 +243,10 @@ pub(crate) async fn bulk_apply(
 ) -> PageResult {
     auth::authorize(&app, &headers, &f.csrf)?;
     let action: BulkAction = f.action.parse()?;
-    let (filter, _) = f.filters.to_filter()?;
+    let (filter, id) = f.filters.to_filter()?;
     let mut conn = conn(&app).await?;
     let tx = write_tx(&app, &mut conn).await?;
-    let matching = bulk::select(tx.client(), &filter, action).await?;
+    let matching = only(bulk::select(tx.client(), &filter, action).await?, id);
     let changed = bulk::apply(tx.client(), action, &matching.ids).await?;
     tx.commit().await.map_err(Error::db("console: commit"))?;
     tracing::info!(action = action.as_str(), changed, "console: bulk action");

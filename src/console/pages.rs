@@ -509,6 +509,7 @@ impl Filters {
             input type="hidden" name="ordering_key" value=(self.ordering_key);
             input type="hidden" name="unique_key" value=(self.unique_key);
             input type="hidden" name="payload" value=(self.payload);
+            input type="hidden" name="id" value=(self.id);
         }
     }
 
@@ -521,6 +522,7 @@ impl Filters {
             ("ordering key", self.ordering_key.trim()),
             ("unique key", self.unique_key.trim()),
             ("payload", self.payload.trim()),
+            ("id", self.id.trim()),
         ]
         .into_iter()
         .filter(|(_, v)| !v.is_empty())

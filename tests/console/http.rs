@@ -585,3 +585,71 @@ async fn finished_jobs_are_listed_as_pgwake_list_jobs_lists_them_a_page_at_a_tim
         assert!(pages >= 1);
     }
 }
+
+#[tokio::test]
+async fn a_bulk_action_counts_first_and_changes_only_what_its_filters_match() {
+    let db = migrated_db().await;
+    let c = db.client().await;
+    let mail = dead_jobs(&c, "mail", 3).await;
+    let other = dead_jobs(&c, "other", 1).await;
+    let console = Console::start(&db, true).await;
+    let (cookie, csrf) = login(&console, TOKEN).await.unwrap();
+    let post = |path: &'static str, form: String| {
+        let cookie = cookie.clone();
+        let addr = console.addr;
+        async move { http(addr, "POST", path, &[("Cookie", &cookie)], Some(&form)).await }
+    };
+    // One job by id: counted 1, and only it changes.
+    let one = format!(
+        "csrf={csrf}&action=retry&state=dead&queue=mail&id={}",
+        mail[1]
+    );
+    let review = post("/bulk/review", one.clone()).await;
+    assert_eq!(review.status, 200, "{}", review.body);
+    assert!(
+        review.body.contains("<strong id=\"bulk-count\">1</strong>"),
+        "{}",
+        review.body
+    );
+    let still: i64 = db.scalar("SELECT count(*) FROM pgwake.dead_jobs").await;
+    assert_eq!(still, 4, "the review changes nothing");
+    let done = post("/bulk/apply", one).await;
+    assert_eq!(done.status, 200, "{}", done.body);
+    let left: Vec<i64> = c
+        .query("SELECT id FROM pgwake.dead_jobs ORDER BY id", &[])
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    assert_eq!(left, vec![mail[0], mail[2], other[0]]);
+    // The rest of queue mail, deleted for good; the other queue untouched.
+    let rest = format!("csrf={csrf}&action=delete&state=dead&queue=mail");
+    let review = post("/bulk/review", rest.clone()).await;
+    assert!(
+        review.body.contains("<strong id=\"bulk-count\">2</strong>"),
+        "{}",
+        review.body
+    );
+    post("/bulk/apply", rest).await;
+    let left: Vec<i64> = c
+        .query("SELECT id FROM pgwake.dead_jobs ORDER BY id", &[])
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    assert_eq!(left, other);
+    // Cancelling dead jobs is refused, naming what cancel applies to.
+    let bad = post(
+        "/bulk/review",
+        format!("csrf={csrf}&action=cancel&state=dead"),
+    )
+    .await;
+    assert_eq!(bad.status, 400, "{}", bad.body);
+    assert!(
+        bad.body.contains("waiting, scheduled, running"),
+        "{}",
+        bad.body
+    );
+}
