@@ -1,6 +1,6 @@
 //! What the console's overview reads besides the gauges
-//! ([`crate::admin::gauges`]): jobs running per queue and what the limits
-//! use, jobs finished per minute (history on), what holds back the vacuum
+//! ([`crate::admin::gauges`]): jobs running and retrying per queue and what
+//! the limits use, jobs finished per minute (history on), what holds back the vacuum
 //! horizon, and the queue tables' estimated sizes. Every read is bounded on
 //! any backlog (index ranges, catalog views, estimates: never a `count(*)`
 //! over the queue or the history) and takes no lock.
@@ -28,10 +28,13 @@ pub struct QueueActivity {
     pub slots_used: Option<i64>,
     /// Admissions within its rate window (0 without a rate limit).
     pub rate_used: i64,
+    /// Jobs waiting out a retry backoff (scheduled, attempts > 0), among
+    /// the first [`TX_RUNNING_WINDOW`] scheduled jobs of each priority.
+    pub retrying: i64,
 }
 
-/// Per queue: jobs running and limit use (queues with none of these are
-/// left out).
+/// Per queue: jobs running, jobs retrying and limit use (queues with none
+/// of these are left out).
 pub async fn queues(client: &tokio_postgres::Client) -> Result<Vec<QueueActivity>> {
     let rows = Db::unnamed(client)
         .query(&sql::ACTIVITY_QUEUES, &[&TX_RUNNING_WINDOW])
@@ -45,6 +48,7 @@ pub async fn queues(client: &tokio_postgres::Client) -> Result<Vec<QueueActivity
             tx_running: r.get(2),
             slots_used: r.get(3),
             rate_used: r.get(4),
+            retrying: r.get(5),
         })
         .collect())
 }

@@ -147,6 +147,7 @@ struct Line {
     oldest: f64,
     leased: i64,
     tx_running: i64,
+    retrying: i64,
     paused: bool,
     max_running: Option<i32>,
     slots_used: Option<i64>,
@@ -195,6 +196,7 @@ async fn overview_body(app: &App) -> Result<Markup, PageError> {
         l.tx_running = a.tx_running;
         l.slots_used = a.slots_used;
         l.rate_used = a.rate_used;
+        l.retrying = a.retrying;
     }
     for s in &settings {
         let l = lines.entry(s.queue.clone()).or_default();
@@ -236,6 +238,7 @@ async fn overview_body(app: &App) -> Result<Markup, PageError> {
                 table {
                     thead { tr {
                         th { "Queue" } th { "State" } th.num { "Ready" } th.num { "Scheduled" }
+                        th.num title="scheduled again after a failed attempt" { "Retrying" }
                         th.num { "Running" } th.num { "Dead" } th.num { "Oldest ready" }
                         th.num { "Max running" } th.num { "Rate" }
                         @if finished.is_some() { th.num title="finished in the last minute, from the history" { "Jobs/s (1 min)" } }
@@ -247,6 +250,7 @@ async fn overview_body(app: &App) -> Result<Markup, PageError> {
                                 td { @if l.paused { span.badge.b-warn { "paused" } } @else { span.badge.b-ok { "running" } } }
                                 td.num { a href={ "/jobs?state=waiting&queue=" (encode(name)) } { (capped(l.ready)) } }
                                 td.num { (capped(l.scheduled)) }
+                                td.num { (count(l.retrying)) }
                                 td.num title={ (l.leased) " lease, " (l.tx_running) " tx" } { (count(l.leased + l.tx_running)) }
                                 td.num { @if l.dead > 0 { a href={ "/jobs?state=dead&queue=" (encode(name)) } { (capped(l.dead)) } } @else { "0" } }
                                 td.num { @if l.ready > 0 { (seconds(l.oldest)) } @else { span.muted { "—" } } }

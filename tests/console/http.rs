@@ -653,3 +653,29 @@ async fn a_bulk_action_counts_first_and_changes_only_what_its_filters_match() {
         bad.body
     );
 }
+
+#[tokio::test]
+async fn the_overview_counts_retrying_jobs_and_limits_in_use_per_queue() {
+    let db = migrated_db().await;
+    let c = db.client().await;
+    c.batch_execute(
+        "SELECT pgwake.enqueue('t', queue => 'mail');
+         UPDATE pgwake.jobs SET attempts = 1, last_error = 'smtp', run_at = now() + interval '1 hour';
+         SELECT pgwake.enqueue('t', queue => 'mail', run_at => now() + interval '1 hour');
+         SELECT pgwake.set_queue_max_running('mail', 3);
+         SELECT pgwake.set_queue_rate('mail', 5, interval '1 minute');",
+    )
+    .await
+    .unwrap();
+    let a = pgwake::admin::activity::queues(&c).await.unwrap();
+    let mail = a.iter().find(|q| q.queue == "mail").expect("mail listed");
+    assert_eq!(mail.retrying, 1, "{a:?}");
+    assert_eq!((mail.leased, mail.tx_running), (0, 0));
+    assert_eq!(mail.slots_used, Some(0));
+    assert_eq!(mail.rate_used, 0);
+    let console = Console::start(&db, false).await;
+    let page = get(&console, "/").await.body;
+    assert!(page.contains("Retrying"), "{page}");
+    assert!(page.contains("0 / 3"), "max running in use / limit: {page}");
+    assert!(page.contains("0 / 5/min"), "rate in use / limit: {page}");
+}
