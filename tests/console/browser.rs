@@ -27,28 +27,41 @@ async fn slow_sql_function(db: &TestDb) {
         .unwrap();
 }
 
+/// The text of the first element matching `css`, once there (found again
+/// if the page replaced it meanwhile).
 async fn text(b: &Browser, css: &str) -> String {
-    b.client
-        .wait()
-        .at_most(Duration::from_secs(20))
-        .for_element(Locator::Css(css))
-        .await
-        .unwrap_or_else(|e| panic!("{css}: {e}"))
-        .text()
-        .await
-        .unwrap()
+    let mut last = String::new();
+    for _ in 0..200 {
+        match b.client.find(Locator::Css(css)).await {
+            Ok(el) => match el.text().await {
+                Ok(t) => return t,
+                Err(e) => last = e.to_string(),
+            },
+            Err(e) => last = e.to_string(),
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    panic!("{css}: {last}");
 }
 
+/// Click the first element matching `css`, which submits a form or follows
+/// a link, and wait until the page it was on is gone.
 async fn click(b: &Browser, css: &str) {
-    b.client
+    let el = b
+        .client
         .wait()
         .at_most(Duration::from_secs(20))
         .for_element(Locator::Css(css))
         .await
-        .unwrap_or_else(|e| panic!("{css}: {e}"))
-        .click()
-        .await
-        .unwrap();
+        .unwrap_or_else(|e| panic!("{css}: {e}"));
+    el.click().await.unwrap();
+    for _ in 0..200 {
+        if el.tag_name().await.is_err() {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    panic!("clicking {css} left the page as it was");
 }
 
 async fn scalar<T>(c: &tokio_postgres::Client, sql: &str, id: i64) -> T
