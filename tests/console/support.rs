@@ -152,10 +152,13 @@ pub fn encode(s: &str) -> String {
         .collect()
 }
 
-/// A chromedriver on a free port and a headless Chromium session.
+/// A chromedriver on a free port and a headless Chromium session, in a
+/// process group of their own (killed whole when the test ends, also on a
+/// failure), with a throwaway profile directory.
 pub struct Browser {
     pub client: fantoccini::Client,
     driver: Child,
+    _profile: tempfile::TempDir,
 }
 
 fn executable(names: &[&str]) -> Option<String> {
@@ -183,15 +186,17 @@ impl Browser {
             .local_addr()
             .unwrap()
             .port();
+        use std::os::unix::process::CommandExt;
         let driver = Command::new(driver_bin)
             .arg(format!("--port={port}"))
+            .process_group(0)
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
             .expect("start chromedriver");
         let url = format!("http://127.0.0.1:{port}");
         let mut caps = serde_json::Map::new();
-        let profile = tempfile::tempdir().unwrap().keep();
+        let profile = tempfile::tempdir().unwrap();
         caps.insert(
             "goog:chromeOptions".into(),
             serde_json::json!({
@@ -199,7 +204,7 @@ impl Browser {
                 "args": [
                     "--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
                     "--window-size=1280,900", "--no-first-run", "--disable-extensions",
-                    format!("--user-data-dir={}", profile.display()),
+                    format!("--user-data-dir={}", profile.path().display()),
                 ],
             }),
         );
@@ -211,10 +216,20 @@ impl Browser {
                 .connect(&url)
                 .await
             {
-                Ok(client) => return Browser { client, driver },
+                Ok(client) => {
+                    return Browser {
+                        client,
+                        driver,
+                        _profile: profile,
+                    }
+                }
                 Err(e) => last = Some(e.to_string()),
             }
             tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+        // SAFETY: kill(2) on the process group of our own child.
+        unsafe {
+            libc::kill(-(driver.id() as i32), libc::SIGKILL);
         }
         panic!("no WebDriver session: {last:?}");
     }
@@ -229,17 +244,19 @@ impl Browser {
             .unwrap()
     }
 
-    /// Close the session and stop chromedriver.
-    pub async fn close(mut self) {
+    /// Close the session; dropping stops chromedriver and the browser.
+    pub async fn close(self) {
         let _ = self.client.clone().close().await;
-        let _ = self.driver.kill();
-        let _ = self.driver.wait();
     }
 }
 
 impl Drop for Browser {
     fn drop(&mut self) {
-        let _ = self.driver.kill();
+        // SAFETY: kill(2) on the process group of our own child.
+        unsafe {
+            libc::kill(-(self.driver.id() as i32), libc::SIGKILL);
+        }
+        let _ = self.driver.wait();
     }
 }
 
