@@ -190,10 +190,22 @@ async fn bind_metrics(addr: Option<SocketAddr>) -> Result<tokio::net::TcpListene
     }
 }
 
+/// Bind the console's default address, else a free port beside it.
+async fn bind_console() -> Result<tokio::net::TcpListener> {
+    let default: SocketAddr = pgwake::console::UI_ADDR_DEFAULT
+        .parse()
+        .map_err(|_| Error::Unexpected("the console's default address"))?;
+    match pgwake::console::bind(default).await {
+        Ok(l) => Ok(l),
+        Err(_) => pgwake::console::bind(SocketAddr::new(default.ip(), 0)).await,
+    }
+}
+
 /// Run the demo until a signal.
 pub async fn run(opts: DemoOptions) -> Result<()> {
     let mut stop_signal = StopSignal::install()?;
     let metrics = bind_metrics(opts.metrics_addr).await?;
+    let console = bind_console().await?;
     let mut cluster = None;
     let url = match &opts.database_url {
         Some(url) => url.clone(),
@@ -211,7 +223,7 @@ pub async fn run(opts: DemoOptions) -> Result<()> {
             url
         }
     };
-    let result = run_on(&url, metrics, &mut stop_signal, cluster.is_some()).await;
+    let result = run_on(&url, metrics, console, &mut stop_signal, cluster.is_some()).await;
     if let Some(mut c) = cluster {
         tokio::task::spawn_blocking(move || c.shutdown()).await.ok();
         println!("throwaway PostgreSQL stopped and removed");
@@ -259,7 +271,13 @@ fn pgwake_command() -> String {
     }
 }
 
-fn print_look_around(url: &str, metrics: SocketAddr, keeps_cluster: bool, email_queue: &str) {
+fn print_look_around(
+    url: &str,
+    metrics: SocketAddr,
+    console: &str,
+    keeps_cluster: bool,
+    email_queue: &str,
+) {
     use crate::commands::shell::quote;
     let pgwake = pgwake_command();
     // Its full path may hold a space.
@@ -279,6 +297,7 @@ fn print_look_around(url: &str, metrics: SocketAddr, keeps_cluster: bool, email_
         // The user's own URL may hold a password: never echoed.
         println!("  export DATABASE_URL=…   # the URL given to --database-url");
     }
+    println!("  open {console}   # the console: queues, jobs and why they wait, workers");
     println!("  {pgwake} stats");
     println!("  {pgwake} dead list");
     println!("  {pgwake} enqueue --task send_email --queue {} --payload '{{\"to\": \"you@example.com\"}}'", quote(email_queue));
@@ -290,10 +309,12 @@ fn print_look_around(url: &str, metrics: SocketAddr, keeps_cluster: bool, email_
 async fn run_on(
     url: &str,
     metrics: tokio::net::TcpListener,
+    console: tokio::net::TcpListener,
     stop_signal: &mut StopSignal,
     own_cluster: bool,
 ) -> Result<()> {
     let db = pgwake::connect::parse_url(url)?;
+    let console_db = db.clone();
     let mut client = pgwake::connect::connect(&db).await?;
     let queues = if own_cluster {
         OWN_CLUSTER
@@ -337,7 +358,14 @@ async fn run_on(
     let stop = CancellationToken::new();
     let abort = CancellationToken::new();
     let (addr, http) = pgwake::endpoint::serve_on(metrics, handle, worker.health(), stop.clone())?;
-    println!("worker running; metrics at http://{addr}/metrics\n");
+    println!("worker running; metrics at http://{addr}/metrics");
+    let (console_url, console) = crate::commands::ui::start(
+        console,
+        pgwake::console::ConsoleConfig::default(),
+        &console_db,
+        stop.clone(),
+    )?;
+    println!("console (read-only) at {console_url}\n");
     let run = tokio::spawn(worker.run(stop.clone(), abort.clone()));
 
     let mut resolved = 0;
@@ -364,7 +392,7 @@ async fn run_on(
                 if resolved == total && !summarised {
                     summarised = true;
                     print_summary(&tally);
-                    print_look_around(url, addr, own_cluster, queues.email);
+                    print_look_around(url, addr, &console_url, own_cluster, queues.email);
                 }
             }
         }
@@ -374,6 +402,7 @@ async fn run_on(
     run.await
         .map_err(|_| Error::Panicked("the demo worker"))??;
     let _ = http.await;
+    let _ = console.await;
     Ok(())
 }
 

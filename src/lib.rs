@@ -40,6 +40,7 @@
 //! | administer | [`admin::schema`] (migrate), [`admin::queues`] (pause, limits, rates), [`admin::dead`] (dead jobs), [`cancel()`] (cancel jobs), [`admin::stats`] (queue depth), [`admin::history`] (finished jobs and results, retention) |
 //! | recurring jobs | [`admin::schedules`] (add, list, remove), [`admin::cron`] (expressions, DST rule); every worker runs the scheduler |
 //! | connect | [`connect`] (parsing, libpq URLs and `PG*` environment, TLS, connections, pools) |
+//! | the operator console (web pages) | [`console`] |
 //! | serve metrics, stop on signals | [`endpoint`], [`metrics`], [`signals`] |
 //! | errors | [`Error`], [`Result`] |
 //!
@@ -52,6 +53,7 @@
 pub mod admin;
 pub mod client;
 pub mod config;
+pub mod console;
 pub mod endpoint;
 pub mod error;
 pub mod handlers;

@@ -73,6 +73,9 @@ pub enum Command {
         #[command(subcommand)]
         action: super::schedule::ScheduleAction,
     },
+    /// Serve the operator console: web pages of queues, jobs (and why they wait), workers and
+    /// schedules; read-only unless --ui-actions.
+    Ui(super::ui::UiArgs),
     /// Measure throughput, pickup latency and producer cost against the raw-SQL ceiling.
     Bench(crate::bench::BenchArgs),
     /// Run a demo on a throwaway PostgreSQL (or --database-url), then keep it up to look
@@ -218,6 +221,13 @@ pub struct RunArgs {
     /// Address of /metrics, /health and /ready. Use 0.0.0.0:9187 to expose it.
     #[arg(long, default_value_t = config::METRICS_ADDR_DEFAULT)]
     pub metrics_addr: SocketAddr,
+    /// Also serve the operator console (as `pgwake ui` does) on this address, e.g.
+    /// 127.0.0.1:9190. Off by default.
+    #[arg(long, value_name = "ADDR")]
+    pub ui_addr: Option<SocketAddr>,
+    /// With --ui-addr: allow the console's actions (needs PGWAKE_UI_TOKEN; see `pgwake ui`).
+    #[arg(long, requires = "ui_addr")]
+    pub ui_actions: bool,
     /// Keep finished jobs (done, dead, cancelled) and their results in pgwake.finished_jobs
     /// for at least this long (e.g. 7d; at least 1h), for every worker of the database;
     /// `off` turns history off. Default: leave the database's setting (off unless turned on).

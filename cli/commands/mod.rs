@@ -2,7 +2,7 @@
 //! [`logging`], [`explain`] (error messages and exit codes), [`run`] (the
 //! worker's wiring), [`enqueue`] and [`ndjson`] (producing), [`dead`] (dead
 //! jobs), [`schedule`] (recurring jobs), [`cancel`] (cancelling jobs),
-//! [`queue`] (queue settings), [`history`] (finished jobs), [`shell`]
+//! [`queue`] (queue settings), [`history`] (finished jobs), [`ui`] (the console), [`shell`]
 //! (quoting the names in the commands it suggests), and here the dispatch and
 //! the small commands.
 
@@ -21,6 +21,7 @@ pub mod run;
 pub mod schedule;
 pub mod shell;
 pub mod timestamp;
+pub mod ui;
 
 use pgwake::error::Error;
 use pgwake::{admin::schema, admin::stats, connect};
@@ -54,6 +55,7 @@ pub async fn dispatch(command: Command) -> Result<(), Error> {
         Command::Jobs { action } => jobs::jobs_command(action).await,
         Command::Job { action } => jobs::job_command(action).await,
         Command::Explain(args) => jobs::explain_command(args).await,
+        Command::Ui(args) => ui::command(args).await,
         Command::Bench(args) => crate::bench::run(args).await,
         Command::Demo(args) => {
             crate::demo::run(crate::demo::DemoOptions {

@@ -86,7 +86,12 @@ pub async fn run(args: RunArgs) -> Result<(), Error> {
     let config = worker_config(&args)?;
     let handlers = handlers(&args)?;
     let metrics_listener = bind_metrics(args.metrics_addr).await?;
+    let console = match args.ui_addr {
+        Some(addr) => Some(super::ui::prepare(addr, args.ui_actions).await?),
+        None => None,
+    };
     let db = args.db.config()?;
+    let console_db = db.clone();
     let mut builder = Worker::builder(db).config(config);
     if let Some(url) = &args.listen_database_url {
         builder = builder.listen_database(connect::parse_url(url)?);
@@ -101,9 +106,16 @@ pub async fn run(args: RunArgs) -> Result<(), Error> {
     let (addr, http) =
         pgwake::endpoint::serve_on(metrics_listener, handle, worker.health(), abort.clone())?;
     tracing::info!(%addr, "serving /metrics, /health, /ready");
+    let console = match console {
+        Some((listener, ui)) => Some(super::ui::start(listener, ui, &console_db, abort.clone())?.1),
+        None => None,
+    };
     pgwake::signals::spawn(stop.clone(), abort.clone(), worker.config().grace_period)?;
     let result = worker.run(stop, abort.clone()).await;
     abort.cancel();
     let _ = http.await;
+    if let Some(console) = console {
+        let _ = console.await;
+    }
     result
 }

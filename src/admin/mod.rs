@@ -2,6 +2,8 @@
 //! and change queues, dead jobs, history, schedules, and cancel jobs. Each
 //! function takes a connection; none needs a running worker.
 
+pub mod activity;
+pub mod bulk;
 pub mod cancel;
 pub mod cron;
 pub mod dead;

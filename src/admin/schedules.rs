@@ -379,6 +379,21 @@ pub async fn remove<C: GenericClient>(client: &C, name: &str) -> Result<(), Sche
     }
 }
 
+/// Enqueue one job of the schedule `name` now, as its next tick would (its
+/// task, payload, queue and priority), without touching its ticks or
+/// counters; returns the job's id. [`ScheduleError::NotFound`] if there is
+/// no such schedule.
+pub async fn run_now<C: GenericClient>(client: &C, name: &str) -> Result<i64, ScheduleError> {
+    let rows = Db::unnamed(client.client())
+        .query(&sql::SCHEDULE_RUN_NOW, &[&name])
+        .await
+        .map_err(Error::db("schedule run now failed"))?;
+    match rows.first() {
+        Some(r) => Ok(r.get(0)),
+        None => Err(ScheduleError::NotFound(name.to_string())),
+    }
+}
+
 /// A schedule as stored, with its counters.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct ScheduleInfo {

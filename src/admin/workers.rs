@@ -50,3 +50,63 @@ pub async fn unserved(
         })
         .collect())
 }
+
+/// One worker process in the registry.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct WorkerInfo {
+    /// Its registry id.
+    pub id: String,
+    /// Host name.
+    pub host: String,
+    /// Process id on that host.
+    pub pid: i32,
+    /// pgwake version.
+    pub version: String,
+    /// Its connections' `application_name`.
+    pub application_name: String,
+    /// The queues it works (`None`: every queue).
+    pub queues: Option<Vec<String>>,
+    /// Tasks it has a handler for (`*`: a catch-all).
+    pub tasks: Vec<String>,
+    /// Its handlers and their delivery modes, as JSON
+    /// (`[{"task": …, "mode": "tx"|"lease"}]`).
+    pub handlers: String,
+    /// Jobs it runs at once, at most.
+    pub concurrency: i32,
+    /// Jobs it ran at its last renewal.
+    pub running: i32,
+    /// When it started.
+    pub started_at: chrono::DateTime<chrono::Utc>,
+    /// Its last renewal (heartbeat).
+    pub seen_at: chrono::DateTime<chrono::Utc>,
+    /// Whether it is alive (renewed within its time to live); a worker that
+    /// died without removing its row shows as gone for an hour.
+    pub live: bool,
+}
+
+/// Every worker in the registry: the live ones, then those gone within the
+/// last hour without removing their row, newest first.
+pub async fn list(client: &tokio_postgres::Client) -> crate::error::Result<Vec<WorkerInfo>> {
+    let rows = Db::unnamed(client)
+        .query(&sql::WORKERS_LIST, &[])
+        .await
+        .map_err(crate::error::Error::db("reading the worker registry"))?;
+    Ok(rows
+        .iter()
+        .map(|r| WorkerInfo {
+            id: r.get(0),
+            host: r.get(1),
+            pid: r.get(2),
+            version: r.get(3),
+            application_name: r.get(4),
+            queues: r.get(5),
+            tasks: r.get(6),
+            handlers: r.get(7),
+            concurrency: r.get(8),
+            running: r.get(9),
+            started_at: r.get(10),
+            seen_at: r.get(11),
+            live: r.get(12),
+        })
+        .collect())
+}

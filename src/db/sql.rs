@@ -63,6 +63,10 @@ macro_rules! statements {
 }
 
 statements! {
+    ACTIVITY_FINISHED = "activity_finished" [FLOAT8];
+    ACTIVITY_HORIZON = "activity_horizon" [INT8];
+    ACTIVITY_QUEUES = "activity_queues" [INT8];
+    ACTIVITY_TABLES = "activity_tables" [];
     ADOPT_STALE = "adopt_stale" [];
     BACKEND_PID = "backend_pid" [];
     BATCH_CLEAR = "batch_clear" [INT8];
@@ -93,6 +97,7 @@ statements! {
     EXPLAIN = "explain" [INT8];
     JOB_HISTORY = "job_history" [INT8];
     JOB_PAYLOAD = "job_payload" [INT8];
+    LIST_FINISHED = "list_finished" [INT8, TEXT, TEXT, TEXT, TEXT, INT4];
     LIST_JOBS = "list_jobs" [TEXT, TEXT, TEXT, TEXT, TEXT, TEXT, INT8, INT4];
     ENQUEUE = "enqueue" [TEXT_ARRAY, JSONB_ARRAY, TEXT_ARRAY, TEXT_ARRAY, INT4_ARRAY, INT4_ARRAY,
         FLOAT8_ARRAY, FLOAT8_ARRAY, TEXT_ARRAY, TEXT_ARRAY, BOOL_ARRAY];
@@ -140,6 +145,7 @@ statements! {
     SCHEDULE_NOW = "schedule_now" [];
     SCHEDULE_PREVIOUS_WAITING = "schedule_previous_waiting" [INT8_ARRAY];
     SCHEDULE_REMOVE = "schedule_remove" [TEXT];
+    SCHEDULE_RUN_NOW = "schedule_run_now" [TEXT];
     SET_LIMITS = "set_limits" [TEXT];
     STATS_LEASED = "stats_leased" [];
     SUSPECTS = "suspects" [];
@@ -150,6 +156,7 @@ statements! {
     WORKER_REGISTER = "worker_register" [TEXT, TEXT, INT4, TEXT, TEXT, TEXT_ARRAY, TEXT_ARRAY,
         TEXT, INT4, INT4, FLOAT8];
     WORKER_UNREGISTER = "worker_unregister" [TEXT];
+    WORKERS_LIST = "workers_list" [];
     UNSERVED_JOBS = "unserved_jobs" [INT4, INT4];
 }
 

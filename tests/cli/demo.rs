@@ -89,6 +89,12 @@ async fn the_demo_stays_up_until_one_ctrl_c_and_says_how_to_look_around() {
     let addr = metrics_url.split('/').next().unwrap().to_string();
     let metrics = http_get(&addr, "/metrics");
     assert!(metrics.contains("pgwake_jobs_total"), "{metrics}");
+    // The console it prints serves the overview.
+    let console = value_after(&text, "console (read-only) at http://");
+    let console = console.trim_end_matches('/');
+    let page = http_get(console, "/");
+    assert!(page.contains("<title>Overview"), "{page}");
+    assert!(page.contains("Live workers"), "{page}");
     assert!(
         child.try_wait().unwrap().is_none(),
         "the demo is still running"

@@ -1,7 +1,8 @@
 //! The tree shows the roles (ARCHITECTURE.md, "The tree shows the roles"):
 //! the library's modules import each other without cycles, the claim path
-//! never reaches into the services or the admin API, and the admin API and
-//! the database layer never reach into the worker. Read from the source, so
+//! never reaches into the services or the admin API, the admin API and
+//! the database layer never reach into the worker, and the console reads
+//! through the admin API only. Read from the source, so
 //! a change that breaks a rule fails here, naming the files.
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -163,6 +164,38 @@ fn the_admin_api_and_the_database_layer_never_import_the_worker_side() {
         })
         .collect();
     assert!(bad.is_empty(), "{bad:#?}");
+}
+
+#[test]
+fn the_console_reads_through_the_admin_api_never_the_claim_path_or_the_worker() {
+    let graph = imports();
+    let bad: Vec<String> = graph
+        .iter()
+        .filter(|(m, _)| *m == "console" || m.starts_with("console::"))
+        .flat_map(|(m, uses)| {
+            uses.iter()
+                .filter(|u| {
+                    ["claim", "services", "worker"]
+                        .iter()
+                        .any(|r| *u == r || u.starts_with(&format!("{r}::")))
+                })
+                .map(move |u| format!("{m} -> {u}"))
+        })
+        .collect();
+    assert!(bad.is_empty(), "{bad:#?}");
+    // And nothing but the crate root names the console: it sits on top.
+    let users: Vec<&String> = graph
+        .iter()
+        .filter(|(m, uses)| {
+            !(m.is_empty() || *m == "console" || m.starts_with("console::"))
+                && uses
+                    .iter()
+                    .any(|u| u == "console" || u.starts_with("console::"))
+        })
+        .map(|(m, _)| m)
+        .collect();
+    assert!(users.is_empty(), "{users:?} import the console");
+    assert!(graph["console::pages"].contains("admin"));
 }
 
 #[test]

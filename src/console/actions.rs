@@ -1,0 +1,269 @@
+//! The state-changing requests (only with `--ui-actions`, each checked by
+//! [`auth::authorize`]): retry or cancel a job, pause, resume or limit a
+//! queue, run a schedule now, and bulk actions by filter (review with a
+//! count, then apply). Each runs in one transaction as the console's
+//! database role, through [`crate::admin`].
+
+use axum::extract::State;
+use axum::http::HeaderMap;
+use axum::response::{Html, IntoResponse, Redirect};
+use axum::Form;
+use maud::html;
+use serde::Deserialize;
+
+use super::auth;
+use super::pages::{self, conn, limits, who, Filters, PageError, PageResult};
+use super::view::{count, encode, page};
+use super::App;
+use crate::admin::bulk::{self, BulkAction};
+use crate::admin::dead::{self, Selection};
+use crate::admin::{queues, schedules};
+use crate::error::Error;
+
+/// A read-write transaction under the console's limits.
+async fn write_tx<'a>(
+    app: &App,
+    conn: &'a mut deadpool_postgres::Object,
+) -> Result<deadpool_postgres::Transaction<'a>, PageError> {
+    let tx = conn
+        .transaction()
+        .await
+        .map_err(Error::db("console: begin"))?;
+    limits(app, &tx).await?;
+    Ok(tx)
+}
+
+/// The job form's fields.
+#[derive(Deserialize)]
+pub(crate) struct JobForm {
+    #[serde(default)]
+    csrf: String,
+    id: i64,
+    op: String,
+}
+
+/// `POST /actions/job`: `op=retry` (a dead or cancelled job) or
+/// `op=cancel`.
+pub(crate) async fn job_action(
+    State(app): State<App>,
+    headers: HeaderMap,
+    Form(f): Form<JobForm>,
+) -> PageResult {
+    auth::authorize(&app, &headers, &f.csrf)?;
+    let mut conn = conn(&app).await?;
+    let tx = write_tx(&app, &mut conn).await?;
+    let did = match f.op.as_str() {
+        "retry" => {
+            let sel = Selection {
+                ids: Some(vec![f.id]),
+                queue: None,
+                all: false,
+            };
+            if dead::retry(tx.client(), &sel).await?.is_empty() {
+                "not_dead"
+            } else {
+                "retried"
+            }
+        }
+        "cancel" => match crate::admin::cancel::cancel(tx.client(), f.id).await? {
+            crate::CancelOutcome::Cancelled => "cancelled",
+            crate::CancelOutcome::Requested => "cancel_requested",
+            _ => "not_cancelled",
+        },
+        other => {
+            return Err(PageError::BadRequest(format!(
+                "unknown job action {other:?}: retry or cancel"
+            )))
+        }
+    };
+    tx.commit().await.map_err(Error::db("console: commit"))?;
+    tracing::info!(job = f.id, action = %f.op, "console: job action");
+    Ok(Redirect::to(&format!("/jobs/{}?did={did}", f.id)).into_response())
+}
+
+/// The queue form's fields.
+#[derive(Deserialize)]
+pub(crate) struct QueueForm {
+    #[serde(default)]
+    csrf: String,
+    queue: String,
+    op: String,
+    #[serde(default)]
+    max_running: String,
+    #[serde(default)]
+    rate: String,
+}
+
+/// `POST /actions/queue`: `op=pause`, `op=resume` or `op=limits` (with
+/// `max_running` and `rate`; empty removes the limit).
+pub(crate) async fn queue_action(
+    State(app): State<App>,
+    headers: HeaderMap,
+    Form(f): Form<QueueForm>,
+) -> PageResult {
+    auth::authorize(&app, &headers, &f.csrf)?;
+    let mut conn = conn(&app).await?;
+    let tx = write_tx(&app, &mut conn).await?;
+    let did = match f.op.as_str() {
+        "pause" => {
+            queues::pause(tx.client(), &f.queue).await?;
+            "paused"
+        }
+        "resume" => {
+            queues::resume(tx.client(), &f.queue).await?;
+            "resumed"
+        }
+        "limits" => {
+            let max = match f.max_running.trim() {
+                "" => None,
+                s => Some(s.parse::<i32>().map_err(|_| {
+                    PageError::BadRequest(format!("max running {s:?} is not a whole number"))
+                })?),
+            };
+            let rate = match f.rate.trim() {
+                "" => None,
+                s => Some(
+                    s.parse::<queues::RateLimit>()
+                        .map_err(PageError::BadRequest)?,
+                ),
+            };
+            queues::set_max_running(tx.client(), &f.queue, max).await?;
+            queues::set_rate(tx.client(), &f.queue, rate).await?;
+            "limits"
+        }
+        other => {
+            return Err(PageError::BadRequest(format!(
+                "unknown queue action {other:?}: pause, resume or limits"
+            )))
+        }
+    };
+    tx.commit().await.map_err(Error::db("console: commit"))?;
+    tracing::info!(queue = %f.queue, action = %f.op, "console: queue action");
+    Ok(Redirect::to(&format!("/queues?did={did}")).into_response())
+}
+
+/// The schedule form's fields.
+#[derive(Deserialize)]
+pub(crate) struct ScheduleForm {
+    #[serde(default)]
+    csrf: String,
+    name: String,
+}
+
+/// `POST /actions/schedule`: enqueue one job of the schedule now.
+pub(crate) async fn schedule_action(
+    State(app): State<App>,
+    headers: HeaderMap,
+    Form(f): Form<ScheduleForm>,
+) -> PageResult {
+    auth::authorize(&app, &headers, &f.csrf)?;
+    let mut conn = conn(&app).await?;
+    let tx = write_tx(&app, &mut conn).await?;
+    let id = schedules::run_now(tx.client(), &f.name).await?;
+    tx.commit().await.map_err(Error::db("console: commit"))?;
+    tracing::info!(schedule = %f.name, job = id, "console: schedule run now");
+    Ok(Redirect::to(&format!("/jobs/{id}?did=run_now")).into_response())
+}
+
+/// With an id filter, that job alone (the selection starts at it).
+fn only(mut m: bulk::Matching, id: Option<i64>) -> bulk::Matching {
+    if let Some(id) = id {
+        m.ids.retain(|x| *x == id);
+        m.more = false;
+    }
+    m
+}
+
+/// The bulk forms' fields: the action and the Jobs page's filters.
+#[derive(Deserialize)]
+pub(crate) struct BulkForm {
+    #[serde(default)]
+    csrf: String,
+    action: String,
+    #[serde(flatten)]
+    filters: Filters,
+}
+
+/// `POST /bulk/review`: how many jobs the action would change, and a form
+/// to confirm.
+pub(crate) async fn bulk_review(
+    State(app): State<App>,
+    headers: HeaderMap,
+    Form(f): Form<BulkForm>,
+) -> PageResult {
+    auth::authorize(&app, &headers, &f.csrf)?;
+    let action: BulkAction = f.action.parse()?;
+    let (filter, id) = f.filters.to_filter()?;
+    let mut conn = conn(&app).await?;
+    let tx = pages::read_tx(&app, &mut conn).await?;
+    let matching = only(bulk::select(tx.client(), &filter, action).await?, id);
+    tx.commit().await.map_err(Error::db("console: commit"))?;
+    let csrf = Some(f.csrf.clone());
+    let n = matching.ids.len();
+    let body = html! {
+        h1 { "Confirm: " (action.as_str()) }
+        div.panel.warning {
+            p {
+                strong #bulk-count { (count(n as i64)) @if matching.more { "+" } }
+                " job(s) match " (f.filters.describe()) " and are "
+                (action.states().join(", ")) "."
+                @if matching.more { " This action changes the first " (count(bulk::BULK_MAX as i64)) " by id; repeat it for the rest." }
+            }
+            @if n > 0 {
+                p.muted { "First ids: "
+                    @for (i, id) in matching.ids.iter().take(20).enumerate() {
+                        @if i > 0 { ", " } a href={ "/jobs/" (id) } { (id) }
+                    }
+                    @if n > 20 { ", …" }
+                }
+                form.inline method="post" action="/bulk/apply" {
+                    input type="hidden" name="csrf" value=(f.csrf);
+                    input type="hidden" name="action" value=(action.as_str());
+                    (f.filters.hidden())
+                    button.danger #confirm type="submit" { (action.as_str()) " " (count(n as i64)) " job(s)" }
+                    " " a href={ "/jobs?" (f.filters.query()) } { "cancel" }
+                }
+            } @else {
+                p { a href={ "/jobs?" (f.filters.query()) } { "Back to the jobs" } }
+            }
+        }
+    };
+    Ok(
+        Html(page("Confirm", "/jobs", who(&app, &csrf, "/jobs"), body).into_string())
+            .into_response(),
+    )
+}
+
+/// `POST /bulk/apply`: select the matching jobs again and apply the
+/// action to them, in one transaction.
+pub(crate) async fn bulk_apply(
+    State(app): State<App>,
+    headers: HeaderMap,
+    Form(f): Form<BulkForm>,
+) -> PageResult {
+    auth::authorize(&app, &headers, &f.csrf)?;
+    let action: BulkAction = f.action.parse()?;
+    let (filter, id) = f.filters.to_filter()?;
+    let mut conn = conn(&app).await?;
+    let tx = write_tx(&app, &mut conn).await?;
+    let matching = only(bulk::select(tx.client(), &filter, action).await?, id);
+    let changed = bulk::apply(tx.client(), action, &matching.ids).await?;
+    tx.commit().await.map_err(Error::db("console: commit"))?;
+    tracing::info!(action = action.as_str(), changed, "console: bulk action");
+    let query = f.filters.query();
+    let back = if query.is_empty() {
+        "/jobs?did=bulk".to_string()
+    } else {
+        format!("/jobs?{query}")
+    };
+    let csrf = Some(f.csrf.clone());
+    let body = html! {
+        h1 { "Done" }
+        div.panel.notice {
+            p #bulk-done { (action.as_str()) ": " strong { (count(changed as i64)) } " job(s) changed (" (f.filters.describe()) ")." }
+            @if matching.more { p { "More jobs match: repeat the action for the rest." } }
+            p { a href=(back) { "Back to the jobs" } " · " a href={ "/jobs?state=" (encode(action.states()[0])) } { "see " (action.states()[0]) " jobs" } }
+        }
+    };
+    Ok(Html(page("Done", "/jobs", who(&app, &csrf, "/jobs"), body).into_string()).into_response())
+}

@@ -1,0 +1,303 @@
+//! Who may act: with `--ui-actions`, an operator logs in with the
+//! credential (`PGWAKE_UI_TOKEN`) and gets a session cookie (`HttpOnly`,
+//! `SameSite=Strict`); every state-changing request must carry that cookie,
+//! the session's CSRF token (a hidden field of every form) and, when the
+//! browser sends one, an `Origin` of this console. Without `--ui-actions`
+//! every POST is refused. Sessions live in memory: a restart logs everyone
+//! out.
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use axum::extract::State;
+use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Redirect, Response};
+use axum::Form;
+use serde::Deserialize;
+
+use super::error::PageError;
+use super::view::{page, Who};
+use super::App;
+use maud::html;
+
+/// The session cookie's name.
+pub(crate) const COOKIE: &str = "pgwake_console";
+
+/// A session ends this long after login.
+const SESSION_TTL: Duration = Duration::from_secs(12 * 3600);
+
+/// Most sessions kept; the oldest go first.
+const SESSIONS_MAX: usize = 1000;
+
+/// The logged-in sessions: id → (CSRF token, since).
+#[derive(Default)]
+pub(crate) struct Sessions(Mutex<HashMap<String, (String, Instant)>>);
+
+impl Sessions {
+    fn create(&self) -> (String, String) {
+        let id = random_hex();
+        let csrf = random_hex();
+        let mut map = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        map.retain(|_, (_, since)| since.elapsed() < SESSION_TTL);
+        while map.len() >= SESSIONS_MAX {
+            let oldest = map
+                .iter()
+                .min_by_key(|(_, (_, since))| *since)
+                .map(|(k, _)| k.clone());
+            match oldest {
+                Some(k) => map.remove(&k),
+                None => break,
+            };
+        }
+        map.insert(id.clone(), (csrf.clone(), Instant::now()));
+        (id, csrf)
+    }
+
+    fn csrf_of(&self, id: &str) -> Option<String> {
+        let map = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        map.get(id)
+            .filter(|(_, since)| since.elapsed() < SESSION_TTL)
+            .map(|(csrf, _)| csrf.clone())
+    }
+
+    fn remove(&self, id: &str) {
+        self.0.lock().unwrap_or_else(|e| e.into_inner()).remove(id);
+    }
+}
+
+fn random_hex() -> String {
+    rand::random::<[u8; 32]>()
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
+
+/// Equal without an early exit on the first differing byte.
+fn same(a: &str, b: &str) -> bool {
+    a.len() == b.len()
+        && a.bytes()
+            .zip(b.bytes())
+            .fold(0u8, |acc, (x, y)| acc | (x ^ y))
+            == 0
+}
+
+fn cookie(headers: &HeaderMap) -> Option<String> {
+    headers
+        .get_all(header::COOKIE)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(';'))
+        .filter_map(|kv| kv.trim().split_once('='))
+        .find(|(k, _)| *k == COOKIE)
+        .map(|(_, v)| v.to_string())
+}
+
+/// The CSRF token of the request's session, when actions are on and it
+/// comes from a logged-in browser: the pages show forms only then.
+pub(crate) fn session(app: &App, headers: &HeaderMap) -> Option<String> {
+    if !app.config.actions {
+        return None;
+    }
+    app.sessions.csrf_of(&cookie(headers)?)
+}
+
+/// A request from another site. Browsers say where a request comes from
+/// in `Sec-Fetch-Site` (only `same-origin`, or `none` for one the user
+/// typed, pass); without it, an `Origin` must be this console's. A request
+/// with neither (a script, not a browser) still needs the session and the
+/// CSRF token.
+fn cross_origin(headers: &HeaderMap) -> bool {
+    if let Some(site) = headers.get("sec-fetch-site") {
+        let site = site.to_str().unwrap_or_default();
+        return !(site == "same-origin" || site == "none");
+    }
+    let Some(origin) = headers.get(header::ORIGIN) else {
+        return false;
+    };
+    let host = headers
+        .get(header::HOST)
+        .and_then(|h| h.to_str().ok())
+        .unwrap_or_default();
+    let origin = origin.to_str().unwrap_or_default();
+    let bare = origin
+        .strip_prefix("http://")
+        .or_else(|| origin.strip_prefix("https://"));
+    bare != Some(host) || host.is_empty()
+}
+
+/// Check a state-changing request: actions on (else 403), same origin
+/// (else 403), a session (else 401) and its CSRF token (else 403).
+pub(crate) fn authorize(app: &App, headers: &HeaderMap, csrf: &str) -> Result<(), PageError> {
+    if !app.config.actions {
+        return Err(PageError::Forbidden(
+            "this console is read-only: start it with --ui-actions (and PGWAKE_UI_TOKEN) to act"
+                .into(),
+        ));
+    }
+    if cross_origin(headers) {
+        return Err(PageError::Forbidden(
+            "refused: the request came from another site".into(),
+        ));
+    }
+    let Some(expected) = session(app, headers) else {
+        return Err(PageError::Unauthorized);
+    };
+    if csrf.is_empty() || !same(&expected, csrf) {
+        return Err(PageError::Forbidden(
+            "refused: the form's CSRF token is missing or stale; reload the page and try again"
+                .into(),
+        ));
+    }
+    Ok(())
+}
+
+/// The login form's fields.
+#[derive(Deserialize)]
+pub(crate) struct Login {
+    #[serde(default)]
+    token: String,
+    #[serde(default)]
+    next: String,
+}
+
+/// A local path to go back to: `/…`, never `//host` or a URL.
+pub(crate) fn local_path(next: &str) -> &str {
+    if next.starts_with('/') && !next.starts_with("//") && !next.contains('\\') {
+        next
+    } else {
+        "/"
+    }
+}
+
+/// `POST /login`: the credential → a session cookie, back to `next`.
+pub(crate) async fn login(
+    State(app): State<App>,
+    headers: HeaderMap,
+    Form(form): Form<Login>,
+) -> Response {
+    if !app.config.actions {
+        return PageError::Forbidden(
+            "this console is read-only: there is nothing to log in to".into(),
+        )
+        .into_response();
+    }
+    if cross_origin(&headers) {
+        return PageError::Forbidden("refused: the request came from another site".into())
+            .into_response();
+    }
+    let ok = app
+        .config
+        .token
+        .as_deref()
+        .is_some_and(|t| same(t, &form.token));
+    if !ok {
+        // A wrong credential costs a moment, so guessing is slow.
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        return (
+            StatusCode::UNAUTHORIZED,
+            login_markup(&app, local_path(&form.next), true),
+        )
+            .into_response();
+    }
+    let (id, _) = app.sessions.create();
+    let mut response = Redirect::to(local_path(&form.next)).into_response();
+    if let Ok(v) = HeaderValue::from_str(&format!(
+        "{COOKIE}={id}; HttpOnly; SameSite=Strict; Path=/; Max-Age={}",
+        SESSION_TTL.as_secs()
+    )) {
+        response.headers_mut().insert(header::SET_COOKIE, v);
+    }
+    response
+}
+
+/// The logout form's field.
+#[derive(Deserialize)]
+pub(crate) struct Logout {
+    #[serde(default)]
+    csrf: String,
+}
+
+/// `POST /logout`: end the session.
+pub(crate) async fn logout(
+    State(app): State<App>,
+    headers: HeaderMap,
+    Form(form): Form<Logout>,
+) -> Response {
+    if let Err(e) = authorize(&app, &headers, &form.csrf) {
+        return e.into_response();
+    }
+    if let Some(id) = cookie(&headers) {
+        app.sessions.remove(&id);
+    }
+    let mut response = Redirect::to("/").into_response();
+    response.headers_mut().insert(
+        header::SET_COOKIE,
+        HeaderValue::from_static("pgwake_console=; HttpOnly; SameSite=Strict; Path=/; Max-Age=0"),
+    );
+    response
+}
+
+/// The login form (`failed`: after a wrong credential).
+pub(crate) fn login_markup(app: &App, next: &str, failed: bool) -> String {
+    let body = html! {
+        h1 { "Log in" }
+        @if !app.config.actions {
+            div.panel { p { "This console is read-only: it was started without --ui-actions, so there is nothing to log in to." } }
+        } @else {
+            @if failed { div.panel.error { p { "That is not the credential." } } }
+            div.panel {
+                form method="post" action="/login" {
+                    input type="hidden" name="next" value=(next);
+                    label { "Credential (the PGWAKE_UI_TOKEN the console was started with)"
+                        input #token type="password" name="token" autocomplete="current-password" autofocus; }
+                    p { button.primary type="submit" { "Log in" } }
+                }
+            }
+        }
+    };
+    page("Log in", "", Who::ReadOnly, body).into_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_local_paths_are_followed_after_login() {
+        assert_eq!(local_path("/jobs?queue=a"), "/jobs?queue=a");
+        for bad in ["//evil.example", "https://evil.example/", "/\\evil", "jobs"] {
+            assert_eq!(local_path(bad), "/", "{bad}");
+        }
+    }
+
+    #[test]
+    fn other_sites_are_recognised() {
+        let mut h = HeaderMap::new();
+        h.insert(header::HOST, HeaderValue::from_static("127.0.0.1:9190"));
+        assert!(!cross_origin(&h), "no Origin: a script, not a browser");
+        h.insert(
+            header::ORIGIN,
+            HeaderValue::from_static("http://127.0.0.1:9190"),
+        );
+        assert!(!cross_origin(&h));
+        h.insert(
+            header::ORIGIN,
+            HeaderValue::from_static("http://evil.example"),
+        );
+        assert!(cross_origin(&h));
+        h.insert(header::ORIGIN, HeaderValue::from_static("null"));
+        assert!(cross_origin(&h));
+        h.insert("sec-fetch-site", HeaderValue::from_static("same-origin"));
+        assert!(!cross_origin(&h), "a browser's own word wins");
+        h.insert("sec-fetch-site", HeaderValue::from_static("cross-site"));
+        assert!(cross_origin(&h));
+    }
+
+    #[test]
+    fn tokens_compare_whole() {
+        assert!(same("abc", "abc"));
+        assert!(!same("abc", "abd"));
+        assert!(!same("abc", "ab"));
+    }
+}

@@ -1,0 +1,87 @@
+//! What a page shows when it cannot show itself: the status and a message
+//! for the operator (never a connection string or host: connection errors
+//! go to the log).
+
+use axum::http::StatusCode;
+use axum::response::{Html, IntoResponse, Response};
+use maud::html;
+
+use super::view::{page, Who};
+use crate::admin::schedules;
+use crate::error::Error;
+
+/// Why a page could not be shown.
+#[derive(Debug)]
+pub(crate) enum PageError {
+    /// The database failed or refused.
+    Db(Error),
+    /// Bad input (a message for the operator).
+    BadRequest(String),
+    /// No such thing.
+    NotFound(String),
+    /// Not allowed (read-only console, another site, a stale CSRF token).
+    Forbidden(String),
+    /// Actions need a login.
+    Unauthorized,
+}
+
+impl From<Error> for PageError {
+    fn from(e: Error) -> Self {
+        match e {
+            Error::Config(m) => PageError::BadRequest(m),
+            e => PageError::Db(e),
+        }
+    }
+}
+
+impl From<schedules::ScheduleError> for PageError {
+    fn from(e: schedules::ScheduleError) -> Self {
+        match e {
+            schedules::ScheduleError::Db(e) => e.into(),
+            schedules::ScheduleError::NotFound(_) => PageError::NotFound(e.to_string()),
+            other => PageError::BadRequest(other.to_string()),
+        }
+    }
+}
+
+impl IntoResponse for PageError {
+    fn into_response(self) -> Response {
+        let (status, message) = match self {
+            PageError::Db(e) => {
+                tracing::warn!(error = %e, "console: a page failed");
+                // The server's own message only (a permission, a timeout):
+                // connection errors could name hosts, so they are not shown.
+                let shown = match &e {
+                    Error::Db { context, source } => match source.as_db_error() {
+                        Some(db) => format!("{context}: {}", db.message()),
+                        None => format!(
+                            "{context}: the database connection failed (see the console's log)"
+                        ),
+                    },
+                    _ => "the database is unavailable (see the console's log)".to_string(),
+                };
+                (StatusCode::SERVICE_UNAVAILABLE, shown)
+            }
+            PageError::BadRequest(m) => (StatusCode::BAD_REQUEST, m),
+            PageError::NotFound(m) => (StatusCode::NOT_FOUND, m),
+            PageError::Forbidden(m) => (StatusCode::FORBIDDEN, m),
+            PageError::Unauthorized => (
+                StatusCode::UNAUTHORIZED,
+                "log in first (Log in to act, at the top right)".to_string(),
+            ),
+        };
+        let body = html! {
+            h1 { (status.canonical_reason().unwrap_or("Error")) }
+            div.panel.error { p { (message) } }
+            p { a href="/" { "Back to the overview" } }
+        };
+        (
+            status,
+            Html(page("Error", "", Who::ReadOnly, body).into_string()),
+        )
+            .into_response()
+    }
+}
+
+/// A page's result.
+pub(crate) type PageResult = Result<Response, PageError>;

@@ -1,0 +1,187 @@
+//! The operator console: server-rendered web pages to see and act on
+//! jobs, queues, schedules and workers (`pgwake ui`, `pgwake run
+//! --ui-addr`, `pgwake demo`). It reads and acts only through
+//! [`crate::admin`], never the claim path, on its own small pool, each
+//! page in one read-only transaction under a short `statement_timeout`.
+//!
+//! ```text
+//!  browser ── GET /, /workers, /jobs, /jobs/{id}, /queues, /schedules
+//!     │          └─ read-only transaction (statement_timeout, lock_timeout) ── admin::*
+//!     └──── POST /actions/…, /bulk/…   (only with --ui-actions)
+//!                └─ session cookie (login with PGWAKE_UI_TOKEN) + CSRF token + Origin check
+//!                     └─ transaction as the console's database role ── admin::*
+//! ```
+//!
+//! Everything it shows is escaped by the templates (`maud`); the pages load
+//! nothing from elsewhere (CSS and the few lines of script are served by
+//! the console itself) and a `Content-Security-Policy` forbids anything
+//! else. `docs/src/console.md` is the operator's guide.
+
+mod actions;
+mod auth;
+mod error;
+mod pages;
+mod view;
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::routing::{get, post};
+use axum::Router;
+use tokio_util::sync::CancellationToken;
+
+use crate::error::{Error, Result};
+
+/// Where `pgwake ui` serves the console when not told otherwise: loopback
+/// only.
+pub const UI_ADDR_DEFAULT: &str = "127.0.0.1:9190";
+
+/// The environment variable holding the credential for actions.
+pub const TOKEN_ENV: &str = "PGWAKE_UI_TOKEN";
+
+/// Shortest credential accepted, in characters.
+pub const TOKEN_MIN_LEN: usize = 16;
+
+/// Connections of the console's own pool.
+pub const POOL_SIZE: usize = 4;
+
+/// `statement_timeout` of every statement a page or an action runs.
+pub const STATEMENT_TIMEOUT_DEFAULT: Duration = Duration::from_secs(5);
+
+/// The `application_name` of the console's connections.
+pub const APPLICATION_NAME: &str = "pgwake-console";
+
+/// How the console behaves.
+#[derive(Debug, Clone)]
+pub struct ConsoleConfig {
+    /// Allow state-changing actions (retry, cancel, pause, limits, bulk,
+    /// run a schedule now). Off: read-only, every POST is refused (403).
+    pub actions: bool,
+    /// The credential an operator logs in with to act; required when
+    /// `actions` is on (at least [`TOKEN_MIN_LEN`] characters).
+    pub token: Option<String>,
+    /// `statement_timeout` of its statements.
+    pub statement_timeout: Duration,
+    /// How often the overview refreshes itself in the browser.
+    pub refresh: Duration,
+}
+
+impl Default for ConsoleConfig {
+    fn default() -> Self {
+        ConsoleConfig {
+            actions: false,
+            token: None,
+            statement_timeout: STATEMENT_TIMEOUT_DEFAULT,
+            refresh: Duration::from_secs(3),
+        }
+    }
+}
+
+impl ConsoleConfig {
+    /// Read-only, or with actions and the credential from
+    /// [`TOKEN_ENV`] (refused when it is missing or short).
+    pub fn from_env(actions: bool) -> Result<ConsoleConfig> {
+        let config = ConsoleConfig {
+            actions,
+            token: std::env::var(TOKEN_ENV).ok().filter(|t| !t.is_empty()),
+            ..ConsoleConfig::default()
+        };
+        config.validate()?;
+        Ok(config)
+    }
+
+    /// Refuse actions without a credential, and a credential too short to
+    /// resist guessing.
+    pub fn validate(&self) -> Result<()> {
+        if !self.actions {
+            return Ok(());
+        }
+        match &self.token {
+            None => Err(Error::Config(format!(
+                "--ui-actions needs a credential: set {TOKEN_ENV} to a secret of at least \
+                 {TOKEN_MIN_LEN} characters (e.g. {TOKEN_ENV}=$(openssl rand -hex 24)); \
+                 operators log in with it"
+            ))),
+            Some(t) if t.chars().count() < TOKEN_MIN_LEN => Err(Error::Config(format!(
+                "{TOKEN_ENV} is too short: use at least {TOKEN_MIN_LEN} characters"
+            ))),
+            Some(_) => Ok(()),
+        }
+    }
+}
+
+/// The console's own pool: [`POOL_SIZE`] connections named
+/// [`APPLICATION_NAME`], apart from any worker's.
+pub fn pool(db: &crate::connect::DbConfig) -> Result<deadpool_postgres::Pool> {
+    crate::connect::pool(
+        &crate::connect::with_application_name(db, APPLICATION_NAME),
+        POOL_SIZE,
+    )
+}
+
+/// Bind the console's address (fails fast when it is taken).
+pub async fn bind(addr: SocketAddr) -> Result<tokio::net::TcpListener> {
+    tokio::net::TcpListener::bind(addr)
+        .await
+        .map_err(|e| {
+            Error::Config(format!(
+                "--ui-addr {addr}: cannot listen ({e}); pick another address, e.g. --ui-addr 127.0.0.1:0 for any free port"
+            ))
+        })
+}
+
+/// Shared by every request.
+pub(crate) struct Inner {
+    pool: deadpool_postgres::Pool,
+    config: ConsoleConfig,
+    sessions: auth::Sessions,
+}
+
+type App = Arc<Inner>;
+
+/// Serve the console on `listener` until `shutdown`, reading through
+/// `pool` (see [`pool`]). Returns the bound address.
+pub fn serve_on(
+    listener: tokio::net::TcpListener,
+    pool: deadpool_postgres::Pool,
+    config: ConsoleConfig,
+    shutdown: CancellationToken,
+) -> Result<(SocketAddr, tokio::task::JoinHandle<()>)> {
+    config.validate()?;
+    let bound = listener.local_addr().map_err(|source| Error::Io {
+        context: "console listener".into(),
+        source,
+    })?;
+    let app: App = Arc::new(Inner {
+        pool,
+        config,
+        sessions: auth::Sessions::default(),
+    });
+    let router = Router::new()
+        .route("/", get(pages::overview))
+        .route("/fragment/overview", get(pages::overview_fragment))
+        .route("/workers", get(pages::workers))
+        .route("/jobs", get(pages::jobs))
+        .route("/jobs/{id}", get(pages::job))
+        .route("/queues", get(pages::queues))
+        .route("/schedules", get(pages::schedules))
+        .route("/login", get(pages::login_page).post(auth::login))
+        .route("/logout", post(auth::logout))
+        .route("/actions/job", post(actions::job_action))
+        .route("/actions/queue", post(actions::queue_action))
+        .route("/actions/schedule", post(actions::schedule_action))
+        .route("/bulk/review", post(actions::bulk_review))
+        .route("/bulk/apply", post(actions::bulk_apply))
+        .route("/assets/console.css", get(view::css))
+        .route("/assets/console.js", get(view::js))
+        .fallback(pages::not_found)
+        .layer(axum::middleware::map_response(view::secure_headers))
+        .with_state(app);
+    let task = tokio::spawn(async move {
+        let _ = axum::serve(listener, router)
+            .with_graceful_shutdown(async move { shutdown.cancelled().await })
+            .await;
+    });
+    Ok((bound, task))
+}

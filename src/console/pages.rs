@@ -1,0 +1,929 @@
+//! The pages: Overview (queues and database pressure), Workers, Jobs (with
+//! the explanation badge of each waiting job), Job, Queues, Schedules, and
+//! the login form. Each reads through [`crate::admin`] in one read-only
+//! transaction.
+
+use std::collections::BTreeMap;
+
+use axum::extract::{Path, Query, State};
+use axum::http::HeaderMap;
+use axum::response::{Html, IntoResponse, Response};
+use maud::{html, Markup};
+use serde::Deserialize;
+
+use super::auth;
+pub(crate) use super::error::{PageError, PageResult};
+use super::view::{self, at, count, encode, page, seconds, when, Who};
+use super::App;
+use crate::admin::{activity, gauges, jobs, queues, schedules, workers};
+use crate::error::Error;
+
+/// Rows per page of the Jobs page.
+pub(crate) const PAGE: i32 = 50;
+
+/// Counts on the overview stop here (then shown as "≥ N" with the table's
+/// estimate): an exact count of a huge backlog costs more than it tells.
+pub(crate) const DEPTH_CAP: i64 = gauges::DEPTH_CAP_DEFAULT;
+
+/// Ready jobs per queue and priority the overview checks for a worker
+/// that can run them (a lower bound beyond).
+const UNSERVED_HEAD: i32 = 100;
+
+/// A connection of the console's pool.
+pub(crate) async fn conn(app: &App) -> Result<deadpool_postgres::Object, PageError> {
+    app.pool
+        .get()
+        .await
+        .map_err(|e| PageError::Db(Error::pool("console: no connection")(e)))
+}
+
+/// A read-only transaction under the console's `statement_timeout`.
+pub(crate) async fn read_tx<'a>(
+    app: &App,
+    conn: &'a mut deadpool_postgres::Object,
+) -> Result<deadpool_postgres::Transaction<'a>, PageError> {
+    let tx = conn
+        .build_transaction()
+        .read_only(true)
+        .start()
+        .await
+        .map_err(Error::db("console: begin"))?;
+    limits(app, &tx).await?;
+    Ok(tx)
+}
+
+/// `statement_timeout`, a short `lock_timeout`, no JIT, and custom plans
+/// for this transaction. Custom plans: the SQL functions the pages call
+/// (`pgwake.list_jobs`) take filters that are often NULL; a generic plan,
+/// which PL/pgSQL may switch to after a few calls on a pooled connection,
+/// keeps every branch and filters row by row (2 s instead of a few ms for
+/// finished jobs over 10,000,000 history rows).
+pub(crate) async fn limits(
+    app: &App,
+    tx: &deadpool_postgres::Transaction<'_>,
+) -> Result<(), PageError> {
+    let ms = app.config.statement_timeout.as_millis().max(1);
+    tx.batch_execute(&format!(
+        "SET LOCAL statement_timeout = {ms}; SET LOCAL lock_timeout = 2000; SET LOCAL jit = off; \
+         SET LOCAL plan_cache_mode = force_custom_plan"
+    ))
+    .await
+    .map_err(Error::db("console: settings"))?;
+    Ok(())
+}
+
+/// Who the header shows, for a page at `path`.
+pub(crate) fn who<'a>(app: &App, csrf: &'a Option<String>, path: &'a str) -> Who<'a> {
+    match (app.config.actions, csrf) {
+        (false, _) => Who::ReadOnly,
+        (true, Some(c)) => Who::LoggedIn(c),
+        (true, None) => Who::LoggedOut(path),
+    }
+}
+
+fn html_page(markup: Markup) -> Response {
+    Html(markup.into_string()).into_response()
+}
+
+/// What an action did, shown on the page it returns to (`?did=…`). Only
+/// these fixed messages: nothing from the query string is shown as is.
+#[derive(Deserialize, Default)]
+pub(crate) struct Did {
+    did: Option<String>,
+    n: Option<i64>,
+}
+
+fn notice(did: &Did) -> Markup {
+    let n = did.n.unwrap_or(0);
+    let text = match did.did.as_deref() {
+        Some("retried") => "Retried: the job is back in its queue, attempts reset.".to_string(),
+        Some("not_dead") => "Nothing to retry: the job is not dead (any more).".to_string(),
+        Some("cancelled") => "Cancelled: the job left its queue.".to_string(),
+        Some("cancel_requested") => {
+            "Cancel requested: the worker running it stops it and records it as cancelled."
+                .to_string()
+        }
+        Some("not_cancelled") => {
+            "Nothing to cancel: the job is no longer waiting or running.".to_string()
+        }
+        Some("paused") => "Queue paused: no new job of it starts.".to_string(),
+        Some("resumed") => "Queue resumed.".to_string(),
+        Some("limits") => "Limits saved; every worker reads them at its next claim.".to_string(),
+        Some("run_now") => "Enqueued now, as its next tick would.".to_string(),
+        Some("bulk") => format!("Done: {} job(s) changed.", count(n)),
+        _ => return html! {},
+    };
+    html! { div.panel.notice { (text) } }
+}
+
+// ─── Overview ────────────────────────────────────────────────────────────
+
+/// `GET /`.
+pub(crate) async fn overview(State(app): State<App>, headers: HeaderMap) -> PageResult {
+    let body = overview_body(&app).await?;
+    let csrf = auth::session(&app, &headers);
+    let every = app.config.refresh.as_millis().to_string();
+    Ok(html_page(page(
+        "Overview",
+        "/",
+        who(&app, &csrf, "/"),
+        html! {
+            div data-refresh="/fragment/overview" data-every=(every) { (body) }
+        },
+    )))
+}
+
+/// `GET /fragment/overview`: the overview's body alone, for its refresh.
+pub(crate) async fn overview_fragment(State(app): State<App>) -> PageResult {
+    Ok(html_page(overview_body(&app).await?))
+}
+
+/// One queue's line of the overview.
+#[derive(Default)]
+struct Line {
+    ready: i64,
+    scheduled: i64,
+    dead: i64,
+    oldest: f64,
+    leased: i64,
+    tx_running: i64,
+    retrying: i64,
+    paused: bool,
+    max_running: Option<i32>,
+    slots_used: Option<i64>,
+    rate: Option<queues::RateLimit>,
+    rate_used: i64,
+    finished: Option<i64>,
+}
+
+fn capped(n: i64) -> String {
+    if n >= DEPTH_CAP {
+        format!("≥ {}", count(n))
+    } else {
+        count(n)
+    }
+}
+
+async fn overview_body(app: &App) -> Result<Markup, PageError> {
+    let sample =
+        gauges::sample_with(&app.pool, DEPTH_CAP, Some(app.config.statement_timeout)).await?;
+    let mut conn = conn(app).await?;
+    let tx = read_tx(app, &mut conn).await?;
+    let c = tx.client();
+    let activity = activity::queues(c).await?;
+    let window = std::time::Duration::from_secs(60);
+    let finished = activity::finished(c, window).await?;
+    let horizon = activity::horizon(c, 5).await?;
+    let tables = activity::tables(c).await?;
+    let settings = queues::list(c).await?;
+    let unserved = workers::unserved(c, UNSERVED_HEAD, 2000)
+        .await
+        .map_err(Error::db("reading unserved jobs"))?;
+    let fleet = workers::list(c).await?;
+    tx.commit().await.map_err(Error::db("console: commit"))?;
+
+    let mut lines: BTreeMap<String, Line> = BTreeMap::new();
+    for q in &sample.queues {
+        let l = lines.entry(q.queue.clone()).or_default();
+        l.ready = q.ready;
+        l.scheduled = q.scheduled;
+        l.dead = q.dead;
+        l.oldest = q.oldest_ready_age;
+    }
+    for a in &activity {
+        let l = lines.entry(a.queue.clone()).or_default();
+        l.leased = a.leased;
+        l.tx_running = a.tx_running;
+        l.slots_used = a.slots_used;
+        l.rate_used = a.rate_used;
+        l.retrying = a.retrying;
+    }
+    for s in &settings {
+        let l = lines.entry(s.queue.clone()).or_default();
+        l.paused = s.paused;
+        l.max_running = s.max_running;
+        l.rate = s.rate;
+    }
+    if let Some(f) = &finished {
+        for l in lines.values_mut() {
+            l.finished = Some(0);
+        }
+        for (q, n) in f {
+            lines.entry(q.clone()).or_default().finished = Some(*n);
+        }
+    }
+    let estimate = |name: &str| tables.iter().find(|t| t.table == name);
+    let live = fleet.iter().filter(|w| w.live).count();
+    let total_ready: i64 = sample.queues.iter().map(|q| q.ready).sum();
+    let total_running: i64 = activity.iter().map(|a| a.leased + a.tx_running).sum();
+    let total_dead: i64 = sample.queues.iter().map(|q| q.dead).sum();
+    let notify = sample.notification_queue_usage * 100.0;
+    Ok(html! {
+        div.cards {
+            div.card { div.label { "Ready" } div.value { (capped(total_ready)) }
+                @if let Some(t) = estimate("jobs").filter(|t| t.estimated_rows > 0) { div.note { "≈ " (count(t.estimated_rows)) " rows in pgwake.jobs" } } }
+            div.card { div.label { "Running" } div.value { (count(total_running)) } div.note { "lease and tx mode" } }
+            div.card { div.label { "Dead" } div.value { (capped(total_dead)) }
+                @if let Some(t) = estimate("dead_jobs").filter(|t| t.estimated_rows > 0) { div.note { "≈ " (count(t.estimated_rows)) " rows" } } }
+            div.card { div.label { "Live workers" } div.value { (live) }
+                div.note { a href="/workers" { "see workers" } } }
+            div.card { div.label { "Oldest transaction" } div.value { (seconds(sample.oldest_transaction_age)) }
+                div.note { "on this database" } }
+        }
+        h2 { "Queues" }
+        div.panel {
+            @if lines.is_empty() {
+                p.muted { "No queue has jobs or settings yet." }
+            } @else {
+                table {
+                    thead { tr {
+                        th { "Queue" } th { "State" } th.num { "Ready" } th.num { "Scheduled" }
+                        th.num title="scheduled again after a failed attempt" { "Retrying" }
+                        th.num { "Running" } th.num { "Dead" } th.num { "Oldest ready" }
+                        th.num { "Max running" } th.num { "Rate" }
+                        @if finished.is_some() { th.num title="finished in the last minute, from the history" { "Jobs/s (1 min)" } }
+                    } }
+                    tbody {
+                        @for (name, l) in &lines {
+                            tr {
+                                td { a href={ "/jobs?queue=" (encode(name)) } { (name) } }
+                                td { @if l.paused { span.badge.b-warn { "paused" } } @else { span.badge.b-ok { "running" } } }
+                                td.num { a href={ "/jobs?state=waiting&queue=" (encode(name)) } { (capped(l.ready)) } }
+                                td.num { (capped(l.scheduled)) }
+                                td.num { (count(l.retrying)) }
+                                td.num title={ (l.leased) " lease, " (l.tx_running) " tx" } { (count(l.leased + l.tx_running)) }
+                                td.num { @if l.dead > 0 { a href={ "/jobs?state=dead&queue=" (encode(name)) } { (capped(l.dead)) } } @else { "0" } }
+                                td.num { @if l.ready > 0 { (seconds(l.oldest)) } @else { span.muted { "—" } } }
+                                td.num { @match l.max_running {
+                                    Some(m) => { (l.slots_used.unwrap_or(0)) " / " (m) },
+                                    None => span.muted { "—" },
+                                } }
+                                td.num { @match l.rate {
+                                    Some(r) => { (l.rate_used) " / " (r) },
+                                    None => span.muted { "—" },
+                                } }
+                                @if finished.is_some() {
+                                    td.num { (format!("{:.1}", l.finished.unwrap_or(0) as f64 / window.as_secs_f64())) }
+                                }
+                            }
+                        }
+                    }
+                }
+                @if finished.is_none() {
+                    p.muted { "Jobs/s needs the history (pgwake run --keep-finished); it is off." }
+                }
+            }
+        }
+        @if !unserved.is_empty() {
+            div.panel.warning {
+                strong { "Waiting for a worker: " }
+                "no live worker works these queues with a handler for these tasks."
+                table {
+                    thead { tr { th { "Queue" } th { "Task" } th.num { "Jobs" } th.num { "Oldest" } } }
+                    tbody { @for u in &unserved { tr {
+                        td { (u.queue) } td { (u.task) } td.num { (count(u.jobs)) @if u.jobs >= UNSERVED_HEAD as i64 { "+" } } td.num { (seconds(u.oldest_age_seconds)) }
+                    } } }
+                }
+            }
+        }
+        h2 { "Database pressure" }
+        div.cards {
+            div.card { div.label { "Idle in transaction" }
+                div.value { (sample.idle_in_transaction.iter().map(|(_, n)| n).sum::<i64>()) }
+                div.note { "oldest " (seconds(sample.idle_in_transaction_max_age)) } }
+            div.card { div.label { "NOTIFY queue" } div.value { (format!("{notify:.2} %")) } div.note { "of its 8 GB" } }
+            @for t in &tables {
+                div.card { div.label { "Dead tuples: " (t.table) } div.value { (count(t.dead_tuples)) }
+                    div.note { "last vacuum " (at(t.last_vacuum)) } }
+            }
+        }
+        div.panel {
+            p.muted { "What holds back the vacuum horizon (oldest snapshots first): while they last, dead rows of the queue tables cannot be removed." }
+            @if horizon.is_empty() {
+                p { "Nothing: no other session has a transaction open." }
+            } @else {
+                table {
+                    thead { tr { th { "Kind" } th.num { "PID" } th { "Application" } th { "State" }
+                        th.num { "Transaction age" } th.num { "Xmin age" } th { "Statement" } } }
+                    tbody { @for h in &horizon { tr {
+                        td { (h.kind) }
+                        td.num { @if let Some(p) = h.pid { (p) } }
+                        td { (h.who) }
+                        td { (h.state.as_deref().unwrap_or("")) }
+                        td.num { @if let Some(a) = h.xact_age_seconds { (seconds(a)) } }
+                        td.num { @if let Some(x) = h.xmin_age { (count(x)) } }
+                        td { @if let Some(q) = &h.query { code.clip title=(q) { (q) } } }
+                    } } }
+                }
+            }
+            @if !sample.idle_in_transaction.is_empty() {
+                p { "Idle in transaction, by application: "
+                    @for (i, (app_name, n)) in sample.idle_in_transaction.iter().enumerate() {
+                        @if i > 0 { ", " } code { (app_name) } " (" (n) ")"
+                    }
+                }
+            }
+        }
+    })
+}
+
+// ─── Workers ─────────────────────────────────────────────────────────────
+
+/// `GET /workers`.
+pub(crate) async fn workers(State(app): State<App>, headers: HeaderMap) -> PageResult {
+    let mut conn = conn(&app).await?;
+    let tx = read_tx(&app, &mut conn).await?;
+    let list = workers::list(tx.client()).await?;
+    tx.commit().await.map_err(Error::db("console: commit"))?;
+    let (live, gone): (Vec<_>, Vec<_>) = list.into_iter().partition(|w| w.live);
+    let table = |ws: &[workers::WorkerInfo]| {
+        html! {
+            table {
+                thead { tr { th { "Host" } th.num { "PID" } th { "Version" } th { "Application" }
+                    th { "Queues" } th { "Handlers" } th.num { "Running" } th { "Started" } th { "Last heartbeat" } } }
+                tbody { @for w in ws { tr {
+                    td { (w.host) } td.num { (w.pid) } td { (w.version) } td { (w.application_name) }
+                    td { @match &w.queues { Some(q) => (q.join(", ")), None => span.muted { "every queue" } } }
+                    td { (handlers(&w.handlers, &w.tasks)) }
+                    td.num { (w.running) " / " (w.concurrency) }
+                    td { (at(Some(w.started_at))) }
+                    td { (at(Some(w.seen_at))) }
+                } } }
+            }
+        }
+    };
+    let csrf = auth::session(&app, &headers);
+    Ok(html_page(page(
+        "Workers",
+        "/workers",
+        who(&app, &csrf, "/workers"),
+        html! {
+            h1 { "Workers" }
+            div.panel {
+                @if live.is_empty() {
+                    p { "No live worker. Start one with " code { "pgwake run" } "." }
+                } @else { (table(&live)) }
+                p.muted { "Each worker renews its row every 10 s; one that stops renewing (killed, host lost) leaves this list 30 s after its last heartbeat." }
+            }
+            @if !gone.is_empty() {
+                h2 { "Gone in the last hour (stopped without deregistering)" }
+                div.panel { (table(&gone)) }
+            }
+        },
+    )))
+}
+
+/// A worker's handlers as `task (mode)`, from its registry JSON.
+fn handlers(json: &str, tasks: &[String]) -> Markup {
+    let parsed: Vec<(String, String)> = serde_json::from_str::<serde_json::Value>(json)
+        .ok()
+        .and_then(|v| v.as_array().cloned())
+        .unwrap_or_default()
+        .iter()
+        .filter_map(|h| {
+            Some((
+                h.get("task")?.as_str()?.to_string(),
+                h.get("mode")?.as_str()?.to_string(),
+            ))
+        })
+        .collect();
+    html! {
+        @if parsed.is_empty() {
+            (tasks.join(", "))
+        } @else {
+            @for (i, (task, mode)) in parsed.iter().enumerate() {
+                @if i > 0 { ", " }
+                code { (task) } " " span.muted { "(" (mode) ")" }
+            }
+        }
+    }
+}
+
+// ─── Jobs ────────────────────────────────────────────────────────────────
+
+/// The Jobs page's filters (query string; the bulk forms send the same).
+#[derive(Deserialize, Default, Clone)]
+pub(crate) struct Filters {
+    #[serde(default)]
+    pub(crate) queue: String,
+    #[serde(default)]
+    pub(crate) task: String,
+    #[serde(default)]
+    pub(crate) state: String,
+    #[serde(default)]
+    pub(crate) ordering_key: String,
+    #[serde(default)]
+    pub(crate) unique_key: String,
+    #[serde(default)]
+    pub(crate) id: String,
+    #[serde(default)]
+    pub(crate) payload: String,
+    #[serde(default)]
+    pub(crate) after: String,
+}
+
+fn some(s: &str) -> Option<String> {
+    let s = s.trim();
+    (!s.is_empty()).then(|| s.to_string())
+}
+
+/// `path=value` (`customer=42`, `order.id="a"`) → `{"customer": 42}`: the
+/// value is JSON when it reads as JSON, else a string.
+pub(crate) fn payload_filter(s: &str) -> Result<serde_json::Value, PageError> {
+    let (path, value) = s.split_once('=').ok_or_else(|| {
+        PageError::BadRequest(format!(
+            "payload filter {s:?}: write path=value, e.g. customer=42 or order.id=\"a-1\""
+        ))
+    })?;
+    let path = path.trim();
+    if path.is_empty() || path.split('.').any(str::is_empty) {
+        return Err(PageError::BadRequest(format!(
+            "payload filter {s:?}: the path is empty (write path=value)"
+        )));
+    }
+    let value = value.trim();
+    let mut v = serde_json::from_str(value)
+        .unwrap_or_else(|_| serde_json::Value::String(value.to_string()));
+    for key in path.rsplit('.') {
+        let mut obj = serde_json::Map::new();
+        obj.insert(key.to_string(), v);
+        v = serde_json::Value::Object(obj);
+    }
+    Ok(v)
+}
+
+impl Filters {
+    /// The library's filter; `None` id when no id is asked for.
+    pub(crate) fn to_filter(&self) -> Result<(jobs::JobFilter, Option<i64>), PageError> {
+        let id = match some(&self.id) {
+            None => None,
+            Some(s) => Some(
+                s.parse::<i64>()
+                    .map_err(|_| PageError::BadRequest(format!("job id {s:?} is not a number")))?,
+            ),
+        };
+        let after = some(&self.after)
+            .and_then(|s| s.parse::<i64>().ok())
+            .unwrap_or(0);
+        let payload = some(&self.payload)
+            .map(|p| payload_filter(&p))
+            .transpose()?;
+        Ok((
+            jobs::JobFilter {
+                state: some(&self.state),
+                queue: some(&self.queue),
+                task: some(&self.task),
+                ordering_key: some(&self.ordering_key),
+                unique_key: some(&self.unique_key),
+                payload,
+                after_id: match id {
+                    Some(id) => id.saturating_sub(1),
+                    None => after,
+                },
+                page: if id.is_some() { 1 } else { PAGE },
+            },
+            id,
+        ))
+    }
+
+    /// The query string of these filters (without `after`), for links.
+    pub(crate) fn query(&self) -> String {
+        [
+            ("queue", &self.queue),
+            ("task", &self.task),
+            ("state", &self.state),
+            ("ordering_key", &self.ordering_key),
+            ("unique_key", &self.unique_key),
+            ("id", &self.id),
+            ("payload", &self.payload),
+        ]
+        .iter()
+        .filter(|(_, v)| !v.trim().is_empty())
+        .map(|(k, v)| format!("{k}={}", encode(v.trim())))
+        .collect::<Vec<_>>()
+        .join("&")
+    }
+
+    /// Hidden fields carrying these filters (without `after`).
+    pub(crate) fn hidden(&self) -> Markup {
+        html! {
+            input type="hidden" name="queue" value=(self.queue);
+            input type="hidden" name="task" value=(self.task);
+            input type="hidden" name="state" value=(self.state);
+            input type="hidden" name="ordering_key" value=(self.ordering_key);
+            input type="hidden" name="unique_key" value=(self.unique_key);
+            input type="hidden" name="payload" value=(self.payload);
+            input type="hidden" name="id" value=(self.id);
+        }
+    }
+
+    /// The filters in words.
+    pub(crate) fn describe(&self) -> Markup {
+        let parts: Vec<(&str, &str)> = [
+            ("state", self.state.trim()),
+            ("queue", self.queue.trim()),
+            ("task", self.task.trim()),
+            ("ordering key", self.ordering_key.trim()),
+            ("unique key", self.unique_key.trim()),
+            ("payload", self.payload.trim()),
+            ("id", self.id.trim()),
+        ]
+        .into_iter()
+        .filter(|(_, v)| !v.is_empty())
+        .collect();
+        html! {
+            @if parts.is_empty() { "every job" }
+            @for (i, (k, v)) in parts.iter().enumerate() {
+                @if i > 0 { ", " }
+                (k) " " code { (v) }
+            }
+        }
+    }
+}
+
+const STATES: &[&str] = &[
+    "waiting",
+    "scheduled",
+    "running",
+    "dead",
+    "cancelled",
+    "finished",
+];
+
+/// `GET /jobs`.
+pub(crate) async fn jobs(
+    State(app): State<App>,
+    headers: HeaderMap,
+    Query(f): Query<Filters>,
+) -> PageResult {
+    let (filter, id) = f.to_filter()?;
+    let mut conn = conn(&app).await?;
+    let tx = read_tx(&app, &mut conn).await?;
+    let c = tx.client();
+    let mut rows = jobs::list(c, &filter).await?;
+    if let Some(id) = id {
+        rows.retain(|r| r.id == id);
+    }
+    let waiting: Vec<i64> = rows
+        .iter()
+        .filter(|r| r.state == "waiting" || r.state == "scheduled")
+        .map(|r| r.id)
+        .collect();
+    // One pipelined round of explain calls on the page's connection.
+    let reasons = futures::future::join_all(waiting.iter().map(|id| jobs::explain(c, *id))).await;
+    let mut badge: BTreeMap<i64, jobs::Reason> = BTreeMap::new();
+    for (id, r) in waiting.iter().zip(reasons) {
+        if let Some(first) = r?.into_iter().next() {
+            badge.insert(*id, first);
+        }
+    }
+    tx.commit().await.map_err(Error::db("console: commit"))?;
+    let next = (id.is_none() && rows.len() == PAGE as usize)
+        .then(|| rows.last().map(|r| r.id))
+        .flatten();
+    let csrf = auth::session(&app, &headers);
+    let here = format!("/jobs?{}", f.query());
+    Ok(html_page(page(
+        "Jobs",
+        "/jobs",
+        who(&app, &csrf, &here),
+        html! {
+            h1 { "Jobs" }
+            div.panel {
+                form.filters method="get" action="/jobs" {
+                    label { "Queue" input name="queue" value=(f.queue); }
+                    label { "Task" input name="task" value=(f.task); }
+                    label { "State" select name="state" {
+                        option value="" selected[f.state.is_empty()] { "any (not finished)" }
+                        @for s in STATES { option value=(s) selected[f.state == *s] { (s) } }
+                    } }
+                    label { "Ordering key" input name="ordering_key" value=(f.ordering_key); }
+                    label { "Unique key" input name="unique_key" value=(f.unique_key); }
+                    label { "Job id" input name="id" inputmode="numeric" value=(f.id); }
+                    label { "Payload path=value" input name="payload" placeholder="customer=42" value=(f.payload); }
+                    div { button.primary type="submit" { "Filter" } " " a href="/jobs" { "clear" } }
+                }
+            }
+            div.panel {
+                @if rows.is_empty() {
+                    p.muted { "No job matches." }
+                } @else {
+                    table #jobs {
+                        thead { tr { th.num { "Id" } th { "State" } th { "Why not running" } th { "Queue" } th { "Task" }
+                            th.num { "Attempts" } th { "Runs at" } th { "Enqueued" } th { "Keys" } th { "Last error" } } }
+                        tbody { @for r in &rows { tr data-job=(r.id) {
+                            td.num { a href={ "/jobs/" (r.id) } { (r.id) } }
+                            td { span class=(view::state_class(&r.state)) { (r.state) } }
+                            td { @if let Some(b) = badge.get(&r.id) {
+                                span class={ "reason " (view::reason_class(&b.reason)) } title=(b.detail) { (b.reason) }
+                            } }
+                            td { (r.queue) }
+                            td { (r.task) }
+                            td.num { (r.attempts) @if let Some(m) = r.max_attempts { " / " (m) } }
+                            td { (when(r.run_at.as_deref())) }
+                            td { (when(Some(&r.created_at))) }
+                            td {
+                                @if let Some(k) = &r.ordering_key { span.muted { "order " } code { (k) } " " }
+                                @if let Some(k) = &r.unique_key { span.muted { "unique " } code { (k) } }
+                            }
+                            td { @if let Some(e) = &r.last_error { span.clip title=(e) { (e) } } }
+                        } } }
+                    }
+                }
+                div.pager {
+                    @if filter.after_id > 0 && id.is_none() { a href={ "/jobs?" (f.query()) } { "« first page" } }
+                    @if let Some(n) = next { a #next href={ "/jobs?" (f.query()) "&after=" (n) } { "next page »" } }
+                    span.muted { "ordered by id; " (rows.len()) " shown" }
+                }
+            }
+            @if let Some(csrf) = &csrf {
+                h2 { "Act on every job matching these filters" }
+                div.panel {
+                    form.inline method="post" action="/bulk/review" {
+                        input type="hidden" name="csrf" value=(csrf);
+                        (f.hidden())
+                        select name="action" {
+                            option value="retry" { "Retry (dead and cancelled jobs)" }
+                            option value="cancel" { "Cancel (waiting, scheduled, running jobs)" }
+                            option value="delete" { "Delete (dead and cancelled jobs)" }
+                        }
+                        button type="submit" { "Review…" }
+                    }
+                    p.muted { "You see the count and confirm before anything changes." }
+                }
+            }
+        },
+    )))
+}
+
+// ─── Job ─────────────────────────────────────────────────────────────────
+
+/// `GET /jobs/{id}`.
+pub(crate) async fn job(
+    State(app): State<App>,
+    headers: HeaderMap,
+    Path(id): Path<i64>,
+    Query(did): Query<Did>,
+) -> PageResult {
+    let mut conn = conn(&app).await?;
+    let tx = read_tx(&app, &mut conn).await?;
+    let detail = jobs::show(tx.client(), id).await?;
+    tx.commit().await.map_err(Error::db("console: commit"))?;
+    let Some(d) = detail else {
+        return Err(PageError::NotFound(format!(
+            "no job {id}: it never existed, or it finished while history was off"
+        )));
+    };
+    let csrf = auth::session(&app, &headers);
+    let here = format!("/jobs/{id}");
+    let state = d
+        .job
+        .as_ref()
+        .map(|j| j.state.clone())
+        .or_else(|| d.history.last().map(|h| h.outcome.clone()))
+        .unwrap_or_default();
+    let live = d.job.is_some();
+    Ok(html_page(page(
+        &format!("Job {id}"),
+        "/jobs",
+        who(&app, &csrf, &here),
+        html! {
+            h1 { "Job " (id) " " span #state class=(view::state_class(&state)) { (state) } }
+            (notice(&did))
+            @if let (Some(csrf), true) = (&csrf, live) {
+                div.actions {
+                    @if state == "dead" || state == "cancelled" {
+                        form.inline method="post" action="/actions/job" {
+                            input type="hidden" name="csrf" value=(csrf);
+                            input type="hidden" name="id" value=(id);
+                            button.primary type="submit" name="op" value="retry" { "Retry" }
+                        }
+                    }
+                    @if state == "waiting" || state == "scheduled" || state == "running" {
+                        form.inline method="post" action="/actions/job" {
+                            input type="hidden" name="csrf" value=(csrf);
+                            input type="hidden" name="id" value=(id);
+                            button.danger type="submit" name="op" value="cancel" { "Cancel" }
+                        }
+                    }
+                }
+            }
+            div.panel #explanation {
+                h2.first { "Why isn't it running?" }
+                ol.reasons {
+                    @for r in &d.explanation {
+                        li {
+                            span class=(view::reason_class(&r.reason)) { (r.reason) }
+                            span {
+                                span.detail { (r.detail) }
+                                @if let Some(u) = &r.until { " " span.muted { "(until " (when(Some(u))) ")" } }
+                                @if let Some(b) = r.blocking_job { " " a href={ "/jobs/" (b) } { "job " (b) } }
+                            }
+                        }
+                    }
+                }
+            }
+            @if let Some(j) = &d.job {
+                div.panel {
+                    dl.facts {
+                        dt { "Queue" } dd { a href={ "/jobs?queue=" (encode(&j.queue)) } { (j.queue) } }
+                        dt { "Task" } dd { code { (j.task) } }
+                        dt { "Attempts" } dd { (j.attempts) @if let Some(m) = j.max_attempts { " of " (m) } }
+                        @if let Some(p) = j.priority { dt { "Priority" } dd { (p) } }
+                        dt { "Enqueued" } dd { (when(Some(&j.created_at))) " " span.muted { (j.created_at) } }
+                        @if let Some(r) = &j.run_at { dt { "Runs at" } dd { (when(Some(r))) " " span.muted { (r) } } }
+                        @if let Some(k) = &j.ordering_key { dt { "Ordering key" } dd { code { (k) } } }
+                        @if let Some(k) = &j.unique_key { dt { "Unique key" } dd { code { (k) } } }
+                        @if let Some(w) = &j.worker { dt { "Worker" } dd { code { (w) } } }
+                    }
+                }
+                @if let Some(e) = &j.last_error {
+                    h2 { "Last error" }
+                    pre #last-error { (e) }
+                }
+            }
+            h2 { "Payload" }
+            @match &d.payload {
+                Some(p) => pre #payload { (p) },
+                None => p.muted { "Not kept (the job finished; history keeps results and errors)." },
+            }
+            h2 { "History" }
+            @if d.history.is_empty() {
+                p.muted { "No finished run recorded (history is kept when workers run with --keep-finished)." }
+            } @else {
+                ul.timeline {
+                    @for h in &d.history {
+                        li {
+                            span class=(view::state_class(&h.outcome)) { (h.outcome) }
+                            " after " (h.attempts) " attempt(s), " (when(Some(&h.finished_at)))
+                            @if let Some(w) = &h.worker { " by " code { (w) } }
+                            @if let Some(s) = &h.started_at { " " span.muted { "(started " (when(Some(s))) ")" } }
+                            @if let Some(e) = &h.error { pre { (e) } }
+                            @if let Some(r) = &h.result { div.muted { "Result" } pre.result { (r) } }
+                        }
+                    }
+                }
+            }
+        },
+    )))
+}
+
+// ─── Queues ──────────────────────────────────────────────────────────────
+
+/// `GET /queues`.
+pub(crate) async fn queues(
+    State(app): State<App>,
+    headers: HeaderMap,
+    Query(did): Query<Did>,
+) -> PageResult {
+    let mut conn = conn(&app).await?;
+    let tx = read_tx(&app, &mut conn).await?;
+    let list = queues::list(tx.client()).await?;
+    let activity = activity::queues(tx.client()).await?;
+    tx.commit().await.map_err(Error::db("console: commit"))?;
+    let csrf = auth::session(&app, &headers);
+    Ok(html_page(page(
+        "Queues",
+        "/queues",
+        who(&app, &csrf, "/queues"),
+        html! {
+            h1 { "Queues" }
+            (notice(&did))
+            div.panel {
+                @if list.is_empty() { p.muted { "No queue has jobs or settings yet." } } @else {
+                table {
+                    thead { tr { th { "Queue" } th { "State" } th.num { "Running" } th { "Max running" } th { "Rate" }
+                        @if csrf.is_some() { th { "Change" } } } }
+                    tbody { @for q in &list {
+                        @let a = activity.iter().find(|a| a.queue == q.queue);
+                        tr data-queue=(q.queue) {
+                            td { a href={ "/jobs?queue=" (encode(&q.queue)) } { (q.queue) } }
+                            td { @if q.paused { span.badge.b-warn { "paused" } " " (at(q.paused_at)) } @else { span.badge.b-ok { "running" } } }
+                            td.num { (a.map_or(0, |a| a.leased + a.tx_running)) }
+                            td { @match q.max_running { Some(m) => { (a.and_then(|a| a.slots_used).unwrap_or(0)) " / " (m) }, None => span.muted { "no limit" } } }
+                            td { @match q.rate { Some(r) => { (a.map_or(0, |a| a.rate_used)) " / " (r) }, None => span.muted { "no limit" } } }
+                            @if let Some(csrf) = &csrf {
+                                td {
+                                    form.inline method="post" action="/actions/queue" {
+                                        input type="hidden" name="csrf" value=(csrf);
+                                        input type="hidden" name="queue" value=(q.queue);
+                                        @if q.paused {
+                                            button type="submit" name="op" value="resume" { "Resume" }
+                                        } @else {
+                                            button.danger type="submit" name="op" value="pause" { "Pause" }
+                                        }
+                                    }
+                                    " "
+                                    form.inline method="post" action="/actions/queue" {
+                                        input type="hidden" name="csrf" value=(csrf);
+                                        input type="hidden" name="queue" value=(q.queue);
+                                        input type="hidden" name="op" value="limits";
+                                        input type="number" name="max_running" min="1" placeholder="max running"
+                                            title="at most this many running at once; empty: no limit"
+                                            value=[q.max_running];
+                                        input name="rate" size="8" placeholder="rate, e.g. 20/s"
+                                            title="N/s, N/min, N/h or N/<duration>; empty: no limit"
+                                            value=[q.rate.map(|r| r.to_string())];
+                                        button type="submit" { "Set" }
+                                    }
+                                }
+                            }
+                        }
+                    } }
+                } }
+                p.muted { "Workers read these settings at every claim: a change needs no restart. Pausing stops no running job." }
+            }
+        },
+    )))
+}
+
+// ─── Schedules ───────────────────────────────────────────────────────────
+
+/// `GET /schedules`.
+pub(crate) async fn schedules(State(app): State<App>, headers: HeaderMap) -> PageResult {
+    let mut conn = conn(&app).await?;
+    let tx = read_tx(&app, &mut conn).await?;
+    let list = schedules::list(tx.client()).await?;
+    tx.commit().await.map_err(Error::db("console: commit"))?;
+    let csrf = auth::session(&app, &headers);
+    Ok(html_page(page(
+        "Schedules",
+        "/schedules",
+        who(&app, &csrf, "/schedules"),
+        html! {
+            h1 { "Schedules" }
+            div.panel {
+                @if list.is_empty() {
+                    p.muted { "No schedule. Add one with " code { "pgwake schedule add" } "." }
+                } @else {
+                table {
+                    thead { tr { th { "Name" } th { "Cron" } th { "Task" } th { "Queue" } th { "Next tick" } th { "Last tick" }
+                        th.num { "Enqueued" } th.num { "Missed" } th.num { "Skipped (still waiting)" } th { "Problem" }
+                        @if csrf.is_some() { th {} } } }
+                    tbody { @for s in &list { tr {
+                        td { (s.name) }
+                        td { code { (s.cron) } " " span.muted { (s.tz) } }
+                        td { code { (s.task) } }
+                        td { (s.queue) }
+                        td { (at(s.next_tick)) }
+                        td { (at(s.last_tick)) @if let Some(j) = s.last_job_id { " " a href={ "/jobs/" (j) } { "job " (j) } } }
+                        td.num { (count(s.ticks_enqueued)) }
+                        td.num { (count(s.ticks_missed)) }
+                        td.num { (count(s.ticks_waiting)) }
+                        td { @if let Some(e) = &s.error { span.badge.b-bad title=(e) { "invalid" } " " (e) } }
+                        @if let Some(csrf) = &csrf {
+                            td { form.inline method="post" action="/actions/schedule" {
+                                input type="hidden" name="csrf" value=(csrf);
+                                input type="hidden" name="name" value=(s.name);
+                                button type="submit" { "Run now" }
+                            } }
+                        }
+                    } } }
+                } }
+            }
+        },
+    )))
+}
+
+// ─── Login, not found ────────────────────────────────────────────────────
+
+/// The login page's query.
+#[derive(Deserialize, Default)]
+pub(crate) struct Next {
+    #[serde(default)]
+    next: String,
+}
+
+/// `GET /login`.
+pub(crate) async fn login_page(State(app): State<App>, Query(q): Query<Next>) -> Response {
+    Html(auth::login_markup(&app, auth::local_path(&q.next), false)).into_response()
+}
+
+/// Any other path.
+pub(crate) async fn not_found() -> Response {
+    PageError::NotFound("no such page".into()).into_response()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn payload_filters_become_containment_objects() {
+        assert_eq!(
+            payload_filter("customer=42").unwrap(),
+            serde_json::json!({"customer": 42})
+        );
+        assert_eq!(
+            payload_filter("order.id=a-1").unwrap(),
+            serde_json::json!({"order": {"id": "a-1"}})
+        );
+        assert_eq!(
+            payload_filter("flag=true").unwrap(),
+            serde_json::json!({"flag": true})
+        );
+        assert!(payload_filter("customer").is_err());
+        assert!(payload_filter("=1").is_err());
+        assert!(payload_filter("a..b=1").is_err());
+    }
+}

@@ -1,0 +1,13 @@
+//! The operator console (`pgwake ui`): its access rules over plain HTTP
+//! (read-only refuses every POST, actions need the credential, the CSRF
+//! token and the console's own origin), escaping of every producer value,
+//! the library functions it added (bulk actions by filter, run a schedule
+//! now), and an operator's work in a real headless Chromium against a real
+//! worker in both delivery modes.
+
+#[path = "../common/mod.rs"]
+mod common;
+
+mod browser;
+mod http;
+mod support;
