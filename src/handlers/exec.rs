@@ -296,19 +296,57 @@ async fn capture(mut from: tokio::process::ChildStdout, max: usize) -> (Vec<u8>,
 }
 
 /// Kills the process group of a child that is still running when the job's
-/// future is dropped (timeout, shutdown): `kill_on_drop` alone would leave
-/// its children (e.g. under `sh -c`) running.
+/// future is dropped (timeout, cancel, shutdown): `kill_on_drop` alone would
+/// leave its children (e.g. under `sh -c`) running. Then waits (briefly,
+/// bounded by [`EXIT_WAIT`]) until the command itself has exited, without
+/// reaping it (tokio does): a SIGKILL is delivered asynchronously, and the
+/// job's outcome (e.g. cancelled, in `dead_jobs`) must not be recorded while
+/// its process still runs — on a loaded machine the outcome write could
+/// otherwise come first.
 struct GroupGuard {
     pid: Option<i32>,
 }
 
+/// Longest wait in [`GroupGuard`]'s drop for the killed command to exit (a
+/// process in uninterruptible sleep, e.g. on a hung network file system,
+/// cannot die at once; the worker must not hang with it).
+const EXIT_WAIT: std::time::Duration = std::time::Duration::from_secs(1);
+
 impl Drop for GroupGuard {
     fn drop(&mut self) {
-        if let Some(pid) = self.pid {
-            // SAFETY: plain syscall; a stale pid group is harmless (ESRCH).
-            unsafe {
-                libc::kill(-pid, libc::SIGKILL);
+        let Some(pid) = self.pid else {
+            return;
+        };
+        // SAFETY: plain syscall; a stale pid group is harmless (ESRCH).
+        unsafe {
+            libc::kill(-pid, libc::SIGKILL);
+        }
+        let started = std::time::Instant::now();
+        loop {
+            // SAFETY: waitid on our own child with WNOWAIT leaves it to be
+            // reaped by tokio; `info` is a valid out-parameter.
+            let exited = unsafe {
+                let mut info: libc::siginfo_t = std::mem::zeroed();
+                let r = libc::waitid(
+                    libc::P_PID,
+                    pid as libc::id_t,
+                    &mut info,
+                    libc::WEXITED | libc::WNOWAIT | libc::WNOHANG,
+                );
+                // r < 0: not our child any more (already reaped): gone.
+                r < 0 || info.si_pid() != 0
+            };
+            if exited {
+                return;
             }
+            if started.elapsed() >= EXIT_WAIT {
+                tracing::warn!(
+                    pid,
+                    "an exec command killed with SIGKILL has not exited yet"
+                );
+                return;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(1));
         }
     }
 }
