@@ -191,8 +191,11 @@ $$;
 -- now), scheduled (later, retries included), running (lease mode, and tx
 -- mode: rows a claim transaction holds), dead, cancelled, finished
 -- (history, when on), or NULL for every state but finished. Each filter
--- NULL: any. `payload`: jobs whose payload contains it (`@>`). Ids above
--- `after_id`, ascending, at most `page` rows (1 to 1000).
+-- NULL: any. `payload`: jobs whose payload contains it (`@>`). `since`: jobs
+-- enqueued (waiting, scheduled, running), failed or cancelled (dead,
+-- cancelled) or finished (history) at or after it. Ids above `after_id`,
+-- ascending, at most `page` rows (1 to 1000).
+DROP FUNCTION IF EXISTS pgwake.list_jobs(text, text, text, text, text, jsonb, bigint, integer);
 CREATE OR REPLACE FUNCTION pgwake.list_jobs(
     state        text    DEFAULT NULL,
     queue        text    DEFAULT NULL,
@@ -201,7 +204,8 @@ CREATE OR REPLACE FUNCTION pgwake.list_jobs(
     unique_key   text    DEFAULT NULL,
     payload      jsonb   DEFAULT NULL,
     after_id     bigint  DEFAULT 0,
-    page         integer DEFAULT 100)
+    page         integer DEFAULT 100,
+    since        timestamptz DEFAULT NULL)
 RETURNS TABLE (id bigint, job_state text, job_queue text, job_task text, priority integer,
                attempts integer, max_attempts integer, run_at timestamptz,
                created_at timestamptz, job_ordering_key text, job_unique_key text,
@@ -232,6 +236,7 @@ BEGIN
           AND (list_jobs.ordering_key IS NULL OR j.ordering_key = list_jobs.ordering_key)
           AND (list_jobs.unique_key IS NULL OR j.unique_key = list_jobs.unique_key)
           AND (list_jobs.payload IS NULL OR j.payload @> list_jobs.payload)
+          AND (list_jobs.since IS NULL OR j.created_at >= list_jobs.since)
         UNION ALL
         SELECT l.id, 'running', l.queue, l.task, l.priority, l.attempts, l.max_attempts, l.run_at,
                l.created_at, l.ordering_key, l.unique_key, l.worker_id, l.last_error
@@ -243,6 +248,7 @@ BEGIN
           AND (list_jobs.ordering_key IS NULL OR l.ordering_key = list_jobs.ordering_key)
           AND (list_jobs.unique_key IS NULL OR l.unique_key = list_jobs.unique_key)
           AND (list_jobs.payload IS NULL OR l.payload @> list_jobs.payload)
+          AND (list_jobs.since IS NULL OR l.created_at >= list_jobs.since)
         UNION ALL
         SELECT d.id, CASE WHEN d.last_error = 'cancelled' THEN 'cancelled' ELSE 'dead' END,
                d.queue, d.task, d.priority, d.attempts, d.max_attempts, d.run_at, d.created_at,
@@ -256,6 +262,7 @@ BEGIN
           AND (list_jobs.ordering_key IS NULL OR d.ordering_key = list_jobs.ordering_key)
           AND (list_jobs.unique_key IS NULL OR d.unique_key = list_jobs.unique_key)
           AND (list_jobs.payload IS NULL OR d.payload @> list_jobs.payload)
+          AND (list_jobs.since IS NULL OR d.failed_at >= list_jobs.since)
         UNION ALL
         SELECT f.id, f.outcome, f.queue, f.task, NULL::integer, f.attempts, NULL::integer, NULL::timestamptz,
                f.enqueued_at, NULL::text, f.unique_key, f.worker, f.error
@@ -266,6 +273,7 @@ BEGIN
           AND (list_jobs.task IS NULL OR f.task = list_jobs.task)
           AND (list_jobs.unique_key IS NULL OR f.unique_key = list_jobs.unique_key)
           AND (list_jobs.payload IS NULL OR f.payload @> list_jobs.payload)
+          AND (list_jobs.since IS NULL OR f.finished_at >= list_jobs.since)
     ) all_jobs (id, s, q, t, p, a, m, r, c, ok, uk, w, e)
     WHERE state IS NULL OR state = 'finished' OR all_jobs.s = state
     ORDER BY all_jobs.id

@@ -43,6 +43,11 @@ pub struct ListArgs {
     /// VALUE is JSON when it parses as JSON, else a string.
     #[arg(long, value_name = "PATH=VALUE", value_parser = payload_filter)]
     payload: Vec<(Vec<String>, serde_json::Value)>,
+    /// Only jobs enqueued (waiting, scheduled, running), failed or cancelled (dead,
+    /// cancelled) or finished (history) at or after this RFC 3339 time, e.g.
+    /// 2026-11-25T14:00:00Z.
+    #[arg(long, value_name = "TIMESTAMP", value_parser = super::timestamp::parse)]
+    since: Option<std::time::SystemTime>,
     /// Only ids above this one (the last id of the previous page).
     #[arg(long, default_value_t = 0, value_name = "ID")]
     after: i64,
@@ -127,6 +132,7 @@ pub async fn jobs_command(action: JobsAction) -> Result<(), Error> {
         ordering_key: args.ordering_key,
         unique_key: args.unique_key,
         payload: containment(&args.payload),
+        since: args.since.map(chrono::DateTime::<chrono::Utc>::from),
         after_id: args.after,
         page: args.limit,
     };

@@ -58,6 +58,9 @@ pub struct JobFilter {
     pub unique_key: Option<String>,
     /// Jobs whose payload contains this JSON (`@>`), e.g. `{"customer": 42}`.
     pub payload: Option<serde_json::Value>,
+    /// Only jobs enqueued (waiting, scheduled, running), failed or
+    /// cancelled (dead, cancelled) or finished (history) at or after this.
+    pub since: Option<chrono::DateTime<chrono::Utc>>,
     /// Only ids above this (the last id of the previous page).
     pub after_id: i64,
     /// At most this many (1 to 1000).
@@ -117,6 +120,7 @@ pub async fn list(client: &tokio_postgres::Client, filter: &JobFilter) -> Result
                     &filter.unique_key,
                     &payload,
                     &filter.page,
+                    &filter.since,
                 ],
             )
             .await
@@ -134,6 +138,7 @@ pub async fn list(client: &tokio_postgres::Client, filter: &JobFilter) -> Result
                     &payload,
                     &filter.after_id,
                     &filter.page,
+                    &filter.since,
                 ],
             )
             .await

@@ -418,8 +418,37 @@ pub(crate) struct Filters {
     pub(crate) id: String,
     #[serde(default)]
     pub(crate) payload: String,
+    /// `2026-11-25 14:00` (UTC) or RFC 3339.
+    #[serde(default)]
+    pub(crate) since: String,
     #[serde(default)]
     pub(crate) after: String,
+}
+
+/// A "since" filter: RFC 3339 (`2026-11-25T14:00:00+01:00`), or a date and
+/// time without a zone (`2026-11-25 14:00`, `2026-11-25T14:00`, seconds
+/// optional), read as UTC.
+pub(crate) fn since_filter(s: &str) -> Result<chrono::DateTime<chrono::Utc>, PageError> {
+    let s = s.trim();
+    if let Ok(t) = chrono::DateTime::parse_from_rfc3339(s) {
+        return Ok(t.with_timezone(&chrono::Utc));
+    }
+    for format in [
+        "%Y-%m-%d %H:%M:%S",
+        "%Y-%m-%d %H:%M",
+        "%Y-%m-%dT%H:%M:%S",
+        "%Y-%m-%dT%H:%M",
+    ] {
+        if let Ok(t) = chrono::NaiveDateTime::parse_from_str(s, format) {
+            return Ok(t.and_utc());
+        }
+    }
+    if let Ok(d) = chrono::NaiveDate::parse_from_str(s, "%Y-%m-%d") {
+        return Ok(d.and_hms_opt(0, 0, 0).expect("midnight").and_utc());
+    }
+    Err(PageError::BadRequest(format!(
+        "since {s:?}: write a date and time in UTC (2026-11-25 14:00) or RFC 3339 (2026-11-25T14:00:00+01:00)"
+    )))
 }
 
 fn some(s: &str) -> Option<String> {
@@ -468,6 +497,7 @@ impl Filters {
         let payload = some(&self.payload)
             .map(|p| payload_filter(&p))
             .transpose()?;
+        let since = some(&self.since).map(|s| since_filter(&s)).transpose()?;
         Ok((
             jobs::JobFilter {
                 state: some(&self.state),
@@ -476,6 +506,7 @@ impl Filters {
                 ordering_key: some(&self.ordering_key),
                 unique_key: some(&self.unique_key),
                 payload,
+                since,
                 after_id: match id {
                     Some(id) => id.saturating_sub(1),
                     None => after,
@@ -496,6 +527,7 @@ impl Filters {
             ("unique_key", &self.unique_key),
             ("id", &self.id),
             ("payload", &self.payload),
+            ("since", &self.since),
         ]
         .iter()
         .filter(|(_, v)| !v.trim().is_empty())
@@ -514,6 +546,7 @@ impl Filters {
             input type="hidden" name="unique_key" value=(self.unique_key);
             input type="hidden" name="payload" value=(self.payload);
             input type="hidden" name="id" value=(self.id);
+            input type="hidden" name="since" value=(self.since);
         }
     }
 
@@ -527,6 +560,7 @@ impl Filters {
             ("unique key", self.unique_key.trim()),
             ("payload", self.payload.trim()),
             ("id", self.id.trim()),
+            ("since", self.since.trim()),
         ]
         .into_iter()
         .filter(|(_, v)| !v.is_empty())
@@ -601,6 +635,7 @@ pub(crate) async fn jobs(
                     label { "Unique key" input name="unique_key" value=(f.unique_key); }
                     label { "Job id" input name="id" inputmode="numeric" value=(f.id); }
                     label { "Payload path=value" input name="payload" placeholder="customer=42" value=(f.payload); }
+                    label { "Since (UTC)" input name="since" placeholder="2026-11-25 14:00" value=(f.since); }
                     div { button.primary type="submit" { "Filter" } " " a href="/jobs" { "clear" } }
                 }
             }

@@ -355,6 +355,84 @@ async fn every_producer_value_is_escaped_and_no_password_or_url_shows() {
     );
 }
 
+/// "Retry everything dead in queue `mail` since 14:00": a time bound on the
+/// filter (when the job died; for waiting jobs when it was enqueued), in
+/// the library, on the Jobs page and its bulk form, and in `pgwake jobs
+/// list --since`.
+#[tokio::test]
+async fn a_filter_since_a_time_selects_only_the_jobs_that_died_or_came_after_it() {
+    let db = migrated_db().await;
+    let c = db.client().await;
+    let early = dead_jobs(&c, "mail", 2).await;
+    c.execute(
+        "UPDATE pgwake.dead_jobs SET failed_at = '2026-01-01 13:00+00' WHERE id = ANY($1)",
+        &[&early],
+    )
+    .await
+    .unwrap();
+    let late = dead_jobs(&c, "mail", 2).await;
+    c.execute(
+        "UPDATE pgwake.dead_jobs SET failed_at = '2026-01-01 15:00+00' WHERE id = ANY($1)",
+        &[&late],
+    )
+    .await
+    .unwrap();
+    let since: chrono::DateTime<chrono::Utc> = "2026-01-01T14:00:00Z".parse().unwrap();
+    let filter = JobFilter {
+        queue: Some("mail".into()),
+        since: Some(since),
+        page: 100,
+        ..JobFilter::default()
+    };
+    let m = bulk::select(&c, &filter, BulkAction::Retry).await.unwrap();
+    assert_eq!(m.ids, late, "only the jobs that died after 14:00");
+
+    // The Jobs page, with the bound in the form's words (UTC).
+    let console = Console::start(&db, false).await;
+    let page = get(&console, "/jobs?queue=mail&since=2026-01-01+14%3A00").await;
+    assert_eq!(page.status, 200, "{}", page.body);
+    for id in &late {
+        assert!(
+            page.body.contains(&format!("/jobs/{id}\"")),
+            "{}",
+            page.body
+        );
+    }
+    for id in &early {
+        assert!(
+            !page.body.contains(&format!("/jobs/{id}\"")),
+            "{}",
+            page.body
+        );
+    }
+    let bad = get(&console, "/jobs?since=yesterday").await;
+    assert_eq!(bad.status, 400, "{}", bad.body);
+    assert!(bad.body.contains("2026-11-25 14:00"), "{}", bad.body);
+
+    // The command line.
+    let out = run_pgwake(
+        &[
+            "jobs",
+            "list",
+            "--queue",
+            "mail",
+            "--since",
+            "2026-01-01T14:00:00Z",
+            "--json",
+        ],
+        Some(&db.url),
+    );
+    assert!(out.status.success(), "{}", stderr_of(&out));
+    let rows: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let ids: Vec<i64> = rows
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["id"].as_i64().unwrap())
+        .collect();
+    assert_eq!(ids, late);
+}
+
 #[tokio::test]
 async fn bulk_actions_select_by_filter_and_change_only_what_matches() {
     let db = migrated_db().await;
