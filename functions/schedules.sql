@@ -154,5 +154,5 @@ SELECT name, cron, tz, task, payload, queue, priority,
        CASE catch_up WHEN 0 THEN 'skip' ELSE catch_up::text END AS catch_up,
        CASE WHEN fresh OR error IS NOT NULL THEN NULL ELSE next_tick END AS next_tick,
        last_tick, last_job_id, ticks_enqueued, ticks_missed, ticks_waiting, error,
-       created_at, updated_at
+       created_at, updated_at, enabled
 FROM pgwake.schedules;

@@ -68,7 +68,7 @@ pub enum Command {
     },
     /// Why isn't job ID running? Each reason and what will end it.
     Explain(super::jobs::IdArgs),
-    /// Recurring jobs: add, list and remove cron schedules.
+    /// Recurring jobs: add, list, remove, disable and enable cron schedules.
     Schedule {
         #[command(subcommand)]
         action: super::schedule::ScheduleAction,

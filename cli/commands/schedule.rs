@@ -30,6 +30,20 @@ pub enum ScheduleAction {
         /// The schedule's name.
         name: String,
     },
+    /// Stop serving a schedule without removing it (no tick is enqueued while disabled).
+    Disable {
+        #[command(flatten)]
+        db: Db,
+        /// The schedule's name.
+        name: String,
+    },
+    /// Serve a disabled schedule again, from its first tick after now (no catch-up).
+    Enable {
+        #[command(flatten)]
+        db: Db,
+        /// The schedule's name.
+        name: String,
+    },
 }
 
 #[derive(Args)]
@@ -88,7 +102,22 @@ pub async fn command(action: ScheduleAction) -> Result<(), Error> {
             println!("removed schedule {name:?}");
             Ok(())
         }
+        ScheduleAction::Disable { db, name } => set_enabled(&db, &name, false).await,
+        ScheduleAction::Enable { db, name } => set_enabled(&db, &name, true).await,
     }
+}
+
+async fn set_enabled(db: &Db, name: &str, enabled: bool) -> Result<(), Error> {
+    let client = client(db).await?;
+    schedules::set_enabled(&client, name, enabled)
+        .await
+        .map_err(cli_error)?;
+    if enabled {
+        println!("enabled schedule {name:?}: served again from its first tick after now");
+    } else {
+        println!("disabled schedule {name:?}: no tick is enqueued until it is enabled");
+    }
+    Ok(())
 }
 
 async fn add(args: AddArgs) -> Result<(), Error> {
@@ -183,6 +212,8 @@ fn render_table(all: &[ScheduleInfo]) -> String {
             s.catch_up.to_string(),
             if s.error.is_some() {
                 "INVALID".to_string()
+            } else if !s.enabled {
+                "(disabled)".to_string()
             } else {
                 s.next_tick
                     .map_or("(pending)".to_string(), |t| time(Some(t)))

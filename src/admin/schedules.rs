@@ -394,6 +394,26 @@ pub async fn run_now<C: GenericClient>(client: &C, name: &str) -> Result<i64, Sc
     }
 }
 
+/// Enable or disable the schedule `name`; [`ScheduleError::NotFound`] if
+/// there is none. A disabled schedule is not served: no tick is enqueued,
+/// counted as missed or reported overdue. Enabling it again serves its first
+/// tick after this moment (the ticks of the disabled time are not caught
+/// up). Doing what is already so changes nothing.
+pub async fn set_enabled<C: GenericClient>(
+    client: &C,
+    name: &str,
+    enabled: bool,
+) -> Result<(), ScheduleError> {
+    let rows = Db::unnamed(client.client())
+        .query(&sql::SCHEDULE_SET_ENABLED, &[&name, &enabled])
+        .await
+        .map_err(Error::db("schedule enable/disable failed"))?;
+    if rows.is_empty() {
+        return Err(ScheduleError::NotFound(name.to_string()));
+    }
+    Ok(())
+}
+
 /// A schedule as stored, with its counters.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct ScheduleInfo {
@@ -428,6 +448,8 @@ pub struct ScheduleInfo {
     pub ticks_waiting: i64,
     /// Why workers cannot serve it, if they cannot.
     pub error: Option<String>,
+    /// Whether workers serve it ([`set_enabled`]).
+    pub enabled: bool,
 }
 
 /// Every schedule, by name.
@@ -457,6 +479,7 @@ pub async fn list<C: GenericClient>(client: &C) -> Result<Vec<ScheduleInfo>, Sch
             ticks_missed: r.get("ticks_missed"),
             ticks_waiting: r.get("ticks_waiting"),
             error: r.get("error"),
+            enabled: r.get("enabled"),
         })
         .collect())
 }

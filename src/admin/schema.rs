@@ -119,6 +119,11 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "0017_held_keys.sql",
         sql: include_str!("../../migrations/0017_held_keys.sql"),
     },
+    Migration {
+        version: 18,
+        name: "0018_schedule_enabled.sql",
+        sql: include_str!("../../migrations/0018_schedule_enabled.sql"),
+    },
 ];
 
 /// The functions and triggers of `functions/`, re-applied by every migrate

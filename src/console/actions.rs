@@ -148,17 +148,37 @@ pub(crate) struct ScheduleForm {
     #[serde(default)]
     csrf: String,
     name: String,
+    /// `run_now` (the default), `disable` or `enable`.
+    #[serde(default)]
+    op: String,
 }
 
-/// `POST /actions/schedule`: enqueue one job of the schedule now.
+/// `POST /actions/schedule`: enqueue one job of the schedule now, or
+/// disable or enable it.
 pub(crate) async fn schedule_action(
     State(app): State<App>,
     headers: HeaderMap,
     Form(f): Form<ScheduleForm>,
 ) -> PageResult {
     auth::authorize(&app, &headers, &f.csrf)?;
+    let enable = match f.op.as_str() {
+        "" | "run_now" => None,
+        "disable" => Some(false),
+        "enable" => Some(true),
+        other => {
+            return Err(PageError::BadRequest(format!(
+                "unknown schedule action {other:?}: use run_now, disable or enable"
+            )))
+        }
+    };
     let mut conn = conn(&app).await?;
     let tx = write_tx(&app, &mut conn).await?;
+    if let Some(enabled) = enable {
+        schedules::set_enabled(tx.client(), &f.name, enabled).await?;
+        tx.commit().await.map_err(Error::db("console: commit"))?;
+        tracing::info!(schedule = %f.name, enabled, "console: schedule enabled/disabled");
+        return Ok(Redirect::to("/schedules").into_response());
+    }
     let id = schedules::run_now(tx.client(), &f.name).await?;
     tx.commit().await.map_err(Error::db("console: commit"))?;
     tracing::info!(schedule = %f.name, job = id, "console: schedule run now");

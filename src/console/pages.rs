@@ -905,12 +905,21 @@ pub(crate) async fn schedules(State(app): State<App>, headers: HeaderMap) -> Pag
                         td.num { (count(s.ticks_enqueued)) }
                         td.num { (count(s.ticks_missed)) }
                         td.num { (count(s.ticks_waiting)) }
-                        td { @if let Some(e) = &s.error { span.badge.b-bad title=(e) { "invalid" } " " (e) } }
+                        td {
+                            @if let Some(e) = &s.error { span.badge.b-bad title=(e) { "invalid" } " " (e) }
+                            @if !s.enabled { span.badge { "disabled" } }
+                        }
                         @if let Some(csrf) = &csrf {
                             td { form.inline method="post" action="/actions/schedule" {
                                 input type="hidden" name="csrf" value=(csrf);
                                 input type="hidden" name="name" value=(s.name);
-                                button type="submit" { "Run now" }
+                                button type="submit" name="op" value="run_now" { "Run now" }
+                                " "
+                                @if s.enabled {
+                                    button type="submit" name="op" value="disable" { "Disable" }
+                                } @else {
+                                    button type="submit" name="op" value="enable" { "Enable" }
+                                }
                             } }
                         }
                     } } }

@@ -145,6 +145,7 @@ statements! {
     SCHEDULE_NOW = "schedule_now" [];
     SCHEDULE_PREVIOUS_WAITING = "schedule_previous_waiting" [INT8_ARRAY];
     SCHEDULE_REMOVE = "schedule_remove" [TEXT];
+    SCHEDULE_SET_ENABLED = "schedule_set_enabled" [TEXT, BOOL];
     SCHEDULE_RUN_NOW = "schedule_run_now" [TEXT];
     SET_LIMITS = "set_limits" [TEXT];
     STATS_LEASED = "stats_leased" [];

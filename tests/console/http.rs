@@ -757,3 +757,57 @@ async fn the_overview_counts_retrying_jobs_and_limits_in_use_per_queue() {
     assert!(page.contains("0 / 3"), "max running in use / limit: {page}");
     assert!(page.contains("0 / 5/min"), "rate in use / limit: {page}");
 }
+
+/// The Schedules page disables and enables a schedule (with the session,
+/// the CSRF token and the console's origin), and shows it disabled.
+#[tokio::test]
+async fn the_schedules_page_disables_and_enables_a_schedule() {
+    let db = migrated_db().await;
+    let c = db.client().await;
+    schedules::add(
+        &c,
+        &schedules::NewSchedule::new("nightly", "0 3 * * *", "report"),
+    )
+    .await
+    .unwrap();
+    let console = Console::start(&db, true).await;
+    let (cookie, csrf) = login(&console, TOKEN).await.expect("login");
+    let origin = format!("http://{}", console.addr);
+    let enabled = || async {
+        db.scalar::<bool>("SELECT enabled FROM pgwake.schedules WHERE name = 'nightly'")
+            .await
+    };
+    for (op, want) in [("disable", false), ("enable", true)] {
+        let r = http(
+            console.addr,
+            "POST",
+            "/actions/schedule",
+            &[("Cookie", &cookie), ("Origin", &origin)],
+            Some(&format!("name=nightly&op={op}&csrf={csrf}")),
+        )
+        .await;
+        assert_eq!(r.status, 303, "{op}: {}", r.body);
+        assert_eq!(enabled().await, want, "{op}");
+        if !want {
+            let page = http(
+                console.addr,
+                "GET",
+                "/schedules",
+                &[("Cookie", &cookie)],
+                None,
+            )
+            .await;
+            assert!(page.body.contains(">disabled<"), "{}", page.body);
+            assert!(page.body.contains("value=\"enable\""), "{}", page.body);
+        }
+    }
+    let r = http(
+        console.addr,
+        "POST",
+        "/actions/schedule",
+        &[("Cookie", &cookie), ("Origin", &origin)],
+        Some(&format!("name=nightly&op=explode&csrf={csrf}")),
+    )
+    .await;
+    assert_eq!(r.status, 400, "{}", r.body);
+}

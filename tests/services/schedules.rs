@@ -712,3 +712,65 @@ async fn a_schedule_whose_job_cannot_be_inserted_stays_due_without_holding_back_
     );
     assert_eq!(bad.ticks_enqueued, 0);
 }
+
+/// A disabled schedule is kept but not served: its due ticks enqueue
+/// nothing. Enabled again, it starts from its first tick after that moment:
+/// the ticks of the disabled time are neither enqueued nor counted missed.
+#[tokio::test]
+async fn a_disabled_schedule_is_not_served_and_enabled_again_starts_from_now() {
+    let db = migrated_db().await;
+    let client = db.client().await;
+    add(&db, NewSchedule::new("every second", "* * * * * *", "tick")).await;
+    // Served before, and ten seconds of ticks due.
+    client
+        .batch_execute(
+            "UPDATE pgwake.schedules SET fresh = false, next_tick = now() - interval '10 seconds'",
+        )
+        .await
+        .unwrap();
+    let out = run_pgwake(&["schedule", "disable", "every second"], Some(&db.url));
+    assert!(out.status.success(), "{}", stderr_of(&out));
+    let pool = pgwake::connect::pool(&db.config(), 2).unwrap();
+    let scheduler = Scheduler::new(pool, SchedulerConfig::default());
+    let round = scheduler.run_once().await.unwrap();
+    assert_eq!(
+        round,
+        RoundReport::default(),
+        "a disabled schedule is not served"
+    );
+    assert_eq!(remaining(&db).await, 0);
+    let listed = run_pgwake(&["schedule", "list", "--json"], Some(&db.url));
+    let listed: serde_json::Value = serde_json::from_slice(&listed.stdout).unwrap();
+    assert_eq!(listed[0]["enabled"], false);
+
+    let out = run_pgwake(&["schedule", "enable", "every second"], Some(&db.url));
+    assert!(out.status.success(), "{}", stderr_of(&out));
+    wait_for(
+        "a tick after the schedule is enabled",
+        Duration::from_secs(30),
+        async || {
+            scheduler.run_once().await.map_err(|e| e.to_string())?;
+            match remaining(&db).await {
+                0 => Err("no tick yet".to_string()),
+                n => Ok(n),
+            }
+        },
+    )
+    .await;
+    let (enqueued, missed): (i64, i64) = {
+        let r = client
+            .query_one(
+                "SELECT ticks_enqueued, ticks_missed FROM pgwake.schedules",
+                &[],
+            )
+            .await
+            .unwrap();
+        (r.get(0), r.get(1))
+    };
+    assert_eq!(missed, 0, "the disabled time is not caught up");
+    assert!((1..=2).contains(&enqueued), "{enqueued}");
+    // An unknown name is refused.
+    let out = run_pgwake(&["schedule", "disable", "nope"], Some(&db.url));
+    assert!(!out.status.success());
+    assert!(stderr_of(&out).contains("nope"), "{}", stderr_of(&out));
+}

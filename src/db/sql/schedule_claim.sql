@@ -6,7 +6,7 @@
 SELECT name, cron, tz, task, payload, queue, priority, catch_up, next_tick, fresh,
        last_job_id, now() AS now
 FROM pgwake.schedules
-WHERE next_tick <= now() AND error IS NULL
+WHERE next_tick <= now() AND error IS NULL AND enabled
 ORDER BY next_tick
 LIMIT $1
 FOR UPDATE SKIP LOCKED
