@@ -280,3 +280,27 @@ BEGIN
     LIMIT lim;
 END
 $$;
+
+-- Every attempt's error (migration 0019): a job inserted with an error and
+-- attempts behind it (put back after a failure or a rescue, or buried)
+-- records that attempt's error once. SECURITY DEFINER: the roles that move
+-- jobs need no grant on the log.
+CREATE OR REPLACE FUNCTION pgwake.record_job_error() RETURNS trigger
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+    INSERT INTO pgwake.job_errors (job_id, attempt, error)
+    VALUES (NEW.id, NEW.attempts, NEW.last_error)
+    ON CONFLICT (job_id, attempt) DO NOTHING;
+    RETURN NULL;
+END
+$$;
+
+CREATE OR REPLACE TRIGGER jobs_record_error
+    AFTER INSERT ON pgwake.jobs
+    FOR EACH ROW WHEN (NEW.last_error IS NOT NULL AND NEW.attempts > 0)
+    EXECUTE FUNCTION pgwake.record_job_error();
+
+CREATE OR REPLACE TRIGGER dead_jobs_record_error
+    AFTER INSERT ON pgwake.dead_jobs
+    FOR EACH ROW WHEN (NEW.last_error IS NOT NULL AND NEW.attempts > 0)
+    EXECUTE FUNCTION pgwake.record_job_error();

@@ -246,6 +246,17 @@ fn render_detail(id: i64, d: &JobDetail) -> String {
             out.push_str(&format!("  {}\n", printable(line)));
         }
     }
+    if !d.errors.is_empty() {
+        out.push_str("errors\n");
+        for e in &d.errors {
+            out.push_str(&format!(
+                "  attempt {}  {}  {}\n",
+                e.attempt,
+                e.at,
+                printable(&e.error)
+            ));
+        }
+    }
     if !d.history.is_empty() {
         out.push_str("history\n");
         for h in &d.history {

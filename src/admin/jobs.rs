@@ -190,6 +190,17 @@ pub struct HistoryEntry {
     pub result: Option<String>,
 }
 
+/// One failed attempt's error (`pgwake.job_errors`).
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct AttemptError {
+    /// The attempt that failed.
+    pub attempt: i32,
+    /// Its error.
+    pub error: String,
+    /// When it was recorded (RFC 3339).
+    pub at: String,
+}
+
 /// Everything about one job.
 #[derive(Debug, Clone, Serialize, PartialEq)]
 pub struct JobDetail {
@@ -200,6 +211,8 @@ pub struct JobDetail {
     pub payload: Option<String>,
     /// Its history rows, oldest first (history on).
     pub history: Vec<HistoryEntry>,
+    /// Every failed attempt's error, by attempt (kept seven days).
+    pub errors: Vec<AttemptError>,
     /// Why it is not running ([`explain`]).
     pub explanation: Vec<Reason>,
 }
@@ -243,7 +256,18 @@ pub async fn show(client: &tokio_postgres::Client, id: i64) -> Result<Option<Job
             result: r.get(6),
         })
         .collect();
-    if job.is_none() && payload.is_none() && history.is_empty() {
+    let errors: Vec<AttemptError> = Db::unnamed(client)
+        .query(&sql::JOB_ERRORS, &[&id])
+        .await
+        .map_err(Error::db("reading the errors"))?
+        .iter()
+        .map(|r| AttemptError {
+            attempt: r.get(0),
+            error: r.get(1),
+            at: time(r.get(2)).unwrap_or_default(),
+        })
+        .collect();
+    if job.is_none() && payload.is_none() && history.is_empty() && errors.is_empty() {
         return Ok(None);
     }
     let explanation = explain(client, id).await?;
@@ -251,6 +275,7 @@ pub async fn show(client: &tokio_postgres::Client, id: i64) -> Result<Option<Job
         job,
         payload,
         history,
+        errors,
         explanation,
     }))
 }

@@ -124,6 +124,11 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "0018_schedule_enabled.sql",
         sql: include_str!("../../migrations/0018_schedule_enabled.sql"),
     },
+    Migration {
+        version: 19,
+        name: "0019_job_errors.sql",
+        sql: include_str!("../../migrations/0019_job_errors.sql"),
+    },
 ];
 
 /// The functions and triggers of `functions/`, re-applied by every migrate

@@ -782,6 +782,19 @@ pub(crate) async fn job(
                 Some(p) => pre #payload { (p) },
                 None => p.muted { "Not kept (the job finished; history keeps results and errors)." },
             }
+            h2 { "Errors" }
+            @if d.errors.is_empty() {
+                p.muted { "No failed attempt recorded (errors are kept seven days)." }
+            } @else {
+                ul.timeline {
+                    @for e in &d.errors {
+                        li {
+                            "attempt " (e.attempt) ", " (when(Some(&e.at)))
+                            pre { (e.error) }
+                        }
+                    }
+                }
+            }
             h2 { "History" }
             @if d.history.is_empty() {
                 p.muted { "No finished run recorded (history is kept when workers run with --keep-finished)." }

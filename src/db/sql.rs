@@ -94,7 +94,9 @@ statements! {
     DEAD_MISSING = "dead_missing" [INT8_ARRAY, TEXT];
     DEAD_PURGE = "dead_purge" [INT8_ARRAY, TEXT, FLOAT8];
     DEAD_RETRY = "dead_retry" [INT8_ARRAY, TEXT];
+    ERRORS_EXPIRE = "errors_expire" [];
     EXPLAIN = "explain" [INT8];
+    JOB_ERRORS = "job_errors" [INT8];
     JOB_HISTORY = "job_history" [INT8];
     JOB_PAYLOAD = "job_payload" [INT8];
     LIST_FINISHED = "list_finished" [INT8, TEXT, TEXT, TEXT, TEXT, INT4, TIMESTAMPTZ];

@@ -147,6 +147,9 @@ impl Rescuer {
             .execute(&sql::CLEANUP_ATTEMPTS, &[])
             .await;
         conn.check(r).map_err(Error::db("rescuer: cleanup"))?;
+        let r = Db::unnamed(&conn).execute(&sql::ERRORS_EXPIRE, &[]).await;
+        conn.check(r)
+            .map_err(Error::db("rescuer: expire attempt errors"))?;
         let after = self.key_sweep_after.lock().unwrap().clone();
         let r = Db::unnamed(&conn)
             .query_one(&sql::RELEASE_KEYS, &[&after, &KEY_SWEEP_BATCH])

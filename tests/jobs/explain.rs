@@ -250,3 +250,89 @@ async fn the_commands_list_show_and_explain_jobs_with_producer_values_escaped() 
         stderr_of(&out)
     );
 }
+
+/// Fails every run, naming its attempt.
+struct FailsNamingItsAttempt;
+
+#[pgwake::async_trait]
+impl pgwake::Handler for FailsNamingItsAttempt {
+    async fn handle(
+        &self,
+        job: &pgwake::Job,
+        _: pgwake::JobContext<'_>,
+    ) -> Result<pgwake::Outcome, pgwake::BoxError> {
+        Err(format!("boom on attempt {}", job.attempt).into())
+    }
+}
+
+/// Every failed attempt's error is kept (not only the last), in both
+/// modes, and `pgwake job show` lists them by attempt.
+async fn every_attempts_error_is_kept(lease: bool) {
+    let db = migrated_db().await;
+    let c = db.client().await;
+    let id = job(&c, "SELECT pgwake.enqueue('f', max_attempts => 3)").await;
+    let worker = Worker::builder(db.config())
+        .config(WorkerConfig {
+            lease_queues: if lease {
+                vec!["default".into()]
+            } else {
+                vec![]
+            },
+            ..test_config()
+        })
+        .handler("f", FailsNamingItsAttempt)
+        .build()
+        .unwrap();
+    wait_for(
+        "the job to end dead",
+        std::time::Duration::from_secs(60),
+        async || {
+            worker.claim_once().await.map_err(|e| e.to_string())?;
+            let dead: i64 = db.scalar("SELECT count(*) FROM pgwake.dead_jobs").await;
+            if dead == 1 {
+                Ok(())
+            } else {
+                Err("not dead yet".to_string())
+            }
+        },
+    )
+    .await;
+    let out = run_pgwake(&["job", "show", &id.to_string(), "--json"], Some(&db.url));
+    assert!(out.status.success(), "{}", stderr_of(&out));
+    let detail: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let errors: Vec<(i64, String)> = detail["errors"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| {
+            (
+                e["attempt"].as_i64().unwrap(),
+                e["error"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect();
+    assert_eq!(errors.len(), 3, "{detail}");
+    for (i, (attempt, error)) in errors.iter().enumerate() {
+        assert_eq!(*attempt, i as i64 + 1);
+        assert!(
+            error.contains(&format!("boom on attempt {attempt}")),
+            "{error}"
+        );
+    }
+    let text = run_pgwake(&["job", "show", &id.to_string()], Some(&db.url));
+    let text = String::from_utf8_lossy(&text.stdout);
+    assert!(
+        text.contains("boom on attempt 1") && text.contains("boom on attempt 2"),
+        "{text}"
+    );
+}
+
+#[tokio::test]
+async fn every_attempts_error_is_kept_tx() {
+    every_attempts_error_is_kept(false).await;
+}
+
+#[tokio::test]
+async fn every_attempts_error_is_kept_lease() {
+    every_attempts_error_is_kept(true).await;
+}
