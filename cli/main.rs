@@ -13,6 +13,13 @@ use std::time::Duration;
 
 use clap::Parser;
 
+/// A line on stderr; never a panic when stderr is a broken pipe (the exit
+/// code must still say what happened).
+fn say(line: &str) {
+    use std::io::Write;
+    let _ = writeln!(std::io::stderr(), "{line}");
+}
+
 fn main() -> ExitCode {
     let cli = commands::args::Cli::parse();
     commands::logging::init(&cli.log_format, commands::default_log_level(&cli.command));
@@ -22,7 +29,9 @@ fn main() -> ExitCode {
     {
         Ok(r) => r,
         Err(e) => {
-            eprintln!("pgwake: error: cannot start the async runtime: {e}");
+            say(&format!(
+                "pgwake: error: cannot start the async runtime: {e}"
+            ));
             return ExitCode::from(1);
         }
     };
@@ -32,7 +41,10 @@ fn main() -> ExitCode {
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("pgwake: error: {}", commands::explain::explain(&e));
+            say(&format!(
+                "pgwake: error: {}",
+                commands::explain::explain(&e)
+            ));
             commands::explain::exit_code(&e)
         }
     }

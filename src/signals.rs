@@ -30,7 +30,12 @@ fn watchdog(after: Duration) {
         .name("pgwake-watchdog".into())
         .spawn(move || {
             std::thread::sleep(after);
-            eprintln!("pgwake: error: forced exit: a handler ignored cancellation past the hard deadline; its job returns to the queue (tx: rolled back; lease: when the lease expires)");
+            // Not eprintln!: it panics when stderr is a broken pipe, and the
+            // exit below must happen whatever stderr is.
+            let _ = std::io::Write::write_all(
+                &mut std::io::stderr(),
+                b"pgwake: error: forced exit: a handler ignored cancellation past the hard deadline; its job returns to the queue (tx: rolled back; lease: when the lease expires)\n",
+            );
             std::process::exit(1);
         });
     if let Err(e) = spawned {

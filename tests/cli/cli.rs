@@ -414,3 +414,31 @@ async fn stats_shows_lease_mode_jobs_in_flight_and_expired_leases() {
     let table = String::from_utf8_lossy(&run(&["stats"], url).stdout).to_string();
     assert!(table.contains("2 (2 exp.)"), "{table}");
 }
+
+/// A worker whose log reader has gone (a log shipper that died, `pgwake run
+/// 2>&1 | head`) still stops on SIGTERM: writing a log line to the broken
+/// pipe must not kill the thread that handles the signal (tracing's
+/// fallback `eprintln!` panicked on it, so SIGTERM was swallowed and the
+/// worker ran on).
+#[tokio::test]
+async fn sigterm_stops_a_worker_whose_stderr_reader_has_gone() {
+    let db = migrated_db().await;
+    let mut child = spawn_pgwake_run(&db.url, &["--handler", "t=exec:true"]);
+    // It starts (signals handled from then on), then the reader goes away.
+    let stderr = child.stderr.take().unwrap();
+    let mut lines = std::io::BufRead::lines(std::io::BufReader::new(stderr));
+    loop {
+        let line = lines.next().expect("the worker's log ended").unwrap();
+        if line.contains("worker started") {
+            break;
+        }
+    }
+    drop(lines);
+    send_signal(&child, libc::SIGTERM);
+    let out = wait_exit(child, Duration::from_secs(60)).await;
+    assert!(
+        out.status.code().is_some(),
+        "killed, not exited: {:?}",
+        out.status
+    );
+}
