@@ -170,29 +170,6 @@ impl Worker {
             self.config.listen = false;
             self.health.set_listen(false);
         }
-        crate::metrics::init_known(crate::metrics::Known {
-            queues: &self
-                .config
-                .queues
-                .clone()
-                .unwrap_or_else(|| vec!["default".into()]),
-            forced_queues: &[
-                self.config.lease_queues.clone(),
-                self.config.tx_queues.clone(),
-            ]
-            .concat(),
-            tasks: &self.registry.tasks(),
-            application: &self.config.application_name,
-            scheduler: self.config.scheduler.is_some(),
-            modes: &crate::claim::plan::build(&self.config, &self.registry)
-                .iter()
-                .map(|s| match s.mode {
-                    crate::handler::Delivery::Tx => "tx",
-                    crate::handler::Delivery::Lease => "lease",
-                })
-                .collect::<Vec<_>>(),
-        });
-        self.health.set_db(true);
         let pool = self.pool.clone();
         let app = &self.config.application_name;
         let wake = Arc::new(Wakeup::default());
@@ -208,6 +185,23 @@ impl Worker {
             abort.clone(),
             completer,
         ));
+        crate::metrics::init_known(crate::metrics::Known {
+            queues: &self
+                .config
+                .queues
+                .clone()
+                .unwrap_or_else(|| vec!["default".into()]),
+            forced_queues: &[
+                self.config.lease_queues.clone(),
+                self.config.tx_queues.clone(),
+            ]
+            .concat(),
+            tasks: &self.registry.tasks(),
+            application: &self.config.application_name,
+            scheduler: self.config.scheduler.is_some(),
+            modes: &ctx.plan.iter().map(|s| s.mode.as_str()).collect::<Vec<_>>(),
+        });
+        self.health.set_db(true);
 
         let mut services = JoinSet::new();
         if self.config.listen {

@@ -368,7 +368,7 @@ async fn no_producer_value_runs_as_script_in_the_browser() {
 /// The README's and the book's screenshots: run with `--ignored` to make
 /// them again (docs/src/images/).
 #[tokio::test]
-#[ignore]
+#[ignore = "rewrites docs/src/images: run by hand with --ignored when the pages change"]
 async fn screenshots_for_the_docs() {
     let db = migrated_db().await;
     let c = db.client().await;
