@@ -273,8 +273,12 @@ async fn lease_mode_a_poison_job_is_charged_alone_never_its_batch() {
 
 /// Waits until the job's SQL function runs (its server process id) or the
 /// job is dead (`None`), on fresh connections: the server restarts after
-/// every kill.
-async fn running_or_dead(db: &TestDb, id: i64) -> Option<i32> {
+/// every kill. Never returns a process in `killed`: until the postmaster
+/// has reaped a killed server process (and reset shared memory), a new
+/// connection can still see it active in `pg_stat_activity`, and counting
+/// that stale row as another run made the test see 3 runs of a job that
+/// ran twice.
+async fn running_or_dead(db: &TestDb, id: i64, killed: &[i32]) -> Option<i32> {
     wait_for("the job to run or die", Duration::from_secs(60), async || {
         let c = pgwake::connect::connect(&db.config())
             .await
@@ -291,8 +295,8 @@ async fn running_or_dead(db: &TestDb, id: i64) -> Option<i32> {
         }
         let rows = c
             .query(
-                "SELECT pid FROM pg_stat_activity WHERE state = 'active' AND wait_event = 'PgSleep' AND query LIKE '%crash_me%' AND pid <> pg_backend_pid()",
-                &[],
+                "SELECT pid FROM pg_stat_activity WHERE state = 'active' AND wait_event = 'PgSleep' AND query LIKE '%crash_me%' AND pid <> pg_backend_pid() AND pid <> ALL($1)",
+                &[&killed],
             )
             .await
             .map_err(|e| e.to_string())?;
@@ -393,19 +397,21 @@ async fn a_job_that_crashes_its_database_session_uses_up_its_attempts(sql: bool,
             .handler("warm", UsesTheDatabase)
     };
     let running = Running::start(builder.build().unwrap());
-    let mut kills = 0;
+    let mut killed = Vec::new();
     loop {
         // Wait for the job to run (or be dead), on a fresh connection: the
         // server restarts after every kill.
-        let pid = running_or_dead(&db, id).await;
+        let pid = running_or_dead(&db, id, &killed).await;
         let Some(pid) = pid else { break };
+        let kills = killed.len();
         assert!(kills < 6, "the job kept running after {kills} crashes");
         // SAFETY: kill(2) on the test cluster's server process.
         unsafe {
             libc::kill(pid, libc::SIGKILL);
         }
-        kills += 1;
+        killed.push(pid);
     }
+    let kills = killed.len();
     let client = db.client().await;
     let attempts: i32 = client
         .query_one(
@@ -417,7 +423,10 @@ async fn a_job_that_crashes_its_database_session_uses_up_its_attempts(sql: bool,
         .get(0);
     // Every run was charged: the first ran in a claim of one job, the
     // others alone as suspects.
-    assert_eq!(kills, 2, "max_attempts runs, then dead");
+    assert_eq!(
+        kills, 2,
+        "max_attempts runs, then dead (attempts charged: {attempts}; server processes killed: {killed:?})"
+    );
     assert_eq!(attempts, 2);
     let reason = dead_reason(&client, id).await;
     assert!(reason.contains("never reported"), "{reason}");
