@@ -453,3 +453,98 @@ async fn a_sql_job_that_crashes_its_database_session_after_others_used_it_uses_u
 async fn a_rust_job_that_crashes_its_database_session_after_others_used_it_uses_up_its_attempts() {
     a_job_that_crashes_its_database_session_uses_up_its_attempts(false, true).await;
 }
+
+/// Waits for the test's word (`release`) after saying it started.
+struct Gated {
+    started: std::sync::Arc<tokio::sync::Notify>,
+    release: std::sync::Arc<tokio::sync::Notify>,
+}
+
+#[async_trait]
+impl Handler for Gated {
+    async fn handle(&self, _: &Job, _ctx: JobContext<'_>) -> Result<Outcome, BoxError> {
+        self.started.notify_one();
+        self.release.notified().await;
+        Ok(Outcome::Done)
+    }
+}
+
+/// Issue repro (the ordering test's `[1, 3]` attempts): a batch's mark was
+/// cleared after its claim transaction committed, not in it. On a
+/// connection's first batch the clear (a cached statement) waited for its
+/// Prepare round trip while the pipelined COMMIT went out first, so the
+/// clear ran alone afterwards. In between, any other claim saw a mark whose
+/// transaction had ended: "batches that never reported", and jobs charged
+/// for runs they never had. Here the test holds the mark's row while the
+/// batch finishes: the claim transaction must still be in progress when it
+/// waits for that row.
+#[tokio::test]
+async fn a_batch_commits_in_the_same_transaction_that_clears_its_mark() {
+    let db = migrated_db().await;
+    insert_jobs(&db, "gated", 1).await;
+    let started = std::sync::Arc::new(tokio::sync::Notify::new());
+    let release = std::sync::Arc::new(tokio::sync::Notify::new());
+    let worker = Worker::builder(db.config())
+        .config(WorkerConfig {
+            concurrency: 1,
+            poll_interval: Duration::from_millis(200),
+            ..test_config()
+        })
+        .handler(
+            "gated",
+            Gated {
+                started: started.clone(),
+                release: release.clone(),
+            },
+        )
+        .build()
+        .unwrap();
+    let running = Running::start(worker);
+    started.notified().await;
+    let holder = db.client().await;
+    holder.batch_execute("BEGIN").await.unwrap();
+    let xid: String = holder
+        .query_one("SELECT xid::text FROM pgwake.tx_batches FOR SHARE", &[])
+        .await
+        .unwrap()
+        .get(0);
+    let holder_pid: i32 = holder
+        .query_one("SELECT pg_backend_pid()", &[])
+        .await
+        .unwrap()
+        .get(0);
+    release.notify_one();
+    let probe = db.client().await;
+    // The worker's clear waits for the row the test holds.
+    eventually(
+        "the batch's clear to wait for the held mark",
+        Duration::from_secs(30),
+        || async {
+            probe
+                .query_one(
+                    "SELECT count(*) FROM pg_stat_activity WHERE $1 = ANY(pg_blocking_pids(pid))",
+                    &[&holder_pid],
+                )
+                .await
+                .unwrap()
+                .get::<_, i64>(0)
+                == 1
+        },
+    )
+    .await;
+    let status: Option<String> = probe
+        .query_one("SELECT pg_xact_status($1::text::xid8)", &[&xid])
+        .await
+        .unwrap()
+        .get(0);
+    holder.batch_execute("COMMIT").await.unwrap();
+    assert_eq!(
+        status.as_deref(),
+        Some("in progress"),
+        "the claim transaction ended before its mark was cleared"
+    );
+    until_drained(&db).await;
+    let marks: i64 = db.scalar("SELECT count(*) FROM pgwake.tx_batches").await;
+    assert_eq!(marks, 0);
+    running.shutdown().await;
+}

@@ -136,16 +136,30 @@ pub(super) async fn finish(
     }
     let worker = &ctx.worker_id;
     let (back, dead) = columns(results.iter().map(|r| (&r.claimed, &r.resolution)));
-    let bookkeeping = async {
-        if let Some(token) = mark {
-            db.execute(&BATCH_CLEAR, &[&token]).await?;
-        }
-        if let Some(ids) = clear {
-            db.execute(&CLEAR_ATTEMPTS, &[&ids]).await?;
-        }
-        Ok::<_, tokio_postgres::Error>(())
-    };
     let c = db.client();
+    // Clearing the mark (and a suspect's charges) commits with the batch, so
+    // it must reach the server before the pipelined COMMIT: as unnamed
+    // statements, sent whole when first polled, both before the COMMIT. (A
+    // cached statement not yet prepared on this connection waited for its
+    // Prepare round trip, the COMMIT overtook it, and the mark outlived its
+    // transaction for a moment: any claim then took the batch for one that
+    // never reported, and charged its jobs for runs they never had.)
+    let bookkeeping = async {
+        let unnamed = Db::unnamed(c);
+        let cleared = async {
+            match mark {
+                Some(token) => unnamed.execute(&BATCH_CLEAR, &[&token]).await,
+                None => Ok(0),
+            }
+        };
+        let charges = async {
+            match clear {
+                Some(ids) => unnamed.execute(&CLEAR_ATTEMPTS, &[&ids]).await,
+                None => Ok(0),
+            }
+        };
+        tokio::try_join!(cleared, charges).map(|_| ())
+    };
     if back.is_empty() && dead.is_empty() {
         let (b, commit) = tokio::join!(bookkeeping, c.batch_execute("COMMIT"));
         b.and(commit).map_err(Error::db("claim: commit"))?;
