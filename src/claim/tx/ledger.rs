@@ -43,6 +43,7 @@ pub(super) async fn mark_batch(
     };
     let params: [&(dyn ToSql + Sync); 4] = [&xid, &ids, &ctx.worker_id, &queues];
     let (begun, marked, committed) = tokio::join!(
+        biased;
         conn.batch_execute(begin),
         Db::unnamed(&conn).query_one(&BATCH_MARK, &params),
         conn.batch_execute("COMMIT"),
@@ -93,6 +94,7 @@ pub(super) async fn run_suspect(ctx: &ClaimContext, id: i64) -> Result<()> {
     let admitted = !admission.none();
     let params: [&(dyn ToSql + Sync); 2] = [&id, &admitted];
     let (begun, rows) = tokio::join!(
+        biased;
         c.batch_execute(&ctx.begin_sql),
         db.query(&CLAIM_ONE, &params)
     );

@@ -126,7 +126,12 @@ pub(crate) async fn claim_and_run(
         .next()
         .await?
         .expect("a claim spec has at least one target");
+    // `biased`: polled in this order every time, so each request goes out
+    // in this order even when a cached statement first waits for its
+    // Prepare (the default rotates the first future polled, and could send
+    // the suspects check before the claim on a fresh connection).
     let (begun, first, suspects) = tokio::join!(
+        biased;
         c.batch_execute(&ctx.begin_sql),
         claim_rows(db, limit, first_target, except, spec, walk.admission()),
         db.query(&SUSPECTS, &[])

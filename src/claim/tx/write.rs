@@ -158,10 +158,10 @@ pub(super) async fn finish(
                 None => Ok(0),
             }
         };
-        tokio::try_join!(cleared, charges).map(|_| ())
+        tokio::try_join!(biased; cleared, charges).map(|_| ())
     };
     if back.is_empty() && dead.is_empty() {
-        let (b, commit) = tokio::join!(bookkeeping, c.batch_execute("COMMIT"));
+        let (b, commit) = tokio::join!(biased; bookkeeping, c.batch_execute("COMMIT"));
         b.and(commit).map_err(Error::db("claim: commit"))?;
         return Ok(());
     }
@@ -180,7 +180,7 @@ pub(super) async fn finish(
             write_alone(db, worker, r).await?;
         }
     }
-    let (b, commit) = tokio::join!(bookkeeping, c.batch_execute("COMMIT"));
+    let (b, commit) = tokio::join!(biased; bookkeeping, c.batch_execute("COMMIT"));
     b.and(commit).map_err(Error::db("claim: commit"))?;
     Ok(())
 }
