@@ -202,7 +202,34 @@ impl NewJob {
         if matches!(self.max_attempts, Some(m) if m < 1) {
             return Err(Error::Config("max_attempts must be at least 1".into()));
         }
+        for (name, text) in [
+            ("task", Some(&self.task)),
+            ("queue", self.queue.as_ref()),
+            ("ordering_key", self.ordering_key.as_ref()),
+            ("unique_key", self.unique_key.as_ref()),
+        ] {
+            if text.is_some_and(|t| t.contains('\0')) {
+                return Err(Error::Config(format!(
+                    "{name} holds the character U+0000, which PostgreSQL text cannot store: remove it"
+                )));
+            }
+        }
+        if self.payload.as_ref().is_some_and(holds_nul) {
+            return Err(Error::Config(
+                "payload holds the character U+0000 (\\u0000) in a string or key, which PostgreSQL's jsonb cannot store: remove it, or encode the value (e.g. base64)".into(),
+            ));
+        }
         Ok(())
+    }
+}
+
+/// Whether a JSON value holds U+0000 in any string or object key.
+fn holds_nul(v: &serde_json::Value) -> bool {
+    match v {
+        serde_json::Value::String(s) => s.contains('\0'),
+        serde_json::Value::Array(a) => a.iter().any(holds_nul),
+        serde_json::Value::Object(o) => o.iter().any(|(k, v)| k.contains('\0') || holds_nul(v)),
+        _ => false,
     }
 }
 

@@ -442,3 +442,54 @@ async fn sigterm_stops_a_worker_whose_stderr_reader_has_gone() {
         out.status
     );
 }
+
+/// Found from outside: a payload holding `\u0000` (JSON allows it,
+/// PostgreSQL's jsonb does not) failed with the server's "unsupported
+/// Unicode escape sequence (SQLSTATE 22P05)" and exit 1, which names no
+/// fix. It is refused before the database with the field and the fix,
+/// exit 2, and an NDJSON batch with one such line inserts nothing.
+#[tokio::test]
+async fn a_payload_with_a_nul_character_is_refused_with_the_fix() {
+    let db = migrated_db().await;
+    let url = Some(db.url.as_str());
+    let o = run(
+        &[
+            "enqueue",
+            "--task",
+            "t",
+            "--payload",
+            r#"{"name": "a\u0000b"}"#,
+        ],
+        url,
+    );
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("payload holds the character U+0000") && stderr(&o).contains("base64"),
+        "{}",
+        stderr(&o)
+    );
+    let lines = "{\"task\":\"ok\"}\n{\"task\":\"t\",\"payload\":{\"k\\u0000\":1}}\n";
+    let mut child = pgwake_cmd()
+        .env("DATABASE_URL", &db.url)
+        .args(["enqueue", "--ndjson"])
+        .stdin(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    use std::io::Write;
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(lines.as_bytes())
+        .unwrap();
+    let o = child.wait_with_output().unwrap();
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("stdin line 2: payload holds the character U+0000"),
+        "{}",
+        stderr(&o)
+    );
+    let jobs: i64 = db.scalar("SELECT count(*) FROM pgwake.jobs").await;
+    assert_eq!(jobs, 0, "nothing of a rejected batch is inserted");
+}
