@@ -81,8 +81,23 @@ pub const APPLICATION_NAME_DEFAULT: &str = "pgwake";
 /// loopback, so exposing it is a deliberate choice.
 pub const METRICS_ADDR_DEFAULT: SocketAddr =
     SocketAddr::V4(SocketAddrV4::new(Ipv4Addr::LOCALHOST, 9187));
-/// Default number of claim tasks (jobs in flight at once).
+/// Default job slots: jobs that may run at once (a tx batch takes one).
 pub const CONCURRENCY_DEFAULT: usize = 8;
+/// Connections the worker's claim pool opens at most by default: one per
+/// slot plus [`SERVICE_CONNECTIONS`], capped at this. In tx mode a running
+/// batch holds a connection, so up to 8 batches run at once (the default
+/// concurrency, as before the cap); in lease mode no job holds one, so a
+/// worker of hundreds of slots shares these between its claims, heartbeats
+/// and outcome writes. Tuned from measurements (issue 22).
+pub const MAX_CONNECTIONS_DEFAULT: usize = 10;
+/// Connections of the claim pool kept beside the claim tasks, for the
+/// services (lease heartbeats and outcome writes, the rescuer, the sampler,
+/// cancel checks, recurring jobs): claim tasks are `--max-connections`
+/// less these (at least one).
+pub const SERVICE_CONNECTIONS: usize = 2;
+/// Fewest connections a claim pool may have: one for claims, one for the
+/// services.
+pub const MAX_CONNECTIONS_MIN: usize = 2;
 /// Default jobs per claim.
 pub const BATCH_DEFAULT: usize = 10;
 /// Default fallback poll interval. 2 s: a missed notification (listener
@@ -154,8 +169,16 @@ pub const BATCH_MAX: usize = 1000;
 pub struct WorkerConfig {
     /// Queues to work (`None`: every queue).
     pub queues: Option<Vec<String>>,
-    /// Claim tasks, i.e. jobs in flight at once. Default 8.
+    /// Job slots: jobs that may run at once (a tx-mode batch takes one
+    /// slot). Default 8.
     pub concurrency: usize,
+    /// Most connections of the claim pool (`--max-connections`). Claim
+    /// tasks are this less [`SERVICE_CONNECTIONS`] (and at most
+    /// `concurrency`): in tx mode each running batch holds a connection, so
+    /// this also bounds the batches running at once; in lease mode jobs hold
+    /// none, so `concurrency` can be far above it. `None`: `concurrency` +
+    /// [`SERVICE_CONNECTIONS`], capped at [`MAX_CONNECTIONS_DEFAULT`].
+    pub max_connections: Option<usize>,
     /// Most jobs one claim statement takes. In `tx` mode a batch runs its
     /// jobs one after another in one transaction, and its size adapts below
     /// this cap so a batch runs about 100 ms (`tx::TX_BATCH_TARGET`); in
@@ -237,6 +260,7 @@ impl Default for WorkerConfig {
         WorkerConfig {
             queues: None,
             concurrency: CONCURRENCY_DEFAULT,
+            max_connections: None,
             batch: BATCH_DEFAULT,
             poll_interval: POLL_INTERVAL_DEFAULT,
             listen: true,
@@ -314,6 +338,25 @@ pub fn join_names<S: AsRef<str>>(names: &[S]) -> String {
 }
 
 impl WorkerConfig {
+    /// The claim pool's size: `max_connections`, or by default
+    /// `concurrency` + [`SERVICE_CONNECTIONS`] capped at
+    /// [`MAX_CONNECTIONS_DEFAULT`].
+    pub fn connections(&self) -> usize {
+        self.max_connections.unwrap_or_else(|| {
+            (self.concurrency + SERVICE_CONNECTIONS).min(MAX_CONNECTIONS_DEFAULT)
+        })
+    }
+
+    /// Claim tasks: one per connection left beside the services' (a tx
+    /// batch holds its task's connection while it runs), never more than
+    /// the slots, at least one.
+    pub fn claim_tasks(&self) -> usize {
+        self.connections()
+            .saturating_sub(SERVICE_CONNECTIONS)
+            .min(self.concurrency)
+            .max(1)
+    }
+
     /// Reject settings the worker cannot run with; the message names the
     /// setting (as the `pgwake run` flag where there is one, else as the
     /// field) and the accepted range.
@@ -325,6 +368,14 @@ impl WorkerConfig {
                 "--concurrency must be between 1 and {CONCURRENCY_MAX} (got {})",
                 self.concurrency
             ));
+        }
+        if let Some(n) = self.max_connections {
+            let most = CONCURRENCY_MAX + SERVICE_CONNECTIONS;
+            if !(MAX_CONNECTIONS_MIN..=most).contains(&n) {
+                return bad(format!(
+                    "--max-connections must be between {MAX_CONNECTIONS_MIN} (one for claims, one for heartbeats, outcomes and the other services) and {most} (got {n}); omit it for --concurrency + {SERVICE_CONNECTIONS}, at most {MAX_CONNECTIONS_DEFAULT}"
+                ));
+            }
         }
         if self.batch == 0 || self.batch > BATCH_MAX {
             return bad(format!(
@@ -697,6 +748,47 @@ mod tests {
         };
         assert!(c.validate().unwrap_err().to_string().contains("--queues"));
         assert!(WorkerConfig::default().validate().is_ok());
+        let c = WorkerConfig {
+            max_connections: Some(1),
+            ..WorkerConfig::default()
+        };
+        assert!(c
+            .validate()
+            .unwrap_err()
+            .to_string()
+            .contains("--max-connections"));
+    }
+
+    #[test]
+    fn slots_are_not_connections() {
+        let at = |concurrency, max_connections| WorkerConfig {
+            concurrency,
+            max_connections,
+            ..WorkerConfig::default()
+        };
+        // The defaults: one claim task per slot, two more connections.
+        assert_eq!(
+            (at(8, None).connections(), at(8, None).claim_tasks()),
+            (10, 8)
+        );
+        assert_eq!(
+            (at(1, None).connections(), at(1, None).claim_tasks()),
+            (3, 1)
+        );
+        // Many slots, a few connections.
+        assert_eq!(
+            (at(300, None).connections(), at(300, None).claim_tasks()),
+            (10, 8)
+        );
+        assert_eq!(
+            (
+                at(300, Some(4)).connections(),
+                at(300, Some(4)).claim_tasks()
+            ),
+            (4, 2)
+        );
+        assert_eq!(at(300, Some(2)).claim_tasks(), 1);
+        assert_eq!(at(2, Some(50)).claim_tasks(), 2);
     }
 
     #[test]

@@ -91,7 +91,9 @@ impl WorkerBuilder {
         let app = &self.config.application_name;
         let db = connect::with_application_name(&self.db, app);
         // Pools connect lazily: building them does no I/O.
-        let pool = connect::pool(&db, self.config.concurrency + 2)?;
+        // Slots are not connections: claim tasks, heartbeats and outcome
+        // writes share these (config.rs: `connections`).
+        let pool = connect::pool(&db, self.config.connections())?;
         // Batch marks and crash charges (tx.rs): committed durably, on
         // connections outside any claim transaction.
         let ledger_db = connect::with_application_name(&self.db, &format!("{app}-ledger"));
@@ -315,12 +317,13 @@ impl Worker {
         ));
 
         let mut claimers = JoinSet::new();
-        for _ in 0..self.config.concurrency {
+        for _ in 0..self.config.claim_tasks() {
             claimers.spawn(crate::claim::claimer::run_task(ctx.clone()));
         }
         tracing::info!(
             database = %connect::describe(&self.db),
             concurrency = self.config.concurrency,
+            connections = self.config.connections(),
             batch = self.config.batch,
             listen = self.config.listen,
             queues = %self.config.queues_label(),
@@ -479,6 +482,7 @@ impl Worker {
             ready_queues: Default::default(),
             lease_turn: crate::claim::turn::LeaseTurn::for_worker(
                 self.config.concurrency,
+                self.config.claim_tasks(),
                 self.config.batch,
                 plan.iter().any(|s| s.mode == crate::handler::Delivery::Tx),
             ),
