@@ -95,6 +95,16 @@ pub const MAX_CONNECTIONS_DEFAULT: usize = 10;
 /// cancel checks, recurring jobs): claim tasks are `--max-connections`
 /// less these (at least one).
 pub const SERVICE_CONNECTIONS: usize = 2;
+/// Lease-mode jobs buffered ahead of the free slots by default, per slot:
+/// one (a freed slot starts its next job at once, and each claim fills the
+/// buffer's half that ran down), capped at [`PREFETCH_CAP_DEFAULT`].
+pub const PREFETCH_PER_SLOT_DEFAULT: usize = 1;
+/// Cap of the default prefetch buffer: a `kill -9` charges each buffered
+/// job an attempt it did not use, so the buffer stays small whatever the
+/// slots. Tuned from measurements (issue 22).
+pub const PREFETCH_CAP_DEFAULT: usize = 100;
+/// Largest `--prefetch`.
+pub const PREFETCH_MAX: usize = 1000;
 /// Fewest connections a claim pool may have: one for claims, one for the
 /// services.
 pub const MAX_CONNECTIONS_MIN: usize = 2;
@@ -179,6 +189,13 @@ pub struct WorkerConfig {
     /// none, so `concurrency` can be far above it. `None`: `concurrency` +
     /// [`SERVICE_CONNECTIONS`], capped at [`MAX_CONNECTIONS_DEFAULT`].
     pub max_connections: Option<usize>,
+    /// Lease-mode jobs claimed ahead of the free slots (`--prefetch`), so a
+    /// freed slot starts the next job without a round trip; 0 turns it off.
+    /// Never from a limited or rate-limited queue. A buffered job is handed
+    /// back with its attempt refunded at shutdown; a `kill -9` charges it
+    /// one attempt. `None`: [`PREFETCH_PER_SLOT_DEFAULT`] × `concurrency`,
+    /// at most [`PREFETCH_CAP_DEFAULT`].
+    pub prefetch: Option<usize>,
     /// Most jobs one claim statement takes. In `tx` mode a batch runs its
     /// jobs one after another in one transaction, and its size adapts below
     /// this cap so a batch runs about 100 ms (`tx::TX_BATCH_TARGET`); in
@@ -261,6 +278,7 @@ impl Default for WorkerConfig {
             queues: None,
             concurrency: CONCURRENCY_DEFAULT,
             max_connections: None,
+            prefetch: None,
             batch: BATCH_DEFAULT,
             poll_interval: POLL_INTERVAL_DEFAULT,
             listen: true,
@@ -347,6 +365,13 @@ impl WorkerConfig {
         })
     }
 
+    /// The lease prefetch buffer's size (0: off).
+    pub fn prefetch_jobs(&self) -> usize {
+        self.prefetch.unwrap_or_else(|| {
+            (self.concurrency * PREFETCH_PER_SLOT_DEFAULT).min(PREFETCH_CAP_DEFAULT)
+        })
+    }
+
     /// Claim tasks: one per connection left beside the services' (a tx
     /// batch holds its task's connection while it runs), never more than
     /// the slots, at least one.
@@ -376,6 +401,12 @@ impl WorkerConfig {
                     "--max-connections must be between {MAX_CONNECTIONS_MIN} (one for claims, one for heartbeats, outcomes and the other services) and {most} (got {n}); omit it for --concurrency + {SERVICE_CONNECTIONS}, at most {MAX_CONNECTIONS_DEFAULT}"
                 ));
             }
+        }
+        if self.prefetch.is_some_and(|n| n > PREFETCH_MAX) {
+            return bad(format!(
+                "--prefetch must be between 0 (off) and {PREFETCH_MAX} (got {}); omit it for {PREFETCH_PER_SLOT_DEFAULT} per slot, at most {PREFETCH_CAP_DEFAULT}",
+                self.prefetch.unwrap_or_default()
+            ));
         }
         if self.batch == 0 || self.batch > BATCH_MAX {
             return bad(format!(

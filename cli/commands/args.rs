@@ -171,6 +171,12 @@ pub struct RunArgs {
     /// --concurrency can be far above it.
     #[arg(long, env = "PGWAKE_MAX_CONNECTIONS", allow_negative_numbers = true)]
     pub max_connections: Option<usize>,
+    /// Lease-mode jobs claimed ahead of the free slots (0–1000, 0: off; default one per slot, at
+    /// most 100), so a freed slot starts the next job without a round trip. Never from a
+    /// limited or rate-limited queue; handed back (attempt refunded) at shutdown; a kill -9
+    /// charges each buffered job one attempt.
+    #[arg(long, env = "PGWAKE_PREFETCH", allow_negative_numbers = true)]
+    pub prefetch: Option<usize>,
     /// Most jobs per claim (1–1000). In tx mode a batch runs its jobs one after another in one
     /// transaction and is sized by time below this (about 100 ms a batch), so slow jobs already
     /// run one per transaction and --batch 1 is rarely worth setting; in lease mode a claim

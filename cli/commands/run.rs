@@ -17,6 +17,7 @@ pub fn worker_config(args: &RunArgs) -> Result<WorkerConfig, Error> {
         queues: args.queues.as_deref().map(names),
         concurrency: args.concurrency,
         max_connections: args.max_connections,
+        prefetch: args.prefetch,
         batch: args.batch,
         poll_interval: args.poll_interval.into(),
         listen: !args.no_listen,
