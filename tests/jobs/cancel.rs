@@ -1103,6 +1103,9 @@ async fn a_prefetched_lease_job_is_cancelled_without_running() {
             concurrency: 1,
             prefetch: Some(1),
             lease_queues: vec!["default".into()],
+            // The gate never times out: only the cancel can end the
+            // buffered job while the slot is busy.
+            job_timeout: Duration::from_secs(3600),
             ..test_config()
         })
         .handler("gate", Gate(gate_rx))
