@@ -254,9 +254,18 @@ pub(crate) fn hand_back(ctx: &ClaimContext) -> usize {
     let jobs = ctx.prefetch.drain();
     let n = jobs.len();
     for job in jobs {
+        // A cancel that came meanwhile still buries it; a lost lease is
+        // someone else's now.
+        let resolution = if job.watch.cancelled() {
+            Resolution::Cancelled
+        } else if job.lost.is_cancelled() && !ctx.abort.is_cancelled() {
+            Resolution::Lost
+        } else {
+            Resolution::Returned
+        };
         ctx.completer.send(Finished {
             claimed: job.claimed,
-            resolution: Resolution::Returned,
+            resolution,
             result: None,
             duration: Duration::ZERO,
         });
