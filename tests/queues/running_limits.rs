@@ -190,3 +190,68 @@ async fn a_max_running_queue_is_never_prefetched() {
     assert!(events.iter().all(|e| e.resolution == Resolution::Done));
     w.shutdown().await;
 }
+
+/// Pause with a prefetching lease worker: a claim after the pause takes
+/// nothing from the queue, and of the jobs claimed before it only those in
+/// the buffer still start — the documented bound, at most `--prefetch` per
+/// worker.
+#[tokio::test]
+async fn a_pause_lets_at_most_the_prefetched_jobs_start() {
+    let db = migrated_db().await;
+    let c = db.client().await;
+    let mut ids = Vec::new();
+    for _ in 0..4 {
+        ids.push(
+            enqueue(&c, &NewJob::new("held", serde_json::json!({})).queue("p"))
+                .await
+                .unwrap(),
+        );
+    }
+    let running = Arc::new(AtomicUsize::new(0));
+    let starts = Arc::new(Mutex::new(Vec::new()));
+    let (release, release_rx) = watch::channel(HashSet::new());
+    let worker = pgwake::Worker::builder(db.config())
+        .config(pgwake::WorkerConfig {
+            concurrency: 1,
+            prefetch: Some(2),
+            ..test_config()
+        })
+        .handler(
+            "held",
+            Held {
+                delivery: Delivery::Lease,
+                running: running.clone(),
+                starts: starts.clone(),
+                release: release_rx,
+            },
+        )
+        .build()
+        .unwrap();
+    let mut w = Running::start(worker);
+    let r = running.clone();
+    eventually("one job runs", WAIT, || {
+        let r = r.clone();
+        async move { r.load(Ordering::SeqCst) == 1 }
+    })
+    .await;
+    let leased: i64 = db.scalar("SELECT count(*) FROM pgwake.leased_jobs").await;
+    assert_eq!(leased, 3, "one running, two prefetched");
+    pgwake::admin::queues::pause(&c, "p").await.unwrap();
+    release.send_modify(|set| set.extend(ids.iter().copied()));
+    let events = w.next_events(3, WAIT, |e| ids.contains(&e.id)).await;
+    assert!(events.iter().all(|e| e.resolution == Resolution::Done));
+    // The emptied buffer asked for a refill: that claim found the queue
+    // paused, and the worker went idle.
+    w.until_waiting(&db).await;
+    let started: Vec<i64> = starts.lock().unwrap().iter().map(|s| s.0).collect();
+    assert_eq!(started, ids[..3], "the running and the two buffered jobs");
+    let left: Vec<i32> = c
+        .query("SELECT attempts FROM pgwake.jobs WHERE queue = 'p'", &[])
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    assert_eq!(left, vec![0], "the fourth job waits, never claimed");
+    w.shutdown().await;
+}
