@@ -16,7 +16,7 @@
 //! and then sleeps `{"ms": N}` of its payload, or like `work` without it.
 //!
 //! ```text
-//! cargo run --example chaos_worker -- --database-url URL [--lease] [--lease-handler] [--record-end] [--queues a,b] [--concurrency 16]
+//! cargo run --example chaos_worker -- --database-url URL [--lease] [--lease-handler] [--record-end] [--queues a,b] [--concurrency 16] [--prefetch N]
 //! ```
 
 use std::time::Duration;
@@ -203,6 +203,11 @@ async fn run() -> Result<(), Box<dyn std::error::Error>> {
     let config = WorkerConfig {
         concurrency: arg(&args, "--concurrency", 16),
         batch: arg(&args, "--batch", 10),
+        prefetch: args
+            .iter()
+            .position(|a| a == "--prefetch")
+            .and_then(|i| args.get(i + 1))
+            .and_then(|v| v.parse().ok()),
         poll_interval: Duration::from_millis(arg(&args, "--poll-ms", 500)),
         listen: !args.iter().any(|a| a == "--no-listen"),
         queues: queues.clone(),

@@ -81,8 +81,33 @@ pub const APPLICATION_NAME_DEFAULT: &str = "pgwake";
 /// loopback, so exposing it is a deliberate choice.
 pub const METRICS_ADDR_DEFAULT: SocketAddr =
     SocketAddr::V4(SocketAddrV4::new(Ipv4Addr::LOCALHOST, 9187));
-/// Default number of claim tasks (jobs in flight at once).
+/// Default job slots: jobs that may run at once (a tx batch takes one).
 pub const CONCURRENCY_DEFAULT: usize = 8;
+/// Connections the worker's claim pool opens at most by default: one per
+/// slot plus [`SERVICE_CONNECTIONS`], capped at this. In tx mode a running
+/// batch holds a connection, so up to 8 batches run at once (the default
+/// concurrency, as before the cap); in lease mode no job holds one, so a
+/// worker of hundreds of slots shares these between its claims, heartbeats
+/// and outcome writes. Tuned from measurements (issue 22).
+pub const MAX_CONNECTIONS_DEFAULT: usize = 10;
+/// Connections of the claim pool kept beside the claim tasks, for the
+/// services (lease heartbeats and outcome writes, the rescuer, the sampler,
+/// cancel checks, recurring jobs): claim tasks are `--max-connections`
+/// less these (at least one).
+pub const SERVICE_CONNECTIONS: usize = 2;
+/// Lease-mode jobs buffered ahead of the free slots by default, per slot:
+/// one (a freed slot starts its next job at once, and each claim fills the
+/// buffer's half that ran down), capped at [`PREFETCH_CAP_DEFAULT`].
+pub const PREFETCH_PER_SLOT_DEFAULT: usize = 1;
+/// Cap of the default prefetch buffer: a `kill -9` charges each buffered
+/// job an attempt it did not use, so the buffer stays small whatever the
+/// slots. Tuned from measurements (issue 22).
+pub const PREFETCH_CAP_DEFAULT: usize = 100;
+/// Largest `--prefetch`.
+pub const PREFETCH_MAX: usize = 1000;
+/// Fewest connections a claim pool may have: one for claims, one for the
+/// services.
+pub const MAX_CONNECTIONS_MIN: usize = 2;
 /// Default jobs per claim.
 pub const BATCH_DEFAULT: usize = 10;
 /// Default fallback poll interval. 2 s: a missed notification (listener
@@ -154,8 +179,23 @@ pub const BATCH_MAX: usize = 1000;
 pub struct WorkerConfig {
     /// Queues to work (`None`: every queue).
     pub queues: Option<Vec<String>>,
-    /// Claim tasks, i.e. jobs in flight at once. Default 8.
+    /// Job slots: jobs that may run at once (a tx-mode batch takes one
+    /// slot). Default 8.
     pub concurrency: usize,
+    /// Most connections of the claim pool (`--max-connections`). Claim
+    /// tasks are this less [`SERVICE_CONNECTIONS`] (and at most
+    /// `concurrency`): in tx mode each running batch holds a connection, so
+    /// this also bounds the batches running at once; in lease mode jobs hold
+    /// none, so `concurrency` can be far above it. `None`: `concurrency` +
+    /// [`SERVICE_CONNECTIONS`], capped at [`MAX_CONNECTIONS_DEFAULT`].
+    pub max_connections: Option<usize>,
+    /// Lease-mode jobs claimed ahead of the free slots (`--prefetch`), so a
+    /// freed slot starts the next job without a round trip; 0 turns it off.
+    /// Never from a limited or rate-limited queue. A buffered job is handed
+    /// back with its attempt refunded at shutdown; a `kill -9` charges it
+    /// one attempt. `None`: [`PREFETCH_PER_SLOT_DEFAULT`] × `concurrency`,
+    /// at most [`PREFETCH_CAP_DEFAULT`].
+    pub prefetch: Option<usize>,
     /// Most jobs one claim statement takes. In `tx` mode a batch runs its
     /// jobs one after another in one transaction, and its size adapts below
     /// this cap so a batch runs about 100 ms (`tx::TX_BATCH_TARGET`); in
@@ -237,6 +277,8 @@ impl Default for WorkerConfig {
         WorkerConfig {
             queues: None,
             concurrency: CONCURRENCY_DEFAULT,
+            max_connections: None,
+            prefetch: None,
             batch: BATCH_DEFAULT,
             poll_interval: POLL_INTERVAL_DEFAULT,
             listen: true,
@@ -314,6 +356,32 @@ pub fn join_names<S: AsRef<str>>(names: &[S]) -> String {
 }
 
 impl WorkerConfig {
+    /// The claim pool's size: `max_connections`, or by default
+    /// `concurrency` + [`SERVICE_CONNECTIONS`] capped at
+    /// [`MAX_CONNECTIONS_DEFAULT`].
+    pub fn connections(&self) -> usize {
+        self.max_connections.unwrap_or_else(|| {
+            (self.concurrency + SERVICE_CONNECTIONS).min(MAX_CONNECTIONS_DEFAULT)
+        })
+    }
+
+    /// The lease prefetch buffer's size (0: off).
+    pub fn prefetch_jobs(&self) -> usize {
+        self.prefetch.unwrap_or_else(|| {
+            (self.concurrency * PREFETCH_PER_SLOT_DEFAULT).min(PREFETCH_CAP_DEFAULT)
+        })
+    }
+
+    /// Claim tasks: one per connection left beside the services' (a tx
+    /// batch holds its task's connection while it runs), never more than
+    /// the slots, at least one.
+    pub fn claim_tasks(&self) -> usize {
+        self.connections()
+            .saturating_sub(SERVICE_CONNECTIONS)
+            .min(self.concurrency)
+            .max(1)
+    }
+
     /// Reject settings the worker cannot run with; the message names the
     /// setting (as the `pgwake run` flag where there is one, else as the
     /// field) and the accepted range.
@@ -324,6 +392,20 @@ impl WorkerConfig {
             return bad(format!(
                 "--concurrency must be between 1 and {CONCURRENCY_MAX} (got {})",
                 self.concurrency
+            ));
+        }
+        if let Some(n) = self.max_connections {
+            let most = CONCURRENCY_MAX + SERVICE_CONNECTIONS;
+            if !(MAX_CONNECTIONS_MIN..=most).contains(&n) {
+                return bad(format!(
+                    "--max-connections must be between {MAX_CONNECTIONS_MIN} (one for claims, one for heartbeats, outcomes and the other services) and {most} (got {n}); omit it for --concurrency + {SERVICE_CONNECTIONS}, at most {MAX_CONNECTIONS_DEFAULT}"
+                ));
+            }
+        }
+        if self.prefetch.is_some_and(|n| n > PREFETCH_MAX) {
+            return bad(format!(
+                "--prefetch must be between 0 (off) and {PREFETCH_MAX} (got {}); omit it for {PREFETCH_PER_SLOT_DEFAULT} per slot, at most {PREFETCH_CAP_DEFAULT}",
+                self.prefetch.unwrap_or_default()
             ));
         }
         if self.batch == 0 || self.batch > BATCH_MAX {
@@ -697,6 +779,47 @@ mod tests {
         };
         assert!(c.validate().unwrap_err().to_string().contains("--queues"));
         assert!(WorkerConfig::default().validate().is_ok());
+        let c = WorkerConfig {
+            max_connections: Some(1),
+            ..WorkerConfig::default()
+        };
+        assert!(c
+            .validate()
+            .unwrap_err()
+            .to_string()
+            .contains("--max-connections"));
+    }
+
+    #[test]
+    fn slots_are_not_connections() {
+        let at = |concurrency, max_connections| WorkerConfig {
+            concurrency,
+            max_connections,
+            ..WorkerConfig::default()
+        };
+        // The defaults: one claim task per slot, two more connections.
+        assert_eq!(
+            (at(8, None).connections(), at(8, None).claim_tasks()),
+            (10, 8)
+        );
+        assert_eq!(
+            (at(1, None).connections(), at(1, None).claim_tasks()),
+            (3, 1)
+        );
+        // Many slots, a few connections.
+        assert_eq!(
+            (at(300, None).connections(), at(300, None).claim_tasks()),
+            (10, 8)
+        );
+        assert_eq!(
+            (
+                at(300, Some(4)).connections(),
+                at(300, Some(4)).claim_tasks()
+            ),
+            (4, 2)
+        );
+        assert_eq!(at(300, Some(2)).claim_tasks(), 1);
+        assert_eq!(at(2, Some(50)).claim_tasks(), 2);
     }
 
     #[test]

@@ -91,7 +91,9 @@ impl WorkerBuilder {
         let app = &self.config.application_name;
         let db = connect::with_application_name(&self.db, app);
         // Pools connect lazily: building them does no I/O.
-        let pool = connect::pool(&db, self.config.concurrency + 2)?;
+        // Slots are not connections: claim tasks, heartbeats and outcome
+        // writes share these (config.rs: `connections`).
+        let pool = connect::pool(&db, self.config.connections())?;
         // Batch marks and crash charges (tx.rs): committed durably, on
         // connections outside any claim transaction.
         let ledger_db = connect::with_application_name(&self.db, &format!("{app}-ledger"));
@@ -313,14 +315,20 @@ impl Worker {
             ctx.clone(),
             lease_stop.clone(),
         ));
+        lease_services.spawn(crate::claim::lease::bury_cancelled(
+            ctx.clone(),
+            lease_stop.clone(),
+        ));
 
         let mut claimers = JoinSet::new();
-        for _ in 0..self.config.concurrency {
+        for _ in 0..self.config.claim_tasks() {
             claimers.spawn(crate::claim::claimer::run_task(ctx.clone()));
         }
         tracing::info!(
             database = %connect::describe(&self.db),
             concurrency = self.config.concurrency,
+            connections = self.config.connections(),
+            prefetch = self.config.prefetch_jobs(),
             batch = self.config.batch,
             listen = self.config.listen,
             queues = %self.config.queues_label(),
@@ -333,6 +341,9 @@ impl Worker {
         ctx.jobs.close();
         let running = async {
             join_all(&mut claimers).await;
+            // No claim is in flight now: what waits in the prefetch buffer
+            // never started, and goes back at once, attempts refunded.
+            crate::claim::lease::hand_back(&ctx);
             ctx.jobs.wait().await;
         };
         let drained = tokio::select! {
@@ -345,6 +356,7 @@ impl Worker {
             abort.cancel();
             let running = async {
                 join_all(&mut claimers).await;
+                crate::claim::lease::hand_back(&ctx);
                 ctx.jobs.wait().await;
             };
             if tokio::time::timeout(HARD_DEADLINE, running).await.is_err() {
@@ -352,6 +364,8 @@ impl Worker {
                 claimers.abort_all();
             }
         }
+        // Claim tasks aborted at the hard deadline may have buffered more.
+        crate::claim::lease::hand_back(&ctx);
         completer_done.cancel();
         lease_stop.cancel();
         join_all(&mut lease_services).await;
@@ -479,12 +493,14 @@ impl Worker {
             ready_queues: Default::default(),
             lease_turn: crate::claim::turn::LeaseTurn::for_worker(
                 self.config.concurrency,
+                self.config.claim_tasks(),
                 self.config.batch,
                 plan.iter().any(|s| s.mode == crate::handler::Delivery::Tx),
             ),
             plan,
             slots: Arc::new(Semaphore::new(self.config.concurrency)),
             leases: Default::default(),
+            prefetch: crate::claim::prefetch::Prefetch::new(self.config.prefetch_jobs()),
             completer,
             jobs: TaskTracker::new(),
             history: self.history.clone(),
@@ -500,14 +516,17 @@ impl Worker {
     /// in a transaction. For tests and tools; `run` is the service.
     pub async fn claim_once(&self) -> Result<usize> {
         let (completer, completions) = crate::claim::leases::channel();
-        let ctx = Arc::new(self.context(
+        let mut ctx = self.context(
             Default::default(),
             Arc::new(Wakeup::default()),
             Arc::new(Schedule::default()),
             CancellationToken::new(),
             CancellationToken::new(),
             completer,
-        ));
+        );
+        // One round runs what it claimed and no more.
+        ctx.prefetch = crate::claim::prefetch::Prefetch::new(0);
+        let ctx = Arc::new(ctx);
         let done = CancellationToken::new();
         let completer = tokio::spawn(crate::claim::completer::run(
             ctx.clone(),
@@ -526,7 +545,7 @@ impl Worker {
         let claimed = crate::claim::claimer::claim_round(
             &ctx,
             crate::claim::wake::Trigger::Poll,
-            permit,
+            Some(permit),
             &mut sizer,
         )
         .await

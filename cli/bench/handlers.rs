@@ -133,6 +133,7 @@ async fn worker_run(
     let spec = WorkerSpec {
         mode: if lease { Mode::Lease } else { Mode::Tx },
         concurrency: bench.plan.concurrency,
+        prefetch: bench.plan.prefetch,
         batch: bench.plan.batch,
         queues: Some(vec![QUEUE.to_string()]),
         handler,

@@ -134,6 +134,8 @@ pub(crate) struct WorkerSpec {
     pub concurrency: usize,
     /// Jobs per claim.
     pub batch: usize,
+    /// Lease prefetch buffer (`None`: the worker's default).
+    pub prefetch: Option<usize>,
     /// Queues to work (`None`: all).
     pub queues: Option<Vec<String>>,
     /// The handler.
@@ -145,6 +147,7 @@ impl WorkerSpec {
         self.mode.worker_config(WorkerConfig {
             concurrency: self.concurrency,
             batch: self.batch,
+            prefetch: self.prefetch,
             queues: self.queues.clone(),
             application_name: WORKER_APP.into(),
             sample_interval: None,

@@ -66,6 +66,10 @@ pub struct BenchArgs {
     /// The configured batch B (burn-downs also run at batch 1).
     #[arg(long, default_value_t = 100)]
     pub batch: usize,
+    /// The worker's lease prefetch buffer (`pgwake run --prefetch`; 0: off)
+    /// [default: the worker's].
+    #[arg(long)]
+    pub prefetch: Option<usize>,
     /// Jobs per burn-down at batch B; batch-1 burn-downs, some 20x slower,
     /// drain a fifth of it [default: 100000, quick: 2000].
     #[arg(long)]
@@ -106,6 +110,8 @@ pub(crate) struct Plan {
     pub concurrency: usize,
     /// The configured batch (B).
     pub batch: usize,
+    /// The worker's lease prefetch buffer (`None`: the worker's default).
+    pub prefetch: Option<usize>,
     /// Jobs per burn-down (N).
     pub jobs: u64,
     /// Small backlog.
@@ -134,6 +140,7 @@ impl Plan {
             runs: args.runs.unwrap_or(if q { 1 } else { 3 }),
             concurrency: args.concurrency,
             batch: args.batch,
+            prefetch: args.prefetch,
             jobs: pick(args.jobs, 100_000, 2_000),
             backlog_small: pick(args.backlog_small, 10_000, 1_000),
             backlog_large: pick(args.backlog_large, 1_000_000, 50_000),
@@ -224,6 +231,7 @@ impl Bench<'_> {
         harness::WorkerSpec {
             mode: self.mode,
             concurrency: self.plan.concurrency,
+            prefetch: self.plan.prefetch,
             batch,
             queues: None,
             handler: harness::HandlerKind::Noop,

@@ -162,9 +162,21 @@ pub struct RunArgs {
     /// written \, ('a\,b,c' is the queues "a,b" and "c").
     #[arg(long, value_name = "Q,…", value_parser = name_list)]
     pub queues: Option<Vec<NameList>>,
-    /// Claim tasks = jobs in flight at once.
+    /// Job slots = jobs that may run at once (1–1000); a tx batch takes one slot.
     #[arg(long, default_value_t = config::CONCURRENCY_DEFAULT, allow_negative_numbers = true)]
     pub concurrency: usize,
+    /// Most connections of the claim pool (default: --concurrency + 2, at most 10). Claim tasks
+    /// are this less 2 (kept for heartbeats, outcome writes and the other services), so in tx
+    /// mode it also bounds the batches running at once; lease-mode jobs hold no connection, so
+    /// --concurrency can be far above it.
+    #[arg(long, env = "PGWAKE_MAX_CONNECTIONS", allow_negative_numbers = true)]
+    pub max_connections: Option<usize>,
+    /// Lease-mode jobs claimed ahead of the free slots (0–1000, 0: off; default one per slot, at
+    /// most 100), so a freed slot starts the next job without a round trip. Never from a
+    /// limited or rate-limited queue; handed back (attempt refunded) at shutdown; a kill -9
+    /// charges each buffered job one attempt.
+    #[arg(long, env = "PGWAKE_PREFETCH", allow_negative_numbers = true)]
+    pub prefetch: Option<usize>,
     /// Most jobs per claim (1–1000). In tx mode a batch runs its jobs one after another in one
     /// transaction and is sized by time below this (about 100 ms a batch), so slow jobs already
     /// run one per transaction and --batch 1 is rarely worth setting; in lease mode a claim

@@ -16,6 +16,8 @@ pub fn worker_config(args: &RunArgs) -> Result<WorkerConfig, Error> {
     let config = WorkerConfig {
         queues: args.queues.as_deref().map(names),
         concurrency: args.concurrency,
+        max_connections: args.max_connections,
+        prefetch: args.prefetch,
         batch: args.batch,
         poll_interval: args.poll_interval.into(),
         listen: !args.no_listen,

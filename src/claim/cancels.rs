@@ -17,6 +17,9 @@ pub(crate) struct CancelBook {
     /// Ask the watcher to poll now (the listener (re)connected: whatever was
     /// notified while it was away is lost).
     pub(crate) poll_now: Notify,
+    /// A cancel reached a job of this worker: one still in the prefetch
+    /// buffer ends at once (`lease::bury_cancelled`).
+    pub(crate) cancelled_some: Notify,
 }
 
 #[derive(Debug)]
@@ -86,6 +89,7 @@ impl CancelBook {
         };
         if !e.cancelled.swap(true, Ordering::AcqRel) {
             tracing::info!(job = id, "cancel request received: stopping the job");
+            self.cancelled_some.notify_one();
         }
         e.stop.cancel();
         true

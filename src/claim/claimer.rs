@@ -41,17 +41,20 @@ pub(crate) struct Round {
 }
 
 /// One claim round holding `permit`: each spec of the plan in turn, until
-/// one finds jobs.
+/// one finds jobs. Without a permit (a refill of the lease prefetch buffer,
+/// `prefetch.rs`) only lease specs claim, for the buffer and any slot free
+/// by then.
 pub(crate) async fn claim_round(
     ctx: &Arc<ClaimContext>,
     trigger: Trigger,
-    permit: OwnedSemaphorePermit,
+    permit: Option<OwnedSemaphorePermit>,
     sizer: &mut BatchSizer,
 ) -> Result<Round> {
-    let mut permits = vec![permit];
+    let mut permits: Vec<OwnedSemaphorePermit> = permit.into_iter().collect();
     let (mut turned_away, mut again) = (false, false);
     for spec in crate::claim::plan::rotated(&ctx.plan, &ctx.cursor) {
         let claimed = match spec.mode {
+            Delivery::Tx if permits.is_empty() => continue,
             Delivery::Tx => {
                 // A batch holds one slot while it runs.
                 permits.truncate(1);
@@ -71,20 +74,31 @@ pub(crate) async fn claim_round(
                         Err(_) => break,
                     }
                 }
+                // And as many more as the prefetch buffer has room for, so
+                // a slot freed meanwhile starts its next job at once.
+                let free = permits.len();
+                let limit = (free + ctx.prefetch.room()).min(ctx.config.batch.max(free));
+                if limit == 0 {
+                    again |= ctx.lease_turn.end(turn);
+                    continue;
+                }
                 let draining = (trigger == Trigger::Drain).then(|| ctx.wait_state.draining_claim());
-                let r = crate::claim::lease::claim(ctx, spec, permits.len(), trigger).await;
+                let r = crate::claim::lease::claim(ctx, spec, limit, free, trigger).await;
                 again |= ctx.lease_turn.end(turn);
                 drop(draining);
                 let (claimed, sent) = r?;
                 let n = claimed.len();
                 // A full claim: there is more. This task claims it next
                 // round, and another alongside when that helps.
-                if n == permits.len() && ctx.lease_turn.full_claim_wakes_another() {
+                if n == limit && ctx.lease_turn.full_claim_wakes_another() {
                     ctx.wake.wake_one(Trigger::Drain);
                 }
                 for c in claimed {
-                    let permit = permits.pop().expect("one permit per claimed job");
-                    crate::claim::lease::spawn_run(ctx.clone(), c, sent, permit);
+                    let job = crate::claim::lease::leased(ctx, c, sent);
+                    match permits.pop() {
+                        Some(permit) => crate::claim::lease::spawn_run(ctx.clone(), job, permit),
+                        None => ctx.prefetch.push(job),
+                    }
                 }
                 if permits.is_empty() {
                     return Ok(Round { claimed: n, again });
@@ -137,7 +151,19 @@ pub(crate) async fn run_task(ctx: Arc<ClaimContext>) {
             let permit = tokio::select! {
                 biased;
                 _ = ctx.stop.cancelled() => return,
-                p = ctx.slots.clone().acquire_owned() => p.expect("the slot semaphore is never closed"),
+                p = ctx.slots.clone().acquire_owned() => Some(p.expect("the slot semaphore is never closed")),
+                // Every slot busy, the prefetch buffer below half: refill it.
+                _ = ctx.prefetch.refill.notified() => None,
+            };
+            // A free slot starts a buffered job first, without a round trip.
+            let permit = match permit.map(|p| (p, ctx.prefetch.pop())) {
+                Some((p, Some((job, _)))) => {
+                    crate::claim::lease::spawn_run(ctx.clone(), job, p);
+                    trigger = Trigger::Drain;
+                    continue;
+                }
+                Some((p, None)) => Some(p),
+                None => None,
             };
             // A bug in a claim round must not take the task down with it:
             // the round's claim transaction rolls back (its jobs return), and

@@ -104,6 +104,8 @@ pub(crate) struct ClaimContext {
     pub leases: Arc<crate::claim::leases::LeaseBook>,
     /// Where lease-mode runs send their resolutions.
     pub completer: crate::claim::leases::CompleterHandle,
+    /// Lease-mode jobs claimed ahead of the free slots (`prefetch.rs`).
+    pub prefetch: crate::claim::prefetch::Prefetch,
     /// Lease-mode job tasks, joined at shutdown.
     pub jobs: TaskTracker,
     /// Whether finished jobs are recorded (`crate::admin::history`).

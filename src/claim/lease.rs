@@ -23,6 +23,7 @@ use std::time::{Duration, Instant};
 use tokio::sync::OwnedSemaphorePermit;
 use tokio_util::sync::CancellationToken;
 
+use crate::claim::cancels::Watch;
 use crate::claim::claimed::{
     claimed_from_row, keys_from_row, sort_claim_order, Claimed, CLAIM_COLUMNS,
 };
@@ -31,6 +32,7 @@ use crate::claim::executor::{execute, Ended};
 use crate::claim::leases::stop_margin;
 use crate::claim::outcome::Finished;
 use crate::claim::plan::{ClaimSpec, Target};
+use crate::claim::prefetch::Leased;
 use crate::claim::targets::Walk;
 use crate::claim::wake::Trigger;
 use crate::db::connect::PooledConn;
@@ -44,23 +46,33 @@ use crate::db::sql::{
     CLAIM_LEASE_QUEUE as CLAIM_QUEUE, LEASE_HEARTBEAT as HEARTBEAT,
 };
 
-/// Claim up to `limit` jobs for `spec` (one per free slot), moving them
-/// into `pgwake.leased_jobs`. Returns them with the instant the claim was
+/// Claim up to `limit` jobs for `spec` (one per free slot, and room in the
+/// prefetch buffer), moving them into `pgwake.leased_jobs`; from a limited
+/// or rate-limited queue at most `free` (the free slots: such a queue is
+/// never prefetched, a buffered job would hold a running slot or an
+/// admission it does not use). Returns them with the instant the claim was
 /// sent (the lease is secured from then).
 pub(crate) async fn claim(
     ctx: &ClaimContext,
     spec: &ClaimSpec,
     limit: usize,
+    free: usize,
     trigger: Trigger,
 ) -> Result<(Vec<Claimed>, Instant)> {
     let mut conn = PooledConn::get(&ctx.pool, "lease claim: no connection").await?;
-    let targets = ctx.targets(spec).await?;
+    let mut targets = ctx.targets(spec).await?;
+    if free == 0 {
+        // A claim for the buffer alone: plain queues only.
+        targets.queues.retain(Walk::fills_with);
+    }
     let except = &targets.except[..];
     let limit = limit as i64;
+    let free = (free as i64).min(limit);
     let lease = ctx.config.lease_duration.as_secs_f64();
     let mut rows = Vec::new();
     let mut sent = Instant::now();
-    let mut walk = Walk::new(ctx, &targets.queues, limit);
+    // Admissions of a rate-limited queue are taken for the free slots only.
+    let mut walk = Walk::new(ctx, &targets.queues, free);
     // A rate-limited queue's admissions are committed first (targets.rs).
     // Fill the free slots across plain queues (targets.rs): a limited queue
     // is claimed only by a round that found nothing before it, and ends it.
@@ -81,7 +93,11 @@ pub(crate) async fn claim(
         if rows.is_empty() {
             sent = Instant::now();
         }
-        let wanted = limit - rows.len() as i64;
+        let wanted = match queue {
+            // Taken first in a round or not at all (Walk::fills_with).
+            Target::Limited(_) | Target::Rated(_) => free,
+            Target::All | Target::Queue(_) => limit - rows.len() as i64,
+        };
         let db = Db::pooled(&conn, ctx.config.prepared_statements);
         let r = match queue {
             Target::All => {
@@ -153,46 +169,138 @@ pub(crate) async fn claim(
     Ok((claimed, sent))
 }
 
-/// Run one leased job on its own slot (`permit`), in the background; its
-/// resolution goes to the completer.
-pub(crate) fn spawn_run(
-    ctx: Arc<ClaimContext>,
-    claimed: Claimed,
-    secured_from: Instant,
-    permit: OwnedSemaphorePermit,
-) {
+/// A claimed job leased by this worker: its token in the lease book (the
+/// heartbeat renews it from now) and its id in the cancel book, whether it
+/// starts at once or waits in the prefetch buffer.
+pub(crate) fn leased(ctx: &ClaimContext, claimed: Claimed, secured_from: Instant) -> Leased {
     let lost = ctx.leases.insert(
         claimed.token,
         secured_from + ctx.config.lease_duration,
         &ctx.abort,
     );
+    let watch = ctx.cancels.watch(claimed.job.id, &lost);
+    Leased {
+        claimed,
+        lost,
+        watch,
+    }
+}
+
+/// Run one leased job on its own slot (`permit`), in the background; its
+/// resolution goes to the completer. Then, on the same slot, the next job
+/// of the prefetch buffer, until it is empty or the worker stops.
+pub(crate) fn spawn_run(ctx: Arc<ClaimContext>, mut next: Leased, permit: OwnedSemaphorePermit) {
     let tracker = ctx.jobs.clone();
     tracker.spawn(async move {
-        let (resolution, result, duration) = run(&ctx, &claimed, &lost).await;
-        // The slot is free as soon as the handler is done; the outcome is
-        // written in the background (and the lease renewed until it is).
+        loop {
+            let Leased {
+                claimed,
+                lost,
+                watch,
+                ..
+            } = next;
+            let (resolution, result, duration) = run(&ctx, &claimed, &lost, watch).await;
+            ctx.completer.send(Finished {
+                claimed,
+                resolution,
+                result,
+                duration,
+            });
+            // At shutdown the buffer goes back whole (`hand_back`).
+            if ctx.stop.is_cancelled() {
+                break;
+            }
+            match ctx.prefetch.pop() {
+                Some((job, refill)) => {
+                    if refill {
+                        ctx.wake.wake_one(Trigger::Drain);
+                    }
+                    next = job;
+                }
+                None => break,
+            }
+        }
+        // The slot is free once no buffered job is left to start on it;
+        // the outcomes are written in the background (and the leases
+        // renewed until they are).
         drop(permit);
-        ctx.completer.send(Finished {
-            claimed,
-            resolution,
-            result,
-            duration,
-        });
     });
+}
+
+/// The service that ends a buffered job at once when its cancel comes:
+/// buried as cancelled (fenced by its token, through the completer) without
+/// waiting for a slot, never run. Runs until `stop`.
+pub(crate) async fn bury_cancelled(ctx: Arc<ClaimContext>, stop: CancellationToken) {
+    loop {
+        tokio::select! {
+            _ = stop.cancelled() => return,
+            _ = ctx.cancels.cancelled_some.notified() => {}
+        }
+        for job in ctx.prefetch.take_cancelled() {
+            ctx.completer.send(Finished {
+                claimed: job.claimed,
+                resolution: Resolution::Cancelled,
+                result: None,
+                duration: Duration::ZERO,
+            });
+        }
+    }
+}
+
+/// Shutdown: hand every buffered (never started) job back at once, its
+/// attempt refunded, through the completer (one requeue statement, fenced
+/// by the tokens, releasing keys and slots as any requeue does).
+pub(crate) fn hand_back(ctx: &ClaimContext) -> usize {
+    let jobs = ctx.prefetch.drain();
+    let n = jobs.len();
+    for job in jobs {
+        // A cancel that came meanwhile still buries it; a lost lease is
+        // someone else's now.
+        let resolution = if job.watch.cancelled() {
+            Resolution::Cancelled
+        } else if job.lost.is_cancelled() && !ctx.abort.is_cancelled() {
+            Resolution::Lost
+        } else {
+            Resolution::Returned
+        };
+        ctx.completer.send(Finished {
+            claimed: job.claimed,
+            resolution,
+            result: None,
+            duration: Duration::ZERO,
+        });
+    }
+    if n > 0 {
+        tracing::info!(
+            jobs = n,
+            "handed back the prefetched jobs that never started (attempts refunded)"
+        );
+    }
+    n
 }
 
 async fn run(
     ctx: &ClaimContext,
     claimed: &Claimed,
     lost: &CancellationToken,
+    watch: Watch,
 ) -> (Resolution, Option<String>, Duration) {
+    // A job that waited in the prefetch buffer starts only if its lease
+    // still holds and no cancel came meanwhile.
+    if watch.cancelled() {
+        return (Resolution::Cancelled, None, Duration::ZERO);
+    }
+    if lost.is_cancelled() && !ctx.abort.is_cancelled() {
+        return (Resolution::Lost, None, Duration::ZERO);
+    }
     let handler = match ctx.precheck(claimed) {
         Ok(handler) => handler,
         Err(resolution) => return (resolution, None, Duration::ZERO),
     };
     let job = &claimed.job;
-    // Stops on a lost lease, shutdown past the grace period, or a cancel.
-    let watch = ctx.cancels.watch(job.id, lost);
+    // Stops on a lost lease, shutdown past the grace period, or a cancel
+    // (the watch was taken at claim time). The timeout counts from here,
+    // not from the claim.
     let deadline = Deadline::new(ctx.timeout_of(job));
     let gauge =
         ::metrics::gauge!(metrics::JOBS_IN_FLIGHT, "queue" => metrics::queue_label(&job.queue));

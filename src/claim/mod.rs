@@ -17,6 +17,7 @@ pub(crate) mod leases;
 pub(crate) mod next_due;
 pub(crate) mod outcome;
 pub(crate) mod plan;
+pub(crate) mod prefetch;
 pub(crate) mod rate;
 pub(crate) mod results;
 pub(crate) mod targets;

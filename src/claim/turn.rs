@@ -49,10 +49,17 @@ impl LeaseTurn {
         }
     }
 
-    /// The turns for a worker of `concurrency` slots claiming up to `batch`
-    /// jobs per statement; `tx_specs`: its plan also claims in tx mode.
-    pub(crate) fn for_worker(concurrency: usize, batch: usize, tx_specs: bool) -> LeaseTurn {
-        let mut t = LeaseTurn::new(concurrency.div_ceil(batch.max(1)));
+    /// The turns for a worker of `concurrency` slots and `tasks` claim
+    /// tasks claiming up to `batch` jobs per statement (never more turns
+    /// than tasks: each claim is a task's, on a connection); `tx_specs`: its
+    /// plan also claims in tx mode.
+    pub(crate) fn for_worker(
+        concurrency: usize,
+        tasks: usize,
+        batch: usize,
+        tx_specs: bool,
+    ) -> LeaseTurn {
+        let mut t = LeaseTurn::new(concurrency.div_ceil(batch.max(1)).min(tasks));
         t.wake_on_full |= tx_specs;
         t
     }
@@ -126,10 +133,12 @@ mod tests {
 
     #[test]
     fn turns_fill_every_slot_and_no_more() {
-        assert_eq!(LeaseTurn::for_worker(8, 10, false).turns(), 1);
-        assert_eq!(LeaseTurn::for_worker(8, 1, false).turns(), 8);
-        assert_eq!(LeaseTurn::for_worker(100, 10, false).turns(), 10);
-        assert_eq!(LeaseTurn::for_worker(8, 3, false).turns(), 3);
+        assert_eq!(LeaseTurn::for_worker(8, 8, 10, false).turns(), 1);
+        assert_eq!(LeaseTurn::for_worker(8, 8, 1, false).turns(), 8);
+        assert_eq!(LeaseTurn::for_worker(100, 100, 10, false).turns(), 10);
+        assert_eq!(LeaseTurn::for_worker(8, 8, 3, false).turns(), 3);
+        // Bounded by the claim tasks (so by connections).
+        assert_eq!(LeaseTurn::for_worker(300, 8, 10, false).turns(), 8);
         let t = LeaseTurn::new(2);
         let (a, b) = (t.take().unwrap(), t.take().unwrap());
         assert!(t.take().is_none(), "at most two claims in flight");

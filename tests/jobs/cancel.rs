@@ -1059,3 +1059,80 @@ async fn a_forged_cancel_notification_stops_no_tx_job() {
 async fn a_forged_cancel_notification_stops_no_lease_job() {
     a_forged_cancel_notification_stops_nothing(true).await;
 }
+
+/// Runs until the test opens the gate.
+struct Gate(tokio::sync::watch::Receiver<bool>);
+
+#[async_trait]
+impl Handler for Gate {
+    async fn handle(&self, _job: &Job, _ctx: JobContext<'_>) -> Result<Outcome, BoxError> {
+        self.0.clone().wait_for(|open| *open).await?;
+        Ok(Outcome::Done)
+    }
+}
+
+/// Records that it ran.
+struct Started(std::sync::Arc<std::sync::atomic::AtomicBool>);
+
+#[async_trait]
+impl Handler for Started {
+    async fn handle(&self, _job: &Job, _ctx: JobContext<'_>) -> Result<Outcome, BoxError> {
+        self.0.store(true, std::sync::atomic::Ordering::SeqCst);
+        Ok(Outcome::Done)
+    }
+}
+
+/// A job waiting in a lease worker's prefetch buffer is leased, so its
+/// cancel is a request: the worker sees it (the job is in its cancel book
+/// from claim time) and buries the job as cancelled at once, never run,
+/// while the slot is still busy.
+#[tokio::test]
+async fn a_prefetched_lease_job_is_cancelled_without_running() {
+    let db = migrated_db().await;
+    let client = db.client().await;
+    let gate = enqueue(&client, &NewJob::new("gate", serde_json::json!({})))
+        .await
+        .unwrap();
+    let buffered = enqueue(&client, &NewJob::new("quick", serde_json::json!({})))
+        .await
+        .unwrap();
+    let (open, gate_rx) = tokio::sync::watch::channel(false);
+    let ran = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let worker = Worker::builder(db.config())
+        .config(WorkerConfig {
+            concurrency: 1,
+            prefetch: Some(1),
+            lease_queues: vec!["default".into()],
+            // The gate never times out: only the cancel can end the
+            // buffered job while the slot is busy.
+            job_timeout: Duration::from_secs(3600),
+            ..test_config()
+        })
+        .handler("gate", Gate(gate_rx))
+        .handler("quick", Started(ran.clone()))
+        .build()
+        .unwrap();
+    let mut w = Running::start(worker);
+    w.until_listening().await;
+    eventually("one job running, one buffered", LONG, || async {
+        counts(&db).await == (0, 2)
+    })
+    .await;
+    assert_eq!(
+        pgwake::cancel(&client, buffered).await.unwrap(),
+        CancelOutcome::Requested,
+        "a buffered job is leased: its cancel is a request"
+    );
+    let ev = w.next_events(1, LONG, |e| e.id == buffered).await.remove(0);
+    assert_eq!(ev.resolution, Resolution::Cancelled);
+    assert_eq!(dead_reason(&client, buffered).await, "cancelled");
+    open.send(true).unwrap();
+    let ev = w.next_events(1, LONG, |e| e.id == gate).await.remove(0);
+    assert_eq!(ev.resolution, Resolution::Done);
+    w.shutdown().await;
+    assert!(
+        !ran.load(std::sync::atomic::Ordering::SeqCst),
+        "the cancelled job never ran"
+    );
+    assert_eq!(counts(&db).await, (0, 0));
+}

@@ -109,3 +109,91 @@ async fn tx_mode_a_job_that_kills_its_worker_every_time_ends_dead() {
 async fn lease_mode_a_job_that_kills_its_worker_every_time_ends_dead() {
     a_job_that_kills_every_worker_ends_dead(&["--lease", "--lease-ms", "1000"]).await;
 }
+
+/// A lease worker killed with a full prefetch buffer: the buffered jobs
+/// were charged an attempt at claim (the bounded, documented charge) and
+/// come back through the rescuer; nothing is lost, each job runs once, and
+/// a poison job that kills every worker still ends dead after its attempts.
+#[tokio::test]
+async fn lease_mode_a_worker_killed_with_a_full_prefetch_buffer_loses_nothing() {
+    let db = migrated_db().await;
+    create_run_ledger(&db).await;
+    let client = db.client().await;
+    let poison = enqueue(
+        &client,
+        &NewJob::new("poison", serde_json::json!({})).max_attempts(3),
+    )
+    .await
+    .unwrap();
+    let mut work = Vec::new();
+    for _ in 0..4 {
+        work.push(
+            enqueue(
+                &client,
+                &NewJob::new("work", serde_json::json!({})).max_attempts(10),
+            )
+            .await
+            .unwrap(),
+        );
+    }
+    let mode = [
+        "--lease",
+        "--lease-ms",
+        "1000",
+        "--concurrency",
+        "1",
+        "--prefetch",
+        "4",
+    ];
+    for attempt in 1..=3 {
+        let mut w = ChaosWorker::spawn(&db, &mode);
+        until_runs(
+            &db,
+            &format!("poison attempt {attempt}"),
+            Duration::from_secs(60),
+            |r| r.iter().any(|x| x.0 == poison && x.1 == attempt),
+        )
+        .await;
+        if attempt == 1 {
+            // The poison job holds the one slot; the other four wait in the
+            // buffer, leased.
+            let leased: i64 = db.scalar("SELECT count(*) FROM pgwake.leased_jobs").await;
+            assert_eq!(leased, 5, "one running, four prefetched");
+        }
+        w.kill9();
+    }
+    let w = ChaosWorker::spawn(&db, &mode);
+    wait_for(
+        "the poison job dead and every other job done",
+        Duration::from_secs(60),
+        async || {
+            let row = client
+                .query_one(
+                    "SELECT (SELECT count(*) FROM pgwake.jobs) + (SELECT count(*) FROM pgwake.leased_jobs),
+                            EXISTS (SELECT 1 FROM pgwake.dead_jobs WHERE id = $1)",
+                    &[&poison],
+                )
+                .await
+                .unwrap();
+            let (left, dead): (i64, bool) = (row.get(0), row.get(1));
+            (left == 0 && dead)
+                .then_some(())
+                .ok_or_else(|| format!("{left} left, poison dead: {dead}"))
+        },
+    )
+    .await;
+    assert!(w.terminate().await.success());
+    let runs = ledger_runs(&db).await;
+    let poison_runs: Vec<i32> = runs.iter().filter(|r| r.0 == poison).map(|r| r.1).collect();
+    assert_eq!(
+        poison_runs,
+        vec![1, 2, 3],
+        "no fourth run of the poison job"
+    );
+    for id in &work {
+        let n = runs.iter().filter(|r| r.0 == *id).count();
+        assert_eq!(n, 1, "job {id} ran {n} times: {runs:?}");
+    }
+    let dead: i64 = db.scalar("SELECT count(*) FROM pgwake.dead_jobs").await;
+    assert_eq!(dead, 1, "only the poison job is dead");
+}

@@ -57,6 +57,71 @@ async fn lease_mode_sigterm_finishes_in_flight_jobs_and_returns_unstarted_ones()
 }
 
 #[tokio::test]
+async fn lease_mode_sigterm_hands_a_full_prefetch_buffer_back_with_attempts_unchanged() {
+    let db = migrated_db().await;
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path().display();
+    let handler = format!(
+        "t=exec:sh -c 'touch {d}/$PGWAKE_JOB_ID.started; while [ ! -e {d}/go ]; do sleep 0.02; done; touch {d}/$PGWAKE_JOB_ID.finished'"
+    );
+    insert_jobs(&db, "t", 6).await;
+    let child = spawn_pgwake_run(
+        &db.url,
+        &[
+            "--handler",
+            &handler,
+            "--lease-queues",
+            "default",
+            "--concurrency",
+            "2",
+            "--prefetch",
+            "4",
+        ],
+    );
+    let p = dir.path().to_path_buf();
+    eventually("two jobs running", Duration::from_secs(30), || {
+        let p = p.clone();
+        async move { count_files(&p, ".started") == 2 }
+    })
+    .await;
+    // The buffer is full: four more jobs leased (charged an attempt each)
+    // and waiting for a slot.
+    let leased: i64 = db.scalar("SELECT count(*) FROM pgwake.leased_jobs").await;
+    assert_eq!(leased, 6, "two running and four prefetched");
+    send_signal(&child, libc::SIGTERM);
+    std::fs::write(dir.path().join("go"), "").unwrap();
+    let o = wait_exit(child, Duration::from_secs(30)).await;
+    assert_eq!(
+        o.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    assert_eq!(
+        count_files(dir.path(), ".started"),
+        2,
+        "no buffered job started"
+    );
+    assert_eq!(count_files(dir.path(), ".finished"), 2);
+    let left: Vec<i32> = db
+        .client()
+        .await
+        .query("SELECT attempts FROM pgwake.jobs", &[])
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    assert_eq!(
+        left,
+        vec![0; 4],
+        "the four prefetched jobs are back at once with their attempt refunded"
+    );
+    let leased: i64 = db.scalar("SELECT count(*) FROM pgwake.leased_jobs").await;
+    assert_eq!(leased, 0, "nothing left leased");
+}
+
+#[tokio::test]
 async fn lease_mode_second_signal_hands_running_jobs_back_with_their_attempt_refunded() {
     let db = migrated_db().await;
     let dir = tempfile::tempdir().unwrap();

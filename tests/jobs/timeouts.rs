@@ -264,3 +264,72 @@ async fn tx_mode_a_timed_out_sql_job_is_cancelled_on_the_server() {
 async fn lease_mode_a_timed_out_sql_job_is_cancelled_on_the_server() {
     a_timed_out_sql_job_is_cancelled_on_the_server(true).await;
 }
+
+/// Runs until the test opens the gate.
+struct Gate(tokio::sync::watch::Receiver<bool>);
+
+#[async_trait]
+impl Handler for Gate {
+    async fn handle(&self, _job: &Job, _ctx: JobContext<'_>) -> Result<Outcome, BoxError> {
+        self.0.clone().wait_for(|open| *open).await?;
+        Ok(Outcome::Done)
+    }
+}
+
+/// A job that waited in the prefetch buffer longer than its timeout still
+/// gets its whole timeout once it starts: the clock starts with the run.
+#[tokio::test]
+async fn lease_mode_a_prefetched_jobs_timeout_counts_from_its_start() {
+    let db = migrated_db().await;
+    let client = db.client().await;
+    let gate = enqueue(&client, &NewJob::new("gate", serde_json::json!({})))
+        .await
+        .unwrap();
+    let buffered = enqueue(
+        &client,
+        &NewJob::new("sleep", serde_json::json!({"ms": 0}))
+            .timeout(Duration::from_millis(200))
+            .max_attempts(1),
+    )
+    .await
+    .unwrap();
+    let (open, gate_rx) = tokio::sync::watch::channel(false);
+    let worker = Worker::builder(db.config())
+        .config(WorkerConfig {
+            concurrency: 1,
+            prefetch: Some(1),
+            ..config(true)
+        })
+        .handler("gate", Gate(gate_rx))
+        .handler("sleep", SleepsFor)
+        .build()
+        .unwrap();
+    let mut w = Running::start(worker);
+    // Both leased (one running, one buffered), the buffered one for longer
+    // than its own timeout.
+    wait_for(
+        "the buffered job to wait past its timeout",
+        Duration::from_secs(60),
+        async || {
+            let n: i64 = db
+                .scalar(&format!(
+                    "SELECT count(*) FROM pgwake.leased_jobs
+                     WHERE id IN ({gate}, {buffered})
+                       AND (id = {gate} OR clock_timestamp() - leased_at > interval '400 ms')"
+                ))
+                .await;
+            (n == 2).then_some(()).ok_or_else(|| format!("{n} of 2"))
+        },
+    )
+    .await;
+    open.send(true).unwrap();
+    let mut ev = w.next_events(2, Duration::from_secs(60), |_| true).await;
+    w.shutdown().await;
+    ev.sort_by_key(|e| e.id);
+    assert_eq!((ev[0].id, ev[0].outcome()), (gate, "done"));
+    assert_eq!(
+        (ev[1].id, ev[1].outcome(), ev[1].error()),
+        (buffered, "done", None),
+        "its 200 ms started when it did, not when it was claimed"
+    );
+}

@@ -138,3 +138,120 @@ async fn a_new_max_running_counts_running_tx_jobs() {
 async fn a_new_max_running_counts_running_lease_jobs() {
     a_new_limit_counts_the_jobs_already_running(Delivery::Lease).await;
 }
+
+/// A prefetching lease worker claims a limited queue's jobs for its free
+/// slots only: a buffered job would hold one of the queue's running slots
+/// without running.
+#[tokio::test]
+async fn a_max_running_queue_is_never_prefetched() {
+    let db = migrated_db().await;
+    let c = db.client().await;
+    pgwake::admin::queues::set_max_running(&c, "q", Some(10))
+        .await
+        .unwrap();
+    let mut ids = Vec::new();
+    for _ in 0..6 {
+        ids.push(
+            enqueue(&c, &NewJob::new("held", serde_json::json!({})).queue("q"))
+                .await
+                .unwrap(),
+        );
+    }
+    let running = Arc::new(AtomicUsize::new(0));
+    let (release, release_rx) = watch::channel(HashSet::new());
+    let worker = pgwake::Worker::builder(db.config())
+        .config(pgwake::WorkerConfig {
+            concurrency: 2,
+            prefetch: Some(4),
+            ..test_config()
+        })
+        .handler(
+            "held",
+            Held {
+                delivery: Delivery::Lease,
+                running: running.clone(),
+                starts: Arc::default(),
+                release: release_rx,
+            },
+        )
+        .build()
+        .unwrap();
+    let mut w = Running::start(worker);
+    let r = running.clone();
+    eventually("two jobs run", WAIT, || {
+        let r = r.clone();
+        async move { r.load(Ordering::SeqCst) == 2 }
+    })
+    .await;
+    let leased: i64 = db.scalar("SELECT count(*) FROM pgwake.leased_jobs").await;
+    assert_eq!(leased, 2, "only the running jobs hold the queue's slots");
+    release.send_modify(|set| set.extend(ids.iter().copied()));
+    let events = w.next_events(6, WAIT, |e| ids.contains(&e.id)).await;
+    assert!(events.iter().all(|e| e.resolution == Resolution::Done));
+    w.shutdown().await;
+}
+
+/// Pause with a prefetching lease worker: a claim after the pause takes
+/// nothing from the queue, and of the jobs claimed before it only those in
+/// the buffer still start — the documented bound, at most `--prefetch` per
+/// worker.
+#[tokio::test]
+async fn a_pause_lets_at_most_the_prefetched_jobs_start() {
+    let db = migrated_db().await;
+    let c = db.client().await;
+    let mut ids = Vec::new();
+    for _ in 0..4 {
+        ids.push(
+            enqueue(&c, &NewJob::new("held", serde_json::json!({})).queue("p"))
+                .await
+                .unwrap(),
+        );
+    }
+    let running = Arc::new(AtomicUsize::new(0));
+    let starts = Arc::new(Mutex::new(Vec::new()));
+    let (release, release_rx) = watch::channel(HashSet::new());
+    let worker = pgwake::Worker::builder(db.config())
+        .config(pgwake::WorkerConfig {
+            concurrency: 1,
+            prefetch: Some(2),
+            ..test_config()
+        })
+        .handler(
+            "held",
+            Held {
+                delivery: Delivery::Lease,
+                running: running.clone(),
+                starts: starts.clone(),
+                release: release_rx,
+            },
+        )
+        .build()
+        .unwrap();
+    let mut w = Running::start(worker);
+    let r = running.clone();
+    eventually("one job runs", WAIT, || {
+        let r = r.clone();
+        async move { r.load(Ordering::SeqCst) == 1 }
+    })
+    .await;
+    let leased: i64 = db.scalar("SELECT count(*) FROM pgwake.leased_jobs").await;
+    assert_eq!(leased, 3, "one running, two prefetched");
+    pgwake::admin::queues::pause(&c, "p").await.unwrap();
+    release.send_modify(|set| set.extend(ids.iter().copied()));
+    let events = w.next_events(3, WAIT, |e| ids.contains(&e.id)).await;
+    assert!(events.iter().all(|e| e.resolution == Resolution::Done));
+    // The emptied buffer asked for a refill: that claim found the queue
+    // paused, and the worker went idle.
+    w.until_waiting(&db).await;
+    let started: Vec<i64> = starts.lock().unwrap().iter().map(|s| s.0).collect();
+    assert_eq!(started, ids[..3], "the running and the two buffered jobs");
+    let left: Vec<i32> = c
+        .query("SELECT attempts FROM pgwake.jobs WHERE queue = 'p'", &[])
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    assert_eq!(left, vec![0], "the fourth job waits, never claimed");
+    w.shutdown().await;
+}
