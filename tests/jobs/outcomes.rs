@@ -473,6 +473,41 @@ async fn a_job_reporting_success_from_an_aborted_transaction_is_never_committed_
     assert_eq!(written, 0);
 }
 
+/// The batch's last savepoint is left to the COMMIT (never released on
+/// its own): a last job reporting success from a transaction it aborted
+/// must still not commit.
+#[tokio::test]
+async fn a_last_job_reporting_success_from_an_aborted_transaction_is_not_committed() {
+    let db = migrated_db().await;
+    let client = db.client().await;
+    client
+        .batch_execute("CREATE TABLE results (job_id bigint PRIMARY KEY)")
+        .await
+        .unwrap();
+    let ids = insert_jobs(&db, "s", 1).await; // payload n = 1: swallows
+    let worker = Worker::builder(db.config())
+        .config(WorkerConfig {
+            concurrency: 1,
+            batch: 10,
+            ..test_config()
+        })
+        .handler("s", SwallowThenFail)
+        .build()
+        .unwrap();
+    let claimed = worker.claim_once().await;
+    assert!(claimed.is_err(), "the batch fails: {claimed:?}");
+    let queued: Vec<i64> = client
+        .query("SELECT id FROM pgwake.jobs", &[])
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    assert_eq!(queued, ids, "its claim did not commit");
+    let written: i64 = db.scalar("SELECT count(*) FROM results").await;
+    assert_eq!(written, 0);
+}
+
 /// Writes a row through the claim transaction, then fails for odd payloads.
 /// In one batch (one claim, one transaction): the savepoints sent ahead of
 /// each handler's first statement keep each failure to its own writes.

@@ -4,7 +4,7 @@
 //!
 //! ```text
 //!  job 1: SAVEPOINT ─▶ its statements ─▶ job 2: RELEASE; SAVEPOINT ─▶ …   sent, not waited for
-//!  end of batch: RELEASE ─▶ read every reply (settle) ─▶ outcomes, COMMIT
+//!  end of batch: read every reply (settle) ─▶ outcomes, COMMIT (releases what is open)
 //! ```
 //!
 //! Why it is safe: the connection runs requests in the order they were
@@ -18,12 +18,16 @@
 //! rolled back with the batch, and the batch's mark sends its jobs to the
 //! one-at-a-time path (ledger.rs).
 //!
-//! A job's savepoint is released with the next job's, in one message, so a
-//! job that uses the claim transaction costs the server one message; the
-//! nesting stays one deep. Its reply is read before any rollback to a
-//! savepoint: a job whose `RELEASE; SAVEPOINT` failed (the transaction was
-//! aborted before it) could otherwise roll back to its predecessor's
-//! savepoint, undoing the work of a job already counted done.
+//! A savepoint is released with the next one's taking, in one message, or
+//! by the COMMIT, so a job that uses the claim transaction costs the server
+//! one message; the nesting stays at most two deep (a job's inside a
+//! group's). The replies are read before any rollback to a savepoint: a job
+//! whose `RELEASE; SAVEPOINT` failed (the transaction was aborted before
+//! it) could otherwise roll back to its predecessor's savepoint, undoing the
+//! work of a job already counted done. A transaction the batch's last
+//! handler left aborted (its savepoint is never released on its own) fails
+//! the outcome writes that precede every COMMIT (`write::finish`: the
+//! batch mark's clearing at least), so it never commits either.
 //!
 //! A reply nobody reads yet stays in its request's channel (capacity two:
 //! the server sends a reply of a few short messages in one write, which the
@@ -110,9 +114,12 @@ fn poll_now(reply: &mut Reply<'_>) -> Poll<Result<(), tokio_postgres::Error>> {
 pub(crate) struct Ahead<'c> {
     replies: Vec<Reply<'c>>,
     /// A job's savepoint is still open: after its job (kept or rolled back
-    /// to), it is released with the next job's savepoint, or before the
-    /// batch's end, not on its own.
+    /// to), it is released with the next savepoint's taking, or by the
+    /// batch's COMMIT, never on its own.
     pub(crate) job_savepoint_open: bool,
+    /// A group's savepoint is still open (the same; a job's savepoint may
+    /// be open inside it, never the reverse).
+    pub(crate) group_savepoint_open: bool,
 }
 
 impl<'c> Ahead<'c> {

@@ -47,7 +47,6 @@ pub(super) async fn run_batch(
 ) -> Result<Vec<Finished>> {
     let mut ahead = Ahead::default();
     let results = run_jobs(ctx, c, claimed, session, &mut ahead).await?;
-    release_job_savepoint(c, &mut ahead);
     // Before the outcomes and the COMMIT: a savepoint or release that
     // failed fails the batch (ahead.rs).
     ahead
@@ -111,7 +110,7 @@ async fn run_jobs<'c>(
 }
 
 /// One statement for a group of jobs of a batching handler, in a savepoint
-/// (sent ahead of it; released ahead when the group succeeds). `None`
+/// (sent ahead of it, left open after it: ahead.rs). `None`
 /// (everything it wrote rolled back) to run them one by one.
 pub(super) async fn run_group<'c>(
     ctx: &ClaimContext,
@@ -139,8 +138,16 @@ pub(super) async fn run_group<'c>(
     ahead.reap().map_err(Error::db("claim: savepoint"))?;
     // The handler's statement is about to reach the server: the mark's
     // flush (another connection) runs while the savepoint is on its way.
-    release_job_savepoint(c, ahead);
-    let taken = ahead::send(c, "SAVEPOINT pgwake_batch");
+    // Release what is open in the same message (ahead.rs).
+    let take = if ahead.group_savepoint_open {
+        "RELEASE SAVEPOINT pgwake_batch; SAVEPOINT pgwake_batch"
+    } else if ahead.job_savepoint_open {
+        "RELEASE SAVEPOINT pgwake_job; SAVEPOINT pgwake_batch"
+    } else {
+        "SAVEPOINT pgwake_batch"
+    };
+    ahead.job_savepoint_open = false;
+    let taken = ahead::send(c, take);
     if let Some(mark) = &session.mark {
         mark.make_durable()
             .await
@@ -171,7 +178,7 @@ pub(super) async fn run_group<'c>(
         .iter()
         .any(|c| watches.get(&c.job.id).is_some_and(|w| w.cancelled()));
     let outcomes = outcomes.filter(|_| !cancelled);
-    end_savepoint(c, Savepoint::Group, Some(taken), outcomes.is_some(), ahead).await?;
+    end_savepoint(c, Savepoint::Group, taken, outcomes.is_some(), ahead).await?;
     session.last_sent = Instant::now();
     let Some(outcomes) = outcomes else {
         return Ok(None);
@@ -221,7 +228,7 @@ pub(super) async fn set_limits(db: Db<'_>, session: &mut Session, timeout: Durat
 #[derive(Clone, Copy)]
 enum Savepoint {
     /// One job's handler ([`JobContext::transaction`]); taken by
-    /// `ahead::JobSavepoint`, left open after its job.
+    /// `ahead::JobSavepoint`.
     Job,
     /// A batching handler's group ([`crate::Handler::handle_batch`]).
     Group,
@@ -237,47 +244,31 @@ impl Savepoint {
 }
 
 /// End a savepoint whose `SAVEPOINT` was sent ahead (`taken`, its reply).
-/// Kept: a group's release is sent ahead; a job's savepoint is left open,
-/// released with the next one's taking (`ahead::JobSavepoint`). Undone: the
-/// rollback is awaited together with every reply sent ahead so far (a
-/// rollback to a savepoint must never hide an earlier failure that aborted
-/// the transaction).
+/// Kept, it is left open, released with the next savepoint's taking or by
+/// the COMMIT (ahead.rs). Undone, the rollback is awaited together with
+/// every reply sent ahead so far (a rollback to a savepoint must never hide
+/// an earlier failure that aborted the transaction); the savepoint stays
+/// open after it too.
 async fn end_savepoint<'c>(
     c: &'c Object,
     savepoint: Savepoint,
-    taken: Option<ahead::Reply<'c>>,
+    taken: ahead::Reply<'c>,
     keep: bool,
     ahead: &mut Ahead<'c>,
 ) -> Result<()> {
-    if let Some(taken) = taken {
-        ahead.push(taken);
+    ahead.push(taken);
+    match savepoint {
+        Savepoint::Job => ahead.job_savepoint_open = true,
+        Savepoint::Group => ahead.group_savepoint_open = true,
     }
-    if let Savepoint::Job = savepoint {
-        // Kept or rolled back to, it stays until the next one releases it.
-        ahead.job_savepoint_open = true;
+    if keep {
+        return Ok(());
     }
-    match (keep, savepoint) {
-        (true, Savepoint::Job) => Ok(()),
-        (true, Savepoint::Group) => {
-            ahead.push(ahead::send(c, "RELEASE SAVEPOINT pgwake_batch"));
-            Ok(())
-        }
-        (false, _) => {
-            let (replies, rolled_back) =
-                tokio::join!(ahead.settle(), c.batch_execute(savepoint.rollback()));
-            replies
-                .and(rolled_back)
-                .map_err(Error::db("claim: end of savepoint"))
-        }
-    }
-}
-
-/// Release a job's savepoint left open (sent ahead), before a savepoint of
-/// another kind or the batch's end.
-fn release_job_savepoint<'c>(c: &'c Object, ahead: &mut Ahead<'c>) {
-    if std::mem::take(&mut ahead.job_savepoint_open) {
-        ahead.push(ahead::send(c, "RELEASE SAVEPOINT pgwake_job"));
-    }
+    let (replies, rolled_back) =
+        tokio::join!(ahead.settle(), c.batch_execute(savepoint.rollback()));
+    replies
+        .and(rolled_back)
+        .map_err(Error::db("claim: end of savepoint"))
 }
 
 /// Decide and run one job inside the claim transaction.
@@ -363,7 +354,7 @@ pub(super) async fn run_one<'c>(
     };
     if let Some(taken) = take_savepoint.reply() {
         let keep = resolution == Resolution::Done;
-        end_savepoint(c, Savepoint::Job, Some(taken), keep, ahead).await?;
+        end_savepoint(c, Savepoint::Job, taken, keep, ahead).await?;
         session.last_sent = Instant::now();
     }
     Ok((resolution, result, duration))
