@@ -109,9 +109,10 @@ impl<'a> JobContext<'a> {
         let Some(tx) = self.transaction else {
             return Ok(None);
         };
-        if !tx.savepoint.swap(true, Ordering::AcqRel) {
-            tx.take_savepoint.take();
-        }
+        // Queued before this call returns, even to a second caller racing
+        // the first (the taking holds a lock while it sends).
+        tx.take_savepoint.take();
+        tx.savepoint.store(true, Ordering::Release);
         // The handler gets the connection once the batch's mark is durable
         // (at once when it already is); the mark's flush runs on another
         // connection while the savepoint is on its way.

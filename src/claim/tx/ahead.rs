@@ -60,7 +60,9 @@ pub(crate) fn send<'c>(client: &'c Client, sql: &'static str) -> Reply<'c> {
 /// send its job's savepoint ahead (a trait object, so that the handler's
 /// context need not carry the claim connection's lifetime).
 pub(crate) trait TakeSavepoint: Send + Sync {
-    /// Send the job's `SAVEPOINT` ahead; called at most once per job.
+    /// Send the job's `SAVEPOINT` ahead, the first time only. Returns once
+    /// it is queued, so that no statement the handler sends after this call
+    /// (from any thread) can pass it.
     fn take(&self);
 }
 
@@ -97,8 +99,10 @@ impl<'c> JobSavepoint<'c> {
 
 impl TakeSavepoint for JobSavepoint<'_> {
     fn take(&self) {
-        let reply = send(self.client, self.sql);
-        *self.reply.lock().expect("savepoint lock") = Some(reply);
+        let mut reply = self.reply.lock().expect("savepoint lock");
+        if reply.is_none() {
+            *reply = Some(send(self.client, self.sql));
+        }
     }
 }
 
