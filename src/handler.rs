@@ -45,10 +45,14 @@ impl Delivery {
 
 /// The claim transaction as a handler may use it: a `SAVEPOINT` is sent
 /// the first time the handler asks for the connection, so a handler that
-/// never writes pays nothing, and one that fails is rolled back alone.
+/// never asks pays nothing, and one that fails is rolled back alone. The
+/// savepoint is sent ahead (`claim::tx::ahead`): it reaches the server
+/// before the handler's first statement, in the same round trip.
 pub(crate) struct ClaimTx<'a> {
     pub client: &'a Client,
     pub savepoint: AtomicBool,
+    /// Sends the savepoint ahead.
+    pub take_savepoint: &'a dyn crate::claim::tx::ahead::TakeSavepoint,
     /// The batch's asynchronous mark: made durable before the handler's
     /// first statement (`claim::tx::mark::Mark`).
     pub mark: Option<&'a crate::claim::tx::mark::Mark>,
@@ -98,25 +102,22 @@ impl<'a> JobContext<'a> {
     /// handler writes through it commits atomically with the job's removal,
     /// and is rolled back (to a savepoint taken by this call) if the handler
     /// fails. Never send `COMMIT`/`ROLLBACK` on it. `Ok(None)` in `lease`
-    /// mode. The first call costs one round trip (the savepoint).
+    /// mode. The savepoint costs no round trip of its own: it is sent ahead
+    /// of the handler's first statement, on the same connection, and a
+    /// failure to take it shows as that statement's error.
     pub async fn transaction(&self) -> Result<Option<&'a Client>, tokio_postgres::Error> {
         let Some(tx) = self.transaction else {
             return Ok(None);
         };
-        if !tx.savepoint.load(Ordering::Acquire) {
-            // The mark's flush (another connection) and the savepoint go
-            // out together: the handler gets the connection after both.
-            let durable = async {
-                match tx.mark {
-                    Some(mark) => mark.make_durable().await,
-                    None => Ok(()),
-                }
-            };
-            let (durable, savepoint) =
-                tokio::join!(durable, tx.client.batch_execute("SAVEPOINT pgwake_job"));
-            durable?;
-            savepoint?;
-            tx.savepoint.store(true, Ordering::Release);
+        // Queued before this call returns, even to a second caller racing
+        // the first (the taking holds a lock while it sends).
+        tx.take_savepoint.take();
+        tx.savepoint.store(true, Ordering::Release);
+        // The handler gets the connection once the batch's mark is durable
+        // (at once when it already is); the mark's flush runs on another
+        // connection while the savepoint is on its way.
+        if let Some(mark) = tx.mark {
+            mark.make_durable().await?;
         }
         Ok(Some(tx.client))
     }

@@ -90,6 +90,10 @@ pub struct BenchArgs {
     /// the full sizes on two cores).
     #[arg(long, value_enum, value_delimiter = ',', default_value = "tx")]
     pub mode: Vec<Mode>,
+    /// Measure only the handler kinds (phase 0: Rust, `sql` and `exec`
+    /// handlers against their baselines), not the delivery modes' phases.
+    #[arg(long)]
+    pub handlers_only: bool,
 }
 
 fn parse_duration(s: &str) -> std::result::Result<Duration, String> {
@@ -128,6 +132,8 @@ pub(crate) struct Plan {
     pub modes: Vec<Mode>,
     /// Whether this is the `--quick` smoke run.
     pub quick: bool,
+    /// Only phase 0 (`--handlers-only`).
+    pub handlers_only: bool,
 }
 
 impl Plan {
@@ -155,6 +161,7 @@ impl Plan {
             producers: PRODUCER_COUNTS.to_vec(),
             modes: args.mode.clone(),
             quick: q,
+            handlers_only: args.handlers_only,
         };
         plan.validate()?;
         Ok(plan)
@@ -272,7 +279,8 @@ pub async fn run(args: BenchArgs) -> Result<()> {
     Ok(())
 }
 
-/// Phase 0 (handler kinds), then every mode's phases.
+/// Phase 0 (handler kinds), then every mode's phases (unless
+/// `--handlers-only`).
 async fn run_all(
     db: &BenchDb,
     plan: &Plan,
@@ -285,6 +293,9 @@ async fn run_all(
         started,
     })
     .await?;
+    if plan.handlers_only {
+        return Ok((kinds, Vec::new()));
+    }
     Ok((kinds, run_modes(db, plan, started).await?))
 }
 

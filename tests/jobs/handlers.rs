@@ -197,6 +197,78 @@ async fn sql_handler_runs_the_function_inside_the_claim_transaction() {
     );
 }
 
+/// One claim of several `sql` jobs runs them as one statement in a
+/// savepoint sent ahead of it (released ahead too); when one call raises,
+/// the group is rolled back and each job runs in its own savepoint: the
+/// raising call's write alone is undone, its siblings' commit.
+#[tokio::test]
+async fn in_one_claim_a_raising_sql_call_rolls_back_only_its_own_write() {
+    let db = migrated_db().await;
+    let client = db.client().await;
+    client
+        .batch_execute(
+            "CREATE SCHEMA app;
+             CREATE TABLE app.totals (n int);
+             CREATE FUNCTION app.add(p jsonb) RETURNS void LANGUAGE plpgsql AS $$
+             BEGIN
+               INSERT INTO app.totals VALUES ((p->>'n')::int);
+               IF (p->>'n')::int < 0 THEN RAISE EXCEPTION 'negative n: %', p->>'n'; END IF;
+             END $$;",
+        )
+        .await
+        .unwrap();
+    let worker = || {
+        worker_with(
+            &db,
+            &["add=sql:app.add"],
+            WorkerConfig {
+                concurrency: 1,
+                batch: 10,
+                ..test_config()
+            },
+        )
+    };
+    let totals = || async {
+        let mut n: Vec<i32> = client
+            .query("SELECT n FROM app.totals", &[])
+            .await
+            .unwrap()
+            .iter()
+            .map(|r| r.get(0))
+            .collect();
+        n.sort();
+        n
+    };
+    // Every call succeeds: the one statement's writes commit.
+    for n in [1, 2, 3] {
+        enqueue(&client, &NewJob::new("add", serde_json::json!({ "n": n })))
+            .await
+            .unwrap();
+    }
+    assert_eq!(worker().claim_once().await.unwrap(), 3);
+    assert_eq!(totals().await, vec![1, 2, 3]);
+    assert_eq!(remaining(&db).await, 0);
+    // One raises.
+    let mut ids = Vec::new();
+    for n in [5, -1, 7] {
+        let job = NewJob::new("add", serde_json::json!({ "n": n })).max_attempts(1);
+        ids.push(enqueue(&client, &job).await.unwrap());
+    }
+    assert_eq!(
+        worker().claim_once().await.unwrap(),
+        3,
+        "one claim of all three"
+    );
+    assert_eq!(
+        totals().await,
+        vec![1, 2, 3, 5, 7],
+        "the raising call's write was rolled back, its siblings' committed"
+    );
+    assert_eq!(remaining(&db).await, 0);
+    let err = dead_reason(&client, ids[1]).await;
+    assert!(err.contains("negative n: -1"), "{err}");
+}
+
 #[tokio::test]
 async fn a_sql_handler_naming_a_missing_function_stops_the_worker_at_start() {
     let db = migrated_db().await;

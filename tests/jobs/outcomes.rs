@@ -414,3 +414,146 @@ async fn one_failure_does_not_undo_its_batch_siblings_and_writes_commit_with_the
     );
     assert!(back.iter().all(|id| ids.contains(id) && !done.contains(id)));
 }
+
+/// Writes a row through the claim transaction; `n = 1` then sends a
+/// statement that fails, ignores the error and reports success (its
+/// transaction is aborted); `n = 2` writes a row and fails.
+struct SwallowThenFail;
+
+#[async_trait]
+impl Handler for SwallowThenFail {
+    async fn handle(&self, job: &Job, ctx: JobContext<'_>) -> Result<Outcome, BoxError> {
+        let tx = ctx.transaction().await?.expect("tx mode");
+        tx.execute("INSERT INTO results (job_id) VALUES ($1)", &[&job.id])
+            .await?;
+        if job.payload["n"].as_i64() == Some(1) {
+            let _ = tx.execute("SELECT 1/0", &[]).await;
+            return Ok(Outcome::Done);
+        }
+        Err("fails after writing".into())
+    }
+}
+
+/// The job savepoints' releases are sent ahead, their replies read later.
+/// Job 1 reports success from an aborted transaction (its release fails);
+/// job 2 fails, and the rollback to its savepoint (which job 2 never got)
+/// would go back to job 1's and heal the transaction: the batch must still
+/// not commit job 1 as done with its write undone.
+#[tokio::test]
+async fn a_job_reporting_success_from_an_aborted_transaction_is_never_committed_without_its_writes()
+{
+    let db = migrated_db().await;
+    let client = db.client().await;
+    client
+        .batch_execute("CREATE TABLE results (job_id bigint PRIMARY KEY)")
+        .await
+        .unwrap();
+    let ids = insert_jobs(&db, "s", 2).await; // payload n = 1, 2
+    let worker = Worker::builder(db.config())
+        .config(WorkerConfig {
+            concurrency: 1,
+            batch: 10,
+            ..test_config()
+        })
+        .handler("s", SwallowThenFail)
+        .build()
+        .unwrap();
+    // One claim of both jobs, in one transaction.
+    let claimed = worker.claim_once().await;
+    assert!(claimed.is_err(), "the batch fails as a whole: {claimed:?}");
+    let queued: Vec<i64> = client
+        .query("SELECT id FROM pgwake.jobs ORDER BY id", &[])
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    assert_eq!(queued, ids, "neither job's claim committed");
+    let written: i64 = db.scalar("SELECT count(*) FROM results").await;
+    assert_eq!(written, 0);
+}
+
+/// The batch's last savepoint is left to the COMMIT (never released on
+/// its own): a last job reporting success from a transaction it aborted
+/// must still not commit.
+#[tokio::test]
+async fn a_last_job_reporting_success_from_an_aborted_transaction_is_not_committed() {
+    let db = migrated_db().await;
+    let client = db.client().await;
+    client
+        .batch_execute("CREATE TABLE results (job_id bigint PRIMARY KEY)")
+        .await
+        .unwrap();
+    let ids = insert_jobs(&db, "s", 1).await; // payload n = 1: swallows
+    let worker = Worker::builder(db.config())
+        .config(WorkerConfig {
+            concurrency: 1,
+            batch: 10,
+            ..test_config()
+        })
+        .handler("s", SwallowThenFail)
+        .build()
+        .unwrap();
+    let claimed = worker.claim_once().await;
+    assert!(claimed.is_err(), "the batch fails: {claimed:?}");
+    let queued: Vec<i64> = client
+        .query("SELECT id FROM pgwake.jobs", &[])
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    assert_eq!(queued, ids, "its claim did not commit");
+    let written: i64 = db.scalar("SELECT count(*) FROM results").await;
+    assert_eq!(written, 0);
+}
+
+/// Writes a row through the claim transaction, then fails for odd payloads.
+/// In one batch (one claim, one transaction): the savepoints sent ahead of
+/// each handler's first statement keep each failure to its own writes.
+#[tokio::test]
+async fn in_one_claim_transaction_a_failing_handler_rolls_back_only_its_own_writes() {
+    let db = migrated_db().await;
+    let client = db.client().await;
+    client
+        .batch_execute("CREATE TABLE results (job_id bigint PRIMARY KEY)")
+        .await
+        .unwrap();
+    let ids = insert_jobs(&db, "w", 6).await; // payload n = 1..6
+    let worker = Worker::builder(db.config())
+        .config(WorkerConfig {
+            concurrency: 1,
+            batch: 10,
+            retry_base: Duration::from_secs(3600),
+            retry_max: Duration::from_secs(3600),
+            ..test_config()
+        })
+        .handler("w", WriteThenMaybeFail)
+        .build()
+        .unwrap();
+    assert_eq!(
+        worker.claim_once().await.unwrap(),
+        6,
+        "one claim of all six"
+    );
+    let results: Vec<i64> = client
+        .query("SELECT job_id FROM results ORDER BY 1", &[])
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    // n = 2 and 6 succeed; odd ones fail after writing; 4 hits 1/0.
+    assert_eq!(results, vec![ids[1], ids[5]]);
+    let back: Vec<i64> = client
+        .query(
+            "SELECT id FROM pgwake.jobs WHERE attempts = 1 ORDER BY id",
+            &[],
+        )
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    assert_eq!(back, vec![ids[0], ids[2], ids[3], ids[4]]);
+}

@@ -49,6 +49,7 @@ use crate::db::sql::{
     CLAIM_TX_QUEUE as CLAIM_QUEUE, SUSPECTS,
 };
 
+pub(crate) mod ahead;
 mod ledger;
 pub(crate) mod mark;
 mod run;

@@ -1,12 +1,14 @@
 //! Running a claimed batch inside the claim transaction: each job in its
-//! lazy savepoint, the server's limits following each job's timeout, the
-//! handler stopped when the claim connection dies.
+//! lazy savepoint (sent ahead, released ahead: `ahead.rs`), the server's
+//! limits following each job's timeout, the handler stopped when the claim
+//! connection dies.
 
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use deadpool_postgres::Object;
 
+use super::ahead::{self, Ahead};
 use crate::claim::claimed::Claimed;
 use crate::claim::context::ClaimContext;
 use crate::claim::executor::{execute, Ended};
@@ -35,12 +37,31 @@ pub(super) struct Session {
 }
 
 /// Run a claimed batch in claim order: runs of one batching handler's task
-/// at once ([`crate::Handler::handle_batch`]), every other job alone.
+/// at once ([`crate::Handler::handle_batch`]), every other job alone. Every
+/// statement sent ahead has been answered, successfully, when it returns.
 pub(super) async fn run_batch(
     ctx: &ClaimContext,
     c: &Object,
     claimed: Vec<Claimed>,
     session: &mut Session,
+) -> Result<Vec<Finished>> {
+    let mut ahead = Ahead::default();
+    let results = run_jobs(ctx, c, claimed, session, &mut ahead).await?;
+    // Before the outcomes and the COMMIT: a savepoint or release that
+    // failed fails the batch (ahead.rs).
+    ahead
+        .settle()
+        .await
+        .map_err(Error::db("claim: savepoint"))?;
+    Ok(results)
+}
+
+async fn run_jobs<'c>(
+    ctx: &ClaimContext,
+    c: &'c Object,
+    claimed: Vec<Claimed>,
+    session: &mut Session,
+    ahead: &mut Ahead<'c>,
 ) -> Result<Vec<Finished>> {
     let mut results = Vec::with_capacity(claimed.len());
     // Every job of the batch can be cancelled from the claim on, also while
@@ -66,7 +87,7 @@ pub(super) async fn run_batch(
             }
         }
         if group.len() > 1 {
-            if let Some(done) = run_group(ctx, c, &group, session, &watches).await? {
+            if let Some(done) = run_group(ctx, c, &group, session, &watches, ahead).await? {
                 results.extend(done);
                 continue;
             }
@@ -75,7 +96,8 @@ pub(super) async fn run_batch(
             let watch = watches
                 .remove(&claimed.job.id)
                 .unwrap_or_else(|| ctx.cancels.watch(claimed.job.id, &ctx.abort));
-            let (resolution, result, duration) = run_one(ctx, c, &claimed, session, &watch).await?;
+            let (resolution, result, duration) =
+                run_one(ctx, c, &claimed, session, &watch, ahead).await?;
             results.push(Finished {
                 claimed,
                 resolution,
@@ -87,14 +109,16 @@ pub(super) async fn run_batch(
     Ok(results)
 }
 
-/// One statement for a group of jobs of a batching handler, in a savepoint.
-/// `None` (everything it wrote rolled back) to run them one by one.
-pub(super) async fn run_group(
+/// One statement for a group of jobs of a batching handler, in a savepoint
+/// (sent ahead of it, left open after it: ahead.rs). `None`
+/// (everything it wrote rolled back) to run them one by one.
+pub(super) async fn run_group<'c>(
     ctx: &ClaimContext,
-    c: &Object,
+    c: &'c Object,
     group: &[Claimed],
     session: &mut Session,
     watches: &std::collections::HashMap<i64, crate::claim::cancels::Watch>,
+    ahead: &mut Ahead<'c>,
 ) -> Result<Option<Vec<Finished>>> {
     let Ok(handler) = ctx.precheck(&group[0]) else {
         return Ok(None);
@@ -111,17 +135,24 @@ pub(super) async fn run_group(
         timeout,
     )
     .await?;
+    ahead.reap().map_err(Error::db("claim: savepoint"))?;
     // The handler's statement is about to reach the server: the mark's
-    // flush (another connection) goes out with the savepoint.
-    let durable = async {
-        match &session.mark {
-            Some(mark) => mark.make_durable().await,
-            None => Ok(()),
-        }
+    // flush (another connection) runs while the savepoint is on its way.
+    // Release what is open in the same message (ahead.rs).
+    let take = if ahead.group_savepoint_open {
+        "RELEASE SAVEPOINT pgwake_batch; SAVEPOINT pgwake_batch"
+    } else if ahead.job_savepoint_open {
+        "RELEASE SAVEPOINT pgwake_job; SAVEPOINT pgwake_batch"
+    } else {
+        "SAVEPOINT pgwake_batch"
     };
-    let (durable, savepoint) = tokio::join!(durable, c.batch_execute("SAVEPOINT pgwake_batch"));
-    durable.map_err(Error::db("claim: make the batch mark durable"))?;
-    savepoint.map_err(Error::db("claim: savepoint"))?;
+    ahead.job_savepoint_open = false;
+    let taken = ahead::send(c, take);
+    if let Some(mark) = &session.mark {
+        mark.make_durable()
+            .await
+            .map_err(Error::db("claim: make the batch mark durable"))?;
+    }
     let started = Instant::now();
     let run = tokio::time::timeout(timeout, handler.handle_batch(&jobs, c));
     let result = tokio::select! {
@@ -147,14 +178,7 @@ pub(super) async fn run_group(
         .iter()
         .any(|c| watches.get(&c.job.id).is_some_and(|w| w.cancelled()));
     let outcomes = outcomes.filter(|_| !cancelled);
-    let end = if outcomes.is_some() {
-        "RELEASE SAVEPOINT pgwake_batch"
-    } else {
-        "ROLLBACK TO SAVEPOINT pgwake_batch"
-    };
-    c.batch_execute(end)
-        .await
-        .map_err(Error::db("claim: end of savepoint"))?;
+    end_savepoint(c, Savepoint::Group, taken, outcomes.is_some(), ahead).await?;
     session.last_sent = Instant::now();
     let Some(outcomes) = outcomes else {
         return Ok(None);
@@ -200,14 +224,64 @@ pub(super) async fn set_limits(db: Db<'_>, session: &mut Session, timeout: Durat
     Ok(())
 }
 
+/// The savepoints a batch's handlers run in.
+#[derive(Clone, Copy)]
+enum Savepoint {
+    /// One job's handler ([`JobContext::transaction`]); taken by
+    /// `ahead::JobSavepoint`.
+    Job,
+    /// A batching handler's group ([`crate::Handler::handle_batch`]).
+    Group,
+}
+
+impl Savepoint {
+    fn rollback(self) -> &'static str {
+        match self {
+            Savepoint::Job => "ROLLBACK TO SAVEPOINT pgwake_job",
+            Savepoint::Group => "ROLLBACK TO SAVEPOINT pgwake_batch",
+        }
+    }
+}
+
+/// End a savepoint whose `SAVEPOINT` was sent ahead (`taken`, its reply).
+/// Kept, it is left open, released with the next savepoint's taking or by
+/// the COMMIT (ahead.rs). Undone, the rollback is awaited together with
+/// every reply sent ahead so far (a rollback to a savepoint must never hide
+/// an earlier failure that aborted the transaction); the savepoint stays
+/// open after it too.
+async fn end_savepoint<'c>(
+    c: &'c Object,
+    savepoint: Savepoint,
+    taken: ahead::Reply<'c>,
+    keep: bool,
+    ahead: &mut Ahead<'c>,
+) -> Result<()> {
+    ahead.push(taken);
+    match savepoint {
+        Savepoint::Job => ahead.job_savepoint_open = true,
+        Savepoint::Group => ahead.group_savepoint_open = true,
+    }
+    if keep {
+        return Ok(());
+    }
+    let (replies, rolled_back) =
+        tokio::join!(ahead.settle(), c.batch_execute(savepoint.rollback()));
+    replies
+        .and(rolled_back)
+        .map_err(Error::db("claim: end of savepoint"))
+}
+
 /// Decide and run one job inside the claim transaction.
-pub(super) async fn run_one(
+pub(super) async fn run_one<'c>(
     ctx: &ClaimContext,
-    c: &Object,
+    c: &'c Object,
     claimed: &Claimed,
     session: &mut Session,
     watch: &crate::claim::cancels::Watch,
+    ahead: &mut Ahead<'c>,
 ) -> Result<(Resolution, Option<String>, Duration)> {
+    // Replies that arrived meanwhile: a failure stops the batch here.
+    ahead.reap().map_err(Error::db("claim: savepoint"))?;
     let job = &claimed.job;
     if watch.cancelled() {
         // Cancelled while it waited for its siblings: it never starts.
@@ -224,9 +298,11 @@ pub(super) async fn run_one(
         timeout,
     )
     .await?;
+    let take_savepoint = ahead::JobSavepoint::new(c, ahead.job_savepoint_open);
     let claim_tx = ClaimTx {
         client: c,
         savepoint: Default::default(),
+        take_savepoint: &take_savepoint,
         mark: session.mark.as_deref(),
     };
     let deadline = Deadline::new(timeout);
@@ -276,14 +352,9 @@ pub(super) async fn run_one(
     } else {
         ctx.resolve(job, ended)
     };
-    if used {
-        let sql = match resolution {
-            Resolution::Done => "RELEASE SAVEPOINT pgwake_job",
-            _ => "ROLLBACK TO SAVEPOINT pgwake_job",
-        };
-        c.batch_execute(sql)
-            .await
-            .map_err(Error::db("claim: end of savepoint"))?;
+    if let Some(taken) = take_savepoint.reply() {
+        let keep = resolution == Resolution::Done;
+        end_savepoint(c, Savepoint::Job, taken, keep, ahead).await?;
         session.last_sent = Instant::now();
     }
     Ok((resolution, result, duration))

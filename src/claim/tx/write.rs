@@ -124,6 +124,11 @@ pub(super) fn columns<'a>(
 /// they fail for a reason of data (never expected: reasons are sanitised,
 /// delays bounded), each job's outcome is written alone, so one job's write
 /// can never undo its siblings' work.
+///
+/// `mark` or `clear` is always given, and its statement precedes the COMMIT
+/// and is checked with it: a transaction a handler left aborted (the batch's
+/// last savepoint is left to the COMMIT, run.rs) fails here, where a bare
+/// COMMIT would quietly roll it back and report success.
 pub(super) async fn finish(
     ctx: &ClaimContext,
     db: Db<'_>,
@@ -134,6 +139,10 @@ pub(super) async fn finish(
     if ctx.history.on() {
         record_done(ctx, db, results).await?;
     }
+    debug_assert!(
+        mark.is_some() || clear.is_some(),
+        "a statement before COMMIT"
+    );
     let worker = &ctx.worker_id;
     let (back, dead) = columns(results.iter().map(|r| (&r.claimed, &r.resolution)));
     let c = db.client();
