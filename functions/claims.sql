@@ -59,7 +59,8 @@ RETURNS TABLE (id bigint, queue text, task text, payload text, priority integer,
                run_at timestamptz, attempts integer, max_attempts integer, last_error text,
                created_at timestamptz, timeout_s double precision, pickup_s double precision,
                xid text, backend_pid integer,
-               ordering_key text, unique_key text, ordering_at timestamptz)
+               ordering_key text, unique_key text, ordering_at timestamptz,
+               limit_key text)
 LANGUAGE plpgsql VOLATILE
 SET plan_cache_mode = force_generic_plan
 SET enable_sort = off
@@ -104,7 +105,7 @@ BEGIN
            extract(epoch FROM clock_timestamp() - greatest(c.created_at, c.run_at))::float8,
            pg_current_xact_id()::text,
            pg_backend_pid(),
-           c.ordering_key, c.unique_key, coalesce(c.ordering_at, c.run_at)
+           c.ordering_key, c.unique_key, coalesce(c.ordering_at, c.run_at), c.limit_key
     FROM c;
 END
 $$;
@@ -116,7 +117,8 @@ RETURNS TABLE (id bigint, queue text, task text, payload text, priority integer,
                run_at timestamptz, attempts integer, max_attempts integer, last_error text,
                created_at timestamptz, timeout_s double precision, pickup_s double precision,
                xid text, backend_pid integer,
-               ordering_key text, unique_key text, ordering_at timestamptz)
+               ordering_key text, unique_key text, ordering_at timestamptz,
+               limit_key text)
 LANGUAGE plpgsql VOLATILE
 SET plan_cache_mode = force_generic_plan
 SET enable_sort = off
@@ -147,7 +149,7 @@ BEGIN
            extract(epoch FROM clock_timestamp() - greatest(c.created_at, c.run_at))::float8,
            pg_current_xact_id()::text,
            pg_backend_pid(),
-           c.ordering_key, c.unique_key, coalesce(c.ordering_at, c.run_at)
+           c.ordering_key, c.unique_key, coalesce(c.ordering_at, c.run_at), c.limit_key
     FROM c;
 END
 $$;
@@ -163,7 +165,8 @@ CREATE OR REPLACE FUNCTION pgwake.claim_lease_all(
 RETURNS TABLE (id bigint, queue text, task text, payload text, priority integer,
                run_at timestamptz, attempts integer, max_attempts integer, last_error text,
                created_at timestamptz, timeout_s double precision, pickup_s double precision,
-               token bigint, ordering_key text, unique_key text, ordering_at timestamptz)
+               token bigint, ordering_key text, unique_key text, ordering_at timestamptz,
+               limit_key text)
 LANGUAGE plpgsql VOLATILE
 SET plan_cache_mode = force_generic_plan
 SET enable_sort = off
@@ -192,16 +195,16 @@ BEGIN
     INSERT INTO pgwake.leased_jobs AS l
         (id, queue, task, payload, priority, run_at, attempts, max_attempts, last_error,
          created_at, timeout, worker_id, leased_at, lease_until, ordering_key, unique_key,
-         ordering_at, holds_slot)
+         ordering_at, holds_slot, limit_key)
     SELECT c.id, c.queue, c.task, c.payload, c.priority, c.run_at, c.attempts + 1,
            c.max_attempts, c.last_error, c.created_at, c.timeout, worker, now(),
            now() + make_interval(secs => lease_seconds), c.ordering_key, c.unique_key,
-           c.ordering_at, false
+           c.ordering_at, false, c.limit_key
     FROM c
     RETURNING l.id, l.queue, l.task, l.payload::text, l.priority, l.run_at, l.attempts,
               l.max_attempts, l.last_error, l.created_at, extract(epoch FROM l.timeout)::float8,
               extract(epoch FROM clock_timestamp() - greatest(l.created_at, l.run_at))::float8,
-              l.token, l.ordering_key, l.unique_key, coalesce(l.ordering_at, l.run_at);
+              l.token, l.ordering_key, l.unique_key, coalesce(l.ordering_at, l.run_at), l.limit_key;
 END
 $$;
 
@@ -212,7 +215,8 @@ CREATE OR REPLACE FUNCTION pgwake.claim_lease_queue(
 RETURNS TABLE (id bigint, queue text, task text, payload text, priority integer,
                run_at timestamptz, attempts integer, max_attempts integer, last_error text,
                created_at timestamptz, timeout_s double precision, pickup_s double precision,
-               token bigint, ordering_key text, unique_key text, ordering_at timestamptz)
+               token bigint, ordering_key text, unique_key text, ordering_at timestamptz,
+               limit_key text)
 LANGUAGE plpgsql VOLATILE
 SET plan_cache_mode = force_generic_plan
 SET enable_sort = off
@@ -240,16 +244,16 @@ BEGIN
     INSERT INTO pgwake.leased_jobs AS l
         (id, queue, task, payload, priority, run_at, attempts, max_attempts, last_error,
          created_at, timeout, worker_id, leased_at, lease_until, ordering_key, unique_key,
-         ordering_at, holds_slot)
+         ordering_at, holds_slot, limit_key)
     SELECT c.id, c.queue, c.task, c.payload, c.priority, c.run_at, c.attempts + 1,
            c.max_attempts, c.last_error, c.created_at, c.timeout, worker, now(),
            now() + make_interval(secs => lease_seconds), c.ordering_key, c.unique_key,
-           c.ordering_at, false
+           c.ordering_at, false, c.limit_key
     FROM c
     RETURNING l.id, l.queue, l.task, l.payload::text, l.priority, l.run_at, l.attempts,
               l.max_attempts, l.last_error, l.created_at, extract(epoch FROM l.timeout)::float8,
               extract(epoch FROM clock_timestamp() - greatest(l.created_at, l.run_at))::float8,
-              l.token, l.ordering_key, l.unique_key, coalesce(l.ordering_at, l.run_at);
+              l.token, l.ordering_key, l.unique_key, coalesce(l.ordering_at, l.run_at), l.limit_key;
 END
 $$;
 

@@ -145,3 +145,38 @@ BEGIN
     PERFORM pg_notify('pgwake', set_queue_rate.queue);
 END
 $$;
+
+-- Jobs of the queue enqueued without a limit key take the payload's
+-- top-level field `path` as their key (NULL path: none), for example
+-- pgwake.set_queue_limit_key_path('exports', 'customer_id'). Applies to jobs
+-- inserted from the commit on (the insert trigger jobs_fill_limit_key,
+-- migration 0021); jobs already waiting keep their key.
+CREATE OR REPLACE FUNCTION pgwake.set_queue_limit_key_path(queue text, path text)
+RETURNS void
+LANGUAGE plpgsql AS $$
+BEGIN
+    IF set_queue_limit_key_path.queue IS NULL OR set_queue_limit_key_path.queue = '' THEN
+        RAISE EXCEPTION 'pgwake.set_queue_limit_key_path: the queue name must not be empty';
+    END IF;
+    IF set_queue_limit_key_path.path = '' OR octet_length(set_queue_limit_key_path.path) > 200
+       OR set_queue_limit_key_path.path ~ '[[:cntrl:]]' THEN
+        RAISE EXCEPTION 'pgwake.set_queue_limit_key_path: the path must be a payload field name of 1 to 200 bytes without control characters (NULL: none), got %',
+            quote_literal(set_queue_limit_key_path.path);
+    END IF;
+    INSERT INTO pgwake.queues AS q (name, limit_key_path)
+    VALUES (set_queue_limit_key_path.queue, set_queue_limit_key_path.path)
+    ON CONFLICT (name) DO UPDATE SET limit_key_path = excluded.limit_key_path, updated_at = now();
+END
+$$;
+
+-- The insert trigger of migration 0021: a job inserted without a limit key
+-- takes the payload field its queue's `limit_key_path` names (none: NULL).
+-- SECURITY DEFINER: a producer need not read pgwake.queues.
+CREATE OR REPLACE FUNCTION pgwake.fill_limit_key() RETURNS trigger
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pgwake AS $$
+BEGIN
+    NEW.limit_key := NEW.payload ->> (SELECT q.limit_key_path FROM pgwake.queues q
+                                      WHERE q.name = NEW.queue);
+    RETURN NEW;
+END
+$$;

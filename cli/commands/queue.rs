@@ -1,4 +1,5 @@
-//! `pgwake queue list | pause Q | resume Q | set Q [--max-running N] [--rate N/s]`, on top of
+//! `pgwake queue list | pause Q | resume Q | set Q [--max-running N] [--rate N/s]
+//! [--limit-key-path FIELD]`, on top of
 //! [`pgwake::admin::queues`].
 
 use clap::Subcommand;
@@ -28,7 +29,8 @@ pub enum QueueAction {
     },
     /// Change a queue's limits (held across every worker, read without a restart).
     #[command(group(clap::ArgGroup::new("limit").required(true).multiple(true)
-        .args(["max_running", "no_max_running", "rate", "no_rate"])))]
+        .args(["max_running", "no_max_running", "rate", "no_rate", "limit_key_path",
+               "no_limit_key_path"])))]
     Set {
         #[command(flatten)]
         db: Db,
@@ -48,6 +50,13 @@ pub enum QueueAction {
         /// Remove the --rate limit.
         #[arg(long, conflicts_with = "rate")]
         no_rate: bool,
+        /// Jobs of QUEUE enqueued without a limit key take this top-level payload field as
+        /// their key (e.g. customer_id); applies to jobs enqueued from now on.
+        #[arg(long, value_name = "FIELD")]
+        limit_key_path: Option<String>,
+        /// Remove the --limit-key-path setting.
+        #[arg(long, conflicts_with = "limit_key_path")]
+        no_limit_key_path: bool,
     },
     /// Let workers start jobs of a paused QUEUE again.
     Resume {
@@ -101,6 +110,8 @@ pub async fn command(action: QueueAction) -> Result<(), Error> {
             no_max_running,
             rate,
             no_rate,
+            limit_key_path,
+            no_limit_key_path,
         } => {
             let client = connect::connect(&db.config()?).await?;
             schema::check(&client).await?;
@@ -122,6 +133,15 @@ pub async fn command(action: QueueAction) -> Result<(), Error> {
                         humantime::format_duration(r.per)
                     ),
                     None => println!("{queue}: no rate limit"),
+                }
+            }
+            if limit_key_path.is_some() || no_limit_key_path {
+                queues::set_limit_key_path(&client, &queue, limit_key_path.as_deref()).await?;
+                match limit_key_path {
+                    Some(p) => println!(
+                        "{queue}: jobs enqueued without a limit key take the payload's {p:?} field as their key"
+                    ),
+                    None => println!("{queue}: no limit key path"),
                 }
             }
         }

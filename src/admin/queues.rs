@@ -19,7 +19,8 @@ use serde::Serialize;
 use tokio_postgres::GenericClient;
 
 use crate::db::sql::{
-    Db, QUEUE_LIST, QUEUE_PAUSE, QUEUE_RESUME, QUEUE_SET_MAX_RUNNING, QUEUE_SET_RATE,
+    Db, QUEUE_LIST, QUEUE_PAUSE, QUEUE_RESUME, QUEUE_SET_LIMIT_KEY_PATH, QUEUE_SET_MAX_RUNNING,
+    QUEUE_SET_RATE,
 };
 use crate::error::{Error, Result};
 
@@ -38,6 +39,9 @@ pub struct QueueSettings {
     /// At most this many of its jobs are admitted in any window of the
     /// given length (`None`: no rate limit).
     pub rate: Option<RateLimit>,
+    /// The payload field a job enqueued without a limit key takes its key
+    /// from (`None`: none).
+    pub limit_key_path: Option<String>,
 }
 
 /// A rate limit: at most `count` jobs admitted in any window of `per`
@@ -124,6 +128,7 @@ pub async fn list<C: GenericClient>(db: &C) -> Result<Vec<QueueSettings>> {
                     count,
                     per: std::time::Duration::from_secs_f64(secs),
                 }),
+            limit_key_path: r.get(6),
         })
         .collect())
 }
@@ -202,6 +207,32 @@ pub async fn set_rate<C: GenericClient>(
     Ok(())
 }
 
+/// Most bytes of a `limit_key_path` (a payload field name).
+pub const LIMIT_KEY_PATH_MAX: usize = 200;
+
+/// Jobs of `queue` enqueued without a limit key take the payload's
+/// top-level field `path` as their key (`None`: no such field). Applies to
+/// jobs inserted from now on.
+pub async fn set_limit_key_path<C: GenericClient>(
+    db: &C,
+    queue: &str,
+    path: Option<&str>,
+) -> Result<()> {
+    check_name(queue)?;
+    if let Some(p) = path {
+        if p.is_empty() || p.len() > LIMIT_KEY_PATH_MAX || p.chars().any(char::is_control) {
+            return Err(Error::Config(format!(
+                "--limit-key-path must name a top-level payload field (1 to {LIMIT_KEY_PATH_MAX} bytes, no control characters), e.g. customer_id; got {p:?}"
+            )));
+        }
+    }
+    Db::unnamed(db.client())
+        .execute(&QUEUE_SET_LIMIT_KEY_PATH, &[&queue, &path])
+        .await
+        .map_err(Error::db("cannot set the queue's limit_key_path"))?;
+    Ok(())
+}
+
 fn check_name(queue: &str) -> Result<()> {
     if queue.is_empty() {
         return Err(Error::Config("the queue name must not be empty".into()));
@@ -218,16 +249,17 @@ pub fn render_table(queues: &[QueueSettings]) -> String {
         .unwrap_or(5)
         .max(5);
     let mut out = format!(
-        "{:<width$}  {:<7}  {:>11}  {:>10}  PAUSED AT\n",
-        "QUEUE", "STATE", "MAX RUNNING", "RATE"
+        "{:<width$}  {:<7}  {:>11}  {:>10}  {:<14}  PAUSED AT\n",
+        "QUEUE", "STATE", "MAX RUNNING", "RATE", "LIMIT KEY PATH"
     );
     for q in queues {
         let state = if q.paused { "paused" } else { "running" };
         let max = q.max_running.map(|n| n.to_string()).unwrap_or("-".into());
         let rate = q.rate.map(|r| r.to_string()).unwrap_or("-".into());
         let at = q.paused_at.map(|t| t.to_rfc3339()).unwrap_or_default();
+        let path = q.limit_key_path.as_deref().unwrap_or("-");
         out.push_str(&format!(
-            "{:<width$}  {:<7}  {max:>11}  {rate:>10}  {at}\n",
+            "{:<width$}  {:<7}  {max:>11}  {rate:>10}  {path:<14}  {at}\n",
             q.queue, state
         ));
     }

@@ -8,6 +8,7 @@ mod common;
 
 mod bounds;
 mod key_backlog;
+mod limit_keys;
 mod many_queues;
 mod ordering;
 mod plans;

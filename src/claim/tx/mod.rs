@@ -222,7 +222,7 @@ pub(crate) async fn claim_and_run(
     // column after the keys). Jobs without a slot are named in the mark, so
     // that a limit set while they run counts them.
     let holds_slot = matches!(tried, Some(Target::Limited(_) | Target::Rated(_)))
-        && rows[0].get::<_, bool>(CLAIM_COLUMNS + 5);
+        && rows[0].get::<_, bool>(CLAIM_COLUMNS + 6);
     let queues = (!holds_slot).then(|| claimed.iter().map(|c| c.job.queue.clone()).collect());
     let mark = mark_batch(ctx, &xid, &ids, queues).await?;
 

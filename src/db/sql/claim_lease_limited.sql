@@ -73,13 +73,13 @@ l AS (
     INSERT INTO pgwake.leased_jobs
         (id, queue, task, payload, priority, run_at, attempts, max_attempts, last_error,
          created_at, timeout, worker_id, leased_at, lease_until, ordering_key, unique_key,
-         ordering_at, holds_slot)
+         ordering_at, holds_slot, limit_key)
     SELECT id, queue, task, payload, priority, run_at, attempts + 1, max_attempts, last_error,
            created_at, timeout, $5, now(), now() + make_interval(secs => $6), ordering_key,
            unique_key, ordering_at,
            -- a slot is held only under a max_running limit (a queue with a
            -- rate limit alone has none): unslotted jobs count as above
-           (SELECT st.max_running IS NOT NULL FROM settings st)
+           (SELECT st.max_running IS NOT NULL FROM settings st), limit_key
     FROM c
     RETURNING *
 ),
@@ -93,5 +93,5 @@ SELECT id, queue, task, payload::text, priority, run_at, attempts, max_attempts,
        created_at, extract(epoch FROM timeout)::float8,
        extract(epoch FROM clock_timestamp() - greatest(created_at, run_at))::float8,
        token,
-       ordering_key, unique_key, coalesce(ordering_at, run_at)
+       ordering_key, unique_key, coalesce(ordering_at, run_at), limit_key
 FROM l

@@ -46,5 +46,5 @@ SELECT id, queue, task, payload::text, priority, run_at, attempts, max_attempts,
        extract(epoch FROM clock_timestamp() - greatest(created_at, run_at))::float8,
        pg_current_xact_id()::text,
        pg_backend_pid(),
-       ordering_key, unique_key, coalesce(ordering_at, run_at)
+       ordering_key, unique_key, coalesce(ordering_at, run_at), limit_key
 FROM c

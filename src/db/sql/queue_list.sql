@@ -15,7 +15,8 @@ names AS (
     SELECT name FROM pgwake.queues
 )
 SELECT n.name, coalesce(q.paused, false) AS paused, q.paused_at, q.max_running,
-       q.rate_count, extract(epoch FROM q.rate_window)::float8 AS rate_window
+       q.rate_count, extract(epoch FROM q.rate_window)::float8 AS rate_window,
+       q.limit_key_path
 FROM names n
 LEFT JOIN pgwake.queues q ON q.name = n.name
 ORDER BY n.name

@@ -1,0 +1,59 @@
+-- pgwake schema, version 21: a job's limit key (issue 24, tenants;
+-- ARCHITECTURE.md → "Limit keys").
+--
+-- `limit_key` names who a job is for (a customer, a tenant) for the
+-- per-key settings of its queue. NULL: the job has no key and no per-key
+-- setting applies to it. It travels with
+-- the job through every table it passes (leased, dead, finished), so a
+-- retry or a revived dead job keeps it. A producer sets it
+-- (pgwake.enqueue(…, limit_key => …), the client, the CLI, a plain INSERT),
+-- or the queue derives it from the payload: `limit_key_path` names a
+-- top-level payload field, and the insert trigger below fills a job's
+-- NULL key with `payload ->> limit_key_path`.
+--
+-- Cost of this migration: columns without a default (no rewrite); brief
+-- locks of the four tables.
+
+ALTER TABLE pgwake.jobs ADD COLUMN limit_key text;
+ALTER TABLE pgwake.leased_jobs ADD COLUMN limit_key text;
+ALTER TABLE pgwake.dead_jobs ADD COLUMN limit_key text;
+ALTER TABLE pgwake.finished_jobs ADD COLUMN limit_key text;
+-- As the other keys (migration 0014): the index refuses longer entries
+-- with an error naming the index, not the limit. NOT VALID: no scan.
+ALTER TABLE pgwake.jobs
+    ADD CONSTRAINT jobs_limit_key_length CHECK (octet_length(limit_key) <= 1024) NOT VALID;
+
+-- The payload field a NULL limit key is taken from.
+ALTER TABLE pgwake.queues
+    ADD COLUMN limit_key_path text
+        CONSTRAINT queues_limit_key_path_valid
+        CHECK (limit_key_path <> '' AND octet_length(limit_key_path) <= 200
+               AND limit_key_path !~ '[[:cntrl:]]');
+
+-- The insert trigger's function as functions/queues.sql first defines it
+-- (migrate then applies that file, which holds the current one).
+CREATE FUNCTION pgwake.fill_limit_key() RETURNS trigger
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pgwake AS $$
+BEGIN
+    NEW.limit_key := NEW.payload ->> (SELECT q.limit_key_path FROM pgwake.queues q
+                                      WHERE q.name = NEW.queue);
+    RETURN NEW;
+END
+$$;
+CREATE TRIGGER jobs_fill_limit_key
+    BEFORE INSERT ON pgwake.jobs
+    FOR EACH ROW WHEN (NEW.limit_key IS NULL)
+    EXECUTE FUNCTION pgwake.fill_limit_key();
+
+-- Functions whose arguments or result columns gain the limit key: the new
+-- definitions (functions/) are applied right after this migration; CREATE
+-- OR REPLACE cannot change a result type, and a new argument would make a
+-- second function beside the old one.
+DROP FUNCTION IF EXISTS pgwake.enqueue(text, jsonb, text, timestamptz, integer, integer, interval, text,
+                                       text, boolean);
+DROP FUNCTION IF EXISTS pgwake.enqueue_unique(text, jsonb, text, timestamptz, integer, integer, interval,
+                                              text, text, boolean);
+DROP FUNCTION IF EXISTS pgwake.claim_tx_all(bigint, text[], text[], text[]);
+DROP FUNCTION IF EXISTS pgwake.claim_tx_queue(bigint, text, text[], text[]);
+DROP FUNCTION IF EXISTS pgwake.claim_lease_all(bigint, text[], text[], text[], text, double precision);
+DROP FUNCTION IF EXISTS pgwake.claim_lease_queue(bigint, text, text[], text[], text, double precision);
