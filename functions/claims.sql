@@ -30,8 +30,8 @@ END
 $$;
 
 -- Whether the plain claims may take jobs of `queue`: no row of
--- pgwake.queues pauses or limits it (a limited queue is claimed by
--- src/db/sql/claim_*_limited.sql). src/db/sql/claim_{tx,lease}_queue.sql call it
+-- pgwake.queues pauses or limits it, or makes it fair between keys (such a
+-- queue is claimed by src/db/sql/claim_*_limited.sql). src/db/sql/claim_{tx,lease}_queue.sql call it
 -- with the queue as a parameter: a call without columns and not volatile is
 -- a one-time filter of the claim, evaluated once, in the claim's snapshot
 -- (STABLE), as the NOT EXISTS subquery it replaces was. That subquery was
@@ -43,7 +43,8 @@ LANGUAGE plpgsql STABLE AS $$
 BEGIN
     RETURN NOT EXISTS (SELECT FROM pgwake.queues q
                        WHERE q.name = queue
-                         AND (q.paused OR q.max_running IS NOT NULL OR q.rate_count IS NOT NULL));
+                         AND (q.paused OR q.max_running IS NOT NULL OR q.rate_count IS NOT NULL
+                              OR q.fair_keys));
 END
 $$;
 
@@ -86,7 +87,8 @@ BEGIN
               -- Paused and limited queues (limited ones are claimed by
               -- claim_*_limited.sql): one scan of pgwake.queues into a hash.
               AND queue NOT IN (SELECT name FROM pgwake.queues
-                                WHERE paused OR max_running IS NOT NULL OR rate_count IS NOT NULL)
+                                WHERE paused OR max_running IS NOT NULL OR rate_count IS NOT NULL
+                                   OR fair_keys)
               AND (only_tasks IS NULL OR task = ANY(only_tasks)) AND task <> ALL(never_tasks)
               -- Not a keyed job waiting behind an earlier one of its key
               -- (migration 0017): the claim indexes leave those out.
@@ -182,7 +184,8 @@ BEGIN
             SELECT ctid FROM pgwake.jobs
             WHERE run_at <= now() AND queue <> ALL(skip_queues)
               AND queue NOT IN (SELECT name FROM pgwake.queues
-                                WHERE paused OR max_running IS NOT NULL OR rate_count IS NOT NULL)
+                                WHERE paused OR max_running IS NOT NULL OR rate_count IS NOT NULL
+                                   OR fair_keys)
               AND (only_tasks IS NULL OR task = ANY(only_tasks)) AND task <> ALL(never_tasks)
               AND NOT held
               AND CASE WHEN ordering_key IS NULL THEN true
@@ -305,4 +308,104 @@ LANGUAGE sql STABLE AS $$
             WHERE l.queue = unslotted_running.queue AND NOT l.holds_slot)
          + (SELECT count(*) FROM pgwake.tx_batches b, unnest(b.queues) AS bq(name)
             WHERE bq.name = unslotted_running.queue)
+$$;
+
+-- The ready jobs a claim of fair-keys queue `claim_queue` takes (migration
+-- 0021; ARCHITECTURE.md → "Fair keys: a rotation between limit keys"), at
+-- most `wanted`, locked (FOR UPDATE SKIP LOCKED) for the calling claim,
+-- which deletes them.
+--
+-- The groups of the queue's ready jobs are its limit keys, in byte order,
+-- and its jobs without a key, one group placed before the first key. A
+-- pass visits every group once, starting after `after_key` (the last key
+-- this worker served; NULL: the start, after the keyless group) and
+-- wrapping around, and takes each group's first ready job in claim order
+-- (priority, run_at, id). Passes repeat until `wanted` jobs are taken or a
+-- pass takes nothing. So a claim of n jobs serves n different groups when
+-- there are that many, and a group with a ready job is served within
+-- ceil(groups / n) claims of one worker, whatever the other groups hold.
+-- Keys are found by a skip scan of jobs_limit_key_ready_idx (one probe per
+-- key visited); the keyless group by a walk of jobs_queue_ready_idx, which
+-- passes the keyed jobs ahead of its first keyless one.
+CREATE OR REPLACE FUNCTION pgwake.fair_key_jobs(
+    claim_queue text, after_key text, wanted bigint, only_tasks text[], never_tasks text[])
+RETURNS SETOF bigint
+LANGUAGE plpgsql VOLATILE
+SET enable_sort = off
+SET jit = off
+AS $$
+DECLARE
+    picked bigint[] := '{}';
+    k text;
+    j bigint;
+    took boolean;
+    part integer;
+BEGIN
+    IF coalesce(wanted, 0) < 1 THEN
+        RETURN;
+    END IF;
+    LOOP
+        took := false;
+        -- part 1: keys after after_key; 2: the keyless group; 3: keys from
+        -- the first up to after_key.
+        FOR part IN 1..3 LOOP
+            IF part = 2 THEN
+                SELECT x.id INTO j FROM pgwake.jobs x
+                WHERE x.queue = claim_queue AND x.limit_key IS NULL AND NOT x.held
+                  AND x.run_at <= now()
+                  AND (only_tasks IS NULL OR x.task = ANY(only_tasks)) AND x.task <> ALL(never_tasks)
+                  AND x.id <> ALL(picked)
+                  AND CASE WHEN x.ordering_key IS NULL THEN true
+                           ELSE pgwake.ordering_free(x.ordering_key, x.priority,
+                                                     coalesce(x.ordering_at, x.run_at), x.id) END
+                ORDER BY x.queue, x.priority, x.run_at, x.id
+                LIMIT 1
+                FOR UPDATE SKIP LOCKED;
+                IF FOUND THEN
+                    picked := picked || j;
+                    took := true;
+                    RETURN NEXT j;
+                    IF cardinality(picked) >= wanted THEN
+                        RETURN;
+                    END IF;
+                END IF;
+                CONTINUE;
+            END IF;
+            IF part = 3 AND after_key IS NULL THEN
+                CONTINUE;
+            END IF;
+            k := CASE WHEN part = 1 THEN after_key END;
+            LOOP
+                -- The next key of a ready-or-scheduled job (skip scan).
+                SELECT x.limit_key INTO k FROM pgwake.jobs x
+                WHERE x.queue = claim_queue AND x.limit_key IS NOT NULL AND NOT x.held
+                  AND (k IS NULL OR x.limit_key COLLATE "C" > k)
+                ORDER BY x.queue, x.limit_key COLLATE "C"
+                LIMIT 1;
+                EXIT WHEN NOT FOUND;
+                EXIT WHEN part = 3 AND k COLLATE "C" > after_key;
+                SELECT x.id INTO j FROM pgwake.jobs x
+                WHERE x.queue = claim_queue AND x.limit_key COLLATE "C" = k AND NOT x.held
+                  AND x.run_at <= now()
+                  AND (only_tasks IS NULL OR x.task = ANY(only_tasks)) AND x.task <> ALL(never_tasks)
+                  AND x.id <> ALL(picked)
+                  AND CASE WHEN x.ordering_key IS NULL THEN true
+                           ELSE pgwake.ordering_free(x.ordering_key, x.priority,
+                                                     coalesce(x.ordering_at, x.run_at), x.id) END
+                ORDER BY x.queue, x.limit_key COLLATE "C", x.priority, x.run_at, x.id
+                LIMIT 1
+                FOR UPDATE SKIP LOCKED;
+                IF FOUND THEN
+                    picked := picked || j;
+                    took := true;
+                    RETURN NEXT j;
+                    IF cardinality(picked) >= wanted THEN
+                        RETURN;
+                    END IF;
+                END IF;
+            END LOOP;
+        END LOOP;
+        EXIT WHEN NOT took;
+    END LOOP;
+END
 $$;

@@ -169,6 +169,22 @@ BEGIN
 END
 $$;
 
+-- Claims of the queue take its ready jobs in rotation between limit keys
+-- (on) or in plain claim order (off); see src/db/sql/claim_*_fair_keys.sql.
+CREATE OR REPLACE FUNCTION pgwake.set_queue_fair_keys(queue text, fair boolean)
+RETURNS void
+LANGUAGE plpgsql AS $$
+BEGIN
+    IF set_queue_fair_keys.queue IS NULL OR set_queue_fair_keys.queue = '' THEN
+        RAISE EXCEPTION 'pgwake.set_queue_fair_keys: the queue name must not be empty';
+    END IF;
+    INSERT INTO pgwake.queues AS q (name, fair_keys)
+    VALUES (set_queue_fair_keys.queue, coalesce(set_queue_fair_keys.fair, false))
+    ON CONFLICT (name) DO UPDATE SET fair_keys = excluded.fair_keys, updated_at = now();
+    PERFORM pg_notify('pgwake', set_queue_fair_keys.queue);
+END
+$$;
+
 -- The insert trigger of migration 0021: a job inserted without a limit key
 -- takes the payload field its queue's `limit_key_path` names (none: NULL).
 -- SECURITY DEFINER: a producer need not read pgwake.queues.

@@ -2,8 +2,8 @@
 -- ARCHITECTURE.md → "Limit keys").
 --
 -- `limit_key` names who a job is for (a customer, a tenant) for the
--- per-key settings of its queue. NULL: the job has no key and no per-key
--- setting applies to it. It travels with
+-- per-key settings of its queue: fairness between keys (`fair_keys`). NULL:
+-- the job has no key and no per-key setting applies to it. It travels with
 -- the job through every table it passes (leased, dead, finished), so a
 -- retry or a revived dead job keeps it. A producer sets it
 -- (pgwake.enqueue(…, limit_key => …), the client, the CLI, a plain INSERT),
@@ -11,8 +11,9 @@
 -- top-level payload field, and the insert trigger below fills a job's
 -- NULL key with `payload ->> limit_key_path`.
 --
--- Cost of this migration: columns without a default (no rewrite); brief
--- locks of the four tables.
+-- Cost of this migration: columns without a default (no rewrite) and one
+-- partial index built over the keyed jobs (none before this version: an
+-- empty index, built in one pass of pgwake.jobs).
 
 ALTER TABLE pgwake.jobs ADD COLUMN limit_key text;
 ALTER TABLE pgwake.leased_jobs ADD COLUMN limit_key text;
@@ -23,12 +24,23 @@ ALTER TABLE pgwake.finished_jobs ADD COLUMN limit_key text;
 ALTER TABLE pgwake.jobs
     ADD CONSTRAINT jobs_limit_key_length CHECK (octet_length(limit_key) <= 1024) NOT VALID;
 
--- The payload field a NULL limit key is taken from.
+-- Per-queue settings. `limit_key_path`: the payload field a NULL limit
+-- key is taken from. `fair_keys`: claims of the queue take its ready jobs
+-- in rotation between limit keys (src/db/sql/claim_*_fair_keys.sql).
 ALTER TABLE pgwake.queues
     ADD COLUMN limit_key_path text
         CONSTRAINT queues_limit_key_path_valid
         CHECK (limit_key_path <> '' AND octet_length(limit_key_path) <= 200
-               AND limit_key_path !~ '[[:cntrl:]]');
+               AND limit_key_path !~ '[[:cntrl:]]'),
+    ADD COLUMN fair_keys boolean NOT NULL DEFAULT false;
+
+-- The keyed ready jobs of a queue, key by key, each key's in claim order:
+-- the fair-keys claims skip from key to key on it.
+-- Keys in byte order (COLLATE "C"): a worker keeps where its rotation
+-- stands and compares keys the same way.
+CREATE INDEX jobs_limit_key_ready_idx
+    ON pgwake.jobs (queue, limit_key COLLATE "C", priority, run_at, id)
+    WHERE NOT held AND limit_key IS NOT NULL;
 
 -- The insert trigger's function as functions/queues.sql first defines it
 -- (migrate then applies that file, which holds the current one).

@@ -490,6 +490,7 @@ impl Worker {
             history: self.history.clone(),
             cancels,
             marks_durable: Default::default(),
+            key_cursors: Default::default(),
         }
     }
 

@@ -1,5 +1,5 @@
 //! `pgwake queue list | pause Q | resume Q | set Q [--max-running N] [--rate N/s]
-//! [--limit-key-path FIELD]`, on top of
+//! [--limit-key-path FIELD] [--fair-keys]`, on top of
 //! [`pgwake::admin::queues`].
 
 use clap::Subcommand;
@@ -30,7 +30,7 @@ pub enum QueueAction {
     /// Change a queue's limits (held across every worker, read without a restart).
     #[command(group(clap::ArgGroup::new("limit").required(true).multiple(true)
         .args(["max_running", "no_max_running", "rate", "no_rate", "limit_key_path",
-               "no_limit_key_path"])))]
+               "no_limit_key_path", "fair_keys", "no_fair_keys"])))]
     Set {
         #[command(flatten)]
         db: Db,
@@ -57,6 +57,13 @@ pub enum QueueAction {
         /// Remove the --limit-key-path setting.
         #[arg(long, conflicts_with = "limit_key_path")]
         no_limit_key_path: bool,
+        /// Claims take QUEUE's ready jobs in rotation between limit keys, so one key's
+        /// backlog cannot starve another's (priority order within a key).
+        #[arg(long)]
+        fair_keys: bool,
+        /// Claims take QUEUE's ready jobs in plain claim order again.
+        #[arg(long, conflicts_with = "fair_keys")]
+        no_fair_keys: bool,
     },
     /// Let workers start jobs of a paused QUEUE again.
     Resume {
@@ -112,6 +119,8 @@ pub async fn command(action: QueueAction) -> Result<(), Error> {
             no_rate,
             limit_key_path,
             no_limit_key_path,
+            fair_keys,
+            no_fair_keys,
         } => {
             let client = connect::connect(&db.config()?).await?;
             schema::check(&client).await?;
@@ -142,6 +151,16 @@ pub async fn command(action: QueueAction) -> Result<(), Error> {
                         "{queue}: jobs enqueued without a limit key take the payload's {p:?} field as their key"
                     ),
                     None => println!("{queue}: no limit key path"),
+                }
+            }
+            if fair_keys || no_fair_keys {
+                queues::set_fair_keys(&client, &queue, fair_keys).await?;
+                if fair_keys {
+                    println!("{queue}: ready jobs are taken in rotation between limit keys");
+                } else {
+                    println!(
+                        "{queue}: ready jobs are taken in claim order (no rotation between keys)"
+                    );
                 }
             }
         }

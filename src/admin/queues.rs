@@ -19,8 +19,8 @@ use serde::Serialize;
 use tokio_postgres::GenericClient;
 
 use crate::db::sql::{
-    Db, QUEUE_LIST, QUEUE_PAUSE, QUEUE_RESUME, QUEUE_SET_LIMIT_KEY_PATH, QUEUE_SET_MAX_RUNNING,
-    QUEUE_SET_RATE,
+    Db, QUEUE_LIST, QUEUE_PAUSE, QUEUE_RESUME, QUEUE_SET_FAIR_KEYS, QUEUE_SET_LIMIT_KEY_PATH,
+    QUEUE_SET_MAX_RUNNING, QUEUE_SET_RATE,
 };
 use crate::error::{Error, Result};
 
@@ -42,6 +42,9 @@ pub struct QueueSettings {
     /// The payload field a job enqueued without a limit key takes its key
     /// from (`None`: none).
     pub limit_key_path: Option<String>,
+    /// Whether claims take the queue's ready jobs in rotation between
+    /// limit keys.
+    pub fair_keys: bool,
 }
 
 /// A rate limit: at most `count` jobs admitted in any window of `per`
@@ -129,6 +132,7 @@ pub async fn list<C: GenericClient>(db: &C) -> Result<Vec<QueueSettings>> {
                     per: std::time::Duration::from_secs_f64(secs),
                 }),
             limit_key_path: r.get(6),
+            fair_keys: r.get(7),
         })
         .collect())
 }
@@ -233,6 +237,17 @@ pub async fn set_limit_key_path<C: GenericClient>(
     Ok(())
 }
 
+/// Take `queue`'s ready jobs in rotation between limit keys (`true`) or in
+/// plain claim order (`false`).
+pub async fn set_fair_keys<C: GenericClient>(db: &C, queue: &str, fair: bool) -> Result<()> {
+    check_name(queue)?;
+    Db::unnamed(db.client())
+        .execute(&QUEUE_SET_FAIR_KEYS, &[&queue, &fair])
+        .await
+        .map_err(Error::db("cannot set the queue's fair_keys"))?;
+    Ok(())
+}
+
 fn check_name(queue: &str) -> Result<()> {
     if queue.is_empty() {
         return Err(Error::Config("the queue name must not be empty".into()));
@@ -249,17 +264,18 @@ pub fn render_table(queues: &[QueueSettings]) -> String {
         .unwrap_or(5)
         .max(5);
     let mut out = format!(
-        "{:<width$}  {:<7}  {:>11}  {:>10}  {:<14}  PAUSED AT\n",
-        "QUEUE", "STATE", "MAX RUNNING", "RATE", "LIMIT KEY PATH"
+        "{:<width$}  {:<7}  {:>11}  {:>10}  {:<9}  {:<14}  PAUSED AT\n",
+        "QUEUE", "STATE", "MAX RUNNING", "RATE", "FAIR KEYS", "LIMIT KEY PATH"
     );
     for q in queues {
         let state = if q.paused { "paused" } else { "running" };
         let max = q.max_running.map(|n| n.to_string()).unwrap_or("-".into());
         let rate = q.rate.map(|r| r.to_string()).unwrap_or("-".into());
         let at = q.paused_at.map(|t| t.to_rfc3339()).unwrap_or_default();
+        let fair = if q.fair_keys { "yes" } else { "-" };
         let path = q.limit_key_path.as_deref().unwrap_or("-");
         out.push_str(&format!(
-            "{:<width$}  {:<7}  {max:>11}  {rate:>10}  {path:<14}  {at}\n",
+            "{:<width$}  {:<7}  {max:>11}  {rate:>10}  {fair:<9}  {path:<14}  {at}\n",
             q.queue, state
         ));
     }

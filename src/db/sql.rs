@@ -82,10 +82,10 @@ statements! {
     CHARGE = "charge" [INT8];
     CLAIM_LEASE_ALL = "claim_lease_all" [INT8, TEXT_ARRAY, TEXT_ARRAY, TEXT_ARRAY, TEXT, FLOAT8];
     CLAIM_LEASE_LIMITED = "claim_lease_limited" [INT8, TEXT, TEXT_ARRAY, TEXT_ARRAY, TEXT, FLOAT8,
-        INT8];
+        INT8, TEXT];
     CLAIM_LEASE_QUEUE = "claim_lease_queue" [INT8, TEXT, TEXT_ARRAY, TEXT_ARRAY, TEXT, FLOAT8];
     CLAIM_TX_ALL = "claim_tx_all" [INT8, TEXT_ARRAY, TEXT_ARRAY, TEXT_ARRAY];
-    CLAIM_TX_LIMITED = "claim_tx_limited" [INT8, TEXT, TEXT_ARRAY, TEXT_ARRAY, INT8];
+    CLAIM_TX_LIMITED = "claim_tx_limited" [INT8, TEXT, TEXT_ARRAY, TEXT_ARRAY, INT8, TEXT];
     CLAIM_TX_ONE = "claim_tx_one" [INT8, BOOL];
     CLAIM_TX_QUEUE = "claim_tx_queue" [INT8, TEXT, TEXT_ARRAY, TEXT_ARRAY];
     CLEANUP_ATTEMPTS = "cleanup_attempts" [];
@@ -129,6 +129,7 @@ statements! {
     QUEUE_RESUME = "queue_resume" [TEXT];
     QUEUE_SET_MAX_RUNNING = "queue_set_max_running" [TEXT, INT4];
     QUEUE_SET_RATE = "queue_set_rate" [TEXT, INT4, FLOAT8];
+    QUEUE_SET_FAIR_KEYS = "queue_set_fair_keys" [TEXT, BOOL];
     QUEUE_SET_LIMIT_KEY_PATH = "queue_set_limit_key_path" [TEXT, TEXT];
     RATE_RELEASE = "rate_release" [TEXT, INT4_ARRAY, TIMESTAMPTZ];
     RATE_RESERVE = "rate_reserve" [TEXT, INT8, INT8];

@@ -7,6 +7,7 @@
 mod common;
 
 mod bounds;
+mod fair_keys;
 mod key_backlog;
 mod limit_keys;
 mod many_queues;

@@ -705,7 +705,7 @@ async fn a_tx_claim_of_a_limited_queue_holds_one_slot() {
     let claimed = pgwake::internal::sql::Db::unnamed(&claimer)
         .query(
             &pgwake::internal::sql::CLAIM_TX_LIMITED,
-            &[&10i64, &"lim", &none, &empty, &None::<i64>],
+            &[&10i64, &"lim", &none, &empty, &None::<i64>, &None::<String>],
         )
         .await
         .unwrap();
@@ -818,7 +818,16 @@ async fn every_lease_that_holds_a_slot_frees_it_across_the_upgrade_that_marks_th
     let limited = db_
         .query(
             &pgwake::internal::sql::CLAIM_LEASE_LIMITED,
-            &[&10i64, &"lim3", &none, &empty, &"w", &60.0f64, &None::<i64>],
+            &[
+                &10i64,
+                &"lim3",
+                &none,
+                &empty,
+                &"w",
+                &60.0f64,
+                &None::<i64>,
+                &None::<String>,
+            ],
         )
         .await
         .unwrap();

@@ -128,7 +128,15 @@ pub(crate) async fn claim_and_run(
         .expect("a claim spec has at least one target");
     let (begun, first, suspects) = tokio::join!(
         c.batch_execute(&ctx.begin_sql),
-        claim_rows(db, limit, first_target, except, spec, walk.admission()),
+        claim_rows(
+            db,
+            limit,
+            first_target,
+            except,
+            spec,
+            walk.admission(),
+            &ctx.key_cursors
+        ),
         db.query(&SUSPECTS, &[])
     );
     begun.map_err(Error::db("claim: begin"))?;
@@ -154,6 +162,7 @@ pub(crate) async fn claim_and_run(
             except,
             spec,
             walk.admission(),
+            &ctx.key_cursors,
         )
         .await
         .map_err(Error::db("claim"))?;
@@ -248,7 +257,8 @@ pub(crate) async fn claim_and_run(
 }
 
 /// One claim statement, over every queue but `except` or from `queue`
-/// (within the rate `admission` taken for it, if any).
+/// (within the rate `admission` taken for it, if any; a fair-keys queue's
+/// rotation continuing from `cursors`, which it moves on).
 pub(super) async fn claim_rows(
     c: Db<'_>,
     limit: i64,
@@ -256,6 +266,7 @@ pub(super) async fn claim_rows(
     except: &[String],
     spec: &ClaimSpec,
     admission: Option<&crate::claim::rate::Admission>,
+    cursors: &crate::claim::key_rotation::KeyCursors,
 ) -> std::result::Result<Vec<tokio_postgres::Row>, tokio_postgres::Error> {
     match target {
         Target::All => {
@@ -277,11 +288,21 @@ pub(super) async fn claim_rows(
                 return Ok(Vec::new());
             }
             let cap = admission.and_then(|a| a.cap());
-            c.query(
-                &CLAIM_LIMITED,
-                &[&limit, q, &spec.tasks_in, &spec.tasks_not_in, &cap],
-            )
-            .await
+            let after = cursors.after(q);
+            let rows = c
+                .query(
+                    &CLAIM_LIMITED,
+                    &[&limit, q, &spec.tasks_in, &spec.tasks_not_in, &cap, &after],
+                )
+                .await?;
+            // The limit key: after xid, backend pid and the three other keys.
+            cursors.served(
+                q,
+                after.as_deref(),
+                rows.iter()
+                    .map(|r| r.get::<_, Option<&str>>(CLAIM_COLUMNS + 5)),
+            );
+            Ok(rows)
         }
     }
 }

@@ -1,9 +1,11 @@
 -- lease-mode claim from one queue ($2) that has a max_running limit
--- (migration 0009) or a rate limit (migration 0010). $1: limit, $3: only
--- these tasks (NULL: any), $4: never these tasks, $5: worker id, $6: lease
--- seconds, $7: admissions the worker reserved for this claim
--- (src/db/sql/rate_reserve.sql; NULL: the queue has no rate limit). Same
--- columns and ordering-key predicate as claim_lease_queue.sql.
+-- (migration 0009), a rate limit (migration 0010) or fair keys (migration
+-- 0021). $1: limit, $3: only these tasks (NULL: any), $4: never these
+-- tasks, $5: worker id, $6: lease seconds, $7: admissions the worker
+-- reserved for this claim (src/db/sql/rate_reserve.sql; NULL: the queue has
+-- no rate limit), $8: the last limit key this worker served of the queue
+-- (fair keys; NULL: none). Same columns and ordering-key predicate as
+-- claim_lease_queue.sql.
 --
 -- In one autocommit statement: lock free slot rows (FOR UPDATE SKIP LOCKED,
 -- `lease_token IS NULL` re-checked on the newest row version), claim at most
@@ -17,9 +19,9 @@
 -- before the limit was set: `unslotted`, migration 0015) count against the
 -- limit: only slots 1..max_running minus those are used.
 WITH settings AS (
-    SELECT q.max_running, q.rate_count FROM pgwake.queues q
+    SELECT q.max_running, q.rate_count, q.fair_keys FROM pgwake.queues q
     WHERE q.name = $2::text AND NOT q.paused
-      AND (q.max_running IS NOT NULL OR q.rate_count IS NOT NULL)
+      AND (q.max_running IS NOT NULL OR q.rate_count IS NOT NULL OR q.fair_keys)
 ),
 unslotted AS (
     SELECT pgwake.unslotted_running($2::text) AS n
@@ -44,6 +46,17 @@ free AS (
         FOR UPDATE OF s SKIP LOCKED
     ) f
 ),
+-- As many as free slots (no max_running: $1) and admissions ($7). None
+-- when the queue has a rate limit but the worker reserved no admissions (it
+-- has not seen the limit yet), is paused, or has no limit any more (the
+-- worker re-reads which queues are limited).
+wanted AS (
+    SELECT coalesce((SELECT least(coalesce($7::int8,
+                                          CASE WHEN st.rate_count IS NULL THEN $1::int8 ELSE 0 END),
+                                 CASE WHEN st.max_running IS NULL THEN $1::int8
+                                      ELSE (SELECT count(*) FROM free) END)
+                    FROM settings st), 0) AS n
+),
 c AS (
     DELETE FROM pgwake.jobs
     WHERE id = ANY(ARRAY(
@@ -55,18 +68,15 @@ c AS (
           AND NOT held
           AND CASE WHEN ordering_key IS NULL THEN true
                    ELSE pgwake.ordering_free(ordering_key, priority, coalesce(ordering_at, run_at), id) END
+          AND NOT (SELECT st.fair_keys FROM settings st)
         ORDER BY priority, run_at, id
-        -- As many as free slots (no max_running: $1) and admissions
-        -- ($7). None when the queue has a rate limit but the worker
-        -- reserved no admissions (it has not seen the limit yet), is paused,
-        -- or has no limit any more (the worker re-reads which queues are
-        -- limited).
-        LIMIT coalesce((SELECT least(coalesce($7::int8,
-                                              CASE WHEN st.rate_count IS NULL THEN $1::int8 ELSE 0 END),
-                                     CASE WHEN st.max_running IS NULL THEN $1::int8
-                                          ELSE (SELECT count(*) FROM free) END)
-                        FROM settings st), 0)
-        FOR UPDATE SKIP LOCKED))
+        LIMIT (SELECT n FROM wanted)
+        FOR UPDATE SKIP LOCKED)
+        -- A fair-keys queue: in rotation between its limit keys, after the
+        -- last key this worker served ($8; functions/claims.sql).
+        || ARRAY(SELECT pgwake.fair_key_jobs($2::text, $8::text, (SELECT n FROM wanted),
+                                             $3::text[], $4::text[])
+                 FROM settings st WHERE st.fair_keys))
     RETURNING *
 ),
 l AS (

@@ -16,7 +16,7 @@ names AS (
 )
 SELECT n.name, coalesce(q.paused, false) AS paused, q.paused_at, q.max_running,
        q.rate_count, extract(epoch FROM q.rate_window)::float8 AS rate_window,
-       q.limit_key_path
+       q.limit_key_path, coalesce(q.fair_keys, false) AS fair_keys
 FROM names n
 LEFT JOIN pgwake.queues q ON q.name = n.name
 ORDER BY n.name
