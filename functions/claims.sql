@@ -44,7 +44,7 @@ BEGIN
     RETURN NOT EXISTS (SELECT FROM pgwake.queues q
                        WHERE q.name = queue
                          AND (q.paused OR q.max_running IS NOT NULL OR q.rate_count IS NOT NULL
-                              OR q.fair_keys));
+                              OR q.fair_keys OR q.key_limits));
 END
 $$;
 
@@ -88,7 +88,7 @@ BEGIN
               -- claim_*_limited.sql): one scan of pgwake.queues into a hash.
               AND queue NOT IN (SELECT name FROM pgwake.queues
                                 WHERE paused OR max_running IS NOT NULL OR rate_count IS NOT NULL
-                                   OR fair_keys)
+                                   OR fair_keys OR key_limits)
               AND (only_tasks IS NULL OR task = ANY(only_tasks)) AND task <> ALL(never_tasks)
               -- Not a keyed job waiting behind an earlier one of its key
               -- (migration 0017): the claim indexes leave those out.
@@ -185,7 +185,7 @@ BEGIN
             WHERE run_at <= now() AND queue <> ALL(skip_queues)
               AND queue NOT IN (SELECT name FROM pgwake.queues
                                 WHERE paused OR max_running IS NOT NULL OR rate_count IS NOT NULL
-                                   OR fair_keys)
+                                   OR fair_keys OR key_limits)
               AND (only_tasks IS NULL OR task = ANY(only_tasks)) AND task <> ALL(never_tasks)
               AND NOT held
               AND CASE WHEN ordering_key IS NULL THEN true
@@ -313,7 +313,8 @@ $$;
 -- The ready jobs a claim of fair-keys queue `claim_queue` takes (migration
 -- 0021; ARCHITECTURE.md → "Fair keys: a rotation between limit keys"), at
 -- most `wanted`, locked (FOR UPDATE SKIP LOCKED) for the calling claim,
--- which deletes them.
+-- which deletes them; with each, the key slot it holds (per-key limits) or
+-- NULL.
 --
 -- The groups of the queue's ready jobs are its limit keys, in byte order,
 -- and its jobs without a key, one group placed before the first key. A
@@ -327,23 +328,42 @@ $$;
 -- Keys are found by a skip scan of jobs_limit_key_ready_idx (one probe per
 -- key visited); the keyless group by a walk of jobs_queue_ready_idx, which
 -- passes the keyed jobs ahead of its first keyless one.
+--
+-- Per-key limits (the queue's `key_limits`): a key's job is taken only with
+-- a free slot of the key (a row of pgwake.key_slots numbered 1..the key's
+-- limit, `lease_token` NULL, locked FOR UPDATE SKIP LOCKED, which
+-- re-checks the token on the newest row version), and no key slot above
+-- the limit may remain (a lowered limit: the free ones are deleted here,
+-- a held one blocks the key until its job ends). A full key is passed
+-- over, never waited for: the rotation goes on to the next key.
+DROP FUNCTION IF EXISTS pgwake.fair_key_jobs(text, text, bigint, text[], text[]);
 CREATE OR REPLACE FUNCTION pgwake.fair_key_jobs(
     claim_queue text, after_key text, wanted bigint, only_tasks text[], never_tasks text[])
-RETURNS SETOF bigint
+RETURNS TABLE (id bigint, key_slot integer)
 LANGUAGE plpgsql VOLATILE
 SET enable_sort = off
 SET jit = off
 AS $$
+#variable_conflict use_variable
 DECLARE
     picked bigint[] := '{}';
+    slot_keys text[] := '{}';
+    slot_nos integer[] := '{}';
     k text;
     j bigint;
+    ks integer;
+    lim integer;
+    per_key integer;
+    limited boolean;
     took boolean;
     part integer;
 BEGIN
     IF coalesce(wanted, 0) < 1 THEN
         RETURN;
     END IF;
+    SELECT q.key_limits, q.max_running_per_key INTO limited, per_key
+    FROM pgwake.queues q WHERE q.name = claim_queue;
+    limited := coalesce(limited, false);
     LOOP
         took := false;
         -- part 1: keys after after_key; 2: the keyless group; 3: keys from
@@ -364,7 +384,9 @@ BEGIN
                 IF FOUND THEN
                     picked := picked || j;
                     took := true;
-                    RETURN NEXT j;
+                    id := j;
+                    key_slot := NULL;
+                    RETURN NEXT;
                     IF cardinality(picked) >= wanted THEN
                         RETURN;
                     END IF;
@@ -384,6 +406,43 @@ BEGIN
                 LIMIT 1;
                 EXIT WHEN NOT FOUND;
                 EXIT WHEN part = 3 AND k COLLATE "C" > after_key;
+                ks := NULL;
+                lim := NULL;
+                IF limited THEN
+                    lim := coalesce((SELECT l.max_running FROM pgwake.queue_key_limits l
+                                     WHERE l.queue = claim_queue AND l.limit_key = k), per_key);
+                END IF;
+                IF lim IS NOT NULL THEN
+                    -- A job to take, first (no lock): a slot is locked only
+                    -- for a key that has one.
+                    CONTINUE WHEN NOT EXISTS (
+                        SELECT FROM pgwake.jobs x
+                        WHERE x.queue = claim_queue AND x.limit_key COLLATE "C" = k AND NOT x.held
+                          AND x.run_at <= now()
+                          AND (only_tasks IS NULL OR x.task = ANY(only_tasks))
+                          AND x.task <> ALL(never_tasks)
+                          AND x.id <> ALL(picked));
+                    -- A lowered limit: free rows above it go; a held one
+                    -- blocks the key.
+                    DELETE FROM pgwake.key_slots s
+                    WHERE (s.queue, s.limit_key, s.slot) IN (
+                        SELECT y.queue, y.limit_key, y.slot FROM pgwake.key_slots y
+                        WHERE y.queue = claim_queue AND y.limit_key = k AND y.slot > lim
+                          AND y.lease_token IS NULL
+                        FOR UPDATE OF y SKIP LOCKED);
+                    CONTINUE WHEN EXISTS (SELECT FROM pgwake.key_slots y
+                                          WHERE y.queue = claim_queue AND y.limit_key = k
+                                            AND y.slot > lim);
+                    SELECT y.slot INTO ks FROM pgwake.key_slots y
+                    WHERE y.queue = claim_queue AND y.limit_key = k AND y.slot <= lim
+                      AND y.lease_token IS NULL
+                      AND NOT EXISTS (SELECT FROM unnest(slot_keys, slot_nos) AS t(tk, tn)
+                                      WHERE tk = k AND tn = y.slot)
+                    ORDER BY y.slot
+                    LIMIT 1
+                    FOR UPDATE OF y SKIP LOCKED;
+                    CONTINUE WHEN NOT FOUND;
+                END IF;
                 SELECT x.id INTO j FROM pgwake.jobs x
                 WHERE x.queue = claim_queue AND x.limit_key COLLATE "C" = k AND NOT x.held
                   AND x.run_at <= now()
@@ -397,8 +456,14 @@ BEGIN
                 FOR UPDATE SKIP LOCKED;
                 IF FOUND THEN
                     picked := picked || j;
+                    IF ks IS NOT NULL THEN
+                        slot_keys := slot_keys || k;
+                        slot_nos := slot_nos || ks;
+                    END IF;
                     took := true;
-                    RETURN NEXT j;
+                    id := j;
+                    key_slot := ks;
+                    RETURN NEXT;
                     IF cardinality(picked) >= wanted THEN
                         RETURN;
                     END IF;

@@ -69,3 +69,59 @@ DROP FUNCTION IF EXISTS pgwake.claim_tx_all(bigint, text[], text[], text[]);
 DROP FUNCTION IF EXISTS pgwake.claim_tx_queue(bigint, text, text[], text[]);
 DROP FUNCTION IF EXISTS pgwake.claim_lease_all(bigint, text[], text[], text[], text, double precision);
 DROP FUNCTION IF EXISTS pgwake.claim_lease_queue(bigint, text, text[], text[], text, double precision);
+
+-- Per-key running limits: at most `max_running_per_key` jobs of one limit
+-- key of the queue run at once across every worker (NULL: no limit), or the
+-- key's own limit in pgwake.queue_key_limits (`pgwake queue set Q --key K
+-- --max-running N`). `key_limits`: the queue has either (kept by the
+-- setting functions, so the claims' filters read one column).
+ALTER TABLE pgwake.queues
+    ADD COLUMN max_running_per_key integer
+        CONSTRAINT queues_max_running_per_key_valid CHECK (max_running_per_key BETWEEN 1 AND 100000),
+    ADD COLUMN key_limits boolean NOT NULL DEFAULT false;
+CREATE TABLE pgwake.queue_key_limits (
+    queue       text    NOT NULL REFERENCES pgwake.queues (name) ON DELETE CASCADE,
+    limit_key   text    NOT NULL,
+    max_running integer NOT NULL CHECK (max_running BETWEEN 1 AND 100000),
+    PRIMARY KEY (queue, limit_key)
+);
+-- One row per running-job slot of a key, 1..its limit, as pgwake.queue_slots
+-- is per queue: a tx-mode claim holds one by its row lock until its
+-- transaction ends, a lease-mode claim by writing its claim token into
+-- lease_token (freed by the trigger below when the lease row goes). Rows
+-- above the limit (a lowered one) block new starts of the key until they
+-- are free, and are then deleted.
+CREATE TABLE pgwake.key_slots (
+    queue       text    NOT NULL,
+    limit_key   text    NOT NULL,
+    slot        integer NOT NULL CHECK (slot > 0),
+    lease_token bigint,
+    PRIMARY KEY (queue, limit_key, slot)
+);
+CREATE INDEX key_slots_lease_token_idx ON pgwake.key_slots (lease_token)
+    WHERE lease_token IS NOT NULL;
+-- Leases that hold a key slot; only their end runs the trigger.
+ALTER TABLE pgwake.leased_jobs ADD COLUMN holds_key_slot boolean NOT NULL DEFAULT false;
+
+-- As functions/queues.sql first defines them.
+CREATE FUNCTION pgwake.release_key_slot() RETURNS trigger
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pgwake AS $$
+BEGIN
+    UPDATE pgwake.key_slots SET lease_token = NULL WHERE lease_token = OLD.token;
+    RETURN NULL;
+END
+$$;
+CREATE TRIGGER leased_jobs_release_key_slot
+    AFTER DELETE ON pgwake.leased_jobs
+    FOR EACH ROW WHEN (OLD.holds_key_slot)
+    EXECUTE FUNCTION pgwake.release_key_slot();
+CREATE FUNCTION pgwake.add_key_slots() RETURNS trigger
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pgwake AS $$
+BEGIN
+    RETURN NULL;
+END
+$$;
+CREATE TRIGGER jobs_add_key_slots
+    AFTER INSERT ON pgwake.jobs
+    FOR EACH ROW WHEN (NEW.limit_key IS NOT NULL)
+    EXECUTE FUNCTION pgwake.add_key_slots();

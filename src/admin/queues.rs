@@ -19,8 +19,8 @@ use serde::Serialize;
 use tokio_postgres::GenericClient;
 
 use crate::db::sql::{
-    Db, QUEUE_LIST, QUEUE_PAUSE, QUEUE_RESUME, QUEUE_SET_FAIR_KEYS, QUEUE_SET_LIMIT_KEY_PATH,
-    QUEUE_SET_MAX_RUNNING, QUEUE_SET_RATE,
+    Db, QUEUE_LIST, QUEUE_PAUSE, QUEUE_RESUME, QUEUE_SET_FAIR_KEYS, QUEUE_SET_KEY_MAX_RUNNING,
+    QUEUE_SET_LIMIT_KEY_PATH, QUEUE_SET_MAX_RUNNING, QUEUE_SET_MAX_RUNNING_PER_KEY, QUEUE_SET_RATE,
 };
 use crate::error::{Error, Result};
 
@@ -45,6 +45,11 @@ pub struct QueueSettings {
     /// Whether claims take the queue's ready jobs in rotation between
     /// limit keys.
     pub fair_keys: bool,
+    /// At most this many jobs of any one limit key run at once across
+    /// every worker (`None`: no per-key limit).
+    pub max_running_per_key: Option<i32>,
+    /// Keys with a limit of their own, by key.
+    pub key_max_running: std::collections::BTreeMap<String, i32>,
 }
 
 /// A rate limit: at most `count` jobs admitted in any window of `per`
@@ -133,6 +138,8 @@ pub async fn list<C: GenericClient>(db: &C) -> Result<Vec<QueueSettings>> {
                 }),
             limit_key_path: r.get(6),
             fair_keys: r.get(7),
+            max_running_per_key: r.get(8),
+            key_max_running: serde_json::from_str(r.get::<_, &str>(9)).unwrap_or_default(),
         })
         .collect())
 }
@@ -211,6 +218,54 @@ pub async fn set_rate<C: GenericClient>(
     Ok(())
 }
 
+/// At most `max_running` jobs of any one limit key of `queue` run at once
+/// across every worker (`None`: no per-key limit). Lowering it stops no
+/// running job: no new job of a key starts until its jobs above the new
+/// limit have ended.
+pub async fn set_max_running_per_key<C: GenericClient>(
+    db: &C,
+    queue: &str,
+    max_running: Option<i32>,
+) -> Result<()> {
+    check_name(queue)?;
+    check_limit("--max-running-per-key", max_running)?;
+    Db::unnamed(db.client())
+        .execute(&QUEUE_SET_MAX_RUNNING_PER_KEY, &[&queue, &max_running])
+        .await
+        .map_err(Error::db("cannot set the queue's max_running_per_key"))?;
+    Ok(())
+}
+
+/// Key `key` of `queue` runs at most `max_running` jobs at once (`None`:
+/// the queue's per-key limit again).
+pub async fn set_key_max_running<C: GenericClient>(
+    db: &C,
+    queue: &str,
+    key: &str,
+    max_running: Option<i32>,
+) -> Result<()> {
+    check_name(queue)?;
+    check_limit("--max-running", max_running)?;
+    Db::unnamed(db.client())
+        .execute(&QUEUE_SET_KEY_MAX_RUNNING, &[&queue, &key, &max_running])
+        .await
+        .map_err(Error::db("cannot set the key's max_running"))?;
+    Ok(())
+}
+
+fn check_limit(flag: &str, max_running: Option<i32>) -> Result<()> {
+    match max_running {
+        Some(n) if !(1..=crate::config::MAX_RUNNING_MAX).contains(&n) => {
+            Err(Error::Config(format!(
+                "{flag} must be between 1 and {} (use --no-{} to remove the limit)",
+                crate::config::MAX_RUNNING_MAX,
+                flag.trim_start_matches("--")
+            )))
+        }
+        _ => Ok(()),
+    }
+}
+
 /// Most bytes of a `limit_key_path` (a payload field name).
 pub const LIMIT_KEY_PATH_MAX: usize = 200;
 
@@ -264,8 +319,8 @@ pub fn render_table(queues: &[QueueSettings]) -> String {
         .unwrap_or(5)
         .max(5);
     let mut out = format!(
-        "{:<width$}  {:<7}  {:>11}  {:>10}  {:<9}  {:<14}  PAUSED AT\n",
-        "QUEUE", "STATE", "MAX RUNNING", "RATE", "FAIR KEYS", "LIMIT KEY PATH"
+        "{:<width$}  {:<7}  {:>11}  {:>10}  {:>11}  {:<9}  {:<14}  PAUSED AT\n",
+        "QUEUE", "STATE", "MAX RUNNING", "RATE", "PER KEY", "FAIR KEYS", "LIMIT KEY PATH"
     );
     for q in queues {
         let state = if q.paused { "paused" } else { "running" };
@@ -273,9 +328,15 @@ pub fn render_table(queues: &[QueueSettings]) -> String {
         let rate = q.rate.map(|r| r.to_string()).unwrap_or("-".into());
         let at = q.paused_at.map(|t| t.to_rfc3339()).unwrap_or_default();
         let fair = if q.fair_keys { "yes" } else { "-" };
+        let per_key = match (q.max_running_per_key, q.key_max_running.len()) {
+            (Some(n), 0) => n.to_string(),
+            (Some(n), k) => format!("{n} (+{k})"),
+            (None, 0) => "-".into(),
+            (None, k) => format!("- (+{k})"),
+        };
         let path = q.limit_key_path.as_deref().unwrap_or("-");
         out.push_str(&format!(
-            "{:<width$}  {:<7}  {max:>11}  {rate:>10}  {fair:<9}  {path:<14}  {at}\n",
+            "{:<width$}  {:<7}  {max:>11}  {rate:>10}  {per_key:>11}  {fair:<9}  {path:<14}  {at}\n",
             q.queue, state
         ));
     }

@@ -129,7 +129,7 @@ async fn the_rotation_takes_keys_in_turn_and_priorities_within_a_key() {
         let rows = c
             .query(
                 "SELECT x.payload ->> 'name' FROM pgwake.jobs x
-                 WHERE x.id IN (SELECT pgwake.fair_key_jobs('q', $1, 1, NULL, '{}'))",
+                 WHERE x.id IN (SELECT f.id FROM pgwake.fair_key_jobs('q', $1, 1, NULL, '{}') f)",
                 &[&order.last().map(|n: &String| n[..1].to_string())],
             )
             .await

@@ -20,9 +20,10 @@
 -- 1..max_running minus those are used, so no new job starts until fewer
 -- than max_running run. The last column says whether the claim took a slot.
 WITH settings AS (
-    SELECT q.max_running, q.rate_count, q.fair_keys FROM pgwake.queues q
+    SELECT q.max_running, q.rate_count, q.fair_keys OR q.key_limits AS by_key, q.key_limits
+    FROM pgwake.queues q
     WHERE q.name = $2::text AND NOT q.paused
-      AND (q.max_running IS NOT NULL OR q.rate_count IS NOT NULL OR q.fair_keys)
+      AND (q.max_running IS NOT NULL OR q.rate_count IS NOT NULL OR q.fair_keys OR q.key_limits)
 ),
 unslotted AS (
     SELECT pgwake.unslotted_running($2::text) AS n
@@ -58,8 +59,21 @@ wanted AS (
     SELECT coalesce((SELECT least(coalesce($5::int8,
                                           CASE WHEN st.rate_count IS NULL THEN $1::int8 ELSE 0 END),
                                  CASE WHEN st.max_running IS NULL THEN $1::int8
-                                      ELSE (SELECT count(*) FROM slots) END)
+                                      ELSE (SELECT count(*) FROM slots) END,
+                                 -- one job per claim transaction under
+                                 -- per-key limits, as under max_running
+                                 CASE WHEN st.key_limits THEN 1 ELSE $1::int8 END)
                     FROM settings st), 0) AS n
+),
+-- A fair-keys queue, or one with per-key limits: in rotation between its
+-- limit keys, after the last key this worker served ($6), each job with the
+-- key slot it holds (locked by this transaction until it ends), if any
+-- (functions/claims.sql).
+picks AS (
+    SELECT p.id, p.key_slot
+    FROM settings st, LATERAL pgwake.fair_key_jobs($2::text, $6::text, (SELECT n FROM wanted),
+                                                   $3::text[], $4::text[]) p
+    WHERE st.by_key
 ),
 c AS (
     DELETE FROM pgwake.jobs
@@ -72,15 +86,11 @@ c AS (
           AND NOT held
           AND CASE WHEN ordering_key IS NULL THEN true
                    ELSE pgwake.ordering_free(ordering_key, priority, coalesce(ordering_at, run_at), id) END
-          AND NOT (SELECT st.fair_keys FROM settings st)
+          AND NOT (SELECT st.by_key FROM settings st)
         ORDER BY priority, run_at, id
         LIMIT (SELECT n FROM wanted)
         FOR UPDATE SKIP LOCKED)
-        -- A fair-keys queue: in rotation between its limit keys, after the
-        -- last key this worker served ($6; functions/claims.sql).
-        || ARRAY(SELECT pgwake.fair_key_jobs($2::text, $6::text, (SELECT n FROM wanted),
-                                             $3::text[], $4::text[])
-                 FROM settings st WHERE st.fair_keys))
+        || ARRAY(SELECT id FROM picks))
     RETURNING *
 )
 SELECT id, queue, task, payload::text, priority, run_at, attempts, max_attempts, last_error,
