@@ -151,9 +151,16 @@ $$;
 -- pgwake.set_queue_limit_key_path('exports', 'customer_id'). Applies to jobs
 -- inserted from the commit on (the insert trigger jobs_fill_limit_key,
 -- migration 0021); jobs already waiting keep their key.
+--
+-- The insert trigger is created by the first call that sets a path (an
+-- installation without paths does not pay for it on every insert): that
+-- call needs a brief lock of pgwake.jobs that waits for running tx-mode
+-- claims (at most 5 s, then it fails and says so: try again). SECURITY
+-- DEFINER: the worker role may set queue settings but does not own the
+-- table.
 CREATE OR REPLACE FUNCTION pgwake.set_queue_limit_key_path(queue text, path text)
 RETURNS void
-LANGUAGE plpgsql AS $$
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pgwake AS $$
 BEGIN
     IF set_queue_limit_key_path.queue IS NULL OR set_queue_limit_key_path.queue = '' THEN
         RAISE EXCEPTION 'pgwake.set_queue_limit_key_path: the queue name must not be empty';
@@ -166,6 +173,20 @@ BEGIN
     INSERT INTO pgwake.queues AS q (name, limit_key_path)
     VALUES (set_queue_limit_key_path.queue, set_queue_limit_key_path.path)
     ON CONFLICT (name) DO UPDATE SET limit_key_path = excluded.limit_key_path, updated_at = now();
+    IF set_queue_limit_key_path.path IS NOT NULL
+       AND NOT EXISTS (SELECT FROM pg_trigger t
+                       WHERE t.tgrelid = 'pgwake.jobs'::regclass AND t.tgname = 'jobs_fill_limit_key') THEN
+        PERFORM set_config('lock_timeout', '5s', true);
+        BEGIN
+            CREATE TRIGGER jobs_fill_limit_key
+                BEFORE INSERT ON pgwake.jobs
+                FOR EACH ROW WHEN (NEW.limit_key IS NULL)
+                EXECUTE FUNCTION pgwake.fill_limit_key();
+        EXCEPTION WHEN lock_not_available THEN
+            RAISE EXCEPTION 'pgwake.set_queue_limit_key_path: the first limit key path creates an insert trigger, which waits for running tx-mode jobs; it waited 5 s: try again (nothing was changed)'
+                USING ERRCODE = 'lock_not_available';
+        END;
+    END IF;
 END
 $$;
 
