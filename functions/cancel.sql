@@ -37,9 +37,9 @@ BEGIN
         )
         INSERT INTO pgwake.dead_jobs
             (id, queue, task, payload, priority, run_at, attempts, max_attempts, last_error,
-             created_at, timeout, ordering_key, unique_key, ordering_at)
+             created_at, timeout, ordering_key, unique_key, ordering_at, limit_key)
         SELECT id, queue, task, payload, priority, run_at, attempts, max_attempts, 'cancelled',
-               created_at, timeout, ordering_key, unique_key, ordering_at
+               created_at, timeout, ordering_key, unique_key, ordering_at, limit_key
         FROM taken
         ON CONFLICT (id) DO UPDATE SET
             queue = excluded.queue, task = excluded.task, payload = excluded.payload,
@@ -47,7 +47,7 @@ BEGIN
             max_attempts = excluded.max_attempts, last_error = excluded.last_error,
             created_at = excluded.created_at, timeout = excluded.timeout,
             ordering_key = excluded.ordering_key, unique_key = excluded.unique_key,
-            ordering_at = excluded.ordering_at, failed_at = now();
+            ordering_at = excluded.ordering_at, limit_key = excluded.limit_key, failed_at = now();
         GET DIAGNOSTICS moved = ROW_COUNT;
         IF moved > 0 THEN
             RETURN 'cancelled';

@@ -30,8 +30,8 @@ END
 $$;
 
 -- Whether the plain claims may take jobs of `queue`: no row of
--- pgwake.queues pauses or limits it (a limited queue is claimed by
--- src/db/sql/claim_*_limited.sql). src/db/sql/claim_{tx,lease}_queue.sql call it
+-- pgwake.queues pauses or limits it, or makes it fair between keys (such a
+-- queue is claimed by src/db/sql/claim_*_limited.sql). src/db/sql/claim_{tx,lease}_queue.sql call it
 -- with the queue as a parameter: a call without columns and not volatile is
 -- a one-time filter of the claim, evaluated once, in the claim's snapshot
 -- (STABLE), as the NOT EXISTS subquery it replaces was. That subquery was
@@ -43,7 +43,8 @@ LANGUAGE plpgsql STABLE AS $$
 BEGIN
     RETURN NOT EXISTS (SELECT FROM pgwake.queues q
                        WHERE q.name = queue
-                         AND (q.paused OR q.max_running IS NOT NULL OR q.rate_count IS NOT NULL));
+                         AND (q.paused OR q.max_running IS NOT NULL OR q.rate_count IS NOT NULL
+                              OR q.fair_keys OR q.key_limits));
 END
 $$;
 
@@ -59,7 +60,8 @@ RETURNS TABLE (id bigint, queue text, task text, payload text, priority integer,
                run_at timestamptz, attempts integer, max_attempts integer, last_error text,
                created_at timestamptz, timeout_s double precision, pickup_s double precision,
                xid text, backend_pid integer,
-               ordering_key text, unique_key text, ordering_at timestamptz)
+               ordering_key text, unique_key text, ordering_at timestamptz,
+               limit_key text)
 LANGUAGE plpgsql VOLATILE
 SET plan_cache_mode = force_generic_plan
 SET enable_sort = off
@@ -85,7 +87,8 @@ BEGIN
               -- Paused and limited queues (limited ones are claimed by
               -- claim_*_limited.sql): one scan of pgwake.queues into a hash.
               AND queue NOT IN (SELECT name FROM pgwake.queues
-                                WHERE paused OR max_running IS NOT NULL OR rate_count IS NOT NULL)
+                                WHERE paused OR max_running IS NOT NULL OR rate_count IS NOT NULL
+                                   OR fair_keys OR key_limits)
               AND (only_tasks IS NULL OR task = ANY(only_tasks)) AND task <> ALL(never_tasks)
               -- Not a keyed job waiting behind an earlier one of its key
               -- (migration 0017): the claim indexes leave those out.
@@ -104,7 +107,7 @@ BEGIN
            extract(epoch FROM clock_timestamp() - greatest(c.created_at, c.run_at))::float8,
            pg_current_xact_id()::text,
            pg_backend_pid(),
-           c.ordering_key, c.unique_key, coalesce(c.ordering_at, c.run_at)
+           c.ordering_key, c.unique_key, coalesce(c.ordering_at, c.run_at), c.limit_key
     FROM c;
 END
 $$;
@@ -116,7 +119,8 @@ RETURNS TABLE (id bigint, queue text, task text, payload text, priority integer,
                run_at timestamptz, attempts integer, max_attempts integer, last_error text,
                created_at timestamptz, timeout_s double precision, pickup_s double precision,
                xid text, backend_pid integer,
-               ordering_key text, unique_key text, ordering_at timestamptz)
+               ordering_key text, unique_key text, ordering_at timestamptz,
+               limit_key text)
 LANGUAGE plpgsql VOLATILE
 SET plan_cache_mode = force_generic_plan
 SET enable_sort = off
@@ -147,7 +151,7 @@ BEGIN
            extract(epoch FROM clock_timestamp() - greatest(c.created_at, c.run_at))::float8,
            pg_current_xact_id()::text,
            pg_backend_pid(),
-           c.ordering_key, c.unique_key, coalesce(c.ordering_at, c.run_at)
+           c.ordering_key, c.unique_key, coalesce(c.ordering_at, c.run_at), c.limit_key
     FROM c;
 END
 $$;
@@ -163,7 +167,8 @@ CREATE OR REPLACE FUNCTION pgwake.claim_lease_all(
 RETURNS TABLE (id bigint, queue text, task text, payload text, priority integer,
                run_at timestamptz, attempts integer, max_attempts integer, last_error text,
                created_at timestamptz, timeout_s double precision, pickup_s double precision,
-               token bigint, ordering_key text, unique_key text, ordering_at timestamptz)
+               token bigint, ordering_key text, unique_key text, ordering_at timestamptz,
+               limit_key text)
 LANGUAGE plpgsql VOLATILE
 SET plan_cache_mode = force_generic_plan
 SET enable_sort = off
@@ -179,7 +184,8 @@ BEGIN
             SELECT ctid FROM pgwake.jobs
             WHERE run_at <= now() AND queue <> ALL(skip_queues)
               AND queue NOT IN (SELECT name FROM pgwake.queues
-                                WHERE paused OR max_running IS NOT NULL OR rate_count IS NOT NULL)
+                                WHERE paused OR max_running IS NOT NULL OR rate_count IS NOT NULL
+                                   OR fair_keys OR key_limits)
               AND (only_tasks IS NULL OR task = ANY(only_tasks)) AND task <> ALL(never_tasks)
               AND NOT held
               AND CASE WHEN ordering_key IS NULL THEN true
@@ -192,16 +198,16 @@ BEGIN
     INSERT INTO pgwake.leased_jobs AS l
         (id, queue, task, payload, priority, run_at, attempts, max_attempts, last_error,
          created_at, timeout, worker_id, leased_at, lease_until, ordering_key, unique_key,
-         ordering_at, holds_slot)
+         ordering_at, holds_slot, limit_key)
     SELECT c.id, c.queue, c.task, c.payload, c.priority, c.run_at, c.attempts + 1,
            c.max_attempts, c.last_error, c.created_at, c.timeout, worker, now(),
            now() + make_interval(secs => lease_seconds), c.ordering_key, c.unique_key,
-           c.ordering_at, false
+           c.ordering_at, false, c.limit_key
     FROM c
     RETURNING l.id, l.queue, l.task, l.payload::text, l.priority, l.run_at, l.attempts,
               l.max_attempts, l.last_error, l.created_at, extract(epoch FROM l.timeout)::float8,
               extract(epoch FROM clock_timestamp() - greatest(l.created_at, l.run_at))::float8,
-              l.token, l.ordering_key, l.unique_key, coalesce(l.ordering_at, l.run_at);
+              l.token, l.ordering_key, l.unique_key, coalesce(l.ordering_at, l.run_at), l.limit_key;
 END
 $$;
 
@@ -212,7 +218,8 @@ CREATE OR REPLACE FUNCTION pgwake.claim_lease_queue(
 RETURNS TABLE (id bigint, queue text, task text, payload text, priority integer,
                run_at timestamptz, attempts integer, max_attempts integer, last_error text,
                created_at timestamptz, timeout_s double precision, pickup_s double precision,
-               token bigint, ordering_key text, unique_key text, ordering_at timestamptz)
+               token bigint, ordering_key text, unique_key text, ordering_at timestamptz,
+               limit_key text)
 LANGUAGE plpgsql VOLATILE
 SET plan_cache_mode = force_generic_plan
 SET enable_sort = off
@@ -240,16 +247,16 @@ BEGIN
     INSERT INTO pgwake.leased_jobs AS l
         (id, queue, task, payload, priority, run_at, attempts, max_attempts, last_error,
          created_at, timeout, worker_id, leased_at, lease_until, ordering_key, unique_key,
-         ordering_at, holds_slot)
+         ordering_at, holds_slot, limit_key)
     SELECT c.id, c.queue, c.task, c.payload, c.priority, c.run_at, c.attempts + 1,
            c.max_attempts, c.last_error, c.created_at, c.timeout, worker, now(),
            now() + make_interval(secs => lease_seconds), c.ordering_key, c.unique_key,
-           c.ordering_at, false
+           c.ordering_at, false, c.limit_key
     FROM c
     RETURNING l.id, l.queue, l.task, l.payload::text, l.priority, l.run_at, l.attempts,
               l.max_attempts, l.last_error, l.created_at, extract(epoch FROM l.timeout)::float8,
               extract(epoch FROM clock_timestamp() - greatest(l.created_at, l.run_at))::float8,
-              l.token, l.ordering_key, l.unique_key, coalesce(l.ordering_at, l.run_at);
+              l.token, l.ordering_key, l.unique_key, coalesce(l.ordering_at, l.run_at), l.limit_key;
 END
 $$;
 
@@ -301,4 +308,169 @@ LANGUAGE sql STABLE AS $$
             WHERE l.queue = unslotted_running.queue AND NOT l.holds_slot)
          + (SELECT count(*) FROM pgwake.tx_batches b, unnest(b.queues) AS bq(name)
             WHERE bq.name = unslotted_running.queue)
+$$;
+
+-- The ready jobs a claim of fair-keys queue `claim_queue` takes (migration
+-- 0021; ARCHITECTURE.md → "Fair keys: a rotation between limit keys"), at
+-- most `wanted`, locked (FOR UPDATE SKIP LOCKED) for the calling claim,
+-- which deletes them; with each, the key slot it holds (per-key limits) or
+-- NULL.
+--
+-- The groups of the queue's ready jobs are its limit keys, in byte order,
+-- and its jobs without a key, one group placed before the first key. A
+-- pass visits every group once, starting after `after_key` (the last key
+-- this worker served; NULL: the start, after the keyless group) and
+-- wrapping around, and takes each group's first ready job in claim order
+-- (priority, run_at, id). Passes repeat until `wanted` jobs are taken or a
+-- pass takes nothing. So a claim of n jobs serves n different groups when
+-- there are that many, and a group with a ready job is served within
+-- ceil(groups / n) claims of one worker, whatever the other groups hold.
+-- Keys are found by a skip scan of jobs_limit_key_ready_idx (one probe per
+-- key visited); the keyless group by a walk of jobs_queue_ready_idx, which
+-- passes the keyed jobs ahead of its first keyless one.
+--
+-- Per-key limits (the queue's `key_limits`): a key's job is taken only with
+-- a free slot of the key (a row of pgwake.key_slots numbered 1..the key's
+-- limit, `lease_token` NULL, locked FOR UPDATE SKIP LOCKED, which
+-- re-checks the token on the newest row version), and no key slot above
+-- the limit may remain (a lowered limit: the free ones are deleted here,
+-- a held one blocks the key until its job ends). A full key is passed
+-- over, never waited for: the rotation goes on to the next key.
+DROP FUNCTION IF EXISTS pgwake.fair_key_jobs(text, text, bigint, text[], text[]);
+CREATE OR REPLACE FUNCTION pgwake.fair_key_jobs(
+    claim_queue text, after_key text, wanted bigint, only_tasks text[], never_tasks text[])
+RETURNS TABLE (id bigint, key_slot integer)
+LANGUAGE plpgsql VOLATILE
+SET enable_sort = off
+SET jit = off
+AS $$
+#variable_conflict use_variable
+DECLARE
+    picked bigint[] := '{}';
+    slot_keys text[] := '{}';
+    slot_nos integer[] := '{}';
+    k text;
+    j bigint;
+    ks integer;
+    lim integer;
+    per_key integer;
+    limited boolean;
+    took boolean;
+    part integer;
+BEGIN
+    IF coalesce(wanted, 0) < 1 THEN
+        RETURN;
+    END IF;
+    SELECT q.key_limits, q.max_running_per_key INTO limited, per_key
+    FROM pgwake.queues q WHERE q.name = claim_queue;
+    limited := coalesce(limited, false);
+    LOOP
+        took := false;
+        -- part 1: keys after after_key; 2: the keyless group; 3: keys from
+        -- the first up to after_key.
+        FOR part IN 1..3 LOOP
+            IF part = 2 THEN
+                SELECT x.id INTO j FROM pgwake.jobs x
+                WHERE x.queue = claim_queue AND x.limit_key IS NULL AND NOT x.held
+                  AND x.run_at <= now()
+                  AND (only_tasks IS NULL OR x.task = ANY(only_tasks)) AND x.task <> ALL(never_tasks)
+                  AND x.id <> ALL(picked)
+                  AND CASE WHEN x.ordering_key IS NULL THEN true
+                           ELSE pgwake.ordering_free(x.ordering_key, x.priority,
+                                                     coalesce(x.ordering_at, x.run_at), x.id) END
+                ORDER BY x.queue, x.priority, x.run_at, x.id
+                LIMIT 1
+                FOR UPDATE SKIP LOCKED;
+                IF FOUND THEN
+                    picked := picked || j;
+                    took := true;
+                    id := j;
+                    key_slot := NULL;
+                    RETURN NEXT;
+                    IF cardinality(picked) >= wanted THEN
+                        RETURN;
+                    END IF;
+                END IF;
+                CONTINUE;
+            END IF;
+            IF part = 3 AND after_key IS NULL THEN
+                CONTINUE;
+            END IF;
+            k := CASE WHEN part = 1 THEN after_key END;
+            LOOP
+                -- The next key of a ready-or-scheduled job (skip scan).
+                SELECT x.limit_key INTO k FROM pgwake.jobs x
+                WHERE x.queue = claim_queue AND x.limit_key IS NOT NULL AND NOT x.held
+                  AND (k IS NULL OR x.limit_key COLLATE "C" > k)
+                ORDER BY x.queue, x.limit_key COLLATE "C"
+                LIMIT 1;
+                EXIT WHEN NOT FOUND;
+                EXIT WHEN part = 3 AND k COLLATE "C" > after_key;
+                ks := NULL;
+                lim := NULL;
+                IF limited THEN
+                    lim := coalesce((SELECT l.max_running FROM pgwake.queue_key_limits l
+                                     WHERE l.queue = claim_queue AND l.limit_key = k), per_key);
+                END IF;
+                IF lim IS NOT NULL THEN
+                    -- A job to take, first (no lock): a slot is locked only
+                    -- for a key that has one.
+                    CONTINUE WHEN NOT EXISTS (
+                        SELECT FROM pgwake.jobs x
+                        WHERE x.queue = claim_queue AND x.limit_key COLLATE "C" = k AND NOT x.held
+                          AND x.run_at <= now()
+                          AND (only_tasks IS NULL OR x.task = ANY(only_tasks))
+                          AND x.task <> ALL(never_tasks)
+                          AND x.id <> ALL(picked));
+                    -- A lowered limit: free rows above it go; a held one
+                    -- blocks the key.
+                    DELETE FROM pgwake.key_slots s
+                    WHERE (s.queue, s.limit_key, s.slot) IN (
+                        SELECT y.queue, y.limit_key, y.slot FROM pgwake.key_slots y
+                        WHERE y.queue = claim_queue AND y.limit_key = k AND y.slot > lim
+                          AND y.lease_token IS NULL
+                        FOR UPDATE OF y SKIP LOCKED);
+                    CONTINUE WHEN EXISTS (SELECT FROM pgwake.key_slots y
+                                          WHERE y.queue = claim_queue AND y.limit_key = k
+                                            AND y.slot > lim);
+                    SELECT y.slot INTO ks FROM pgwake.key_slots y
+                    WHERE y.queue = claim_queue AND y.limit_key = k AND y.slot <= lim
+                      AND y.lease_token IS NULL
+                      AND NOT EXISTS (SELECT FROM unnest(slot_keys, slot_nos) AS t(tk, tn)
+                                      WHERE tk = k AND tn = y.slot)
+                    ORDER BY y.slot
+                    LIMIT 1
+                    FOR UPDATE OF y SKIP LOCKED;
+                    CONTINUE WHEN NOT FOUND;
+                END IF;
+                SELECT x.id INTO j FROM pgwake.jobs x
+                WHERE x.queue = claim_queue AND x.limit_key COLLATE "C" = k AND NOT x.held
+                  AND x.run_at <= now()
+                  AND (only_tasks IS NULL OR x.task = ANY(only_tasks)) AND x.task <> ALL(never_tasks)
+                  AND x.id <> ALL(picked)
+                  AND CASE WHEN x.ordering_key IS NULL THEN true
+                           ELSE pgwake.ordering_free(x.ordering_key, x.priority,
+                                                     coalesce(x.ordering_at, x.run_at), x.id) END
+                ORDER BY x.queue, x.limit_key COLLATE "C", x.priority, x.run_at, x.id
+                LIMIT 1
+                FOR UPDATE SKIP LOCKED;
+                IF FOUND THEN
+                    picked := picked || j;
+                    IF ks IS NOT NULL THEN
+                        slot_keys := slot_keys || k;
+                        slot_nos := slot_nos || ks;
+                    END IF;
+                    took := true;
+                    id := j;
+                    key_slot := ks;
+                    RETURN NEXT;
+                    IF cardinality(picked) >= wanted THEN
+                        RETURN;
+                    END IF;
+                END IF;
+            END LOOP;
+        END LOOP;
+        EXIT WHEN NOT took;
+    END LOOP;
+END
 $$;

@@ -6,6 +6,8 @@
 -- returns the waiting job's id and raises a NOTICE saying so
 -- (pgwake.enqueue_unique returns (id, duplicate) instead);
 -- `unique_running`: a running job of the key counts too.
+-- `limit_key`: who the job is for, for the queue's per-key settings (NULL:
+-- the queue's `limit_key_path` field of the payload, if it has one).
 CREATE OR REPLACE FUNCTION pgwake.enqueue(
     task         text,
     payload      jsonb       DEFAULT '{}'::jsonb,
@@ -16,7 +18,8 @@ CREATE OR REPLACE FUNCTION pgwake.enqueue(
     timeout      interval    DEFAULT NULL,
     ordering_key text        DEFAULT NULL,
     unique_key   text        DEFAULT NULL,
-    unique_running boolean   DEFAULT false
+    unique_running boolean   DEFAULT false,
+    limit_key    text        DEFAULT NULL
 ) RETURNS bigint
 LANGUAGE plpgsql AS $$
 DECLARE
@@ -24,17 +27,17 @@ DECLARE
 BEGIN
     IF enqueue.unique_key IS NULL THEN
         INSERT INTO pgwake.jobs (task, payload, queue, run_at, priority, max_attempts, timeout,
-                                 ordering_key)
+                                 ordering_key, limit_key)
         VALUES (enqueue.task, coalesce(enqueue.payload, '{}'::jsonb),
                 coalesce(enqueue.queue, 'default'), coalesce(enqueue.run_at, now()),
                 coalesce(enqueue.priority, 0), coalesce(enqueue.max_attempts, 25),
-                enqueue.timeout, enqueue.ordering_key)
+                enqueue.timeout, enqueue.ordering_key, enqueue.limit_key)
         RETURNING id INTO r;
         RETURN r.id;
     END IF;
     SELECT * INTO r FROM pgwake.enqueue_unique(enqueue.task, enqueue.payload, enqueue.queue,
         enqueue.run_at, enqueue.priority, enqueue.max_attempts, enqueue.timeout,
-        enqueue.ordering_key, enqueue.unique_key, enqueue.unique_running);
+        enqueue.ordering_key, enqueue.unique_key, enqueue.unique_running, enqueue.limit_key);
     IF r.duplicate THEN
         RAISE NOTICE 'pgwake.enqueue: duplicate: job % already waits (or runs) with unique_key %',
             r.id, enqueue.unique_key;

@@ -196,6 +196,10 @@ $$;
 -- cancelled) or finished (history) at or after it. Ids above `after_id`,
 -- ascending, at most `page` rows (1 to 1000).
 DROP FUNCTION IF EXISTS pgwake.list_jobs(text, text, text, text, text, jsonb, bigint, integer);
+-- Its result gained job_limit_key (migration 0021): a result type is not
+-- changed by CREATE OR REPLACE.
+DROP FUNCTION IF EXISTS pgwake.list_jobs(text, text, text, text, text, jsonb, bigint, integer,
+                                         timestamptz);
 CREATE OR REPLACE FUNCTION pgwake.list_jobs(
     state        text    DEFAULT NULL,
     queue        text    DEFAULT NULL,
@@ -209,7 +213,7 @@ CREATE OR REPLACE FUNCTION pgwake.list_jobs(
 RETURNS TABLE (id bigint, job_state text, job_queue text, job_task text, priority integer,
                attempts integer, max_attempts integer, run_at timestamptz,
                created_at timestamptz, job_ordering_key text, job_unique_key text,
-               worker text, last_error text)
+               worker text, last_error text, job_limit_key text)
 LANGUAGE plpgsql STABLE AS $$
 DECLARE
     lim integer := least(greatest(coalesce(page, 100), 1), 1000);
@@ -227,7 +231,7 @@ BEGIN
                     WHEN j.run_at > now() THEN 'scheduled'
                     ELSE 'waiting' END AS s,
                j.queue, j.task, j.priority, j.attempts, j.max_attempts, j.run_at, j.created_at,
-               j.ordering_key, j.unique_key, NULL::text, j.last_error
+               j.ordering_key, j.unique_key, NULL::text, j.last_error, j.limit_key
         FROM pgwake.jobs j
         WHERE (state IS NULL OR state IN ('waiting', 'scheduled', 'running'))
           AND j.id > coalesce(after_id, 0)
@@ -239,7 +243,7 @@ BEGIN
           AND (list_jobs.since IS NULL OR j.created_at >= list_jobs.since)
         UNION ALL
         SELECT l.id, 'running', l.queue, l.task, l.priority, l.attempts, l.max_attempts, l.run_at,
-               l.created_at, l.ordering_key, l.unique_key, l.worker_id, l.last_error
+               l.created_at, l.ordering_key, l.unique_key, l.worker_id, l.last_error, l.limit_key
         FROM pgwake.leased_jobs l
         WHERE (state IS NULL OR state = 'running')
           AND l.id > coalesce(after_id, 0)
@@ -252,7 +256,7 @@ BEGIN
         UNION ALL
         SELECT d.id, CASE WHEN d.last_error = 'cancelled' THEN 'cancelled' ELSE 'dead' END,
                d.queue, d.task, d.priority, d.attempts, d.max_attempts, d.run_at, d.created_at,
-               d.ordering_key, d.unique_key, NULL::text, d.last_error
+               d.ordering_key, d.unique_key, NULL::text, d.last_error, d.limit_key
         FROM pgwake.dead_jobs d
         WHERE (state IS NULL OR state IN ('dead', 'cancelled'))
           AND (state IS NULL OR (state = 'cancelled') = (d.last_error = 'cancelled'))
@@ -265,7 +269,7 @@ BEGIN
           AND (list_jobs.since IS NULL OR d.failed_at >= list_jobs.since)
         UNION ALL
         SELECT f.id, f.outcome, f.queue, f.task, NULL::integer, f.attempts, NULL::integer, NULL::timestamptz,
-               f.enqueued_at, NULL::text, f.unique_key, f.worker, f.error
+               f.enqueued_at, NULL::text, f.unique_key, f.worker, f.error, f.limit_key
         FROM pgwake.finished_jobs f
         WHERE state = 'finished'
           AND f.id > coalesce(after_id, 0)
@@ -274,7 +278,7 @@ BEGIN
           AND (list_jobs.unique_key IS NULL OR f.unique_key = list_jobs.unique_key)
           AND (list_jobs.payload IS NULL OR f.payload @> list_jobs.payload)
           AND (list_jobs.since IS NULL OR f.finished_at >= list_jobs.since)
-    ) all_jobs (id, s, q, t, p, a, m, r, c, ok, uk, w, e)
+    ) all_jobs (id, s, q, t, p, a, m, r, c, ok, uk, w, e, lk)
     WHERE state IS NULL OR state = 'finished' OR all_jobs.s = state
     ORDER BY all_jobs.id
     LIMIT lim;

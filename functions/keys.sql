@@ -69,6 +69,7 @@ CREATE OR REPLACE FUNCTION pgwake.enqueue_unique(
     ordering_key text        DEFAULT NULL,
     unique_key   text        DEFAULT NULL,
     unique_running boolean   DEFAULT false,
+    limit_key    text        DEFAULT NULL,
     OUT id        bigint,
     OUT duplicate boolean
 )
@@ -103,13 +104,14 @@ BEGIN
             BEGIN
                 INSERT INTO pgwake.jobs AS j
                     (task, payload, queue, run_at, priority, max_attempts, timeout, ordering_key,
-                     unique_key)
+                     unique_key, limit_key)
                 VALUES (enqueue_unique.task, coalesce(enqueue_unique.payload, '{}'::jsonb),
                         coalesce(enqueue_unique.queue, 'default'),
                         coalesce(enqueue_unique.run_at, now()),
                         coalesce(enqueue_unique.priority, 0),
                         coalesce(enqueue_unique.max_attempts, 25), enqueue_unique.timeout,
-                        enqueue_unique.ordering_key, enqueue_unique.unique_key)
+                        enqueue_unique.ordering_key, enqueue_unique.unique_key,
+                        enqueue_unique.limit_key)
                 ON CONFLICT (unique_key) WHERE unique_key IS NOT NULL DO NOTHING
                 RETURNING j.id INTO enqueue_unique.id;
                 inserted := FOUND;
@@ -128,11 +130,12 @@ BEGIN
         ELSE
             INSERT INTO pgwake.jobs AS j
                 (task, payload, queue, run_at, priority, max_attempts, timeout, ordering_key,
-                 unique_key)
+                 unique_key, limit_key)
             VALUES (enqueue_unique.task, coalesce(enqueue_unique.payload, '{}'::jsonb),
                     coalesce(enqueue_unique.queue, 'default'), coalesce(enqueue_unique.run_at, now()),
                     coalesce(enqueue_unique.priority, 0), coalesce(enqueue_unique.max_attempts, 25),
-                    enqueue_unique.timeout, enqueue_unique.ordering_key, enqueue_unique.unique_key)
+                    enqueue_unique.timeout, enqueue_unique.ordering_key, enqueue_unique.unique_key,
+                    enqueue_unique.limit_key)
             ON CONFLICT (unique_key) WHERE unique_key IS NOT NULL DO NOTHING
             RETURNING j.id INTO enqueue_unique.id;
             inserted := FOUND;

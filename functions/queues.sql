@@ -145,3 +145,219 @@ BEGIN
     PERFORM pg_notify('pgwake', set_queue_rate.queue);
 END
 $$;
+
+-- Jobs of the queue enqueued without a limit key take the payload's
+-- top-level field `path` as their key (NULL path: none), for example
+-- pgwake.set_queue_limit_key_path('exports', 'customer_id'). Applies to jobs
+-- inserted from the commit on (the insert trigger jobs_fill_limit_key,
+-- migration 0021); jobs already waiting keep their key.
+--
+-- The insert trigger is created by the first call that sets a path (an
+-- installation without paths does not pay for it on every insert): that
+-- call needs a brief lock of pgwake.jobs that waits for running tx-mode
+-- claims (at most 5 s, then it fails and says so: try again). SECURITY
+-- DEFINER: the worker role may set queue settings but does not own the
+-- table.
+CREATE OR REPLACE FUNCTION pgwake.set_queue_limit_key_path(queue text, path text)
+RETURNS void
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pgwake AS $$
+BEGIN
+    IF set_queue_limit_key_path.queue IS NULL OR set_queue_limit_key_path.queue = '' THEN
+        RAISE EXCEPTION 'pgwake.set_queue_limit_key_path: the queue name must not be empty';
+    END IF;
+    IF set_queue_limit_key_path.path = '' OR octet_length(set_queue_limit_key_path.path) > 200
+       OR set_queue_limit_key_path.path ~ '[[:cntrl:]]' THEN
+        RAISE EXCEPTION 'pgwake.set_queue_limit_key_path: the path must be a payload field name of 1 to 200 bytes without control characters (NULL: none), got %',
+            quote_literal(set_queue_limit_key_path.path);
+    END IF;
+    INSERT INTO pgwake.queues AS q (name, limit_key_path)
+    VALUES (set_queue_limit_key_path.queue, set_queue_limit_key_path.path)
+    ON CONFLICT (name) DO UPDATE SET limit_key_path = excluded.limit_key_path, updated_at = now();
+    IF set_queue_limit_key_path.path IS NOT NULL
+       AND NOT EXISTS (SELECT FROM pg_trigger t
+                       WHERE t.tgrelid = 'pgwake.jobs'::regclass AND t.tgname = 'jobs_fill_limit_key') THEN
+        PERFORM set_config('lock_timeout', '5s', true);
+        BEGIN
+            CREATE TRIGGER jobs_fill_limit_key
+                BEFORE INSERT ON pgwake.jobs
+                FOR EACH ROW WHEN (NEW.limit_key IS NULL)
+                EXECUTE FUNCTION pgwake.fill_limit_key();
+        EXCEPTION WHEN lock_not_available THEN
+            RAISE EXCEPTION 'pgwake.set_queue_limit_key_path: the first limit key path creates an insert trigger, which waits for running tx-mode jobs; it waited 5 s: try again (nothing was changed)'
+                USING ERRCODE = 'lock_not_available';
+        END;
+    END IF;
+END
+$$;
+
+-- Claims of the queue take its ready jobs in rotation between limit keys
+-- (on) or in plain claim order (off); see src/db/sql/claim_*_fair_keys.sql.
+CREATE OR REPLACE FUNCTION pgwake.set_queue_fair_keys(queue text, fair boolean)
+RETURNS void
+LANGUAGE plpgsql AS $$
+BEGIN
+    IF set_queue_fair_keys.queue IS NULL OR set_queue_fair_keys.queue = '' THEN
+        RAISE EXCEPTION 'pgwake.set_queue_fair_keys: the queue name must not be empty';
+    END IF;
+    INSERT INTO pgwake.queues AS q (name, fair_keys)
+    VALUES (set_queue_fair_keys.queue, coalesce(set_queue_fair_keys.fair, false))
+    ON CONFLICT (name) DO UPDATE SET fair_keys = excluded.fair_keys, updated_at = now();
+    PERFORM pg_notify('pgwake', set_queue_fair_keys.queue);
+END
+$$;
+
+-- The insert trigger of migration 0021: a job inserted without a limit key
+-- takes the payload field its queue's `limit_key_path` names (none: NULL).
+-- SECURITY DEFINER: a producer need not read pgwake.queues.
+CREATE OR REPLACE FUNCTION pgwake.fill_limit_key() RETURNS trigger
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pgwake AS $$
+BEGIN
+    NEW.limit_key := NEW.payload ->> (SELECT q.limit_key_path FROM pgwake.queues q
+                                      WHERE q.name = NEW.queue);
+    RETURN NEW;
+END
+$$;
+
+-- A lease that held a key slot ended (done, retried, buried, rescued,
+-- cancelled): its slot is free in the same transaction. Fenced by the
+-- claim token, never reused: a second release matches nothing.
+CREATE OR REPLACE FUNCTION pgwake.release_key_slot() RETURNS trigger
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pgwake AS $$
+BEGIN
+    UPDATE pgwake.key_slots SET lease_token = NULL WHERE lease_token = OLD.token;
+    RETURN NULL;
+END
+$$;
+
+-- The slots 1..limit of a keyed job's key, when its queue has per-key
+-- limits and the key has none yet: made by the producer's insert, so that
+-- a claim (which may hold its transaction while the job runs) only ever
+-- locks rows, never inserts one another claim would wait for.
+CREATE OR REPLACE FUNCTION pgwake.add_key_slots() RETURNS trigger
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pgwake AS $$
+DECLARE
+    lim integer;
+BEGIN
+    SELECT coalesce((SELECT l.max_running FROM pgwake.queue_key_limits l
+                     WHERE l.queue = NEW.queue AND l.limit_key = NEW.limit_key),
+                    q.max_running_per_key)
+    INTO lim
+    FROM pgwake.queues q WHERE q.name = NEW.queue AND q.key_limits;
+    IF lim IS NOT NULL AND NOT EXISTS (SELECT 1 FROM pgwake.key_slots s
+                                       WHERE s.queue = NEW.queue AND s.limit_key = NEW.limit_key) THEN
+        INSERT INTO pgwake.key_slots (queue, limit_key, slot)
+        SELECT NEW.queue, NEW.limit_key, g FROM generate_series(1, lim) g
+        ON CONFLICT DO NOTHING;
+    END IF;
+    RETURN NULL;
+END
+$$;
+
+-- Give the keys of `queue` their slots for the current limits: rows
+-- 1..limit for every key with a waiting or running job or with rows
+-- already; the free rows above a key's limit are deleted (held ones stay
+-- and block the key's new starts until they are free).
+CREATE OR REPLACE FUNCTION pgwake.resize_key_slots(queue text) RETURNS void
+LANGUAGE plpgsql AS $$
+#variable_conflict use_column
+DECLARE
+    per_key integer;
+BEGIN
+    SELECT q.max_running_per_key INTO per_key FROM pgwake.queues q WHERE q.name = resize_key_slots.queue;
+    WITH keys AS (
+        SELECT j.limit_key FROM pgwake.jobs j
+        WHERE j.queue = resize_key_slots.queue AND j.limit_key IS NOT NULL
+        UNION
+        SELECT l.limit_key FROM pgwake.leased_jobs l
+        WHERE l.queue = resize_key_slots.queue AND l.limit_key IS NOT NULL
+        UNION
+        SELECT s.limit_key FROM pgwake.key_slots s WHERE s.queue = resize_key_slots.queue
+        UNION
+        SELECT k.limit_key FROM pgwake.queue_key_limits k WHERE k.queue = resize_key_slots.queue
+    ),
+    limits AS (
+        SELECT keys.limit_key,
+               coalesce((SELECT k.max_running FROM pgwake.queue_key_limits k
+                         WHERE k.queue = resize_key_slots.queue AND k.limit_key = keys.limit_key),
+                        per_key) AS lim
+        FROM keys
+    ),
+    added AS (
+        INSERT INTO pgwake.key_slots (queue, limit_key, slot)
+        SELECT resize_key_slots.queue, limits.limit_key, g
+        FROM limits, generate_series(1, limits.lim) g
+        WHERE limits.lim IS NOT NULL
+        ON CONFLICT DO NOTHING
+    )
+    DELETE FROM pgwake.key_slots s
+    WHERE (s.queue, s.limit_key, s.slot) IN (
+        SELECT x.queue, x.limit_key, x.slot
+        FROM pgwake.key_slots x LEFT JOIN limits ON limits.limit_key = x.limit_key
+        WHERE x.queue = resize_key_slots.queue AND x.lease_token IS NULL
+          AND (limits.lim IS NULL OR x.slot > limits.lim)
+        FOR UPDATE OF x SKIP LOCKED);
+    UPDATE pgwake.queues q
+    SET key_limits = q.max_running_per_key IS NOT NULL
+                     OR EXISTS (SELECT 1 FROM pgwake.queue_key_limits k WHERE k.queue = q.name),
+        updated_at = now()
+    WHERE q.name = resize_key_slots.queue;
+    -- More slots, or none: idle workers may start jobs now.
+    PERFORM pg_notify('pgwake', resize_key_slots.queue);
+END
+$$;
+
+-- At most `max_running` jobs of any one limit key of the queue run at once,
+-- across every worker (NULL: no per-key limit); a key's own limit
+-- (set_queue_key_max_running) takes precedence.
+CREATE OR REPLACE FUNCTION pgwake.set_queue_max_running_per_key(queue text, max_running integer)
+RETURNS void
+LANGUAGE plpgsql AS $$
+BEGIN
+    IF set_queue_max_running_per_key.queue IS NULL OR set_queue_max_running_per_key.queue = '' THEN
+        RAISE EXCEPTION 'pgwake.set_queue_max_running_per_key: the queue name must not be empty';
+    END IF;
+    IF set_queue_max_running_per_key.max_running NOT BETWEEN 1 AND 100000 THEN
+        RAISE EXCEPTION 'pgwake.set_queue_max_running_per_key: max_running must be between 1 and 100000 (NULL: no limit), got %',
+            set_queue_max_running_per_key.max_running;
+    END IF;
+    -- The upsert locks the queue's row: concurrent changes run one at a time.
+    INSERT INTO pgwake.queues AS q (name, max_running_per_key)
+    VALUES (set_queue_max_running_per_key.queue, set_queue_max_running_per_key.max_running)
+    ON CONFLICT (name) DO UPDATE SET max_running_per_key = excluded.max_running_per_key,
+                                     updated_at = now();
+    PERFORM pgwake.resize_key_slots(set_queue_max_running_per_key.queue);
+END
+$$;
+
+-- Key `limit_key` of the queue runs at most `max_running` jobs at once
+-- (NULL: the queue's max_running_per_key again).
+CREATE OR REPLACE FUNCTION pgwake.set_queue_key_max_running(queue text, limit_key text, max_running integer)
+RETURNS void
+LANGUAGE plpgsql AS $$
+#variable_conflict use_column
+BEGIN
+    IF set_queue_key_max_running.queue IS NULL OR set_queue_key_max_running.queue = '' THEN
+        RAISE EXCEPTION 'pgwake.set_queue_key_max_running: the queue name must not be empty';
+    END IF;
+    IF set_queue_key_max_running.limit_key IS NULL THEN
+        RAISE EXCEPTION 'pgwake.set_queue_key_max_running: the limit key must not be NULL';
+    END IF;
+    IF set_queue_key_max_running.max_running NOT BETWEEN 1 AND 100000 THEN
+        RAISE EXCEPTION 'pgwake.set_queue_key_max_running: max_running must be between 1 and 100000 (NULL: the queue''s per-key limit), got %',
+            set_queue_key_max_running.max_running;
+    END IF;
+    INSERT INTO pgwake.queues AS q (name) VALUES (set_queue_key_max_running.queue)
+    ON CONFLICT (name) DO UPDATE SET updated_at = now();
+    IF set_queue_key_max_running.max_running IS NULL THEN
+        DELETE FROM pgwake.queue_key_limits k
+        WHERE k.queue = set_queue_key_max_running.queue
+          AND k.limit_key = set_queue_key_max_running.limit_key;
+    ELSE
+        INSERT INTO pgwake.queue_key_limits AS k (queue, limit_key, max_running)
+        VALUES (set_queue_key_max_running.queue, set_queue_key_max_running.limit_key,
+                set_queue_key_max_running.max_running)
+        ON CONFLICT (queue, limit_key) DO UPDATE SET max_running = excluded.max_running;
+    END IF;
+    PERFORM pgwake.resize_key_slots(set_queue_key_max_running.queue);
+END
+$$;

@@ -31,7 +31,8 @@ BEGIN
             IF l.attempts < l.max_attempts AND NOT cancelled THEN
                 INSERT INTO pgwake.jobs
                     (id, queue, task, payload, priority, run_at, attempts, max_attempts,
-                     last_error, created_at, timeout, ordering_key, unique_key, ordering_at)
+                     last_error, created_at, timeout, ordering_key, unique_key, ordering_at,
+                     limit_key)
                 VALUES (l.id, l.queue, l.task, l.payload, l.priority, now(), l.attempts,
                         l.max_attempts,
                         format('lease expired on attempt %s (worker %s stopped heartbeating)',
@@ -40,13 +41,13 @@ BEGIN
                         -- a job enqueued with this unique key meanwhile keeps
                         -- it; never waits (keys.sql)
                         pgwake.requeued_unique_key(l.unique_key),
-                        coalesce(l.ordering_at, l.run_at));
+                        coalesce(l.ordering_at, l.run_at), l.limit_key);
                 what := 'requeued';
             ELSE
                 INSERT INTO pgwake.dead_jobs AS d
                     (id, queue, task, payload, priority, run_at, attempts, max_attempts,
                      last_error, created_at, timeout, worker_id, started_at, ordering_key,
-                     unique_key, ordering_at)
+                     unique_key, ordering_at, limit_key)
                 VALUES (l.id, l.queue, l.task, l.payload, l.priority, l.run_at,
                         least(l.attempts, l.max_attempts), l.max_attempts,
                         CASE WHEN cancelled THEN 'cancelled'
@@ -54,7 +55,7 @@ BEGIN
                                          l.attempts, l.max_attempts, l.worker_id)
                         END,
                         l.created_at, l.timeout, l.worker_id, l.leased_at, l.ordering_key,
-                        l.unique_key, l.ordering_at)
+                        l.unique_key, l.ordering_at, l.limit_key)
                 ON CONFLICT (id) DO UPDATE SET
                     queue = excluded.queue, task = excluded.task, payload = excluded.payload,
                     priority = excluded.priority, run_at = excluded.run_at,
@@ -63,7 +64,7 @@ BEGIN
                     timeout = excluded.timeout, worker_id = excluded.worker_id,
                     started_at = excluded.started_at, ordering_key = excluded.ordering_key,
                     unique_key = excluded.unique_key, ordering_at = excluded.ordering_at,
-                    failed_at = now();
+                    limit_key = excluded.limit_key, failed_at = now();
                 what := 'dead';
             END IF;
         EXCEPTION WHEN OTHERS THEN

@@ -22,7 +22,7 @@ BEGIN
     EXECUTE format('GRANT SELECT ON pgwake.waiting_workers TO %s', role);
     -- `pgwake enqueue` checks the schema version first.
     EXECUTE format('GRANT SELECT ON pgwake.schema_migrations TO %s', role);
-    EXECUTE format('GRANT EXECUTE ON FUNCTION pgwake.enqueue(text, jsonb, text, timestamptz, integer, integer, interval, text, text, boolean), pgwake.enqueue_unique(text, jsonb, text, timestamptz, integer, integer, interval, text, text, boolean) TO %s', role);
+    EXECUTE format('GRANT EXECUTE ON FUNCTION pgwake.enqueue(text, jsonb, text, timestamptz, integer, integer, interval, text, text, boolean, text), pgwake.enqueue_unique(text, jsonb, text, timestamptz, integer, integer, interval, text, text, boolean, text) TO %s', role);
 END
 $$;
 
@@ -43,14 +43,14 @@ BEGIN
     -- Recurring jobs: `pgwake schedule …` and the view of them.
     EXECUTE format('GRANT SELECT ON pgwake.schedule_list TO %s', role);
     EXECUTE format('GRANT USAGE, SELECT ON ALL SEQUENCES IN SCHEMA pgwake TO %s', role);
-    EXECUTE format('GRANT EXECUTE ON FUNCTION pgwake.enqueue(text, jsonb, text, timestamptz, integer, integer, interval, text, text, boolean), pgwake.enqueue_unique(text, jsonb, text, timestamptz, integer, integer, interval, text, text, boolean) TO %s', role);
+    EXECUTE format('GRANT EXECUTE ON FUNCTION pgwake.enqueue(text, jsonb, text, timestamptz, integer, integer, interval, text, text, boolean, text), pgwake.enqueue_unique(text, jsonb, text, timestamptz, integer, integer, interval, text, text, boolean, text) TO %s', role);
     -- History: partitions are created ahead and dropped by the worker.
     EXECUTE format('GRANT EXECUTE ON FUNCTION pgwake.history_partition(date) TO %s', role);
     EXECUTE format('GRANT EXECUTE ON FUNCTION pgwake.history_maintain(interval, integer, interval) TO %s', role);
     -- `pgwake cancel`: an operator's action, like `pgwake dead retry`.
     EXECUTE format('GRANT EXECUTE ON FUNCTION pgwake.cancel(bigint), pgwake.request_cancel(bigint) TO %s', role);
     -- `pgwake queue pause|resume|set`: an operator's action.
-    EXECUTE format('GRANT EXECUTE ON FUNCTION pgwake.pause_queue(text), pgwake.resume_queue(text), pgwake.set_queue_max_running(text, integer), pgwake.set_queue_rate(text, integer, interval) TO %s', role);
+    EXECUTE format('GRANT EXECUTE ON FUNCTION pgwake.pause_queue(text), pgwake.resume_queue(text), pgwake.set_queue_max_running(text, integer), pgwake.set_queue_rate(text, integer, interval), pgwake.set_queue_limit_key_path(text, text), pgwake.set_queue_fair_keys(text, boolean), pgwake.set_queue_max_running_per_key(text, integer), pgwake.set_queue_key_max_running(text, text, integer) TO %s', role);
 END
 $$;
 

@@ -64,6 +64,12 @@ pub struct NewJob {
     /// false.
     #[serde(default)]
     pub unique_running: Option<bool>,
+    /// Who the job is for (a customer, a tenant), for its queue's per-key
+    /// settings: fairness between keys (docs/src/queues.md → Limit keys).
+    /// Default none: the queue's `limit_key_path` field of the payload, if
+    /// the queue has one.
+    #[serde(default)]
+    pub limit_key: Option<String>,
     /// Run this long after the database's `now()` (not this machine's
     /// clock, which may be off). Ignored when `run_at` is set. Not read from
     /// NDJSON (use `run_at` there).
@@ -85,6 +91,7 @@ impl NewJob {
             ordering_key: None,
             unique_key: None,
             unique_running: None,
+            limit_key: None,
             delay: None,
         }
     }
@@ -99,6 +106,13 @@ impl NewJob {
     /// [`enqueue_detailed`]).
     pub fn unique_key(mut self, key: impl Into<String>) -> NewJob {
         self.unique_key = Some(key.into());
+        self
+    }
+
+    /// For limit key `key` (a customer, a tenant): the queue's per-key
+    /// settings apply to it.
+    pub fn limit_key(mut self, key: impl Into<String>) -> NewJob {
+        self.limit_key = Some(key.into());
         self
     }
 
@@ -185,6 +199,7 @@ impl NewJob {
         for (name, key) in [
             ("unique_key", &self.unique_key),
             ("ordering_key", &self.ordering_key),
+            ("limit_key", &self.limit_key),
         ] {
             if key
                 .as_ref()
@@ -298,6 +313,7 @@ pub async fn enqueue_many_detailed<C: GenericClient>(
     let ordering_key: Vec<Option<&str>> = jobs.iter().map(|j| j.ordering_key.as_deref()).collect();
     let unique_key: Vec<Option<&str>> = jobs.iter().map(|j| j.unique_key.as_deref()).collect();
     let unique_running: Vec<Option<bool>> = jobs.iter().map(|j| j.unique_running).collect();
+    let limit_key: Vec<Option<&str>> = jobs.iter().map(|j| j.limit_key.as_deref()).collect();
     let rows = crate::db::sql::Db::unnamed(client.client())
         .query(
             &crate::db::sql::ENQUEUE,
@@ -313,6 +329,7 @@ pub async fn enqueue_many_detailed<C: GenericClient>(
                 &ordering_key,
                 &unique_key,
                 &unique_running,
+                &limit_key,
             ],
         )
         .await

@@ -35,6 +35,9 @@ pub(crate) const QUEUE_PAUSED: &str = "pgwake_queue_paused";
 /// Gauge: a queue's `--max-running` limit (`pgwake queue set`), 0 once the
 /// limit is removed, label `queue`.
 pub(crate) const QUEUE_MAX_RUNNING: &str = "pgwake_queue_max_running";
+/// Gauge: a queue's `--max-running-per-key` limit, 0 once removed, label
+/// `queue`.
+pub(crate) const QUEUE_MAX_RUNNING_PER_KEY: &str = "pgwake_queue_max_running_per_key";
 /// Gauge: a queue's `--rate` limit in admissions per second (`pgwake queue
 /// set`), 0 once the limit is removed, label `queue`.
 pub(crate) const QUEUE_RATE_LIMIT: &str = "pgwake_queue_rate_limit";
@@ -206,6 +209,7 @@ pub(crate) fn init_known(known: Known<'_>) {
             DEAD_JOBS,
             QUEUE_PAUSED,
             QUEUE_MAX_RUNNING,
+            QUEUE_MAX_RUNNING_PER_KEY,
             QUEUE_RATE_LIMIT,
         ] {
             metrics::gauge!(gauge, "queue" => queue.clone()).increment(0.0);
@@ -323,6 +327,10 @@ pub(crate) fn describe() {
     describe_gauge!(
         QUEUE_MAX_RUNNING,
         "The queue's max_running limit (pgwake queue set --max-running): at most this many of its jobs run at once across every worker; 0 once the limit is removed (no limit)"
+    );
+    describe_gauge!(
+        QUEUE_MAX_RUNNING_PER_KEY,
+        "The queue's per-key running limit (pgwake queue set --max-running-per-key): at most this many jobs of any one limit key run at once across every worker (a key's own limit may differ); 0 once the limit is removed"
     );
     describe_gauge!(
         QUEUE_RATE_LIMIT,

@@ -506,6 +506,7 @@ impl Worker {
             history: self.history.clone(),
             cancels,
             marks_durable: Default::default(),
+            key_cursors: Default::default(),
         }
     }
 

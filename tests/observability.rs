@@ -336,6 +336,17 @@ async fn queue_settings_gauges_follow_pause_resume_and_the_max_running_and_rate_
     assert_eq!(rate(Some("600/min")).await, Some(10.0));
     assert_eq!(rate(Some("1/4s")).await, Some(0.25));
     assert_eq!(rate(None).await, Some(0.0));
+
+    // A per-key running limit (issue 24); 0 once removed.
+    let mut per_key = async |n: Option<i32>| {
+        pgwake::admin::queues::set_max_running_per_key(&client, held, n)
+            .await
+            .unwrap();
+        sampler.publish(&sample(&pool, DEPTH_CAP_DEFAULT).await.unwrap());
+        queue_gauge(&handle.render(), "pgwake_queue_max_running_per_key", held)
+    };
+    assert_eq!(per_key(Some(3)).await, Some(3.0));
+    assert_eq!(per_key(None).await, Some(0.0));
 }
 
 #[tokio::test]

@@ -360,8 +360,13 @@ pub struct EnqueueArgs {
     /// one waiting-or-running).
     #[arg(long, requires = "unique_key")]
     pub unique_running: bool,
+    /// Limit key: who the job is for (a customer, a tenant), for the
+    /// queue's per-key settings [default: the queue's --limit-key-path
+    /// field of the payload].
+    #[arg(long, conflicts_with = "ndjson")]
+    pub limit_key: Option<String>,
     /// Read jobs from stdin, one JSON object per line:
-    /// {"task": "...", "payload": {...}, "queue": "...", "run_at": "...", "priority": 0, "max_attempts": 25, "timeout": "90s", "ordering_key": "...", "unique_key": "...", "unique_running": false}.
+    /// {"task": "...", "payload": {...}, "queue": "...", "run_at": "...", "priority": 0, "max_attempts": 25, "timeout": "90s", "ordering_key": "...", "unique_key": "...", "unique_running": false, "limit_key": "..."}.
     /// All lines commit together or not at all.
     #[arg(long)]
     pub ndjson: bool,

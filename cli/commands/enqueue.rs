@@ -24,6 +24,7 @@ fn job_from_flags(args: EnqueueArgs) -> Result<NewJob, Error> {
     job.ordering_key = args.ordering_key;
     job.unique_key = args.unique_key;
     job.unique_running = args.unique_running.then_some(true);
+    job.limit_key = args.limit_key;
     job.max_attempts = args.max_attempts;
     if let Some(t) = args.timeout {
         job = job.timeout(t.into());

@@ -233,6 +233,9 @@ fn render_detail(id: i64, d: &JobDetail) -> String {
         if j.unique_key.is_some() {
             out.push_str(&format!("  unique     {}\n", or_dash(&j.unique_key)));
         }
+        if j.limit_key.is_some() {
+            out.push_str(&format!("  limit key  {}\n", or_dash(&j.limit_key)));
+        }
         if j.worker.is_some() {
             out.push_str(&format!("  worker     {}\n", or_dash(&j.worker)));
         }

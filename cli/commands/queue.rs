@@ -1,4 +1,6 @@
-//! `pgwake queue list | pause Q | resume Q | set Q [--max-running N] [--rate N/s]`, on top of
+//! `pgwake queue list | pause Q | resume Q | set Q [--max-running N] [--rate N/s]
+//! [--limit-key-path FIELD] [--fair-keys] [--max-running-per-key N]
+//! [--key K --max-running N]`, on top of
 //! [`pgwake::admin::queues`].
 
 use clap::Subcommand;
@@ -28,17 +30,21 @@ pub enum QueueAction {
     },
     /// Change a queue's limits (held across every worker, read without a restart).
     #[command(group(clap::ArgGroup::new("limit").required(true).multiple(true)
-        .args(["max_running", "no_max_running", "rate", "no_rate"])))]
+        .args(["max_running", "no_max_running", "rate", "no_rate", "limit_key_path",
+               "no_limit_key_path", "fair_keys", "no_fair_keys", "max_running_per_key",
+               "no_max_running_per_key"])))]
     Set {
         #[command(flatten)]
         db: Db,
         /// The queue.
         #[arg(value_name = "QUEUE", value_parser = queue_name)]
         queue: String,
-        /// At most N jobs of QUEUE run at once, across every worker process.
+        /// At most N jobs of QUEUE run at once, across every worker process (with --key: of
+        /// that limit key of QUEUE).
         #[arg(long, value_name = "N", value_parser = clap::value_parser!(i32).range(1..))]
         max_running: Option<i32>,
-        /// Remove the --max-running limit.
+        /// Remove the --max-running limit (with --key: the key's own limit, back to
+        /// --max-running-per-key).
         #[arg(long, conflicts_with = "max_running")]
         no_max_running: bool,
         /// At most N jobs of QUEUE start in any window of the given length (sliding), across
@@ -48,6 +54,31 @@ pub enum QueueAction {
         /// Remove the --rate limit.
         #[arg(long, conflicts_with = "rate")]
         no_rate: bool,
+        /// Jobs of QUEUE enqueued without a limit key take this top-level payload field as
+        /// their key (e.g. customer_id); applies to jobs enqueued from now on.
+        #[arg(long, value_name = "FIELD")]
+        limit_key_path: Option<String>,
+        /// Remove the --limit-key-path setting.
+        #[arg(long, conflicts_with = "limit_key_path")]
+        no_limit_key_path: bool,
+        /// Claims take QUEUE's ready jobs in rotation between limit keys, so one key's
+        /// backlog cannot starve another's (priority order within a key).
+        #[arg(long)]
+        fair_keys: bool,
+        /// Claims take QUEUE's ready jobs in plain claim order again.
+        #[arg(long, conflicts_with = "fair_keys")]
+        no_fair_keys: bool,
+        /// At most N jobs of any one limit key of QUEUE run at once, across every worker
+        /// process (claims then take ready jobs in rotation between keys).
+        #[arg(long, value_name = "N", value_parser = clap::value_parser!(i32).range(1..))]
+        max_running_per_key: Option<i32>,
+        /// Remove the --max-running-per-key limit.
+        #[arg(long, conflicts_with = "max_running_per_key")]
+        no_max_running_per_key: bool,
+        /// With --max-running N or --no-max-running: set that limit for this one limit key of
+        /// QUEUE (e.g. a customer who paid for more), over --max-running-per-key.
+        #[arg(long, value_name = "K")]
+        key: Option<String>,
     },
     /// Let workers start jobs of a paused QUEUE again.
     Resume {
@@ -101,10 +132,31 @@ pub async fn command(action: QueueAction) -> Result<(), Error> {
             no_max_running,
             rate,
             no_rate,
+            limit_key_path,
+            no_limit_key_path,
+            fair_keys,
+            no_fair_keys,
+            max_running_per_key,
+            no_max_running_per_key,
+            key,
         } => {
             let client = connect::connect(&db.config()?).await?;
             schema::check(&client).await?;
-            if max_running.is_some() || no_max_running {
+            if let Some(key) = &key {
+                if max_running.is_none() && !no_max_running {
+                    return Err(Error::Config(
+                        "--key needs --max-running N or --no-max-running (the key's own limit)"
+                            .into(),
+                    ));
+                }
+                queues::set_key_max_running(&client, &queue, key, max_running).await?;
+                match max_running {
+                    Some(n) => println!(
+                        "{queue}: at most {n} jobs of key {key:?} running at once, across every worker"
+                    ),
+                    None => println!("{queue}: key {key:?} back to the queue's per-key limit"),
+                }
+            } else if max_running.is_some() || no_max_running {
                 queues::set_max_running(&client, &queue, max_running).await?;
                 match max_running {
                     Some(n) => {
@@ -122,6 +174,34 @@ pub async fn command(action: QueueAction) -> Result<(), Error> {
                         humantime::format_duration(r.per)
                     ),
                     None => println!("{queue}: no rate limit"),
+                }
+            }
+            if limit_key_path.is_some() || no_limit_key_path {
+                queues::set_limit_key_path(&client, &queue, limit_key_path.as_deref()).await?;
+                match limit_key_path {
+                    Some(p) => println!(
+                        "{queue}: jobs enqueued without a limit key take the payload's {p:?} field as their key"
+                    ),
+                    None => println!("{queue}: no limit key path"),
+                }
+            }
+            if max_running_per_key.is_some() || no_max_running_per_key {
+                queues::set_max_running_per_key(&client, &queue, max_running_per_key).await?;
+                match max_running_per_key {
+                    Some(n) => println!(
+                        "{queue}: at most {n} jobs of any one limit key running at once, across every worker"
+                    ),
+                    None => println!("{queue}: no per-key running limit"),
+                }
+            }
+            if fair_keys || no_fair_keys {
+                queues::set_fair_keys(&client, &queue, fair_keys).await?;
+                if fair_keys {
+                    println!("{queue}: ready jobs are taken in rotation between limit keys");
+                } else {
+                    println!(
+                        "{queue}: ready jobs are taken in claim order (no rotation between keys)"
+                    );
                 }
             }
         }

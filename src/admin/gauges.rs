@@ -62,6 +62,9 @@ pub struct Sample {
     /// Queues with a rate limit (`pgwake queue set --rate`) and that rate
     /// in admissions per second, by name.
     pub rate: Vec<(String, f64)>,
+    /// Queues with a per-key running limit (`pgwake queue set
+    /// --max-running-per-key`) and that limit, by name.
+    pub max_running_per_key: Vec<(String, i32)>,
     /// How long the sample took (connection checkout included).
     pub duration: Duration,
 }
@@ -154,6 +157,10 @@ pub async fn sample_with(
         rate: settings
             .iter()
             .filter_map(|r| Some((r.get(0), r.get::<_, Option<f64>>(3)?)))
+            .collect(),
+        max_running_per_key: settings
+            .iter()
+            .filter_map(|r| Some((r.get(0), r.get::<_, Option<i32>>(4)?)))
             .collect(),
         duration: started.elapsed(),
     })

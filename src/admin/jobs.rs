@@ -93,6 +93,8 @@ pub struct JobRow {
     pub ordering_key: Option<String>,
     /// Unique key.
     pub unique_key: Option<String>,
+    /// Limit key (migration 0021).
+    pub limit_key: Option<String>,
     /// The worker running (or that finished) it.
     pub worker: Option<String>,
     /// Its last error.
@@ -167,6 +169,7 @@ pub async fn list(client: &tokio_postgres::Client, filter: &JobFilter) -> Result
             unique_key: r.get(10),
             worker: r.get(11),
             last_error: r.get(12),
+            limit_key: r.get(13),
         })
         .collect())
 }

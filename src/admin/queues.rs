@@ -19,7 +19,8 @@ use serde::Serialize;
 use tokio_postgres::GenericClient;
 
 use crate::db::sql::{
-    Db, QUEUE_LIST, QUEUE_PAUSE, QUEUE_RESUME, QUEUE_SET_MAX_RUNNING, QUEUE_SET_RATE,
+    Db, QUEUE_LIST, QUEUE_PAUSE, QUEUE_RESUME, QUEUE_SET_FAIR_KEYS, QUEUE_SET_KEY_MAX_RUNNING,
+    QUEUE_SET_LIMIT_KEY_PATH, QUEUE_SET_MAX_RUNNING, QUEUE_SET_MAX_RUNNING_PER_KEY, QUEUE_SET_RATE,
 };
 use crate::error::{Error, Result};
 
@@ -38,6 +39,17 @@ pub struct QueueSettings {
     /// At most this many of its jobs are admitted in any window of the
     /// given length (`None`: no rate limit).
     pub rate: Option<RateLimit>,
+    /// The payload field a job enqueued without a limit key takes its key
+    /// from (`None`: none).
+    pub limit_key_path: Option<String>,
+    /// Whether claims take the queue's ready jobs in rotation between
+    /// limit keys.
+    pub fair_keys: bool,
+    /// At most this many jobs of any one limit key run at once across
+    /// every worker (`None`: no per-key limit).
+    pub max_running_per_key: Option<i32>,
+    /// Keys with a limit of their own, by key.
+    pub key_max_running: std::collections::BTreeMap<String, i32>,
 }
 
 /// A rate limit: at most `count` jobs admitted in any window of `per`
@@ -124,6 +136,10 @@ pub async fn list<C: GenericClient>(db: &C) -> Result<Vec<QueueSettings>> {
                     count,
                     per: std::time::Duration::from_secs_f64(secs),
                 }),
+            limit_key_path: r.get(6),
+            fair_keys: r.get(7),
+            max_running_per_key: r.get(8),
+            key_max_running: serde_json::from_str(r.get::<_, &str>(9)).unwrap_or_default(),
         })
         .collect())
 }
@@ -202,6 +218,91 @@ pub async fn set_rate<C: GenericClient>(
     Ok(())
 }
 
+/// At most `max_running` jobs of any one limit key of `queue` run at once
+/// across every worker (`None`: no per-key limit). Lowering it stops no
+/// running job: no new job of a key starts until its jobs above the new
+/// limit have ended.
+pub async fn set_max_running_per_key<C: GenericClient>(
+    db: &C,
+    queue: &str,
+    max_running: Option<i32>,
+) -> Result<()> {
+    check_name(queue)?;
+    check_limit("--max-running-per-key", max_running)?;
+    Db::unnamed(db.client())
+        .execute(&QUEUE_SET_MAX_RUNNING_PER_KEY, &[&queue, &max_running])
+        .await
+        .map_err(Error::db("cannot set the queue's max_running_per_key"))?;
+    Ok(())
+}
+
+/// Key `key` of `queue` runs at most `max_running` jobs at once (`None`:
+/// the queue's per-key limit again).
+pub async fn set_key_max_running<C: GenericClient>(
+    db: &C,
+    queue: &str,
+    key: &str,
+    max_running: Option<i32>,
+) -> Result<()> {
+    check_name(queue)?;
+    check_limit("--max-running", max_running)?;
+    Db::unnamed(db.client())
+        .execute(&QUEUE_SET_KEY_MAX_RUNNING, &[&queue, &key, &max_running])
+        .await
+        .map_err(Error::db("cannot set the key's max_running"))?;
+    Ok(())
+}
+
+fn check_limit(flag: &str, max_running: Option<i32>) -> Result<()> {
+    match max_running {
+        Some(n) if !(1..=crate::config::MAX_RUNNING_MAX).contains(&n) => {
+            Err(Error::Config(format!(
+                "{flag} must be between 1 and {} (use --no-{} to remove the limit)",
+                crate::config::MAX_RUNNING_MAX,
+                flag.trim_start_matches("--")
+            )))
+        }
+        _ => Ok(()),
+    }
+}
+
+/// Most bytes of a `limit_key_path` (a payload field name).
+pub const LIMIT_KEY_PATH_MAX: usize = 200;
+
+/// Jobs of `queue` enqueued without a limit key take the payload's
+/// top-level field `path` as their key (`None`: no such field). Applies to
+/// jobs inserted from now on.
+pub async fn set_limit_key_path<C: GenericClient>(
+    db: &C,
+    queue: &str,
+    path: Option<&str>,
+) -> Result<()> {
+    check_name(queue)?;
+    if let Some(p) = path {
+        if p.is_empty() || p.len() > LIMIT_KEY_PATH_MAX || p.chars().any(char::is_control) {
+            return Err(Error::Config(format!(
+                "--limit-key-path must name a top-level payload field (1 to {LIMIT_KEY_PATH_MAX} bytes, no control characters), e.g. customer_id; got {p:?}"
+            )));
+        }
+    }
+    Db::unnamed(db.client())
+        .execute(&QUEUE_SET_LIMIT_KEY_PATH, &[&queue, &path])
+        .await
+        .map_err(Error::db("cannot set the queue's limit_key_path"))?;
+    Ok(())
+}
+
+/// Take `queue`'s ready jobs in rotation between limit keys (`true`) or in
+/// plain claim order (`false`).
+pub async fn set_fair_keys<C: GenericClient>(db: &C, queue: &str, fair: bool) -> Result<()> {
+    check_name(queue)?;
+    Db::unnamed(db.client())
+        .execute(&QUEUE_SET_FAIR_KEYS, &[&queue, &fair])
+        .await
+        .map_err(Error::db("cannot set the queue's fair_keys"))?;
+    Ok(())
+}
+
 fn check_name(queue: &str) -> Result<()> {
     if queue.is_empty() {
         return Err(Error::Config("the queue name must not be empty".into()));
@@ -218,16 +319,24 @@ pub fn render_table(queues: &[QueueSettings]) -> String {
         .unwrap_or(5)
         .max(5);
     let mut out = format!(
-        "{:<width$}  {:<7}  {:>11}  {:>10}  PAUSED AT\n",
-        "QUEUE", "STATE", "MAX RUNNING", "RATE"
+        "{:<width$}  {:<7}  {:>11}  {:>10}  {:>11}  {:<9}  {:<14}  PAUSED AT\n",
+        "QUEUE", "STATE", "MAX RUNNING", "RATE", "PER KEY", "FAIR KEYS", "LIMIT KEY PATH"
     );
     for q in queues {
         let state = if q.paused { "paused" } else { "running" };
         let max = q.max_running.map(|n| n.to_string()).unwrap_or("-".into());
         let rate = q.rate.map(|r| r.to_string()).unwrap_or("-".into());
         let at = q.paused_at.map(|t| t.to_rfc3339()).unwrap_or_default();
+        let fair = if q.fair_keys { "yes" } else { "-" };
+        let per_key = match (q.max_running_per_key, q.key_max_running.len()) {
+            (Some(n), 0) => n.to_string(),
+            (Some(n), k) => format!("{n} (+{k})"),
+            (None, 0) => "-".into(),
+            (None, k) => format!("- (+{k})"),
+        };
+        let path = q.limit_key_path.as_deref().unwrap_or("-");
         out.push_str(&format!(
-            "{:<width$}  {:<7}  {max:>11}  {rate:>10}  {at}\n",
+            "{:<width$}  {:<7}  {max:>11}  {rate:>10}  {per_key:>11}  {fair:<9}  {path:<14}  {at}\n",
             q.queue, state
         ));
     }

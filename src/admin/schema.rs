@@ -129,6 +129,11 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "0019_job_errors.sql",
         sql: include_str!("../../migrations/0019_job_errors.sql"),
     },
+    Migration {
+        version: 21,
+        name: "0021_limit_keys.sql",
+        sql: include_str!("../../migrations/0021_limit_keys.sql"),
+    },
 ];
 
 /// The functions and triggers of `functions/`, re-applied by every migrate

@@ -28,22 +28,26 @@ pub(crate) struct Claimed {
     pub admitted_at: Option<std::time::SystemTime>,
 }
 
-/// A job's ordering key, unique key and ordering position (its run_at as
-/// enqueued), which a retry keeps (migration 0008).
+/// A job's ordering key, unique key, ordering position (its run_at as
+/// enqueued, migration 0008) and limit key, which a retry keeps.
 #[derive(Clone, Default)]
 pub(crate) struct Keys {
     pub ordering_key: Option<String>,
     pub unique_key: Option<String>,
     pub ordering_at: Option<std::time::SystemTime>,
+    /// Its limit key (migration 0021), which a retry keeps.
+    pub limit_key: Option<String>,
 }
 
 /// The keys a claim returns after its own columns, from column
-/// `first` on: ordering_key, unique_key, coalesce(ordering_at, run_at).
+/// `first` on: ordering_key, unique_key, coalesce(ordering_at, run_at),
+/// limit_key.
 pub(crate) fn keys_from_row(row: &Row, first: usize) -> Keys {
     Keys {
         ordering_key: row.get(first),
         unique_key: row.get(first + 1),
         ordering_at: row.get(first + 2),
+        limit_key: row.get(first + 3),
     }
 }
 

@@ -117,6 +117,9 @@ pub(crate) struct ClaimContext {
     /// when a handler first reaches it (`claim::tx::mark::Mark`), which
     /// costs that handler a round trip for nothing.
     pub marks_durable: std::sync::atomic::AtomicBool,
+    /// Where each fair-keys queue's rotation between limit keys stands
+    /// for this worker (`key_rotation.rs`).
+    pub key_cursors: crate::claim::key_rotation::KeyCursors,
 }
 
 impl ClaimContext {

@@ -129,19 +129,32 @@ pub(crate) async fn claim(
                 .await
             }
             Target::Limited(q) | Target::Rated(q) => {
-                db.query(
-                    &CLAIM_LIMITED,
-                    &[
-                        &wanted,
+                let after = ctx.key_cursors.after(q);
+                let r = db
+                    .query(
+                        &CLAIM_LIMITED,
+                        &[
+                            &wanted,
+                            q,
+                            &spec.tasks_in,
+                            &spec.tasks_not_in,
+                            &ctx.worker_id,
+                            &lease,
+                            &cap,
+                            &after,
+                        ],
+                    )
+                    .await;
+                if let Ok(rows) = &r {
+                    // The limit key: after the token and the three other keys.
+                    ctx.key_cursors.served(
                         q,
-                        &spec.tasks_in,
-                        &spec.tasks_not_in,
-                        &ctx.worker_id,
-                        &lease,
-                        &cap,
-                    ],
-                )
-                .await
+                        after.as_deref(),
+                        rows.iter()
+                            .map(|r| r.get::<_, Option<&str>>(CLAIM_COLUMNS + 4)),
+                    );
+                }
+                r
             }
         };
         let more = conn.check(r).map_err(Error::db("lease claim"))?;

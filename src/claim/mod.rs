@@ -1,5 +1,5 @@
 //! One job's way from claim to outcome: claim tasks wait for a wake-up and
-//! claim ([`claimer`], [`plan`], [`fair`], [`rate`]), each delivery mode runs
+//! claim ([`claimer`], [`plan`], [`fair`], [`rate`], [`key_rotation`]), each delivery mode runs
 //! what it claimed ([`tx`], [`lease`], both through [`executor`]) and the
 //! outcome is written ([`tx`] in the claim transaction, [`completer`] for
 //! leases). Imports nothing from `services/` or `admin/`.
@@ -12,6 +12,7 @@ pub(crate) mod context;
 pub(crate) mod executor;
 pub(crate) mod fair;
 pub(crate) mod idle;
+pub(crate) mod key_rotation;
 pub(crate) mod lease;
 pub(crate) mod leases;
 pub(crate) mod next_due;

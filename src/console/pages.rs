@@ -768,6 +768,7 @@ pub(crate) async fn job(
                         dt { "Enqueued" } dd { (when(Some(&j.created_at))) " " span.muted { (j.created_at) } }
                         @if let Some(r) = &j.run_at { dt { "Runs at" } dd { (when(Some(r))) " " span.muted { (r) } } }
                         @if let Some(k) = &j.ordering_key { dt { "Ordering key" } dd { code { (k) } } }
+                        @if let Some(k) = &j.limit_key { dt { "Limit key" } dd { code { (k) } } }
                         @if let Some(k) = &j.unique_key { dt { "Unique key" } dd { code { (k) } } }
                         @if let Some(w) = &j.worker { dt { "Worker" } dd { code { (w) } } }
                     }

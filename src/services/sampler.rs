@@ -77,6 +77,8 @@ pub struct Sampler {
     seen_limited: HashSet<String>,
     /// Queue labels last published with a rate limit.
     seen_rated: HashSet<String>,
+    /// Queue labels last published with a per-key running limit.
+    seen_per_key: HashSet<String>,
     seen_apps: HashSet<String>,
 }
 
@@ -95,6 +97,7 @@ impl Sampler {
             seen_paused: HashSet::new(),
             seen_limited: HashSet::new(),
             seen_rated: HashSet::new(),
+            seen_per_key: HashSet::new(),
             seen_apps: HashSet::new(),
         }
     }
@@ -192,6 +195,13 @@ impl Sampler {
             metrics::QUEUE_RATE_LIMIT,
             s.rate.iter().map(|(q, r)| (q, *r)),
             &self.seen_rated,
+        );
+        self.seen_per_key = publish_limit(
+            metrics::QUEUE_MAX_RUNNING_PER_KEY,
+            s.max_running_per_key
+                .iter()
+                .map(|(q, n)| (q, f64::from(*n))),
+            &self.seen_per_key,
         );
         // application_name is whatever a client sets: capped like queues.
         let mut apps: std::collections::BTreeMap<String, i64> = Default::default();

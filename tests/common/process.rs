@@ -24,6 +24,31 @@ pub fn run_pgwake(args: &[&str], url: Option<&str>) -> Output {
     c.args(args).output().unwrap()
 }
 
+/// Run `pgwake args` to completion with `input` on its stdin, with
+/// `DATABASE_URL` set to `url` if given.
+#[allow(dead_code)]
+pub fn run_pgwake_stdin(args: &[&str], url: Option<&str>, input: &str) -> Output {
+    use std::io::Write;
+    let mut c = pgwake_cmd();
+    if let Some(u) = url {
+        c.env("DATABASE_URL", u);
+    }
+    let mut child = c
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(input.as_bytes())
+        .unwrap();
+    child.wait_with_output().unwrap()
+}
+
 /// A finished command's stderr as text.
 pub fn stderr_of(o: &Output) -> String {
     String::from_utf8_lossy(&o.stderr).to_string()

@@ -7,7 +7,10 @@
 mod common;
 
 mod bounds;
+mod fair_keys;
 mod key_backlog;
+mod key_limits;
+mod limit_keys;
 mod many_queues;
 mod ordering;
 mod plans;

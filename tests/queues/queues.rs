@@ -33,7 +33,7 @@ async fn insert_into(db: &TestDb, queue: &str, n: i32) -> Vec<i64> {
 }
 
 /// Wait until every id in `ids` has a run in the ledger.
-async fn until_all_ran(db: &TestDb, what: &str, ids: &[i64]) {
+pub(crate) async fn until_all_ran(db: &TestDb, what: &str, ids: &[i64]) {
     let want: HashSet<i64> = ids.iter().copied().collect();
     until_runs(db, what, LONG, |runs| {
         let ran: HashSet<i64> = runs.iter().map(|r| r.0).collect();
@@ -277,7 +277,7 @@ async fn quiet_queue_is_served_while_a_busy_one_drains_lease() {
 /// timestamps: a run lasts from its start to its `ended_at`, or to the
 /// moment its process was killed (`killed`: pid → DB time just after the
 /// kill returned). At equal timestamps ends count first.
-async fn peak_running(db: &TestDb, ids: &[i64], killed: &[(i32, String)]) -> i64 {
+pub(crate) async fn peak_running(db: &TestDb, ids: &[i64], killed: &[(i32, String)]) -> i64 {
     let pids: Vec<i32> = killed.iter().map(|k| k.0).collect();
     let times: Vec<String> = killed.iter().map(|k| k.1.clone()).collect();
     db.client()
@@ -399,7 +399,7 @@ async fn max_running_holds_across_workers_kills_and_rescues_lease() {
 /// before the job completes, i.e. before its slot is free: a run that took
 /// that slot started later, so the ledger never shows a breach that did not
 /// happen.
-async fn started_over_limit(
+pub(crate) async fn started_over_limit(
     db: &TestDb,
     ids: &[i64],
     change: &str,
@@ -705,7 +705,7 @@ async fn a_tx_claim_of_a_limited_queue_holds_one_slot() {
     let claimed = pgwake::internal::sql::Db::unnamed(&claimer)
         .query(
             &pgwake::internal::sql::CLAIM_TX_LIMITED,
-            &[&10i64, &"lim", &none, &empty, &None::<i64>],
+            &[&10i64, &"lim", &none, &empty, &None::<i64>, &None::<String>],
         )
         .await
         .unwrap();
@@ -818,7 +818,16 @@ async fn every_lease_that_holds_a_slot_frees_it_across_the_upgrade_that_marks_th
     let limited = db_
         .query(
             &pgwake::internal::sql::CLAIM_LEASE_LIMITED,
-            &[&10i64, &"lim3", &none, &empty, &"w", &60.0f64, &None::<i64>],
+            &[
+                &10i64,
+                &"lim3",
+                &none,
+                &empty,
+                &"w",
+                &60.0f64,
+                &None::<i64>,
+                &None::<String>,
+            ],
         )
         .await
         .unwrap();

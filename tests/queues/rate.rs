@@ -362,7 +362,16 @@ async fn claims_without_admissions_take_nothing_of_a_rate_limited_queue() {
     let limited = db_
         .query(
             &pgwake::internal::sql::CLAIM_LEASE_LIMITED,
-            &[&10i64, &"api", &none, &empty, &"w", &60.0f64, &no_cap],
+            &[
+                &10i64,
+                &"api",
+                &none,
+                &empty,
+                &"w",
+                &60.0f64,
+                &no_cap,
+                &None::<String>,
+            ],
         )
         .await
         .unwrap();
@@ -391,7 +400,16 @@ async fn claims_without_admissions_take_nothing_of_a_rate_limited_queue() {
     let claimed = db_
         .query(
             &pgwake::internal::sql::CLAIM_LEASE_LIMITED,
-            &[&10i64, &"api", &none, &empty, &"w", &60.0f64, &Some(1i64)],
+            &[
+                &10i64,
+                &"api",
+                &none,
+                &empty,
+                &"w",
+                &60.0f64,
+                &Some(1i64),
+                &None::<String>,
+            ],
         )
         .await
         .unwrap();

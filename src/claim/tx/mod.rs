@@ -134,7 +134,15 @@ pub(crate) async fn claim_and_run(
     let (begun, first, suspects) = tokio::join!(
         biased;
         c.batch_execute(&ctx.begin_sql),
-        claim_rows(db, limit, first_target, except, spec, walk.admission()),
+        claim_rows(
+            db,
+            limit,
+            first_target,
+            except,
+            spec,
+            walk.admission(),
+            &ctx.key_cursors
+        ),
         db.query(&SUSPECTS, &[])
     );
     begun.map_err(Error::db("claim: begin"))?;
@@ -160,6 +168,7 @@ pub(crate) async fn claim_and_run(
             except,
             spec,
             walk.admission(),
+            &ctx.key_cursors,
         )
         .await
         .map_err(Error::db("claim"))?;
@@ -228,7 +237,7 @@ pub(crate) async fn claim_and_run(
     // column after the keys). Jobs without a slot are named in the mark, so
     // that a limit set while they run counts them.
     let holds_slot = matches!(tried, Some(Target::Limited(_) | Target::Rated(_)))
-        && rows[0].get::<_, bool>(CLAIM_COLUMNS + 5);
+        && rows[0].get::<_, bool>(CLAIM_COLUMNS + 6);
     let queues = (!holds_slot).then(|| claimed.iter().map(|c| c.job.queue.clone()).collect());
     let mark = mark_batch(ctx, &xid, &ids, queues).await?;
 
@@ -254,7 +263,8 @@ pub(crate) async fn claim_and_run(
 }
 
 /// One claim statement, over every queue but `except` or from `queue`
-/// (within the rate `admission` taken for it, if any).
+/// (within the rate `admission` taken for it, if any; a fair-keys queue's
+/// rotation continuing from `cursors`, which it moves on).
 pub(super) async fn claim_rows(
     c: Db<'_>,
     limit: i64,
@@ -262,6 +272,7 @@ pub(super) async fn claim_rows(
     except: &[String],
     spec: &ClaimSpec,
     admission: Option<&crate::claim::rate::Admission>,
+    cursors: &crate::claim::key_rotation::KeyCursors,
 ) -> std::result::Result<Vec<tokio_postgres::Row>, tokio_postgres::Error> {
     match target {
         Target::All => {
@@ -283,11 +294,21 @@ pub(super) async fn claim_rows(
                 return Ok(Vec::new());
             }
             let cap = admission.and_then(|a| a.cap());
-            c.query(
-                &CLAIM_LIMITED,
-                &[&limit, q, &spec.tasks_in, &spec.tasks_not_in, &cap],
-            )
-            .await
+            let after = cursors.after(q);
+            let rows = c
+                .query(
+                    &CLAIM_LIMITED,
+                    &[&limit, q, &spec.tasks_in, &spec.tasks_not_in, &cap, &after],
+                )
+                .await?;
+            // The limit key: after xid, backend pid and the three other keys.
+            cursors.served(
+                q,
+                after.as_deref(),
+                rows.iter()
+                    .map(|r| r.get::<_, Option<&str>>(CLAIM_COLUMNS + 5)),
+            );
+            Ok(rows)
         }
     }
 }

@@ -32,6 +32,7 @@ pub(super) struct Columns {
     ordering_key: Vec<Option<String>>,
     unique_key: Vec<Option<String>>,
     ordering_at: Vec<Option<SystemTime>>,
+    limit_key: Vec<Option<String>>,
 }
 
 impl Columns {
@@ -52,13 +53,14 @@ impl Columns {
         self.ordering_key.push(c.keys.ordering_key.clone());
         self.unique_key.push(c.keys.unique_key.clone());
         self.ordering_at.push(c.keys.ordering_at);
+        self.limit_key.push(c.keys.limit_key.clone());
     }
 
     fn is_empty(&self) -> bool {
         self.id.is_empty()
     }
 
-    fn requeue_params(&self) -> [&(dyn ToSql + Sync); 15] {
+    fn requeue_params(&self) -> [&(dyn ToSql + Sync); 16] {
         [
             &self.id,
             &self.queue,
@@ -75,10 +77,11 @@ impl Columns {
             &self.ordering_key,
             &self.unique_key,
             &self.ordering_at,
+            &self.limit_key,
         ]
     }
 
-    fn bury_params<'a>(&'a self, worker: &'a String) -> [&'a (dyn ToSql + Sync); 15] {
+    fn bury_params<'a>(&'a self, worker: &'a String) -> [&'a (dyn ToSql + Sync); 16] {
         [
             &self.id,
             &self.queue,
@@ -95,6 +98,7 @@ impl Columns {
             &self.ordering_key,
             &self.unique_key,
             &self.ordering_at,
+            &self.limit_key,
         ]
     }
 }
@@ -280,6 +284,10 @@ pub(super) async fn record_done(
         .iter()
         .map(|r| r.claimed.keys.unique_key.clone())
         .collect();
+    let limit_keys: Vec<Option<String>> = done
+        .iter()
+        .map(|r| r.claimed.keys.limit_key.clone())
+        .collect();
     let c = db.client();
     let params = |values: &[Option<&str>]| -> Vec<Box<dyn ToSql + Sync + Send>> {
         vec![
@@ -298,6 +306,7 @@ pub(super) async fn record_done(
             Box::new(ctx.worker_id.clone()),
             Box::new(ordering_keys.clone()),
             Box::new(unique_keys.clone()),
+            Box::new(limit_keys.clone()),
         ]
     };
     let insert = |p: Vec<Box<dyn ToSql + Sync + Send>>| async move {

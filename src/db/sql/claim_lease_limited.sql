@@ -1,9 +1,11 @@
 -- lease-mode claim from one queue ($2) that has a max_running limit
--- (migration 0009) or a rate limit (migration 0010). $1: limit, $3: only
--- these tasks (NULL: any), $4: never these tasks, $5: worker id, $6: lease
--- seconds, $7: admissions the worker reserved for this claim
--- (src/db/sql/rate_reserve.sql; NULL: the queue has no rate limit). Same
--- columns and ordering-key predicate as claim_lease_queue.sql.
+-- (migration 0009), a rate limit (migration 0010) or fair keys (migration
+-- 0021). $1: limit, $3: only these tasks (NULL: any), $4: never these
+-- tasks, $5: worker id, $6: lease seconds, $7: admissions the worker
+-- reserved for this claim (src/db/sql/rate_reserve.sql; NULL: the queue has
+-- no rate limit), $8: the last limit key this worker served of the queue
+-- (fair keys; NULL: none). Same columns and ordering-key predicate as
+-- claim_lease_queue.sql.
 --
 -- In one autocommit statement: lock free slot rows (FOR UPDATE SKIP LOCKED,
 -- `lease_token IS NULL` re-checked on the newest row version), claim at most
@@ -17,9 +19,10 @@
 -- before the limit was set: `unslotted`, migration 0015) count against the
 -- limit: only slots 1..max_running minus those are used.
 WITH settings AS (
-    SELECT q.max_running, q.rate_count FROM pgwake.queues q
+    SELECT q.max_running, q.rate_count, q.fair_keys OR q.key_limits AS by_key, q.key_limits
+    FROM pgwake.queues q
     WHERE q.name = $2::text AND NOT q.paused
-      AND (q.max_running IS NOT NULL OR q.rate_count IS NOT NULL)
+      AND (q.max_running IS NOT NULL OR q.rate_count IS NOT NULL OR q.fair_keys OR q.key_limits)
 ),
 unslotted AS (
     SELECT pgwake.unslotted_running($2::text) AS n
@@ -44,6 +47,26 @@ free AS (
         FOR UPDATE OF s SKIP LOCKED
     ) f
 ),
+-- As many as free slots (no max_running: $1) and admissions ($7). None
+-- when the queue has a rate limit but the worker reserved no admissions (it
+-- has not seen the limit yet), is paused, or has no limit any more (the
+-- worker re-reads which queues are limited).
+wanted AS (
+    SELECT coalesce((SELECT least(coalesce($7::int8,
+                                          CASE WHEN st.rate_count IS NULL THEN $1::int8 ELSE 0 END),
+                                 CASE WHEN st.max_running IS NULL THEN $1::int8
+                                      ELSE (SELECT count(*) FROM free) END)
+                    FROM settings st), 0) AS n
+),
+-- A fair-keys queue, or one with per-key limits: in rotation between its
+-- limit keys, after the last key this worker served ($8), each job with the
+-- key slot it holds, if any (functions/claims.sql).
+picks AS (
+    SELECT p.id, p.key_slot
+    FROM settings st, LATERAL pgwake.fair_key_jobs($2::text, $8::text, (SELECT n FROM wanted),
+                                                   $3::text[], $4::text[]) p
+    WHERE st.by_key
+),
 c AS (
     DELETE FROM pgwake.jobs
     WHERE id = ANY(ARRAY(
@@ -55,31 +78,25 @@ c AS (
           AND NOT held
           AND CASE WHEN ordering_key IS NULL THEN true
                    ELSE pgwake.ordering_free(ordering_key, priority, coalesce(ordering_at, run_at), id) END
+          AND NOT (SELECT st.by_key FROM settings st)
         ORDER BY priority, run_at, id
-        -- As many as free slots (no max_running: $1) and admissions
-        -- ($7). None when the queue has a rate limit but the worker
-        -- reserved no admissions (it has not seen the limit yet), is paused,
-        -- or has no limit any more (the worker re-reads which queues are
-        -- limited).
-        LIMIT coalesce((SELECT least(coalesce($7::int8,
-                                              CASE WHEN st.rate_count IS NULL THEN $1::int8 ELSE 0 END),
-                                     CASE WHEN st.max_running IS NULL THEN $1::int8
-                                          ELSE (SELECT count(*) FROM free) END)
-                        FROM settings st), 0)
-        FOR UPDATE SKIP LOCKED))
+        LIMIT (SELECT n FROM wanted)
+        FOR UPDATE SKIP LOCKED)
+        || ARRAY(SELECT id FROM picks))
     RETURNING *
 ),
 l AS (
     INSERT INTO pgwake.leased_jobs
         (id, queue, task, payload, priority, run_at, attempts, max_attempts, last_error,
          created_at, timeout, worker_id, leased_at, lease_until, ordering_key, unique_key,
-         ordering_at, holds_slot)
+         ordering_at, holds_slot, limit_key, holds_key_slot)
     SELECT id, queue, task, payload, priority, run_at, attempts + 1, max_attempts, last_error,
            created_at, timeout, $5, now(), now() + make_interval(secs => $6), ordering_key,
            unique_key, ordering_at,
            -- a slot is held only under a max_running limit (a queue with a
            -- rate limit alone has none): unslotted jobs count as above
-           (SELECT st.max_running IS NOT NULL FROM settings st)
+           (SELECT st.max_running IS NOT NULL FROM settings st), limit_key,
+           EXISTS (SELECT FROM picks p WHERE p.id = c.id AND p.key_slot IS NOT NULL)
     FROM c
     RETURNING *
 ),
@@ -88,10 +105,17 @@ held AS (
     FROM (SELECT token, row_number() OVER (ORDER BY token) AS n FROM l) t
     JOIN free f ON f.n = t.n
     WHERE s.queue = $2::text AND s.slot = f.slot
+),
+-- Each lease's key slot carries its token until the lease ends (the
+-- trigger leased_jobs_release_key_slot frees it).
+key_held AS (
+    UPDATE pgwake.key_slots k SET lease_token = l.token
+    FROM l JOIN picks p ON p.id = l.id
+    WHERE k.queue = $2::text AND k.limit_key = l.limit_key AND k.slot = p.key_slot
 )
 SELECT id, queue, task, payload::text, priority, run_at, attempts, max_attempts, last_error,
        created_at, extract(epoch FROM timeout)::float8,
        extract(epoch FROM clock_timestamp() - greatest(created_at, run_at))::float8,
        token,
-       ordering_key, unique_key, coalesce(ordering_at, run_at)
+       ordering_key, unique_key, coalesce(ordering_at, run_at), limit_key
 FROM l

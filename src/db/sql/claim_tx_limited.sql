@@ -1,9 +1,10 @@
 -- tx-mode claim from one queue ($2) that has a max_running limit
--- (migration 0009) or a rate limit (migration 0010). $1: limit, $3: only
--- these tasks (NULL: any), $4: never these tasks, $5: admissions the worker
--- reserved for this claim (src/db/sql/rate_reserve.sql; NULL: the queue has
--- no rate limit). Same columns and ordering-key predicate as
--- claim_tx_queue.sql.
+-- (migration 0009), a rate limit (migration 0010) or fair keys (migration
+-- 0021). $1: limit, $3: only these tasks (NULL: any), $4: never these
+-- tasks, $5: admissions the worker reserved for this claim
+-- (src/db/sql/rate_reserve.sql; NULL: the queue has no rate limit), $6: the
+-- last limit key this worker served of the queue (fair keys; NULL: none).
+-- Same columns and ordering-key predicate as claim_tx_queue.sql.
 --
 -- Takes a free slot row of pgwake.queue_slots with FOR UPDATE SKIP LOCKED
 -- and claims at most one job per slot it got. The row locks are held by
@@ -19,9 +20,10 @@
 -- 1..max_running minus those are used, so no new job starts until fewer
 -- than max_running run. The last column says whether the claim took a slot.
 WITH settings AS (
-    SELECT q.max_running, q.rate_count FROM pgwake.queues q
+    SELECT q.max_running, q.rate_count, q.fair_keys OR q.key_limits AS by_key, q.key_limits
+    FROM pgwake.queues q
     WHERE q.name = $2::text AND NOT q.paused
-      AND (q.max_running IS NOT NULL OR q.rate_count IS NOT NULL)
+      AND (q.max_running IS NOT NULL OR q.rate_count IS NOT NULL OR q.fair_keys OR q.key_limits)
 ),
 unslotted AS (
     SELECT pgwake.unslotted_running($2::text) AS n
@@ -49,6 +51,30 @@ slots AS (
     LIMIT 1
     FOR UPDATE OF s SKIP LOCKED
 ),
+-- As many as free slots (no max_running: $1) and admissions ($5). None
+-- when the queue has a rate limit but the worker reserved no admissions (it
+-- has not seen the limit yet), is paused, or has no limit any more (the
+-- worker re-reads which queues are limited).
+wanted AS (
+    SELECT coalesce((SELECT least(coalesce($5::int8,
+                                          CASE WHEN st.rate_count IS NULL THEN $1::int8 ELSE 0 END),
+                                 CASE WHEN st.max_running IS NULL THEN $1::int8
+                                      ELSE (SELECT count(*) FROM slots) END,
+                                 -- one job per claim transaction under
+                                 -- per-key limits, as under max_running
+                                 CASE WHEN st.key_limits THEN 1 ELSE $1::int8 END)
+                    FROM settings st), 0) AS n
+),
+-- A fair-keys queue, or one with per-key limits: in rotation between its
+-- limit keys, after the last key this worker served ($6), each job with the
+-- key slot it holds (locked by this transaction until it ends), if any
+-- (functions/claims.sql).
+picks AS (
+    SELECT p.id, p.key_slot
+    FROM settings st, LATERAL pgwake.fair_key_jobs($2::text, $6::text, (SELECT n FROM wanted),
+                                                   $3::text[], $4::text[]) p
+    WHERE st.by_key
+),
 c AS (
     DELETE FROM pgwake.jobs
     WHERE id = ANY(ARRAY(
@@ -60,18 +86,11 @@ c AS (
           AND NOT held
           AND CASE WHEN ordering_key IS NULL THEN true
                    ELSE pgwake.ordering_free(ordering_key, priority, coalesce(ordering_at, run_at), id) END
+          AND NOT (SELECT st.by_key FROM settings st)
         ORDER BY priority, run_at, id
-        -- As many as free slots (no max_running: $1) and admissions
-        -- ($5). None when the queue has a rate limit but the worker
-        -- reserved no admissions (it has not seen the limit yet), is paused,
-        -- or has no limit any more (the worker re-reads which queues are
-        -- limited).
-        LIMIT coalesce((SELECT least(coalesce($5::int8,
-                                              CASE WHEN st.rate_count IS NULL THEN $1::int8 ELSE 0 END),
-                                     CASE WHEN st.max_running IS NULL THEN $1::int8
-                                          ELSE (SELECT count(*) FROM slots) END)
-                        FROM settings st), 0)
-        FOR UPDATE SKIP LOCKED))
+        LIMIT (SELECT n FROM wanted)
+        FOR UPDATE SKIP LOCKED)
+        || ARRAY(SELECT id FROM picks))
     RETURNING *
 )
 SELECT id, queue, task, payload::text, priority, run_at, attempts, max_attempts, last_error,
@@ -79,6 +98,6 @@ SELECT id, queue, task, payload::text, priority, run_at, attempts, max_attempts,
        extract(epoch FROM clock_timestamp() - greatest(created_at, run_at))::float8,
        pg_current_xact_id()::text,
        pg_backend_pid(),
-       ordering_key, unique_key, coalesce(ordering_at, run_at),
+       ordering_key, unique_key, coalesce(ordering_at, run_at), limit_key,
        (SELECT st.max_running IS NOT NULL FROM settings st)
 FROM c

@@ -8,10 +8,32 @@
 -- not claimed now, and a job of a rate-limited queue is claimed only with
 -- an admission the worker reserved for it ($2, src/db/sql/rate_reserve.sql).
 WITH j AS (
-    SELECT queue FROM pgwake.jobs WHERE id = $1
+    SELECT queue, limit_key FROM pgwake.jobs WHERE id = $1
 ),
 settings AS (
-    SELECT q.paused, q.max_running, q.rate_count FROM pgwake.queues q JOIN j ON q.name = j.queue
+    SELECT q.paused, q.max_running, q.rate_count, q.key_limits, q.max_running_per_key
+    FROM pgwake.queues q JOIN j ON q.name = j.queue
+),
+-- The job's key's limit, under per-key limits (migration 0021), and a free
+-- slot of its key (pgwake.key_slots, as pgwake.fair_key_jobs takes one):
+-- a job run alone keeps to its key's limit too.
+key_limit AS (
+    SELECT coalesce((SELECT l.max_running FROM pgwake.queue_key_limits l
+                     WHERE l.queue = j.queue AND l.limit_key = j.limit_key),
+                    st.max_running_per_key) AS lim
+    FROM j, settings st
+    WHERE st.key_limits AND j.limit_key IS NOT NULL
+),
+key_slot AS (
+    SELECT y.slot FROM pgwake.key_slots y
+    JOIN j ON y.queue = j.queue AND y.limit_key = j.limit_key
+    JOIN key_limit kl ON y.slot <= kl.lim
+    WHERE y.lease_token IS NULL
+      AND NOT EXISTS (SELECT FROM pgwake.key_slots x
+                      WHERE x.queue = j.queue AND x.limit_key = j.limit_key AND x.slot > kl.lim)
+    ORDER BY y.slot
+    LIMIT 1
+    FOR UPDATE OF y SKIP LOCKED
 ),
 slot AS (
     SELECT s.slot FROM pgwake.queue_slots s
@@ -38,6 +60,8 @@ c AS (
           AND (NOT EXISTS (SELECT FROM settings WHERE max_running IS NOT NULL)
                OR EXISTS (SELECT FROM slot))
           AND (NOT EXISTS (SELECT FROM settings WHERE rate_count IS NOT NULL) OR $2::bool)
+          AND (NOT EXISTS (SELECT FROM key_limit WHERE lim IS NOT NULL)
+               OR EXISTS (SELECT FROM key_slot))
         FOR UPDATE SKIP LOCKED))
     RETURNING *
 )
@@ -46,5 +70,5 @@ SELECT id, queue, task, payload::text, priority, run_at, attempts, max_attempts,
        extract(epoch FROM clock_timestamp() - greatest(created_at, run_at))::float8,
        pg_current_xact_id()::text,
        pg_backend_pid(),
-       ordering_key, unique_key, coalesce(ordering_at, run_at)
+       ordering_key, unique_key, coalesce(ordering_at, run_at), limit_key
 FROM c

@@ -12,13 +12,13 @@ forgotten AS (
 )
 INSERT INTO pgwake.jobs
     (id, queue, task, payload, priority, run_at, attempts, max_attempts, last_error, created_at,
-     timeout, ordering_key, unique_key, ordering_at)
+     timeout, ordering_key, unique_key, ordering_at, limit_key)
 SELECT id, queue, task, payload, priority, now(), 0, max_attempts, last_error, created_at,
        timeout, ordering_key,
        -- a job enqueued with this unique key meanwhile keeps the key, even
        -- one a producer has not committed yet: never waits (functions/keys.sql)
        pgwake.requeued_unique_key(unique_key),
        -- back in its place in its ordering key
-       coalesce(ordering_at, run_at)
+       coalesce(ordering_at, run_at), limit_key
 FROM revived
 RETURNING id

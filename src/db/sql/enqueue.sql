@@ -3,24 +3,25 @@
 -- order. $7: delays in seconds, applied to the database's now() (never the
 -- client's clock) when run_at is NULL; $8: per-job timeouts in seconds
 -- (NULL: the worker's --job-timeout); $9 ordering keys; $10 unique keys;
--- $11 unique_running (a running job of the key counts as a duplicate).
+-- $11 unique_running (a running job of the key counts as a duplicate);
+-- $12 limit keys (NULL: the queue's limit_key_path, migration 0021).
 -- Jobs without a unique key are one INSERT; jobs with one go through
 -- pgwake.enqueue_unique (functions/keys.sql), which returns the waiting
 -- job's id for a duplicate.
 WITH j AS (
     SELECT j.*, coalesce(t.run_at, now() + make_interval(secs => j.delay_secs), now()) AS at
     FROM unnest($1::text[], $2::jsonb[], $3::text[], $4::text[], $5::int[], $6::int[],
-                $7::float8[], $8::float8[], $9::text[], $10::text[], $11::boolean[])
+                $7::float8[], $8::float8[], $9::text[], $10::text[], $11::boolean[], $12::text[])
         WITH ORDINALITY AS j(task, payload, queue, run_at_text, priority, max_attempts, delay_secs,
-                             timeout_secs, ordering_key, unique_key, unique_running, n)
+                             timeout_secs, ordering_key, unique_key, unique_running, limit_key, n)
     CROSS JOIN LATERAL (SELECT j.run_at_text::timestamptz AS run_at) t
 ),
 plain AS (
     INSERT INTO pgwake.jobs (task, payload, queue, run_at, priority, max_attempts, timeout,
-                             ordering_key)
+                             ordering_key, limit_key)
     SELECT task, coalesce(payload, '{}'::jsonb), coalesce(queue, 'default'), at,
            coalesce(priority, 0), coalesce(max_attempts, 25),
-           make_interval(secs => timeout_secs), ordering_key
+           make_interval(secs => timeout_secs), ordering_key, limit_key
     FROM j WHERE unique_key IS NULL
     ORDER BY n
     RETURNING id
@@ -34,7 +35,7 @@ keyed AS (
     FROM j CROSS JOIN LATERAL pgwake.enqueue_unique(
         j.task, j.payload, j.queue, j.at, j.priority, j.max_attempts,
         make_interval(secs => j.timeout_secs), j.ordering_key, j.unique_key,
-        coalesce(j.unique_running, false)) e
+        coalesce(j.unique_running, false), j.limit_key) e
     WHERE j.unique_key IS NOT NULL
 )
 SELECT id, duplicate FROM (

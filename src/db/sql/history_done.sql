@@ -5,9 +5,10 @@
 -- keys, $10 unique keys.
 INSERT INTO pgwake.finished_jobs
     (id, queue, task, payload, outcome, result, attempts, enqueued_at, started_at, finished_at,
-     worker, ordering_key, unique_key)
+     worker, ordering_key, unique_key, limit_key)
 SELECT id, queue, task, payload::jsonb, 'done', result::jsonb, attempts, created_at, now(),
-       clock_timestamp(), $8, ordering_key, unique_key
+       clock_timestamp(), $8, ordering_key, unique_key, limit_key
 FROM unnest($1::bigint[], $2::text[], $3::text[], $4::text[], $5::int[], $6::timestamptz[],
-            $7::text[], $9::text[], $10::text[])
-    AS j(id, queue, task, payload, attempts, created_at, result, ordering_key, unique_key)
+            $7::text[], $9::text[], $10::text[], $11::text[])
+    AS j(id, queue, task, payload, attempts, created_at, result, ordering_key, unique_key,
+         limit_key)

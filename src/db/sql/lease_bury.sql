@@ -11,9 +11,11 @@ mine AS (
 buried AS (
     INSERT INTO pgwake.dead_jobs
         (id, queue, task, payload, priority, run_at, attempts, max_attempts, last_error,
-         created_at, timeout, worker_id, started_at, ordering_key, unique_key, ordering_at)
+         created_at, timeout, worker_id, started_at, ordering_key, unique_key, ordering_at,
+         limit_key)
     SELECT id, queue, task, payload, priority, run_at, least(attempts, max_attempts), max_attempts, new_error,
-           created_at, timeout, worker_id, leased_at, ordering_key, unique_key, ordering_at
+           created_at, timeout, worker_id, leased_at, ordering_key, unique_key, ordering_at,
+           limit_key
     FROM mine
     ON CONFLICT (id) DO UPDATE SET
         queue = excluded.queue, task = excluded.task, payload = excluded.payload,
@@ -22,6 +24,6 @@ buried AS (
         created_at = excluded.created_at, timeout = excluded.timeout,
         worker_id = excluded.worker_id, started_at = excluded.started_at,
         ordering_key = excluded.ordering_key, unique_key = excluded.unique_key,
-        ordering_at = excluded.ordering_at, failed_at = now()
+        ordering_at = excluded.ordering_at, limit_key = excluded.limit_key, failed_at = now()
 )
 SELECT token FROM mine

@@ -12,9 +12,9 @@ done AS (
 recorded AS (
     INSERT INTO pgwake.finished_jobs
         (id, queue, task, payload, outcome, result, attempts, enqueued_at, started_at,
-         finished_at, worker, ordering_key, unique_key)
+         finished_at, worker, ordering_key, unique_key, limit_key)
     SELECT id, queue, task, payload, 'done', result::jsonb, attempts, created_at, leased_at,
-           clock_timestamp(), worker_id, ordering_key, unique_key
+           clock_timestamp(), worker_id, ordering_key, unique_key, limit_key
     FROM done
 )
 SELECT token FROM done
