@@ -311,7 +311,7 @@ LANGUAGE sql STABLE AS $$
 $$;
 
 -- The ready jobs a claim of fair-keys queue `claim_queue` takes (migration
--- 0021; ARCHITECTURE.md → "Fair keys: a rotation between limit keys"), at
+-- 0020; ARCHITECTURE.md → "Fair keys: a rotation between limit keys"), at
 -- most `wanted`, locked (FOR UPDATE SKIP LOCKED) for the calling claim,
 -- which deletes them; with each, the key slot it holds (per-key limits) or
 -- NULL.

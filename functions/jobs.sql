@@ -196,7 +196,7 @@ $$;
 -- cancelled) or finished (history) at or after it. Ids above `after_id`,
 -- ascending, at most `page` rows (1 to 1000).
 DROP FUNCTION IF EXISTS pgwake.list_jobs(text, text, text, text, text, jsonb, bigint, integer);
--- Its result gained job_limit_key (migration 0021): a result type is not
+-- Its result gained job_limit_key (migration 0020): a result type is not
 -- changed by CREATE OR REPLACE.
 DROP FUNCTION IF EXISTS pgwake.list_jobs(text, text, text, text, text, jsonb, bigint, integer,
                                          timestamptz);

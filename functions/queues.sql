@@ -150,7 +150,7 @@ $$;
 -- top-level field `path` as their key (NULL path: none), for example
 -- pgwake.set_queue_limit_key_path('exports', 'customer_id'). Applies to jobs
 -- inserted from the commit on (the insert trigger jobs_fill_limit_key,
--- migration 0021); jobs already waiting keep their key.
+-- migration 0020); jobs already waiting keep their key.
 --
 -- The insert trigger is created by the first call that sets a path (an
 -- installation without paths does not pay for it on every insert): that
@@ -206,7 +206,7 @@ BEGIN
 END
 $$;
 
--- The insert trigger of migration 0021: a job inserted without a limit key
+-- The insert trigger of migration 0020: a job inserted without a limit key
 -- takes the payload field its queue's `limit_key_path` names (none: NULL).
 -- SECURITY DEFINER: a producer need not read pgwake.queues.
 CREATE OR REPLACE FUNCTION pgwake.fill_limit_key() RETURNS trigger

@@ -93,7 +93,7 @@ pub struct JobRow {
     pub ordering_key: Option<String>,
     /// Unique key.
     pub unique_key: Option<String>,
-    /// Limit key (migration 0021).
+    /// Limit key (migration 0020).
     pub limit_key: Option<String>,
     /// The worker running (or that finished) it.
     pub worker: Option<String>,

@@ -130,9 +130,9 @@ pub const MIGRATIONS: &[Migration] = &[
         sql: include_str!("../../migrations/0019_job_errors.sql"),
     },
     Migration {
-        version: 21,
-        name: "0021_limit_keys.sql",
-        sql: include_str!("../../migrations/0021_limit_keys.sql"),
+        version: 20,
+        name: "0020_limit_keys.sql",
+        sql: include_str!("../../migrations/0020_limit_keys.sql"),
     },
 ];
 

@@ -35,7 +35,7 @@ pub(crate) struct Keys {
     pub ordering_key: Option<String>,
     pub unique_key: Option<String>,
     pub ordering_at: Option<std::time::SystemTime>,
-    /// Its limit key (migration 0021), which a retry keeps.
+    /// Its limit key (migration 0020), which a retry keeps.
     pub limit_key: Option<String>,
 }
 

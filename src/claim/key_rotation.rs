@@ -1,5 +1,5 @@
 //! Where each fair-keys queue's rotation stands for this worker (migration
-//! 0021): the last limit key a claim of the queue served. The claim passes
+//! 0020): the last limit key a claim of the queue served. The claim passes
 //! it to `pgwake.fair_key_jobs` (functions/claims.sql), which serves the
 //! groups after it first, so successive claims of one worker go round every
 //! key instead of starting from the first each time.

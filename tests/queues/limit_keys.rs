@@ -1,4 +1,4 @@
-//! A job's limit key (issue 24, migration 0021): every producer can set it,
+//! A job's limit key (issue 24, migration 0020): every producer can set it,
 //! a queue's `--limit-key-path` derives it from the payload for producers
 //! that cannot, and it stays with the job through a retry, a burial and a
 //! `pgwake dead retry`, in both delivery modes.

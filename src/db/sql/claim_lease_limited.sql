@@ -1,6 +1,6 @@
 -- lease-mode claim from one queue ($2) that has a max_running limit
 -- (migration 0009), a rate limit (migration 0010) or fair keys (migration
--- 0021). $1: limit, $3: only these tasks (NULL: any), $4: never these
+-- 0020). $1: limit, $3: only these tasks (NULL: any), $4: never these
 -- tasks, $5: worker id, $6: lease seconds, $7: admissions the worker
 -- reserved for this claim (src/db/sql/rate_reserve.sql; NULL: the queue has
 -- no rate limit), $8: the last limit key this worker served of the queue

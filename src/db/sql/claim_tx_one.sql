@@ -14,7 +14,7 @@ settings AS (
     SELECT q.paused, q.max_running, q.rate_count, q.key_limits, q.max_running_per_key
     FROM pgwake.queues q JOIN j ON q.name = j.queue
 ),
--- The job's key's limit, under per-key limits (migration 0021), and a free
+-- The job's key's limit, under per-key limits (migration 0020), and a free
 -- slot of its key (pgwake.key_slots, as pgwake.fair_key_jobs takes one):
 -- a job run alone keeps to its key's limit too.
 key_limit AS (

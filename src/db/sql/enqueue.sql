@@ -4,7 +4,7 @@
 -- client's clock) when run_at is NULL; $8: per-job timeouts in seconds
 -- (NULL: the worker's --job-timeout); $9 ordering keys; $10 unique keys;
 -- $11 unique_running (a running job of the key counts as a duplicate);
--- $12 limit keys (NULL: the queue's limit_key_path, migration 0021).
+-- $12 limit keys (NULL: the queue's limit_key_path, migration 0020).
 -- Jobs without a unique key are one INSERT; jobs with one go through
 -- pgwake.enqueue_unique (functions/keys.sql), which returns the waiting
 -- job's id for a duplicate.

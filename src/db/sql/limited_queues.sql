@@ -1,5 +1,5 @@
 -- The queues with a max_running limit (migration 0009), a rate limit
--- (migration 0010), fair keys or per-key limits (migration 0021): a worker claims them with
+-- (migration 0010), fair keys or per-key limits (migration 0020): a worker claims them with
 -- claim_*_limited.sql (the other claim statements skip them), reserving
 -- admissions first for those with a rate limit.
 SELECT name, rate_count IS NOT NULL AS rated

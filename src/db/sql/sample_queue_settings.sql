@@ -2,7 +2,7 @@
 -- pgwake_queue_paused gauge and `pgwake stats`; limited ones with their
 -- max_running, for the pgwake_queue_max_running gauge; rate-limited ones
 -- with their rate in admissions per second, for pgwake_queue_rate_limit;
--- per-key limited ones (migration 0021) for
+-- per-key limited ones (migration 0020) for
 -- pgwake_queue_max_running_per_key. A
 -- primary-key-sized table: one sequential scan.
 SELECT name, paused, max_running,

@@ -1,4 +1,4 @@
--- pgwake schema, version 21: a job's limit key (issue 24, tenants;
+-- pgwake schema, version 20: a job's limit key (issue 24, tenants;
 -- ARCHITECTURE.md → "Limit keys").
 --
 -- `limit_key` names who a job is for (a customer, a tenant) for the
