@@ -7,7 +7,7 @@
 -- containment (JSON text), $6 page size (1 to 1000), $7 finished at or
 -- after (NULL: any).
 SELECT f.id, f.outcome, f.queue, f.task, NULL::int4, f.attempts, NULL::int4, NULL::timestamptz,
-       f.enqueued_at, NULL::text, f.unique_key, f.worker, f.error
+       f.enqueued_at, NULL::text, f.unique_key, f.worker, f.error, f.limit_key
 FROM pgwake.finished_jobs f
 WHERE f.id > $1
   AND ($2::text IS NULL OR f.queue = $2)
