@@ -96,9 +96,14 @@ pub const MAX_CONNECTIONS_DEFAULT: usize = 10;
 /// less these (at least one).
 pub const SERVICE_CONNECTIONS: usize = 2;
 /// Lease-mode jobs buffered ahead of the free slots by default, per slot:
-/// one (a freed slot starts its next job at once, and each claim fills the
-/// buffer's half that ran down), capped at [`PREFETCH_CAP_DEFAULT`].
-pub const PREFETCH_PER_SLOT_DEFAULT: usize = 1;
+/// four (a freed slot starts its next job at once, and each claim fills the
+/// buffer's half that ran down), capped at [`PREFETCH_CAP_DEFAULT`]. Chosen
+/// from `pgwake bench` (docs/src/performance.md, "Defaults"): at 8 slots a
+/// Rust no-op on a lease queue ran 1,801 jobs/s with 8 buffered, 5,741 with
+/// 32, 9,992 with 100; the buffer is also what a `kill -9` charges an
+/// unused attempt and what other workers cannot take, so it stays a few
+/// jobs per slot.
+pub const PREFETCH_PER_SLOT_DEFAULT: usize = 4;
 /// Cap of the default prefetch buffer: a `kill -9` charges each buffered
 /// job an attempt it did not use, so the buffer stays small whatever the
 /// slots. Tuned from measurements (issue 22).
@@ -108,8 +113,12 @@ pub const PREFETCH_MAX: usize = 1000;
 /// Fewest connections a claim pool may have: one for claims, one for the
 /// services.
 pub const MAX_CONNECTIONS_MIN: usize = 2;
-/// Default jobs per claim.
-pub const BATCH_DEFAULT: usize = 10;
+/// Default jobs per claim. 100: tx batches are sized by time below it (they
+/// start at one job and double while a batch runs under 100 ms), so only
+/// fast jobs reach it; measured with `pgwake bench` (docs/src/performance.md,
+/// "Defaults"), a Rust no-op in tx mode ran 5,344 jobs/s at 10 and
+/// 19,918–31,410 at 100 (the raw claim loop at 100: about 30,000).
+pub const BATCH_DEFAULT: usize = 100;
 /// Default fallback poll interval. 2 s: a missed notification (listener
 /// reconnecting) or a newly scheduled job costs at most ~2.5 s, while an idle
 /// worker runs one cheap indexed query every 2 s.
