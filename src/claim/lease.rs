@@ -213,6 +213,7 @@ pub(crate) fn spawn_run(ctx: Arc<ClaimContext>, mut next: Leased, permit: OwnedS
                 ..
             } = next;
             let (resolution, result, duration) = run(&ctx, &claimed, &lost, watch).await;
+            ctx.leases.ended(claimed.token);
             ctx.completer.send(Finished {
                 claimed,
                 resolution,
@@ -250,6 +251,7 @@ pub(crate) async fn bury_cancelled(ctx: Arc<ClaimContext>, stop: CancellationTok
             _ = ctx.cancels.cancelled_some.notified() => {}
         }
         for job in ctx.prefetch.take_cancelled() {
+            ctx.leases.ended(job.claimed.token);
             ctx.completer.send(Finished {
                 claimed: job.claimed,
                 resolution: Resolution::Cancelled,
@@ -276,6 +278,7 @@ pub(crate) fn hand_back(ctx: &ClaimContext) -> usize {
         } else {
             Resolution::Returned
         };
+        ctx.leases.ended(job.claimed.token);
         ctx.completer.send(Finished {
             claimed: job.claimed,
             resolution,

@@ -27,6 +27,10 @@ struct Lease {
     /// statement that set it, plus the lease length (the server's clock
     /// counted from a moment no later than the server's `now()`).
     secured_until: Instant,
+    /// Its run is over and its outcome is on its way to the database: once
+    /// written, the lease row is gone, which the heartbeat must not take
+    /// for a lost lease (the completer's fenced write tells a real loss).
+    ended: bool,
 }
 
 impl LeaseBook {
@@ -44,9 +48,17 @@ impl LeaseBook {
             Lease {
                 lost: lost.clone(),
                 secured_until,
+                ended: false,
             },
         );
         lost
+    }
+
+    /// The run of `token` is over; its outcome goes to the completer.
+    pub(crate) fn ended(&self, token: i64) {
+        if let Some(l) = self.inner.lock().expect("lease book").get_mut(&token) {
+            l.ended = true;
+        }
     }
 
     /// The outcome of `token` is written (or abandoned).
@@ -85,7 +97,10 @@ impl LeaseBook {
             };
             if renewed.contains(token) {
                 l.secured_until = sent + lease;
-            } else if held.contains(token) {
+            } else if held.contains(token) || l.ended {
+                // An ended run's row may be gone because its outcome was
+                // just written (the heartbeat read the book before the
+                // completer removed it): not a lost lease.
                 continue;
             } else if !l.lost.is_cancelled() {
                 l.lost.cancel();
@@ -102,7 +117,7 @@ impl LeaseBook {
         let book = self.inner.lock().expect("lease book");
         let mut stopped = 0;
         for l in book.values() {
-            if l.secured_until <= now + margin && !l.lost.is_cancelled() {
+            if l.secured_until <= now + margin && !l.ended && !l.lost.is_cancelled() {
                 l.lost.cancel();
                 stopped += 1;
             }
@@ -133,4 +148,29 @@ impl CompleterHandle {
 pub(crate) fn channel() -> (CompleterHandle, mpsc::UnboundedReceiver<Finished>) {
     let (tx, rx) = mpsc::unbounded_channel();
     (CompleterHandle { tx }, rx)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Issue repro (`pgwake bench`, lease mode, batch 100: "leases lost
+    /// (expired and rescued): stopping those runs jobs=12" with nothing
+    /// rescued): the heartbeat read the book, the completer wrote an ended
+    /// run's outcome (its lease row gone), and the heartbeat's answer,
+    /// missing that token, counted it lost before the completer took it out
+    /// of the book.
+    #[test]
+    fn an_ended_run_whose_row_is_gone_is_not_a_lost_lease() {
+        let book = LeaseBook::default();
+        let abort = CancellationToken::new();
+        let lease = Duration::from_secs(30);
+        let running = book.insert(1, Instant::now() + lease, &abort);
+        let ended = book.insert(2, Instant::now() + lease, &abort);
+        book.ended(2);
+        let lost = book.renewed(&[1, 2], &[], &[], Instant::now(), lease);
+        assert_eq!(lost, 1, "only the running job's lease is lost");
+        assert!(running.is_cancelled());
+        assert!(!ended.is_cancelled());
+    }
 }
