@@ -199,6 +199,14 @@ pub(crate) fn leased(ctx: &ClaimContext, claimed: Claimed, secured_from: Instant
     }
 }
 
+/// Hand a run's outcome to the completer, its lease marked ended first: a
+/// heartbeat that finds the row gone once the outcome is written must not
+/// take it for a lost lease (`LeaseBook::renewed`).
+fn complete(ctx: &ClaimContext, finished: Finished) {
+    ctx.leases.ended(finished.claimed.token);
+    ctx.completer.send(finished);
+}
+
 /// Run one leased job on its own slot (`permit`), in the background; its
 /// resolution goes to the completer. Then, on the same slot, the next job
 /// of the prefetch buffer, until it is empty or the worker stops.
@@ -213,13 +221,15 @@ pub(crate) fn spawn_run(ctx: Arc<ClaimContext>, mut next: Leased, permit: OwnedS
                 ..
             } = next;
             let (resolution, result, duration) = run(&ctx, &claimed, &lost, watch).await;
-            ctx.leases.ended(claimed.token);
-            ctx.completer.send(Finished {
-                claimed,
-                resolution,
-                result,
-                duration,
-            });
+            complete(
+                &ctx,
+                Finished {
+                    claimed,
+                    resolution,
+                    result,
+                    duration,
+                },
+            );
             // At shutdown the buffer goes back whole (`hand_back`).
             if ctx.stop.is_cancelled() {
                 break;
@@ -251,13 +261,15 @@ pub(crate) async fn bury_cancelled(ctx: Arc<ClaimContext>, stop: CancellationTok
             _ = ctx.cancels.cancelled_some.notified() => {}
         }
         for job in ctx.prefetch.take_cancelled() {
-            ctx.leases.ended(job.claimed.token);
-            ctx.completer.send(Finished {
-                claimed: job.claimed,
-                resolution: Resolution::Cancelled,
-                result: None,
-                duration: Duration::ZERO,
-            });
+            complete(
+                &ctx,
+                Finished {
+                    claimed: job.claimed,
+                    resolution: Resolution::Cancelled,
+                    result: None,
+                    duration: Duration::ZERO,
+                },
+            );
         }
     }
 }
@@ -278,13 +290,15 @@ pub(crate) fn hand_back(ctx: &ClaimContext) -> usize {
         } else {
             Resolution::Returned
         };
-        ctx.leases.ended(job.claimed.token);
-        ctx.completer.send(Finished {
-            claimed: job.claimed,
-            resolution,
-            result: None,
-            duration: Duration::ZERO,
-        });
+        complete(
+            ctx,
+            Finished {
+                claimed: job.claimed,
+                resolution,
+                result: None,
+                duration: Duration::ZERO,
+            },
+        );
     }
     if n > 0 {
         tracing::info!(

@@ -442,13 +442,28 @@ impl Handler for SwallowThenFail {
 #[tokio::test]
 async fn a_job_reporting_success_from_an_aborted_transaction_is_never_committed_without_its_writes()
 {
+    success_from_an_aborted_transaction_is_not_committed(2).await;
+}
+
+/// The batch's last savepoint is left to the COMMIT (never released on
+/// its own): a last job reporting success from a transaction it aborted
+/// must still not commit.
+#[tokio::test]
+async fn a_last_job_reporting_success_from_an_aborted_transaction_is_not_committed() {
+    success_from_an_aborted_transaction_is_not_committed(1).await;
+}
+
+/// `jobs` jobs of [`SwallowThenFail`] (payload n = 1.., the first swallows
+/// its error and reports success) in one claim, one transaction: the batch
+/// fails as a whole, no claim commits, nothing is written.
+async fn success_from_an_aborted_transaction_is_not_committed(jobs: usize) {
     let db = migrated_db().await;
     let client = db.client().await;
     client
         .batch_execute("CREATE TABLE results (job_id bigint PRIMARY KEY)")
         .await
         .unwrap();
-    let ids = insert_jobs(&db, "s", 2).await; // payload n = 1, 2
+    let ids = insert_jobs(&db, "s", jobs).await;
     let worker = Worker::builder(db.config())
         .config(WorkerConfig {
             concurrency: 1,
@@ -458,7 +473,6 @@ async fn a_job_reporting_success_from_an_aborted_transaction_is_never_committed_
         .handler("s", SwallowThenFail)
         .build()
         .unwrap();
-    // One claim of both jobs, in one transaction.
     let claimed = worker.claim_once().await;
     assert!(claimed.is_err(), "the batch fails as a whole: {claimed:?}");
     let queued: Vec<i64> = client
@@ -468,42 +482,7 @@ async fn a_job_reporting_success_from_an_aborted_transaction_is_never_committed_
         .iter()
         .map(|r| r.get(0))
         .collect();
-    assert_eq!(queued, ids, "neither job's claim committed");
-    let written: i64 = db.scalar("SELECT count(*) FROM results").await;
-    assert_eq!(written, 0);
-}
-
-/// The batch's last savepoint is left to the COMMIT (never released on
-/// its own): a last job reporting success from a transaction it aborted
-/// must still not commit.
-#[tokio::test]
-async fn a_last_job_reporting_success_from_an_aborted_transaction_is_not_committed() {
-    let db = migrated_db().await;
-    let client = db.client().await;
-    client
-        .batch_execute("CREATE TABLE results (job_id bigint PRIMARY KEY)")
-        .await
-        .unwrap();
-    let ids = insert_jobs(&db, "s", 1).await; // payload n = 1: swallows
-    let worker = Worker::builder(db.config())
-        .config(WorkerConfig {
-            concurrency: 1,
-            batch: 10,
-            ..test_config()
-        })
-        .handler("s", SwallowThenFail)
-        .build()
-        .unwrap();
-    let claimed = worker.claim_once().await;
-    assert!(claimed.is_err(), "the batch fails: {claimed:?}");
-    let queued: Vec<i64> = client
-        .query("SELECT id FROM pgwake.jobs", &[])
-        .await
-        .unwrap()
-        .iter()
-        .map(|r| r.get(0))
-        .collect();
-    assert_eq!(queued, ids, "its claim did not commit");
+    assert_eq!(queued, ids, "no claim committed");
     let written: i64 = db.scalar("SELECT count(*) FROM results").await;
     assert_eq!(written, 0);
 }
