@@ -62,20 +62,29 @@ pub(crate) struct ClaimTx<'a> {
 /// ([`JobContext::extend_timeout`]).
 #[derive(Debug)]
 pub(crate) struct Deadline {
+    /// When the timeout started counting.
+    since: Instant,
     at: Mutex<Instant>,
     pub(crate) extended: tokio::sync::Notify,
 }
 
 impl Deadline {
     pub(crate) fn new(timeout: Duration) -> Deadline {
+        let since = Instant::now();
         Deadline {
-            at: Mutex::new(Instant::now() + timeout),
+            since,
+            at: Mutex::new(since + timeout),
             extended: tokio::sync::Notify::new(),
         }
     }
 
     pub(crate) fn at(&self) -> Instant {
         *self.at.lock().expect("deadline lock")
+    }
+
+    /// The timeout as set (and extended): from when it started counting.
+    pub(crate) fn limit(&self) -> Duration {
+        self.at().saturating_duration_since(self.since)
     }
 
     fn extend_to(&self, at: Instant) {
