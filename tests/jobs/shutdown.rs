@@ -7,6 +7,20 @@ use std::time::{Duration, Instant};
 
 use common::*;
 
+/// Until the worker logs that it stopped claiming (its stop token is
+/// cancelled before that line: no slot starts a buffered job after it).
+async fn await_shutdown_began(log: &std::sync::Arc<std::sync::Mutex<String>>) {
+    eventually(
+        "the worker began its shutdown",
+        Duration::from_secs(30),
+        || {
+            let l = log.clone();
+            async move { l.lock().unwrap().contains("shutting down: no new claims") }
+        },
+    )
+    .await;
+}
+
 #[tokio::test]
 async fn lease_mode_sigterm_finishes_in_flight_jobs_and_returns_unstarted_ones() {
     let db = migrated_db().await;
@@ -33,15 +47,15 @@ async fn lease_mode_sigterm_finishes_in_flight_jobs_and_returns_unstarted_ones()
         async move { count_files(&p, ".started") == 2 }
     })
     .await;
+    let mut child = child;
+    let log = tail_stderr(&mut child);
     send_signal(&child, libc::SIGTERM);
+    // The runs end only once the worker has seen the signal: a run that
+    // ended before would free its slot for a buffered job.
+    await_shutdown_began(&log).await;
     std::fs::write(dir.path().join("go"), "").unwrap();
     let o = wait_exit(child, Duration::from_secs(30)).await;
-    assert_eq!(
-        o.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&o.stderr)
-    );
+    assert_eq!(o.status.code(), Some(0), "{}", log.lock().unwrap());
     assert_eq!(count_files(dir.path(), ".finished"), 2);
     let client = db.client().await;
     let left: Vec<i32> = client
@@ -97,15 +111,15 @@ async fn lease_mode_sigterm_hands_a_full_prefetch_buffer_back_with_attempts_unch
         },
     )
     .await;
+    let mut child = child;
+    let log = tail_stderr(&mut child);
     send_signal(&child, libc::SIGTERM);
+    // The runs end only once the worker has seen the signal: a run that
+    // ended before would free its slot for a buffered job.
+    await_shutdown_began(&log).await;
     std::fs::write(dir.path().join("go"), "").unwrap();
     let o = wait_exit(child, Duration::from_secs(30)).await;
-    assert_eq!(
-        o.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&o.stderr)
-    );
+    assert_eq!(o.status.code(), Some(0), "{}", log.lock().unwrap());
     assert_eq!(
         count_files(dir.path(), ".started"),
         2,
