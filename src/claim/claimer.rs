@@ -75,9 +75,12 @@ pub(crate) async fn claim_round(
                     }
                 }
                 // And as many more as the prefetch buffer has room for, so
-                // a slot freed meanwhile starts its next job at once.
+                // a slot freed meanwhile starts its next job at once; the
+                // room is reserved until the jobs are in the buffer, so
+                // claims in flight at once never overfill it.
                 let free = permits.len();
-                let limit = (free + ctx.prefetch.room()).min(ctx.config.batch.max(free));
+                let reserved = ctx.prefetch.reserve(ctx.config.batch.max(free) - free);
+                let limit = free + reserved.jobs();
                 if limit == 0 {
                     again |= ctx.lease_turn.end(turn);
                     continue;
@@ -100,6 +103,7 @@ pub(crate) async fn claim_round(
                         None => ctx.prefetch.push(job),
                     }
                 }
+                drop(reserved);
                 if permits.is_empty() {
                     return Ok(Round { claimed: n, again });
                 }
