@@ -95,19 +95,17 @@ pub const MAX_CONNECTIONS_DEFAULT: usize = 10;
 /// cancel checks, recurring jobs): claim tasks are `--max-connections`
 /// less these (at least one).
 pub const SERVICE_CONNECTIONS: usize = 2;
-/// Lease-mode jobs buffered ahead of the free slots by default, per slot:
-/// four (a freed slot starts its next job at once, and each claim fills the
-/// buffer's half that ran down), capped at [`PREFETCH_CAP_DEFAULT`]. Chosen
-/// from `pgwake bench` (docs/src/performance.md, "Defaults"): at 8 slots a
-/// Rust no-op on a lease queue ran 1,801 jobs/s with 8 buffered, 5,741 with
-/// 32, 9,992 with 100; the buffer is also what a `kill -9` charges an
-/// unused attempt and what other workers cannot take, so it stays a few
-/// jobs per slot.
-pub const PREFETCH_PER_SLOT_DEFAULT: usize = 4;
-/// Cap of the default prefetch buffer: a `kill -9` charges each buffered
-/// job an attempt it did not use, so the buffer stays small whatever the
-/// slots. Tuned from measurements (issue 22).
-pub const PREFETCH_CAP_DEFAULT: usize = 100;
+/// Most lease-mode jobs buffered ahead of the free slots by default. The
+/// default buffer holds the jobs this worker starts in 50 ms at its
+/// measured rate (at least one, at most this): no-op jobs fill it, and
+/// each claim then takes `--batch` (100) jobs; slow jobs keep it at a job
+/// or two, so a `kill -9` charges few unused attempts and other workers
+/// are not kept waiting. Chosen from `pgwake bench` runs of the lease
+/// no-op alone on one cluster (docs/src/performance.md, "Lease prefetch
+/// sized by rate"): at 8 slots it ran 4,434 jobs/s with a fixed buffer of
+/// 32 (the previous default), 7,869–20,105 with 100 and 23,751–26,601
+/// with 200, back to back on a loaded machine.
+pub const PREFETCH_CAP_DEFAULT: usize = 200;
 /// Largest `--prefetch`.
 pub const PREFETCH_MAX: usize = 1000;
 /// Fewest connections a claim pool may have: one for claims, one for the
@@ -202,8 +200,8 @@ pub struct WorkerConfig {
     /// freed slot starts the next job without a round trip; 0 turns it off.
     /// Never from a limited or rate-limited queue. A buffered job is handed
     /// back with its attempt refunded at shutdown; a `kill -9` charges it
-    /// one attempt. `None`: [`PREFETCH_PER_SLOT_DEFAULT`] × `concurrency`,
-    /// at most [`PREFETCH_CAP_DEFAULT`].
+    /// one attempt. `None`: sized by the worker's start rate, about 50 ms
+    /// of its starts, at most [`PREFETCH_CAP_DEFAULT`].
     pub prefetch: Option<usize>,
     /// Most jobs one claim statement takes. In `tx` mode a batch runs its
     /// jobs one after another in one transaction, and its size adapts below
@@ -374,11 +372,11 @@ impl WorkerConfig {
         })
     }
 
-    /// The lease prefetch buffer's size (0: off).
+    /// The most jobs the lease prefetch buffer holds (0: off): `prefetch`,
+    /// or by default [`PREFETCH_CAP_DEFAULT`] (the default buffer is sized
+    /// by the start rate below it).
     pub fn prefetch_jobs(&self) -> usize {
-        self.prefetch.unwrap_or_else(|| {
-            (self.concurrency * PREFETCH_PER_SLOT_DEFAULT).min(PREFETCH_CAP_DEFAULT)
-        })
+        self.prefetch.unwrap_or(PREFETCH_CAP_DEFAULT)
     }
 
     /// Claim tasks: one per connection left beside the services' (a tx
@@ -413,7 +411,7 @@ impl WorkerConfig {
         }
         if self.prefetch.is_some_and(|n| n > PREFETCH_MAX) {
             return bad(format!(
-                "--prefetch must be between 0 (off) and {PREFETCH_MAX} (got {}); omit it for {PREFETCH_PER_SLOT_DEFAULT} per slot, at most {PREFETCH_CAP_DEFAULT}",
+                "--prefetch must be between 0 (off) and {PREFETCH_MAX} (got {}); omit it for about 50 ms of the worker's starts, at most {PREFETCH_CAP_DEFAULT}",
                 self.prefetch.unwrap_or_default()
             ));
         }

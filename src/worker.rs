@@ -500,7 +500,13 @@ impl Worker {
             plan,
             slots: Arc::new(Semaphore::new(self.config.concurrency)),
             leases: Default::default(),
-            prefetch: crate::claim::prefetch::Prefetch::new(self.config.prefetch_jobs()),
+            prefetch: crate::claim::prefetch::Prefetch::sized(match self.config.prefetch {
+                Some(n) => crate::claim::prefetch::Size::Fixed(n),
+                None => crate::claim::prefetch::Size::ByRate {
+                    floor: 1,
+                    cap: crate::config::PREFETCH_CAP_DEFAULT,
+                },
+            }),
             completer,
             jobs: TaskTracker::new(),
             history: self.history.clone(),

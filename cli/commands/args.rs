@@ -171,8 +171,9 @@ pub struct RunArgs {
     /// --concurrency can be far above it.
     #[arg(long, env = "PGWAKE_MAX_CONNECTIONS", allow_negative_numbers = true)]
     pub max_connections: Option<usize>,
-    /// Lease-mode jobs claimed ahead of the free slots (0–1000, 0: off; default four per slot, at
-    /// most 100), so a freed slot starts the next job without a round trip. Never from a
+    /// Lease-mode jobs claimed ahead of the free slots (0–1000, 0: off; default: about 50 ms of
+    /// the worker's starts, at most 200), so a freed slot starts the next job without a round
+    /// trip. Never from a
     /// limited or rate-limited queue; handed back (attempt refunded) at shutdown; a kill -9
     /// charges each buffered job one attempt.
     #[arg(long, env = "PGWAKE_PREFETCH", allow_negative_numbers = true)]

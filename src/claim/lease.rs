@@ -220,6 +220,7 @@ pub(crate) fn spawn_run(ctx: Arc<ClaimContext>, mut next: Leased, permit: OwnedS
                 watch,
                 ..
             } = next;
+            ctx.prefetch.started();
             let (resolution, result, duration) = run(&ctx, &claimed, &lost, watch).await;
             complete(
                 &ctx,

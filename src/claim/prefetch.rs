@@ -26,6 +26,7 @@
 
 use std::collections::VecDeque;
 use std::sync::{Mutex, MutexGuard};
+use std::time::{Duration, Instant};
 
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
@@ -42,11 +43,59 @@ pub(crate) struct Leased {
     pub watch: Watch,
 }
 
+/// How much work the default buffer holds: the jobs this worker starts in
+/// this long, at its measured rate (`--prefetch` unset). Long enough that
+/// claims of no-op jobs grow to `--batch` (a claim and its commit take a
+/// few milliseconds; docs/src/performance.md, "Lease prefetch sized by
+/// rate"), short enough that a `kill -9` charges, and other workers wait
+/// for, at most this much of the worker's work.
+pub(crate) const HORIZON: Duration = Duration::from_millis(50);
+
+/// How the buffer is sized.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Size {
+    /// At most this many jobs (`--prefetch N`; 0: off).
+    Fixed(usize),
+    /// The jobs started in [`HORIZON`] at the measured rate, between
+    /// `floor` and `cap` (the default).
+    ByRate { floor: usize, cap: usize },
+}
+
+/// Jobs started per second, averaged over windows of [`HORIZON`].
+#[derive(Debug)]
+struct StartRate {
+    since: Instant,
+    starts: u64,
+    per_s: f64,
+}
+
+impl StartRate {
+    fn new(now: Instant) -> StartRate {
+        StartRate {
+            since: now,
+            starts: 0,
+            per_s: 0.0,
+        }
+    }
+
+    /// The rate as of `now`: each window of at least [`HORIZON`] counts
+    /// half (an idle stretch is one window: the rate halves, then decays).
+    fn at(&mut self, now: Instant) -> f64 {
+        let elapsed = now.saturating_duration_since(self.since);
+        if elapsed >= HORIZON {
+            let window = self.starts as f64 / elapsed.as_secs_f64();
+            self.per_s = (self.per_s + window) / 2.0;
+            self.since = now;
+            self.starts = 0;
+        }
+        self.per_s
+    }
+}
+
 /// The buffer of claimed, unstarted lease-mode jobs.
 pub(crate) struct Prefetch {
     state: Mutex<State>,
-    /// Most jobs buffered; 0: prefetch is off.
-    cap: usize,
+    size: Size,
     /// A refill is wanted (the buffer dropped below half): a claim task
     /// waiting for a free slot claims for the buffer instead.
     pub(crate) refill: Notify,
@@ -54,11 +103,11 @@ pub(crate) struct Prefetch {
 
 /// The buffer and the claims in flight for it, under one lock: a claim
 /// reserves its room and the next sees it taken.
-#[derive(Default)]
 struct State {
     jobs: VecDeque<Leased>,
     /// Jobs asked for by the buffer claims in flight ([`Reserved`]).
     claiming: usize,
+    started: StartRate,
 }
 
 impl State {
@@ -91,9 +140,18 @@ impl Drop for Reserved<'_> {
 impl Prefetch {
     /// A buffer of at most `cap` jobs (0: off).
     pub(crate) fn new(cap: usize) -> Prefetch {
+        Prefetch::sized(Size::Fixed(cap))
+    }
+
+    /// A buffer sized by `size`.
+    pub(crate) fn sized(size: Size) -> Prefetch {
         Prefetch {
-            state: Mutex::new(State::default()),
-            cap,
+            state: Mutex::new(State {
+                jobs: VecDeque::new(),
+                claiming: 0,
+                started: StartRate::new(Instant::now()),
+            }),
+            size,
             refill: Notify::new(),
         }
     }
@@ -102,13 +160,35 @@ impl Prefetch {
         self.state.lock().expect("prefetch buffer")
     }
 
+    /// The buffer's size now.
+    fn target(&self, state: &mut State) -> usize {
+        match self.size {
+            Size::Fixed(cap) => cap,
+            Size::ByRate { floor, cap } => {
+                let per_s = state.started.at(Instant::now());
+                let jobs = (per_s * HORIZON.as_secs_f64()).ceil() as usize;
+                jobs.max(floor).min(cap)
+            }
+        }
+    }
+
+    /// A lease job starts (from the buffer or straight from its claim).
+    pub(crate) fn started(&self) {
+        if matches!(self.size, Size::ByRate { .. }) {
+            self.state().started.starts += 1;
+        }
+    }
+
     /// Reserve room for a claim about to be sent: at most `most` jobs, and
     /// no more than the buffer has room for once every claim in flight
     /// has landed. Several claims may be in flight at once (`LeaseTurn`):
     /// together they never take more than the buffer holds.
     pub(crate) fn reserve(&self, most: usize) -> Reserved<'_> {
         let mut state = self.state();
-        let jobs = self.cap.saturating_sub(state.held()).min(most);
+        let jobs = self
+            .target(&mut state)
+            .saturating_sub(state.held())
+            .min(most);
         state.claiming += jobs;
         Reserved {
             prefetch: self,
@@ -129,15 +209,18 @@ impl Prefetch {
 
     /// The next job to start, in claim order. Asks for a refill when what
     /// is buffered and on its way is down to half (so it never runs dry
-    /// under a steady load); the caller then wakes a claim task, which may
-    /// be idle.
+    /// under a steady load, and a second claim goes out while the first is
+    /// in flight if the buffer runs down meanwhile); the caller then wakes
+    /// a claim task, which may be idle.
     pub(crate) fn pop(&self) -> Option<(Leased, bool)> {
-        let (job, held) = {
+        let (job, held, target) = {
             let mut state = self.state();
-            (state.jobs.pop_front(), state.held())
+            let job = state.jobs.pop_front();
+            let target = self.target(&mut state);
+            (job, state.held(), target)
         };
         let job = job?;
-        let refill = held * 2 <= self.cap;
+        let refill = held * 2 <= target;
         if refill {
             self.refill.notify_one();
         }
@@ -162,7 +245,8 @@ impl Prefetch {
 
 #[cfg(test)]
 mod tests {
-    use super::Prefetch;
+    use super::{Prefetch, Size, StartRate};
+    use std::time::{Duration, Instant};
 
     #[test]
     fn an_empty_or_off_buffer_has_the_room_of_its_cap() {
@@ -172,6 +256,42 @@ mod tests {
         assert!(Prefetch::new(8).pop().is_none());
         assert!(Prefetch::new(8).drain().is_empty());
         assert_eq!(Prefetch::new(8).len(), 0);
+    }
+
+    #[test]
+    fn a_buffer_sized_by_rate_holds_the_starts_of_its_horizon_within_its_bounds() {
+        let t0 = Instant::now();
+        let mut r = StartRate::new(t0);
+        assert_eq!(r.at(t0), 0.0, "no rate before a window has passed");
+        r.starts = 100;
+        // 100 starts in 100 ms: 1,000/s, averaged with the 0 before.
+        assert_eq!(r.at(t0 + Duration::from_millis(100)), 500.0);
+        r.starts = 100;
+        assert_eq!(r.at(t0 + Duration::from_millis(200)), 750.0);
+        // An idle second halves it.
+        assert_eq!(r.at(t0 + Duration::from_millis(1200)), 375.0);
+
+        let p = Prefetch::sized(Size::ByRate { floor: 8, cap: 200 });
+        assert_eq!(p.reserve(1000).jobs(), 8, "the floor before any start");
+        let p = Prefetch::sized(Size::ByRate { floor: 8, cap: 200 });
+        {
+            let mut s = p.state();
+            s.started.per_s = 100_000.0;
+            s.started.since = Instant::now();
+        }
+        assert_eq!(p.reserve(1000).jobs(), 200, "the cap at 100,000 starts/s");
+        let p = Prefetch::sized(Size::ByRate { floor: 8, cap: 200 });
+        {
+            let mut s = p.state();
+            s.started.per_s = 1_000.0;
+            s.started.since = Instant::now();
+        }
+        assert_eq!(p.reserve(1000).jobs(), 50, "50 ms of 1,000 starts/s");
+        let p = Prefetch::sized(Size::ByRate {
+            floor: 300,
+            cap: 200,
+        });
+        assert_eq!(p.reserve(1000).jobs(), 200, "never above the cap");
     }
 
     #[test]

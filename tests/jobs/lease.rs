@@ -582,3 +582,84 @@ async fn one_expired_lease_that_cannot_be_put_back_does_not_stop_the_others() {
         .sum();
     assert!(failures >= 1.0, "{text}");
 }
+
+/// Sleeps `ms` (the job's work), recording that it started.
+struct Slow {
+    ms: u64,
+    started: Arc<std::sync::Mutex<std::collections::HashSet<i64>>>,
+}
+
+#[async_trait]
+impl Handler for Slow {
+    async fn handle(&self, job: &Job, _ctx: JobContext<'_>) -> Result<Outcome, BoxError> {
+        self.started.lock().unwrap().insert(job.id);
+        tokio::time::sleep(Duration::from_millis(self.ms)).await;
+        Ok(Outcome::Done)
+    }
+}
+
+/// The default prefetch buffer holds about 50 ms of the worker's starts
+/// (prefetch.rs, `Size::ByRate`): with jobs of 100 ms on two slots, a job
+/// or so, never the 200 of its cap, although each claim may take 100
+/// (`--batch`) and 28 jobs wait. So a `kill -9` charges few unused
+/// attempts, and the jobs stay claimable by other workers. Read several
+/// times while the worker drains. With the buffer fixed at its cap (switch
+/// `None` in worker.rs's `Size` choice to `Size::Fixed(PREFETCH_CAP_DEFAULT)`,
+/// or set `prefetch: Some(200)` here) up to 28 jobs sit in the buffer (26
+/// in the run that checked it) and this fails.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_default_prefetch_buffer_of_slow_jobs_holds_a_job_or_two() {
+    let db = migrated_db().await;
+    insert_jobs(&db, "slow", 30).await;
+    let started = Arc::new(std::sync::Mutex::new(std::collections::HashSet::new()));
+    let worker = Worker::builder(db.config())
+        .config(WorkerConfig {
+            concurrency: 2,
+            batch: 100,
+            prefetch: None,
+            queues: Some(vec!["default".into()]),
+            ..lease_config(Duration::from_secs(30))
+        })
+        .handler(
+            "slow",
+            Slow {
+                ms: 100,
+                started: started.clone(),
+            },
+        )
+        .build()
+        .unwrap();
+    let w = Running::start(worker);
+    let client = db.client().await;
+    let mut most = 0;
+    for reading in 1..=5 {
+        let s = started.clone();
+        eventually(
+            &format!("{} jobs started", reading * 4),
+            Duration::from_secs(60),
+            move || {
+                let s = s.clone();
+                async move { s.lock().unwrap().len() >= reading * 4 }
+            },
+        )
+        .await;
+        let leased: Vec<i64> = client
+            .query("SELECT id FROM pgwake.leased_jobs", &[])
+            .await
+            .unwrap()
+            .iter()
+            .map(|r| r.get(0))
+            .collect();
+        let buffered = {
+            let s = started.lock().unwrap();
+            leased.iter().filter(|id| !s.contains(id)).count()
+        };
+        most = most.max(buffered);
+    }
+    until_drained(&db).await;
+    w.shutdown().await;
+    assert!(
+        most <= 3,
+        "{most} jobs of 100 ms leased and not started at once: the default buffer should hold about 50 ms of starts"
+    );
+}
