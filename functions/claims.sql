@@ -44,7 +44,7 @@ BEGIN
     RETURN NOT EXISTS (SELECT FROM pgwake.queues q
                        WHERE q.name = queue
                          AND (q.paused OR q.max_running IS NOT NULL OR q.rate_count IS NOT NULL
-                              OR q.fair_keys OR q.key_limits));
+                              OR q.fair_keys OR q.key_limits OR q.key_rate_count IS NOT NULL));
 END
 $$;
 
@@ -88,7 +88,7 @@ BEGIN
               -- claim_*_limited.sql): one scan of pgwake.queues into a hash.
               AND queue NOT IN (SELECT name FROM pgwake.queues
                                 WHERE paused OR max_running IS NOT NULL OR rate_count IS NOT NULL
-                                   OR fair_keys OR key_limits)
+                                   OR fair_keys OR key_limits OR key_rate_count IS NOT NULL)
               AND (only_tasks IS NULL OR task = ANY(only_tasks)) AND task <> ALL(never_tasks)
               -- Not a keyed job waiting behind an earlier one of its key
               -- (migration 0017): the claim indexes leave those out.
@@ -185,7 +185,7 @@ BEGIN
             WHERE run_at <= now() AND queue <> ALL(skip_queues)
               AND queue NOT IN (SELECT name FROM pgwake.queues
                                 WHERE paused OR max_running IS NOT NULL OR rate_count IS NOT NULL
-                                   OR fair_keys OR key_limits)
+                                   OR fair_keys OR key_limits OR key_rate_count IS NOT NULL)
               AND (only_tasks IS NULL OR task = ANY(only_tasks)) AND task <> ALL(never_tasks)
               AND NOT held
               AND CASE WHEN ordering_key IS NULL THEN true
@@ -336,9 +336,15 @@ $$;
 -- the limit may remain (a lowered limit: the free ones are deleted here,
 -- a held one blocks the key until its job ends). A full key is passed
 -- over, never waited for: the rotation goes on to the next key.
-DROP FUNCTION IF EXISTS pgwake.fair_key_jobs(text, text, bigint, text[], text[]);
+--
+-- Per-key rate (the queue's `key_rate_count`, migration 0021): a key's job
+-- is taken only with an admission of the key, reserved before the claim by
+-- pgwake.reserve_key_admissions: `admitted_keys` names each admitted key
+-- once per admission, and at most that many jobs of a key are taken (NULL:
+-- none admitted, so no keyed job is taken). Jobs without a key need none.
 CREATE OR REPLACE FUNCTION pgwake.fair_key_jobs(
-    claim_queue text, after_key text, wanted bigint, only_tasks text[], never_tasks text[])
+    claim_queue text, after_key text, wanted bigint, only_tasks text[], never_tasks text[],
+    admitted_keys text[] DEFAULT NULL)
 RETURNS TABLE (id bigint, key_slot integer)
 LANGUAGE plpgsql VOLATILE
 SET enable_sort = off
@@ -355,15 +361,19 @@ DECLARE
     lim integer;
     per_key integer;
     limited boolean;
+    rated boolean;
+    took_keys text[] := '{}';
     took boolean;
     part integer;
 BEGIN
     IF coalesce(wanted, 0) < 1 THEN
         RETURN;
     END IF;
-    SELECT q.key_limits, q.max_running_per_key INTO limited, per_key
+    SELECT q.key_limits, q.max_running_per_key, q.key_rate_count IS NOT NULL
+    INTO limited, per_key, rated
     FROM pgwake.queues q WHERE q.name = claim_queue;
     limited := coalesce(limited, false);
+    rated := coalesce(rated, false);
     LOOP
         took := false;
         -- part 1: keys after after_key; 2: the keyless group; 3: keys from
@@ -406,6 +416,10 @@ BEGIN
                 LIMIT 1;
                 EXIT WHEN NOT FOUND;
                 EXIT WHEN part = 3 AND k COLLATE "C" > after_key;
+                -- Per-key rate: no admission of the key left for this claim.
+                CONTINUE WHEN rated
+                    AND (SELECT count(*) FROM unnest(admitted_keys) a(ak) WHERE ak = k)
+                        <= (SELECT count(*) FROM unnest(took_keys) t(tk) WHERE tk = k);
                 ks := NULL;
                 lim := NULL;
                 IF limited THEN
@@ -456,6 +470,7 @@ BEGIN
                 FOR UPDATE SKIP LOCKED;
                 IF FOUND THEN
                     picked := picked || j;
+                    took_keys := took_keys || k;
                     IF ks IS NOT NULL THEN
                         slot_keys := slot_keys || k;
                         slot_nos := slot_nos || ks;
@@ -472,5 +487,193 @@ BEGIN
         END LOOP;
         EXIT WHEN NOT took;
     END LOOP;
+END
+$$;
+
+-- One admission of limit key `k` of `claim_queue` (per-key rate, migration
+-- 0021), for pgwake.reserve_key_admissions: the key's oldest admission slot
+-- whose last admission is at least `win` old, or a new slot while the key
+-- has fewer than `cnt`, stamped with now(). Returns the slot taken, or NULL
+-- and when the key's next slot frees.
+--
+-- FOR UPDATE SKIP LOCKED re-checks `last_start` on the newest row version,
+-- so two concurrent reservations never take one slot; a new slot is an
+-- INSERT of the next number, and the primary key lets only one of two
+-- concurrent inserts of one number through (the other takes nothing now).
+CREATE OR REPLACE FUNCTION pgwake.take_key_admission(claim_queue text, k text, cnt integer, win interval)
+RETURNS TABLE (slot integer, next_free timestamptz)
+LANGUAGE plpgsql VOLATILE AS $$
+#variable_conflict use_variable
+DECLARE
+    s integer;
+    have bigint;
+BEGIN
+    SELECT y.slot INTO s FROM pgwake.key_rate_slots y
+    WHERE y.queue = claim_queue AND y.limit_key = k AND y.last_start <= now() - win
+      AND y.slot <= cnt
+    ORDER BY y.last_start
+    LIMIT 1
+    FOR UPDATE OF y SKIP LOCKED;
+    IF FOUND THEN
+        UPDATE pgwake.key_rate_slots y SET prev_start = y.last_start, last_start = now()
+        WHERE y.queue = claim_queue AND y.limit_key = k AND y.slot = s;
+        slot := s;
+        next_free := NULL;
+        RETURN NEXT;
+        RETURN;
+    END IF;
+    SELECT coalesce(max(y.slot), 0) + 1, count(*) INTO s, have FROM pgwake.key_rate_slots y
+    WHERE y.queue = claim_queue AND y.limit_key = k AND y.slot <= cnt;
+    IF have < cnt THEN
+        IF s > cnt THEN
+            -- A gap left by the clean-up of idle rows.
+            SELECT min(g) INTO s FROM generate_series(1, cnt) g
+            WHERE NOT EXISTS (SELECT FROM pgwake.key_rate_slots y
+                              WHERE y.queue = claim_queue AND y.limit_key = k AND y.slot = g);
+        END IF;
+        IF s IS NOT NULL THEN
+            INSERT INTO pgwake.key_rate_slots AS y (queue, limit_key, slot, last_start)
+            VALUES (claim_queue, k, s, now())
+            ON CONFLICT DO NOTHING;
+            IF FOUND THEN
+                slot := s;
+                next_free := NULL;
+                RETURN NEXT;
+                RETURN;
+            END IF;
+        END IF;
+    END IF;
+    -- Every slot holds an admission younger than a window (or another
+    -- reservation has it locked this instant).
+    slot := NULL;
+    next_free := coalesce((SELECT min(y.last_start) + win FROM pgwake.key_rate_slots y
+                           WHERE y.queue = claim_queue AND y.limit_key = k AND y.slot <= cnt
+                             AND y.last_start > now() - win),
+                          now() + win);
+    RETURN NEXT;
+END
+$$;
+
+-- Admissions for a claim of `claim_queue` under its per-key rate (migration
+-- 0021; ARCHITECTURE.md → "Rate limits per key"), taken in their own
+-- autocommit statement just before the claim (src/db/sql/key_rate_reserve.sql).
+-- At most `wanted` in all; with `only_job`, one for that job's key (the
+-- one-job claim of a suspect; its queue replaces `claim_queue`).
+--
+-- Visits the keys of the queue's ready jobs in the claim's rotation (the
+-- keys after `after_key`, the last key this worker served, then from the
+-- first up to it: pgwake.fair_key_jobs serves them in that order) and takes
+-- one admission per key per pass, never more for a key than it has ready
+-- jobs this worker can take (`only_tasks`, `never_tasks`), until `wanted`
+-- are taken or a pass takes none. The claim then takes at most as many jobs
+-- of each key as it was admitted (`keys`, one entry per admission) and gives
+-- back the rest (src/db/sql/key_rate_release.sql).
+--
+-- Returns: the queue, whether it has a per-key rate (false: claim without
+-- admissions), the keys and slots admitted, their admission time, and when
+-- the next admission of a key that had ready jobs but no free slot frees
+-- (NULL: none was refused).
+CREATE OR REPLACE FUNCTION pgwake.reserve_key_admissions(
+    claim_queue text, after_key text, wanted bigint, only_tasks text[], never_tasks text[],
+    only_job bigint DEFAULT NULL)
+RETURNS TABLE (queue_name text, rated boolean, keys text[], slots integer[],
+               admitted_at timestamptz, next_free timestamptz)
+LANGUAGE plpgsql VOLATILE
+SET enable_sort = off
+SET jit = off
+AS $$
+#variable_conflict use_variable
+DECLARE
+    cnt integer;
+    win interval;
+    is_paused boolean;
+    job_key text;
+    k text;
+    part integer;
+    took boolean;
+    n_k bigint;
+    t record;
+BEGIN
+    keys := '{}';
+    slots := '{}';
+    admitted_at := now();
+    next_free := NULL;
+    IF only_job IS NOT NULL THEN
+        SELECT x.queue, x.limit_key INTO claim_queue, job_key FROM pgwake.jobs x
+        WHERE x.id = only_job AND x.run_at <= now() AND NOT x.held;
+    END IF;
+    queue_name := claim_queue;
+    SELECT q.key_rate_count, q.key_rate_window, q.paused INTO cnt, win, is_paused
+    FROM pgwake.queues q WHERE q.name = claim_queue;
+    rated := cnt IS NOT NULL;
+    IF NOT rated OR is_paused OR coalesce(wanted, 0) < 1 THEN
+        RETURN NEXT;
+        RETURN;
+    END IF;
+    -- Rows idle for a window and a minute hold no admission any window
+    -- could count: a few go each time (a key that comes back gets new ones).
+    DELETE FROM pgwake.key_rate_slots s
+    WHERE (s.queue, s.limit_key, s.slot) IN (
+        SELECT y.queue, y.limit_key, y.slot FROM pgwake.key_rate_slots y
+        WHERE y.queue = claim_queue AND y.last_start < now() - win - interval '1 minute'
+        LIMIT 64
+        FOR UPDATE OF y SKIP LOCKED);
+    IF only_job IS NOT NULL THEN
+        IF job_key IS NOT NULL THEN
+            SELECT * INTO t FROM pgwake.take_key_admission(claim_queue, job_key, cnt, win);
+            IF t.slot IS NOT NULL THEN
+                keys := ARRAY[job_key];
+                slots := ARRAY[t.slot];
+            ELSE
+                next_free := t.next_free;
+            END IF;
+        END IF;
+        RETURN NEXT;
+        RETURN;
+    END IF;
+    LOOP
+        took := false;
+        -- part 1: keys after after_key; 2: keys from the first up to it.
+        FOR part IN 1..2 LOOP
+            IF part = 2 AND after_key IS NULL THEN
+                CONTINUE;
+            END IF;
+            k := CASE WHEN part = 1 THEN after_key END;
+            LOOP
+                -- The next key of a ready-or-scheduled job (skip scan of
+                -- jobs_limit_key_ready_idx, as pgwake.fair_key_jobs).
+                SELECT x.limit_key INTO k FROM pgwake.jobs x
+                WHERE x.queue = claim_queue AND x.limit_key IS NOT NULL AND NOT x.held
+                  AND (k IS NULL OR x.limit_key COLLATE "C" > k)
+                ORDER BY x.queue, x.limit_key COLLATE "C"
+                LIMIT 1;
+                EXIT WHEN NOT FOUND;
+                EXIT WHEN part = 2 AND k COLLATE "C" > after_key;
+                n_k := (SELECT count(*) FROM unnest(keys) a(ak) WHERE ak = k);
+                -- More ready jobs of the key than admissions taken for it.
+                CONTINUE WHEN (SELECT count(*) FROM (
+                                   SELECT FROM pgwake.jobs x
+                                   WHERE x.queue = claim_queue AND x.limit_key COLLATE "C" = k
+                                     AND NOT x.held AND x.run_at <= now()
+                                     AND (only_tasks IS NULL OR x.task = ANY(only_tasks))
+                                     AND x.task <> ALL(never_tasks)
+                                   LIMIT n_k + 1) r) <= n_k;
+                SELECT * INTO t FROM pgwake.take_key_admission(claim_queue, k, cnt, win);
+                IF t.slot IS NULL THEN
+                    next_free := least(next_free, t.next_free);
+                    CONTINUE;
+                END IF;
+                keys := keys || k;
+                slots := slots || t.slot;
+                took := true;
+                IF cardinality(keys) >= wanted THEN
+                    RETURN NEXT;
+                    RETURN;
+                END IF;
+            END LOOP;
+        END LOOP;
+        EXIT WHEN NOT took;
+    END LOOP;
+    RETURN NEXT;
 END
 $$;

@@ -146,6 +146,65 @@ BEGIN
 END
 $$;
 
+-- At most `count` jobs of any one limit key of the queue are admitted in
+-- any window of `per` (sliding), across every worker; NULL count: no
+-- per-key rate. Jobs without a key are not limited by it. For example
+-- pgwake.set_queue_rate_per_key('webhooks', 10, '1 second').
+--
+-- Admission slots are rows of pgwake.key_rate_slots (migration 0021),
+-- created by the reservations as keys need them. Changing the rate keeps
+-- each key's newest `count` admissions in its slots 1..count, so a key
+-- running at its old rate gets no fresh burst (as set_queue_rate).
+CREATE OR REPLACE FUNCTION pgwake.set_queue_rate_per_key(queue text, count integer,
+                                                         per interval DEFAULT interval '1 second')
+RETURNS void
+LANGUAGE plpgsql AS $$
+#variable_conflict use_column
+DECLARE
+    kept_keys text[];
+    kept_slots integer[];
+    kept_starts timestamptz[];
+BEGIN
+    IF set_queue_rate_per_key.queue IS NULL OR set_queue_rate_per_key.queue = '' THEN
+        RAISE EXCEPTION 'pgwake.set_queue_rate_per_key: the queue name must not be empty';
+    END IF;
+    IF set_queue_rate_per_key.count IS NOT NULL THEN
+        IF set_queue_rate_per_key.count NOT BETWEEN 1 AND 100000 THEN
+            RAISE EXCEPTION 'pgwake.set_queue_rate_per_key: count must be between 1 and 100000 (NULL: no per-key rate), got %',
+                set_queue_rate_per_key.count;
+        END IF;
+        IF set_queue_rate_per_key.per IS NULL OR set_queue_rate_per_key.per <= interval '0' THEN
+            RAISE EXCEPTION 'pgwake.set_queue_rate_per_key: the window must be longer than 0, got %',
+                set_queue_rate_per_key.per;
+        END IF;
+    END IF;
+    -- The upsert locks the queue's row: concurrent changes run one at a time.
+    INSERT INTO pgwake.queues AS q (name, key_rate_count, key_rate_window)
+    VALUES (set_queue_rate_per_key.queue, set_queue_rate_per_key.count,
+            CASE WHEN set_queue_rate_per_key.count IS NOT NULL THEN set_queue_rate_per_key.per END)
+    ON CONFLICT (name) DO UPDATE
+        SET key_rate_count = excluded.key_rate_count, key_rate_window = excluded.key_rate_window,
+            updated_at = now();
+    IF set_queue_rate_per_key.count IS NOT NULL THEN
+        -- Wait for admissions in flight (row locks of a few milliseconds),
+        -- then keep each key's newest `count` admission times.
+        SELECT array_agg(r.limit_key), array_agg(r.n::integer), array_agg(r.last_start)
+        INTO kept_keys, kept_slots, kept_starts
+        FROM (SELECT s.limit_key, s.last_start,
+                     row_number() OVER (PARTITION BY s.limit_key ORDER BY s.last_start DESC, s.slot) AS n
+              FROM (SELECT y.limit_key, y.slot, y.last_start FROM pgwake.key_rate_slots y
+                    WHERE y.queue = set_queue_rate_per_key.queue FOR UPDATE) s) r
+        WHERE r.n <= set_queue_rate_per_key.count;
+    END IF;
+    DELETE FROM pgwake.key_rate_slots s WHERE s.queue = set_queue_rate_per_key.queue;
+    INSERT INTO pgwake.key_rate_slots (queue, limit_key, slot, last_start)
+    SELECT set_queue_rate_per_key.queue, u.k, u.n, u.t
+    FROM unnest(kept_keys, kept_slots, kept_starts) AS u(k, n, t);
+    -- A higher rate, or none: idle workers may start jobs now.
+    PERFORM pg_notify('pgwake', set_queue_rate_per_key.queue);
+END
+$$;
+
 -- Jobs of the queue enqueued without a limit key take the payload's
 -- top-level field `path` as their key (NULL path: none), for example
 -- pgwake.set_queue_limit_key_path('exports', 'customer_id'). Applies to jobs

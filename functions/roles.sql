@@ -50,7 +50,7 @@ BEGIN
     -- `pgwake cancel`: an operator's action, like `pgwake dead retry`.
     EXECUTE format('GRANT EXECUTE ON FUNCTION pgwake.cancel(bigint), pgwake.request_cancel(bigint) TO %s', role);
     -- `pgwake queue pause|resume|set`: an operator's action.
-    EXECUTE format('GRANT EXECUTE ON FUNCTION pgwake.pause_queue(text), pgwake.resume_queue(text), pgwake.set_queue_max_running(text, integer), pgwake.set_queue_rate(text, integer, interval), pgwake.set_queue_limit_key_path(text, text), pgwake.set_queue_fair_keys(text, boolean), pgwake.set_queue_max_running_per_key(text, integer), pgwake.set_queue_key_max_running(text, text, integer) TO %s', role);
+    EXECUTE format('GRANT EXECUTE ON FUNCTION pgwake.pause_queue(text), pgwake.resume_queue(text), pgwake.set_queue_max_running(text, integer), pgwake.set_queue_rate(text, integer, interval), pgwake.set_queue_rate_per_key(text, integer, interval), pgwake.set_queue_limit_key_path(text, text), pgwake.set_queue_fair_keys(text, boolean), pgwake.set_queue_max_running_per_key(text, integer), pgwake.set_queue_key_max_running(text, text, integer) TO %s', role);
 END
 $$;
 

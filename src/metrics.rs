@@ -44,6 +44,10 @@ pub(crate) const QUEUE_RATE_LIMIT: &str = "pgwake_queue_rate_limit";
 /// Counter: claims of a rate-limited queue that found more ready jobs than
 /// free admissions (the queue is running at its rate), label `queue`.
 pub(crate) const RATE_THROTTLED: &str = "pgwake_rate_throttled_total";
+/// Counter: claims of a queue with a per-key rate that found a key with
+/// more ready jobs than free admissions (the key is running at its rate),
+/// label `queue` (never the key: keys are unbounded).
+pub(crate) const KEY_RATE_THROTTLED: &str = "pgwake_key_rate_throttled_total";
 /// Gauge: ready jobs no live worker can run (no live worker works their
 /// queue with a handler for their task), labels `queue`, `task`; counted
 /// at the heads of the queues (`services::fleet`).
@@ -200,6 +204,7 @@ pub(crate) fn init_known(known: Known<'_>) {
         metrics::counter!(LEASES_RESCUED, "queue" => queue.clone()).increment(0);
         metrics::counter!(JOBS_CANCELLED, "queue" => queue.clone()).increment(0);
         metrics::counter!(RATE_THROTTLED, "queue" => queue.clone()).increment(0);
+        metrics::counter!(KEY_RATE_THROTTLED, "queue" => queue.clone()).increment(0);
         metrics::gauge!(JOBS_IN_FLIGHT, "queue" => queue.clone()).increment(0.0);
         for state in ["ready", "scheduled"] {
             metrics::gauge!(QUEUE_DEPTH, "queue" => queue.clone(), "state" => state).increment(0.0);
@@ -339,6 +344,10 @@ pub(crate) fn describe() {
     describe_counter!(
         RATE_THROTTLED,
         "Claims of a rate-limited queue that found more ready jobs than free admissions: the queue ran at its rate limit"
+    );
+    describe_counter!(
+        KEY_RATE_THROTTLED,
+        "Claims of a queue with a per-key rate (pgwake queue set --rate-per-key) that found a limit key with more ready jobs than free admissions: that key ran at its rate"
     );
     describe_gauge!(
         IDLE_IN_TX_SESSIONS,

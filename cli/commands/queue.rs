@@ -1,6 +1,6 @@
 //! `pgwake queue list | pause Q | resume Q | set Q [--max-running N] [--rate N/s]
 //! [--limit-key-path FIELD] [--fair-keys] [--max-running-per-key N]
-//! [--key K --max-running N]`, on top of
+//! [--rate-per-key N/s] [--key K --max-running N]`, on top of
 //! [`pgwake::admin::queues`].
 
 use clap::Subcommand;
@@ -32,7 +32,7 @@ pub enum QueueAction {
     #[command(group(clap::ArgGroup::new("limit").required(true).multiple(true)
         .args(["max_running", "no_max_running", "rate", "no_rate", "limit_key_path",
                "no_limit_key_path", "fair_keys", "no_fair_keys", "max_running_per_key",
-               "no_max_running_per_key"])))]
+               "no_max_running_per_key", "rate_per_key", "no_rate_per_key"])))]
     Set {
         #[command(flatten)]
         db: Db,
@@ -75,6 +75,14 @@ pub enum QueueAction {
         /// Remove the --max-running-per-key limit.
         #[arg(long, conflicts_with = "max_running_per_key")]
         no_max_running_per_key: bool,
+        /// At most N jobs of any one limit key of QUEUE start in any window of the given
+        /// length (sliding), across every worker process, written as --rate (20/s, 600/min);
+        /// jobs without a key are not limited by it.
+        #[arg(long, value_name = "N/WINDOW", value_parser = clap::value_parser!(queues::RateLimit))]
+        rate_per_key: Option<queues::RateLimit>,
+        /// Remove the --rate-per-key limit.
+        #[arg(long, conflicts_with = "rate_per_key")]
+        no_rate_per_key: bool,
         /// With --max-running N or --no-max-running: set that limit for this one limit key of
         /// QUEUE (e.g. a customer who paid for more), over --max-running-per-key.
         #[arg(long, value_name = "K")]
@@ -138,6 +146,8 @@ pub async fn command(action: QueueAction) -> Result<(), Error> {
             no_fair_keys,
             max_running_per_key,
             no_max_running_per_key,
+            rate_per_key,
+            no_rate_per_key,
             key,
         } => {
             let client = connect::connect(&db.config()?).await?;
@@ -192,6 +202,17 @@ pub async fn command(action: QueueAction) -> Result<(), Error> {
                         "{queue}: at most {n} jobs of any one limit key running at once, across every worker"
                     ),
                     None => println!("{queue}: no per-key running limit"),
+                }
+            }
+            if rate_per_key.is_some() || no_rate_per_key {
+                queues::set_rate_per_key(&client, &queue, rate_per_key).await?;
+                match rate_per_key {
+                    Some(r) => println!(
+                        "{queue}: at most {} jobs of any one limit key started in any {} (rate {r} per key), across every worker",
+                        r.count,
+                        humantime::format_duration(r.per)
+                    ),
+                    None => println!("{queue}: no per-key rate limit"),
                 }
             }
             if fair_keys || no_fair_keys {

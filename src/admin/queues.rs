@@ -21,6 +21,7 @@ use tokio_postgres::GenericClient;
 use crate::db::sql::{
     Db, QUEUE_LIST, QUEUE_PAUSE, QUEUE_RESUME, QUEUE_SET_FAIR_KEYS, QUEUE_SET_KEY_MAX_RUNNING,
     QUEUE_SET_LIMIT_KEY_PATH, QUEUE_SET_MAX_RUNNING, QUEUE_SET_MAX_RUNNING_PER_KEY, QUEUE_SET_RATE,
+    QUEUE_SET_RATE_PER_KEY,
 };
 use crate::error::{Error, Result};
 
@@ -50,6 +51,9 @@ pub struct QueueSettings {
     pub max_running_per_key: Option<i32>,
     /// Keys with a limit of their own, by key.
     pub key_max_running: std::collections::BTreeMap<String, i32>,
+    /// At most this many jobs of any one limit key are admitted in any
+    /// window of the given length (`None`: no per-key rate).
+    pub rate_per_key: Option<RateLimit>,
 }
 
 /// A rate limit: at most `count` jobs admitted in any window of `per`
@@ -129,19 +133,22 @@ pub async fn list<C: GenericClient>(db: &C) -> Result<Vec<QueueSettings>> {
             paused: r.get(1),
             paused_at: r.get(2),
             max_running: r.get(3),
-            rate: r
-                .get::<_, Option<i32>>(4)
-                .zip(r.get::<_, Option<f64>>(5))
-                .map(|(count, secs)| RateLimit {
-                    count,
-                    per: std::time::Duration::from_secs_f64(secs),
-                }),
+            rate: rate_of(r.get(4), r.get(5)),
             limit_key_path: r.get(6),
             fair_keys: r.get(7),
             max_running_per_key: r.get(8),
             key_max_running: serde_json::from_str(r.get::<_, &str>(9)).unwrap_or_default(),
+            rate_per_key: rate_of(r.get(10), r.get(11)),
         })
         .collect())
+}
+
+/// A rate from its count and window in seconds (either NULL: none).
+fn rate_of(count: Option<i32>, secs: Option<f64>) -> Option<RateLimit> {
+    count.zip(secs).map(|(count, secs)| RateLimit {
+        count,
+        per: std::time::Duration::from_secs_f64(secs),
+    })
 }
 
 /// Pause `queue`: no worker starts a new job of it until [`resume`].
@@ -215,6 +222,31 @@ pub async fn set_rate<C: GenericClient>(
         .execute(&QUEUE_SET_RATE, &[&queue, &count, &per])
         .await
         .map_err(Error::db("cannot set the queue's rate"))?;
+    Ok(())
+}
+
+/// Rate-limit each limit key of `queue` (`None`: no per-key rate): at most
+/// `rate.count` jobs of any one key are admitted in any window of
+/// `rate.per`, across every worker. Jobs without a key are not limited.
+pub async fn set_rate_per_key<C: GenericClient>(
+    db: &C,
+    queue: &str,
+    rate: Option<RateLimit>,
+) -> Result<()> {
+    check_name(queue)?;
+    if let Some(r) = rate {
+        if !(1..=RATE_COUNT_MAX).contains(&r.count) || r.per.is_zero() {
+            return Err(Error::Config(format!(
+                "invalid --rate-per-key {r}: the count must be 1 to {RATE_COUNT_MAX} and the window longer than 0 (use --no-rate-per-key to remove it)"
+            )));
+        }
+    }
+    let count = rate.map(|r| r.count);
+    let per = rate.map(|r| r.per.as_secs_f64());
+    Db::unnamed(db.client())
+        .execute(&QUEUE_SET_RATE_PER_KEY, &[&queue, &count, &per])
+        .await
+        .map_err(Error::db("cannot set the queue's rate_per_key"))?;
     Ok(())
 }
 
@@ -319,13 +351,21 @@ pub fn render_table(queues: &[QueueSettings]) -> String {
         .unwrap_or(5)
         .max(5);
     let mut out = format!(
-        "{:<width$}  {:<7}  {:>11}  {:>10}  {:>11}  {:<9}  {:<14}  PAUSED AT\n",
-        "QUEUE", "STATE", "MAX RUNNING", "RATE", "PER KEY", "FAIR KEYS", "LIMIT KEY PATH"
+        "{:<width$}  {:<7}  {:>11}  {:>10}  {:>11}  {:>12}  {:<9}  {:<14}  PAUSED AT\n",
+        "QUEUE",
+        "STATE",
+        "MAX RUNNING",
+        "RATE",
+        "PER KEY",
+        "RATE PER KEY",
+        "FAIR KEYS",
+        "LIMIT KEY PATH"
     );
     for q in queues {
         let state = if q.paused { "paused" } else { "running" };
         let max = q.max_running.map(|n| n.to_string()).unwrap_or("-".into());
         let rate = q.rate.map(|r| r.to_string()).unwrap_or("-".into());
+        let key_rate = q.rate_per_key.map(|r| r.to_string()).unwrap_or("-".into());
         let at = q.paused_at.map(|t| t.to_rfc3339()).unwrap_or_default();
         let fair = if q.fair_keys { "yes" } else { "-" };
         let per_key = match (q.max_running_per_key, q.key_max_running.len()) {
@@ -336,7 +376,7 @@ pub fn render_table(queues: &[QueueSettings]) -> String {
         };
         let path = q.limit_key_path.as_deref().unwrap_or("-");
         out.push_str(&format!(
-            "{:<width$}  {:<7}  {max:>11}  {rate:>10}  {per_key:>11}  {fair:<9}  {path:<14}  {at}\n",
+            "{:<width$}  {:<7}  {max:>11}  {rate:>10}  {per_key:>11}  {key_rate:>12}  {fair:<9}  {path:<14}  {at}\n",
             q.queue, state
         ));
     }

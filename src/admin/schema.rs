@@ -134,6 +134,11 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "0020_limit_keys.sql",
         sql: include_str!("../../migrations/0020_limit_keys.sql"),
     },
+    Migration {
+        version: 21,
+        name: "0021_key_rates.sql",
+        sql: include_str!("../../migrations/0021_key_rates.sql"),
+    },
 ];
 
 /// The functions and triggers of `functions/`, re-applied by every migrate

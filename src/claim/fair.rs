@@ -26,6 +26,7 @@
 use std::collections::HashMap;
 use std::sync::Mutex;
 
+use crate::claim::plan::Rates;
 use crate::config::PreparedStatements;
 use crate::db::connect::PooledConn;
 use crate::db::sql::{Db, LIMITED_QUEUES, READY_QUEUES};
@@ -47,9 +48,9 @@ pub(crate) struct ReadyQueues {
 #[derive(Debug, Default)]
 struct State {
     queues: Vec<String>,
-    /// Queues with a max_running or rate limit (claimed with the slot
-    /// statement), and whether each has a rate limit.
-    limited: HashMap<String, bool>,
+    /// Queues with a max_running or rate limit or per-key settings
+    /// (claimed with the slot statement), and which rate limits each has.
+    limited: HashMap<String, Rates>,
     /// Rounds since the last read; `None`: read at the next round.
     rounds: Option<u32>,
     /// Whether any spec claims "every queue" and so needs the ready
@@ -70,7 +71,7 @@ struct State {
 #[derive(Debug, PartialEq)]
 enum Next {
     /// Claim with this list (ready queues, limited queues).
-    Use(Vec<String>, HashMap<String, bool>),
+    Use(Vec<String>, HashMap<String, Rates>),
     /// Read it first (the ready queues too, when `ready`).
     Read { ready: bool },
 }
@@ -100,7 +101,7 @@ impl State {
     }
 
     /// A read ended with these lists.
-    fn read(&mut self, queues: Vec<String>, limited: HashMap<String, bool>) {
+    fn read(&mut self, queues: Vec<String>, limited: HashMap<String, Rates>) {
         self.queues = queues;
         self.limited = limited;
         self.rounds = Some(0);
@@ -140,13 +141,13 @@ impl Drop for Reading<'_> {
 impl ReadyQueues {
     /// The queues with ready jobs (re-read when stale; empty unless some
     /// caller asked for them with `wants_ready`) and the limited queues
-    /// (`true`: rate-limited).
+    /// (with their rate limits).
     pub(crate) async fn get(
         &self,
         pool: &deadpool_postgres::Pool,
         prepared: PreparedStatements,
         wants_ready: bool,
-    ) -> Result<(Vec<String>, HashMap<String, bool>)> {
+    ) -> Result<(Vec<String>, HashMap<String, Rates>)> {
         let read_ready = match self
             .state
             .lock()
@@ -173,11 +174,17 @@ impl ReadyQueues {
             },
             db.query(&LIMITED_QUEUES, &[])
         );
-        let limited: HashMap<String, bool> = conn
+        let limited: HashMap<String, Rates> = conn
             .check(limited)
             .map_err(Error::db("claim: list limited queues"))?
             .iter()
-            .map(|r| (r.get(0), r.get(1)))
+            .map(|r| {
+                let rates = Rates {
+                    queue: r.get(1),
+                    per_key: r.get(2),
+                };
+                (r.get(0), rates)
+            })
             .collect();
         let ready: Vec<String> = conn
             .check(ready)
@@ -296,7 +303,7 @@ mod tests {
     #[test]
     fn with_limited_queues_the_round_after_an_empty_one_reads_first() {
         let mut s = read(&["a"]);
-        s.limited.insert("lim".into(), false);
+        s.limited.insert("lim".into(), Rates::default());
         assert!(!s.found_nothing());
         reads(&mut s);
     }

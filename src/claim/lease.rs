@@ -72,7 +72,7 @@ pub(crate) async fn claim(
     let mut rows = Vec::new();
     let mut sent = Instant::now();
     // Admissions of a rate-limited queue are taken for the free slots only.
-    let mut walk = Walk::new(ctx, &targets.queues, free);
+    let mut walk = Walk::new(ctx, spec, &targets.queues, free);
     // A rate-limited queue's admissions are committed first (targets.rs).
     // Fill the free slots across plain queues (targets.rs): a limited queue
     // is claimed only by a round that found nothing before it, and ends it.
@@ -95,7 +95,7 @@ pub(crate) async fn claim(
         }
         let wanted = match queue {
             // Taken first in a round or not at all (Walk::fills_with).
-            Target::Limited(_) | Target::Rated(_) => free,
+            Target::Limited(_) | Target::Rated(..) => free,
             Target::All | Target::Queue(_) => limit - rows.len() as i64,
         };
         let db = Db::pooled(&conn, ctx.config.prepared_statements);
@@ -128,8 +128,9 @@ pub(crate) async fn claim(
                 )
                 .await
             }
-            Target::Limited(q) | Target::Rated(q) => {
+            Target::Limited(q) | Target::Rated(q, _) => {
                 let after = ctx.key_cursors.after(q);
+                let admitted_keys = walk.admitted_keys();
                 let r = db
                     .query(
                         &CLAIM_LIMITED,
@@ -142,6 +143,7 @@ pub(crate) async fn claim(
                             &lease,
                             &cap,
                             &after,
+                            &admitted_keys,
                         ],
                     )
                     .await;
@@ -164,7 +166,9 @@ pub(crate) async fn claim(
             break;
         }
     }
-    let (_, admitted_at) = walk.settle(rows.len()).await?;
+    // The limit key: after the token and the three other keys.
+    let used: Vec<Option<&str>> = rows.iter().map(|r| r.get(CLAIM_COLUMNS + 4)).collect();
+    let settled = walk.settle(&used).await?;
     let hit = if rows.is_empty() { "empty" } else { "hit" };
     ::metrics::counter!(metrics::CLAIMS, "trigger" => trigger.as_str(), "result" => hit, "mode" => "lease")
         .increment(1);
@@ -174,7 +178,7 @@ pub(crate) async fn claim(
             let mut c = claimed_from_row(row);
             c.token = row.get(CLAIM_COLUMNS);
             c.keys = keys_from_row(row, CLAIM_COLUMNS + 1);
-            c.admitted_at = admitted_at;
+            c.admitted_at = settled.admitted_at(c.keys.limit_key.is_some());
             c
         })
         .collect();

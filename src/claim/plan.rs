@@ -44,9 +44,26 @@ pub(crate) enum Target {
     Queue(String),
     /// A queue with a `max_running` limit: `claim_*_limited.sql`.
     Limited(String),
-    /// A queue with a rate limit (and perhaps `max_running`): admissions
-    /// first (`rate_reserve.sql`), then `claim_*_limited.sql`.
-    Rated(String),
+    /// A queue with a rate limit or a per-key rate (and perhaps other
+    /// limits): admissions first (`rate_reserve.sql`,
+    /// `key_rate_reserve.sql`), then `claim_*_limited.sql`.
+    Rated(String, Rates),
+}
+
+/// Which admissions a limited queue's claim takes first.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct Rates {
+    /// The queue has a rate limit (`--rate`).
+    pub queue: bool,
+    /// The queue has a rate limit per limit key (`--rate-per-key`).
+    pub per_key: bool,
+}
+
+impl Rates {
+    /// Whether the claim needs admissions at all.
+    pub(crate) fn any(self) -> bool {
+        self.queue || self.per_key
+    }
 }
 
 /// Where one claim round looks, resolved from a spec's [`Queues`].
@@ -63,16 +80,16 @@ impl ClaimSpec {
     /// queue" tries the queues that had ready jobs (`ready`, see
     /// `fair.rs`) the same way, then the all-queues statement. A queue in
     /// `limited` is claimed with the slot-taking statement, after taking
-    /// admissions if it is rate-limited (`true`).
+    /// admissions if it is rate-limited (its [`Rates`]).
     pub(crate) fn targets(
         &self,
         cursor: &std::sync::atomic::AtomicUsize,
         ready: &[String],
-        limited: &std::collections::HashMap<String, bool>,
+        limited: &std::collections::HashMap<String, Rates>,
     ) -> Targets {
         let target = |q: &String| match limited.get(q) {
-            Some(true) => Target::Rated(q.clone()),
-            Some(false) => Target::Limited(q.clone()),
+            Some(r) if r.any() => Target::Rated(q.clone(), *r),
+            Some(_) => Target::Limited(q.clone()),
             None => Target::Queue(q.clone()),
         };
         match &self.queues {
@@ -308,8 +325,15 @@ mod tests {
     fn one_ready_plain_queue_is_claimed_by_the_all_queues_statement() {
         let spec = &build(&WorkerConfig::default(), &registry(&[("a", Delivery::Tx)]))[0];
         let cursor = std::sync::atomic::AtomicUsize::new(0);
-        let limited: std::collections::HashMap<String, bool> =
-            [("lim".to_string(), false), ("rated".to_string(), true)].into();
+        let rated = Rates {
+            queue: true,
+            per_key: false,
+        };
+        let limited: std::collections::HashMap<String, Rates> = [
+            ("lim".to_string(), Rates::default()),
+            ("rated".to_string(), rated),
+        ]
+        .into();
         let names = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
         // One plain queue (with limited ones): the plain one by `All`.
         let t = spec.targets(&cursor, &names(&["lim", "q", "rated"]), &limited);
@@ -320,7 +344,7 @@ mod tests {
             vec![
                 Target::All,
                 Target::Limited("lim".into()),
-                Target::Rated("rated".into())
+                Target::Rated("rated".into(), rated)
             ]
         );
         // Two plain queues: each by name (fairness), then `All`.

@@ -109,9 +109,12 @@ pub(crate) async fn reserve_for(
     target: &Target,
     wanted: i64,
 ) -> Result<Option<Admission>> {
-    let Target::Rated(queue) = target else {
+    let Target::Rated(queue, rates) = target else {
         return Ok(None);
     };
+    if !rates.queue {
+        return Ok(None);
+    }
     reserve_on_own(ctx, Some(queue), None, wanted)
         .await
         .map(Some)

@@ -1,13 +1,15 @@
 //! One claim round's walk over its targets (the queues a spec claims from,
 //! in turn, until one has jobs), shared by both delivery modes: before each
-//! target its rate admissions are taken (committed on a connection of their
-//! own, so they hold across workers), the previous target's given back
-//! unused; after the claim, what it did not use is given back.
+//! target its rate admissions (queue and per key) are taken (committed on a
+//! connection of their own, so they hold across workers), the previous
+//! target's given back unused; after the claim, what it did not use is
+//! given back.
 
 use std::time::SystemTime;
 
 use crate::claim::context::ClaimContext;
-use crate::claim::plan::Target;
+use crate::claim::key_rate::{self, KeyAdmission};
+use crate::claim::plan::{ClaimSpec, Target};
 use crate::claim::rate::{self, Admission};
 use crate::error::Result;
 
@@ -19,32 +21,91 @@ use crate::error::Result;
 /// see [`Walk::fills_with`]).
 pub(crate) struct Walk<'a> {
     ctx: &'a ClaimContext,
+    spec: &'a ClaimSpec,
     targets: std::slice::Iter<'a, Target>,
     limit: i64,
     admission: Option<Admission>,
+    key_admission: Option<KeyAdmission>,
     current: Option<&'a Target>,
 }
 
+/// What a walk's last claim ran on: its target and, for a rate-limited
+/// one, when its jobs were admitted.
+pub(crate) struct Settled<'a> {
+    /// The target claimed last.
+    pub tried: Option<&'a Target>,
+    /// The queue rate's admission time (`None`: no queue rate).
+    pub admitted_at: Option<SystemTime>,
+    /// The per-key admission time of its keyed jobs (`None`: no per-key
+    /// rate).
+    pub key_admitted_at: Option<SystemTime>,
+}
+
+impl Settled<'_> {
+    /// When a job with (`true`) or without a limit key was admitted: the
+    /// per-key admission for a keyed job under a per-key rate, else the
+    /// queue's.
+    pub(crate) fn admitted_at(&self, keyed: bool) -> Option<SystemTime> {
+        match self.key_admitted_at {
+            Some(at) if keyed => Some(at),
+            _ => self.admitted_at,
+        }
+    }
+}
+
 impl<'a> Walk<'a> {
-    /// A walk over `targets` for claims of up to `limit` jobs.
-    pub(crate) fn new(ctx: &'a ClaimContext, targets: &'a [Target], limit: i64) -> Self {
+    /// A walk over `targets` for claims of up to `limit` jobs of `spec`.
+    pub(crate) fn new(
+        ctx: &'a ClaimContext,
+        spec: &'a ClaimSpec,
+        targets: &'a [Target],
+        limit: i64,
+    ) -> Self {
         Walk {
             ctx,
+            spec,
             targets: targets.iter(),
             limit,
             admission: None,
+            key_admission: None,
             current: None,
         }
     }
 
     /// The next target to claim from, its admissions taken (see
-    /// [`Walk::admission`]); `None` once every target was tried.
+    /// [`Walk::admission`], [`Walk::key_admission`]); `None` once every
+    /// target was tried.
     pub(crate) async fn next(&mut self) -> Result<Option<&'a Target>> {
         let Some(target) = self.targets.next() else {
             return Ok(None);
         };
-        rate::settle(self.ctx, self.admission.as_ref(), 0).await?;
+        rate::settle(self.ctx, self.admission.take().as_ref(), 0).await?;
+        key_rate::settle(
+            self.ctx,
+            self.key_admission.take().as_ref(),
+            std::iter::empty(),
+        )
+        .await?;
         self.admission = rate::reserve_for(self.ctx, target, self.limit).await?;
+        if let Target::Rated(q, rates) = target {
+            if rates.per_key && !self.admission.as_ref().is_some_and(|a| a.none()) {
+                let after = self.ctx.key_cursors.after(q);
+                self.key_admission = Some(
+                    key_rate::reserve(
+                        self.ctx,
+                        key_rate::Wanted {
+                            queue: q,
+                            after: after.as_deref(),
+                            count: self.limit,
+                            tasks_in: &self.spec.tasks_in,
+                            tasks_not_in: &self.spec.tasks_not_in,
+                            job: None,
+                        },
+                    )
+                    .await?,
+                );
+            }
+        }
         self.current = Some(target);
         Ok(Some(target))
     }
@@ -67,17 +128,26 @@ impl<'a> Walk<'a> {
         self.admission.as_ref()
     }
 
-    /// The claim took `used` jobs from the current target: give back the
-    /// admissions it did not use. Returns the target claimed last and, for
-    /// a rate-limited one, when its jobs were admitted.
-    pub(crate) async fn settle(
-        self,
-        used: usize,
-    ) -> Result<(Option<&'a Target>, Option<SystemTime>)> {
-        rate::settle(self.ctx, self.admission.as_ref(), used).await?;
-        Ok((
-            self.current,
-            self.admission.as_ref().and_then(|a| a.admitted()),
-        ))
+    /// The keys admitted for the current target's claim, one entry per
+    /// admission (`None` unless it has a per-key rate).
+    pub(crate) fn admitted_keys(&self) -> Option<&[String]> {
+        self.key_admission.as_ref().and_then(|a| a.keys())
+    }
+
+    /// The claim took jobs of `used` limit keys (`None`: a job without a
+    /// key) from the current target: give back the admissions it did not
+    /// use.
+    pub(crate) async fn settle<'k>(self, used: &[Option<&'k str>]) -> Result<Settled<'a>> {
+        rate::settle(self.ctx, self.admission.as_ref(), used.len()).await?;
+        key_rate::settle(self.ctx, self.key_admission.as_ref(), used.iter().copied()).await?;
+        Ok(Settled {
+            tried: self.current,
+            admitted_at: self.admission.as_ref().and_then(|a| a.admitted()),
+            key_admitted_at: self
+                .key_admission
+                .as_ref()
+                .filter(|a| a.any())
+                .and_then(|a| a.admitted()),
+        })
     }
 }

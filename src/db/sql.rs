@@ -82,11 +82,12 @@ statements! {
     CHARGE = "charge" [INT8];
     CLAIM_LEASE_ALL = "claim_lease_all" [INT8, TEXT_ARRAY, TEXT_ARRAY, TEXT_ARRAY, TEXT, FLOAT8];
     CLAIM_LEASE_LIMITED = "claim_lease_limited" [INT8, TEXT, TEXT_ARRAY, TEXT_ARRAY, TEXT, FLOAT8,
-        INT8, TEXT];
+        INT8, TEXT, TEXT_ARRAY];
     CLAIM_LEASE_QUEUE = "claim_lease_queue" [INT8, TEXT, TEXT_ARRAY, TEXT_ARRAY, TEXT, FLOAT8];
     CLAIM_TX_ALL = "claim_tx_all" [INT8, TEXT_ARRAY, TEXT_ARRAY, TEXT_ARRAY];
-    CLAIM_TX_LIMITED = "claim_tx_limited" [INT8, TEXT, TEXT_ARRAY, TEXT_ARRAY, INT8, TEXT];
-    CLAIM_TX_ONE = "claim_tx_one" [INT8, BOOL];
+    CLAIM_TX_LIMITED = "claim_tx_limited" [INT8, TEXT, TEXT_ARRAY, TEXT_ARRAY, INT8, TEXT,
+        TEXT_ARRAY];
+    CLAIM_TX_ONE = "claim_tx_one" [INT8, BOOL, BOOL];
     CLAIM_TX_QUEUE = "claim_tx_queue" [INT8, TEXT, TEXT_ARRAY, TEXT_ARRAY];
     CLEANUP_ATTEMPTS = "cleanup_attempts" [];
     CLEAR_ATTEMPTS = "clear_attempts" [INT8_ARRAY];
@@ -129,10 +130,13 @@ statements! {
     QUEUE_RESUME = "queue_resume" [TEXT];
     QUEUE_SET_MAX_RUNNING = "queue_set_max_running" [TEXT, INT4];
     QUEUE_SET_RATE = "queue_set_rate" [TEXT, INT4, FLOAT8];
+    QUEUE_SET_RATE_PER_KEY = "queue_set_rate_per_key" [TEXT, INT4, FLOAT8];
     QUEUE_SET_FAIR_KEYS = "queue_set_fair_keys" [TEXT, BOOL];
     QUEUE_SET_KEY_MAX_RUNNING = "queue_set_key_max_running" [TEXT, TEXT, INT4];
     QUEUE_SET_MAX_RUNNING_PER_KEY = "queue_set_max_running_per_key" [TEXT, INT4];
     QUEUE_SET_LIMIT_KEY_PATH = "queue_set_limit_key_path" [TEXT, TEXT];
+    KEY_RATE_RELEASE = "key_rate_release" [TEXT, TEXT_ARRAY, INT4_ARRAY, TIMESTAMPTZ];
+    KEY_RATE_RESERVE = "key_rate_reserve" [TEXT, TEXT, INT8, TEXT_ARRAY, TEXT_ARRAY, INT8];
     RATE_RELEASE = "rate_release" [TEXT, INT4_ARRAY, TIMESTAMPTZ];
     RATE_RESERVE = "rate_reserve" [TEXT, INT8, INT8];
     READY_QUEUES = "ready_queues" [TEXT_ARRAY, INT8];

@@ -10,6 +10,7 @@ mod bounds;
 mod fair_keys;
 mod key_backlog;
 mod key_limits;
+mod key_rate;
 mod limit_keys;
 mod many_queues;
 mod ordering;

@@ -92,7 +92,27 @@ pub(super) async fn run_suspect(ctx: &ClaimContext, id: i64) -> Result<()> {
     // (rate.rs); given back if the job is not claimed.
     let admission = crate::claim::rate::reserve_on_own(ctx, None, Some(id), 1).await?;
     let admitted = !admission.none();
-    let params: [&(dyn ToSql + Sync); 2] = [&id, &admitted];
+    // And to a per-key rate: one admission of its key (key_rate.rs).
+    let key_admission = if admitted {
+        Some(
+            crate::claim::key_rate::reserve(
+                ctx,
+                crate::claim::key_rate::Wanted {
+                    queue: "",
+                    after: None,
+                    count: 1,
+                    tasks_in: &None,
+                    tasks_not_in: &[],
+                    job: Some(id),
+                },
+            )
+            .await?,
+        )
+    } else {
+        None
+    };
+    let key_admitted = key_admission.as_ref().is_some_and(|a| a.any());
+    let params: [&(dyn ToSql + Sync); 3] = [&id, &admitted, &key_admitted];
     let (begun, rows) = tokio::join!(
         biased;
         c.batch_execute(&ctx.begin_sql),
@@ -101,6 +121,9 @@ pub(super) async fn run_suspect(ctx: &ClaimContext, id: i64) -> Result<()> {
     begun.map_err(Error::db("claim: begin"))?;
     let rows = rows.map_err(Error::db("claim"))?;
     crate::claim::rate::settle(ctx, Some(&admission), rows.len()).await?;
+    // The limit key: after xid, backend pid and the three other keys.
+    let used: Vec<Option<&str>> = rows.iter().map(|r| r.get(CLAIM_COLUMNS + 5)).collect();
+    crate::claim::key_rate::settle(ctx, key_admission.as_ref(), used.into_iter()).await?;
     let Some(row) = rows.first() else {
         // Taken by another worker meanwhile, or not due.
         c.batch_execute("COMMIT")
@@ -109,9 +132,14 @@ pub(super) async fn run_suspect(ctx: &ClaimContext, id: i64) -> Result<()> {
         tx.release();
         return Ok(());
     };
+    let keys = keys_from_row(row, CLAIM_COLUMNS + 2);
+    let key_admitted_at = key_admission
+        .as_ref()
+        .filter(|a| a.any() && keys.limit_key.is_some())
+        .and_then(|a| a.admitted());
     let mut claimed = Claimed {
-        keys: keys_from_row(row, CLAIM_COLUMNS + 2),
-        admitted_at: admission.admitted(),
+        admitted_at: key_admitted_at.or(admission.admitted()),
+        keys,
         ..claimed_from_row(row)
     };
     let backend_pid: i32 = row.get(CLAIM_COLUMNS + 1);

@@ -122,7 +122,7 @@ pub(crate) async fn claim_and_run(
     // together. Queues are tried in turn (a scalar `queue = $2` is an
     // ordered index scan) until one has jobs.
     // A rate-limited queue's admissions are committed first (targets.rs).
-    let mut walk = Walk::new(ctx, queues, limit);
+    let mut walk = Walk::new(ctx, spec, queues, limit);
     let first_target = walk
         .next()
         .await?
@@ -140,7 +140,7 @@ pub(crate) async fn claim_and_run(
             first_target,
             except,
             spec,
-            walk.admission(),
+            &walk,
             &ctx.key_cursors
         ),
         db.query(&SUSPECTS, &[])
@@ -167,7 +167,7 @@ pub(crate) async fn claim_and_run(
             queue,
             except,
             spec,
-            walk.admission(),
+            &walk,
             &ctx.key_cursors,
         )
         .await
@@ -181,9 +181,12 @@ pub(crate) async fn claim_and_run(
             .await
             .map_err(Error::db("claim: suspects"))?;
     }
-    let (tried, admitted_at) = walk.settle(rows.len()).await?;
+    // The limit key: after xid, backend pid and the three other keys.
+    let used: Vec<Option<&str>> = rows.iter().map(|r| r.get(CLAIM_COLUMNS + 5)).collect();
+    let settled = walk.settle(&used).await?;
+    let tried = settled.tried;
     let limited_hit =
-        !rows.is_empty() && matches!(tried, Some(Target::Limited(_) | Target::Rated(_)));
+        !rows.is_empty() && matches!(tried, Some(Target::Limited(_) | Target::Rated(..)));
     let hit = if rows.is_empty() { "empty" } else { "hit" };
     ::metrics::counter!(metrics::CLAIMS, "trigger" => trigger.as_str(), "result" => hit, "mode" => "tx")
         .increment(1);
@@ -221,10 +224,13 @@ pub(crate) async fn claim_and_run(
     }
     let mut claimed: Vec<Claimed> = rows
         .iter()
-        .map(|row| Claimed {
-            keys: keys_from_row(row, CLAIM_COLUMNS + 2),
-            admitted_at,
-            ..claimed_from_row(row)
+        .map(|row| {
+            let keys = keys_from_row(row, CLAIM_COLUMNS + 2);
+            Claimed {
+                admitted_at: settled.admitted_at(keys.limit_key.is_some()),
+                keys,
+                ..claimed_from_row(row)
+            }
         })
         .collect();
     for c in &mut claimed {
@@ -236,7 +242,7 @@ pub(crate) async fn claim_and_run(
     // limited claim says whether it took one (claim_tx_limited.sql, the
     // column after the keys). Jobs without a slot are named in the mark, so
     // that a limit set while they run counts them.
-    let holds_slot = matches!(tried, Some(Target::Limited(_) | Target::Rated(_)))
+    let holds_slot = matches!(tried, Some(Target::Limited(_) | Target::Rated(..)))
         && rows[0].get::<_, bool>(CLAIM_COLUMNS + 6);
     let queues = (!holds_slot).then(|| claimed.iter().map(|c| c.job.queue.clone()).collect());
     let mark = mark_batch(ctx, &xid, &ids, queues).await?;
@@ -263,17 +269,19 @@ pub(crate) async fn claim_and_run(
 }
 
 /// One claim statement, over every queue but `except` or from `queue`
-/// (within the rate `admission` taken for it, if any; a fair-keys queue's
-/// rotation continuing from `cursors`, which it moves on).
+/// (within the rate admissions and per-key admissions `walk` took for it,
+/// if any; a fair-keys queue's rotation continuing from `cursors`, which it
+/// moves on).
 pub(super) async fn claim_rows(
     c: Db<'_>,
     limit: i64,
     target: &Target,
     except: &[String],
     spec: &ClaimSpec,
-    admission: Option<&crate::claim::rate::Admission>,
+    walk: &Walk<'_>,
     cursors: &crate::claim::key_rotation::KeyCursors,
 ) -> std::result::Result<Vec<tokio_postgres::Row>, tokio_postgres::Error> {
+    let (admission, admitted_keys) = (walk.admission(), walk.admitted_keys());
     match target {
         Target::All => {
             c.query(
@@ -289,7 +297,7 @@ pub(super) async fn claim_rows(
             )
             .await
         }
-        Target::Limited(q) | Target::Rated(q) => {
+        Target::Limited(q) | Target::Rated(q, _) => {
             if admission.is_some_and(|a| a.none()) {
                 return Ok(Vec::new());
             }
@@ -298,7 +306,15 @@ pub(super) async fn claim_rows(
             let rows = c
                 .query(
                     &CLAIM_LIMITED,
-                    &[&limit, q, &spec.tasks_in, &spec.tasks_not_in, &cap, &after],
+                    &[
+                        &limit,
+                        q,
+                        &spec.tasks_in,
+                        &spec.tasks_not_in,
+                        &cap,
+                        &after,
+                        &admitted_keys,
+                    ],
                 )
                 .await?;
             // The limit key: after xid, backend pid and the three other keys.

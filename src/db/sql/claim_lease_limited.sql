@@ -4,7 +4,9 @@
 -- tasks, $5: worker id, $6: lease seconds, $7: admissions the worker
 -- reserved for this claim (src/db/sql/rate_reserve.sql; NULL: the queue has
 -- no rate limit), $8: the last limit key this worker served of the queue
--- (fair keys; NULL: none). Same columns and ordering-key predicate as
+-- (fair keys; NULL: none), $9: the limit keys admitted for this claim under
+-- a per-key rate, one entry per admission (pgwake.reserve_key_admissions;
+-- NULL: none reserved). Same columns and ordering-key predicate as
 -- claim_lease_queue.sql.
 --
 -- In one autocommit statement: lock free slot rows (FOR UPDATE SKIP LOCKED,
@@ -19,10 +21,12 @@
 -- before the limit was set: `unslotted`, migration 0015) count against the
 -- limit: only slots 1..max_running minus those are used.
 WITH settings AS (
-    SELECT q.max_running, q.rate_count, q.fair_keys OR q.key_limits AS by_key, q.key_limits
+    SELECT q.max_running, q.rate_count,
+           q.fair_keys OR q.key_limits OR q.key_rate_count IS NOT NULL AS by_key, q.key_limits
     FROM pgwake.queues q
     WHERE q.name = $2::text AND NOT q.paused
-      AND (q.max_running IS NOT NULL OR q.rate_count IS NOT NULL OR q.fair_keys OR q.key_limits)
+      AND (q.max_running IS NOT NULL OR q.rate_count IS NOT NULL OR q.fair_keys OR q.key_limits
+           OR q.key_rate_count IS NOT NULL)
 ),
 unslotted AS (
     SELECT pgwake.unslotted_running($2::text) AS n
@@ -58,13 +62,14 @@ wanted AS (
                                       ELSE (SELECT count(*) FROM free) END)
                     FROM settings st), 0) AS n
 ),
--- A fair-keys queue, or one with per-key limits: in rotation between its
+-- A fair-keys queue, or one with per-key limits or a per-key rate (at most
+-- as many jobs of a key as its admissions in $9): in rotation between its
 -- limit keys, after the last key this worker served ($8), each job with the
 -- key slot it holds, if any (functions/claims.sql).
 picks AS (
     SELECT p.id, p.key_slot
     FROM settings st, LATERAL pgwake.fair_key_jobs($2::text, $8::text, (SELECT n FROM wanted),
-                                                   $3::text[], $4::text[]) p
+                                                   $3::text[], $4::text[], $9::text[]) p
     WHERE st.by_key
 ),
 c AS (

@@ -3,7 +3,9 @@
 -- 0020). $1: limit, $3: only these tasks (NULL: any), $4: never these
 -- tasks, $5: admissions the worker reserved for this claim
 -- (src/db/sql/rate_reserve.sql; NULL: the queue has no rate limit), $6: the
--- last limit key this worker served of the queue (fair keys; NULL: none).
+-- last limit key this worker served of the queue (fair keys; NULL: none),
+-- $7: the limit keys admitted for this claim under a per-key rate, one entry
+-- per admission (pgwake.reserve_key_admissions; NULL: none reserved).
 -- Same columns and ordering-key predicate as claim_tx_queue.sql.
 --
 -- Takes a free slot row of pgwake.queue_slots with FOR UPDATE SKIP LOCKED
@@ -20,10 +22,12 @@
 -- 1..max_running minus those are used, so no new job starts until fewer
 -- than max_running run. The last column says whether the claim took a slot.
 WITH settings AS (
-    SELECT q.max_running, q.rate_count, q.fair_keys OR q.key_limits AS by_key, q.key_limits
+    SELECT q.max_running, q.rate_count,
+           q.fair_keys OR q.key_limits OR q.key_rate_count IS NOT NULL AS by_key, q.key_limits
     FROM pgwake.queues q
     WHERE q.name = $2::text AND NOT q.paused
-      AND (q.max_running IS NOT NULL OR q.rate_count IS NOT NULL OR q.fair_keys OR q.key_limits)
+      AND (q.max_running IS NOT NULL OR q.rate_count IS NOT NULL OR q.fair_keys OR q.key_limits
+           OR q.key_rate_count IS NOT NULL)
 ),
 unslotted AS (
     SELECT pgwake.unslotted_running($2::text) AS n
@@ -65,14 +69,15 @@ wanted AS (
                                  CASE WHEN st.key_limits THEN 1 ELSE $1::int8 END)
                     FROM settings st), 0) AS n
 ),
--- A fair-keys queue, or one with per-key limits: in rotation between its
+-- A fair-keys queue, or one with per-key limits or a per-key rate (at most
+-- as many jobs of a key as its admissions in $7): in rotation between its
 -- limit keys, after the last key this worker served ($6), each job with the
 -- key slot it holds (locked by this transaction until it ends), if any
 -- (functions/claims.sql).
 picks AS (
     SELECT p.id, p.key_slot
     FROM settings st, LATERAL pgwake.fair_key_jobs($2::text, $6::text, (SELECT n FROM wanted),
-                                                   $3::text[], $4::text[]) p
+                                                   $3::text[], $4::text[], $7::text[]) p
     WHERE st.by_key
 ),
 c AS (

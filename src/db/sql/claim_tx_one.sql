@@ -6,12 +6,15 @@
 -- from a paused queue, a job of a queue with max_running takes a free slot
 -- (locked until this transaction ends, as in claim_tx_limited.sql) or is
 -- not claimed now, and a job of a rate-limited queue is claimed only with
--- an admission the worker reserved for it ($2, src/db/sql/rate_reserve.sql).
+-- an admission the worker reserved for it ($2, src/db/sql/rate_reserve.sql),
+-- and a keyed job of a queue with a per-key rate only with an admission of
+-- its key ($3, pgwake.reserve_key_admissions).
 WITH j AS (
     SELECT queue, limit_key FROM pgwake.jobs WHERE id = $1
 ),
 settings AS (
-    SELECT q.paused, q.max_running, q.rate_count, q.key_limits, q.max_running_per_key
+    SELECT q.paused, q.max_running, q.rate_count, q.key_limits, q.max_running_per_key,
+           q.key_rate_count
     FROM pgwake.queues q JOIN j ON q.name = j.queue
 ),
 -- The job's key's limit, under per-key limits (migration 0020), and a free
@@ -60,6 +63,9 @@ c AS (
           AND (NOT EXISTS (SELECT FROM settings WHERE max_running IS NOT NULL)
                OR EXISTS (SELECT FROM slot))
           AND (NOT EXISTS (SELECT FROM settings WHERE rate_count IS NOT NULL) OR $2::bool)
+          AND (NOT EXISTS (SELECT FROM settings, j
+                           WHERE settings.key_rate_count IS NOT NULL AND j.limit_key IS NOT NULL)
+               OR $3::bool)
           AND (NOT EXISTS (SELECT FROM key_limit WHERE lim IS NOT NULL)
                OR EXISTS (SELECT FROM key_slot))
         FOR UPDATE SKIP LOCKED))

@@ -18,7 +18,8 @@ SELECT n.name, coalesce(q.paused, false) AS paused, q.paused_at, q.max_running,
        q.rate_count, extract(epoch FROM q.rate_window)::float8 AS rate_window,
        q.limit_key_path, coalesce(q.fair_keys, false) AS fair_keys, q.max_running_per_key,
        (SELECT coalesce(jsonb_object_agg(k.limit_key, k.max_running), '{}')::text
-        FROM pgwake.queue_key_limits k WHERE k.queue = n.name) AS key_max_running
+        FROM pgwake.queue_key_limits k WHERE k.queue = n.name) AS key_max_running,
+       q.key_rate_count, extract(epoch FROM q.key_rate_window)::float8 AS key_rate_window
 FROM names n
 LEFT JOIN pgwake.queues q ON q.name = n.name
 ORDER BY n.name
