@@ -9,6 +9,8 @@
 --   ordering_key   behind job M on key K (M's state)                                M
 --   max_running    Q runs its limit of N (jobs …)                                   one holder
 --   rate_limit     Q started its limit of N per W; next admission   next admission
+--   key_max_running key K of Q runs its limit of N (jobs …)                         one holder
+--   key_rate_limit key K of Q started its limit of N per W           next admission
 --   no_worker      no live worker works queue Q
 --   no_handler     live workers work Q, none has a handler for T
 --   ready          nothing holds it: the next free worker takes it
@@ -30,6 +32,7 @@ DECLARE
     running_ids bigint[];
     running_n bigint;
     next_admission timestamptz;
+    key_limit integer;
     found_reason boolean := false;
 BEGIN
     SELECT lj.worker_id, lj.lease_until, lj.attempts, lj.queue
@@ -43,7 +46,7 @@ BEGIN
     END IF;
 
     SELECT jb.queue, jb.task, jb.run_at, jb.priority, jb.attempts, jb.last_error,
-           jb.ordering_key, coalesce(jb.ordering_at, jb.run_at) AS key_at, jb.xmax,
+           jb.ordering_key, coalesce(jb.ordering_at, jb.run_at) AS key_at, jb.xmax, jb.limit_key,
            jb.xmax IN (SELECT pl.transactionid FROM pg_locks pl
                        WHERE pl.locktype = 'transactionid' AND pl.granted) AS in_tx
     INTO j FROM pgwake.jobs jb WHERE jb.id = job_id;
@@ -83,7 +86,8 @@ BEGIN
         END IF;
     END IF;
 
-    SELECT qs.paused, qs.paused_at, qs.max_running, qs.rate_count, qs.rate_window
+    SELECT qs.paused, qs.paused_at, qs.max_running, qs.rate_count, qs.rate_window,
+           qs.key_limits, qs.max_running_per_key, qs.key_rate_count, qs.key_rate_window
     INTO q FROM pgwake.queues qs WHERE qs.name = j.queue;
     IF FOUND AND q.paused THEN
         found_reason := true;
@@ -151,6 +155,52 @@ BEGIN
             RETURN QUERY SELECT 'rate_limit'::text,
                 format('queue %s started its limit of %s job(s) per %s; the next start is admitted at %s',
                        quote_literal(j.queue), q.rate_count, q.rate_window, next_admission),
+                next_admission, NULL::bigint;
+        END IF;
+    END IF;
+
+    -- Per-key limits (migrations 0020, 0021): the job's limit key at its
+    -- running limit (the key's own, else the queue's per key), or its key's
+    -- rate used up.
+    IF j.limit_key IS NOT NULL AND q.key_limits THEN
+        key_limit := coalesce((SELECT kl.max_running FROM pgwake.queue_key_limits kl
+                               WHERE kl.queue = j.queue AND kl.limit_key = j.limit_key),
+                              q.max_running_per_key);
+        SELECT array_agg(r.id ORDER BY r.id), count(*) INTO running_ids, running_n FROM (
+            SELECT lj.id FROM pgwake.leased_jobs lj
+            WHERE lj.queue = j.queue AND lj.limit_key = j.limit_key
+            UNION ALL
+            SELECT jb.id FROM pgwake.jobs jb
+            WHERE jb.queue = j.queue AND jb.limit_key = j.limit_key
+              AND jb.xmax IN (SELECT pl.transactionid FROM pg_locks pl
+                              WHERE pl.locktype = 'transactionid' AND pl.granted)
+        ) r;
+        IF key_limit IS NOT NULL AND running_n >= key_limit THEN
+            found_reason := true;
+            RETURN QUERY SELECT 'key_max_running'::text,
+                format('limit key %s of queue %s runs its limit of %s job(s) at once (running: %s): one must end first',
+                       quote_literal(j.limit_key), quote_literal(j.queue), key_limit,
+                       array_to_string(running_ids[1:10], ', ')
+                       || CASE WHEN running_n > 10 THEN ', …' ELSE '' END),
+                NULL::timestamptz, running_ids[1];
+        END IF;
+    END IF;
+
+    IF j.limit_key IS NOT NULL AND q.key_rate_count IS NOT NULL THEN
+        SELECT min(ks.last_start) + q.key_rate_window INTO next_admission
+        FROM pgwake.key_rate_slots ks
+        WHERE ks.queue = j.queue AND ks.limit_key = j.limit_key AND ks.slot <= q.key_rate_count
+          AND ks.last_start > now() - q.key_rate_window;
+        IF next_admission IS NOT NULL
+           AND (SELECT count(*) FROM pgwake.key_rate_slots ks
+                WHERE ks.queue = j.queue AND ks.limit_key = j.limit_key
+                  AND ks.slot <= q.key_rate_count
+                  AND ks.last_start > now() - q.key_rate_window) >= q.key_rate_count THEN
+            found_reason := true;
+            RETURN QUERY SELECT 'key_rate_limit'::text,
+                format('limit key %s of queue %s started its limit of %s job(s) per %s; the key''s next start is admitted at %s',
+                       quote_literal(j.limit_key), quote_literal(j.queue), q.key_rate_count,
+                       q.key_rate_window, next_admission),
                 next_admission, NULL::bigint;
         END IF;
     END IF;

@@ -41,6 +41,12 @@ pub(crate) const QUEUE_MAX_RUNNING_PER_KEY: &str = "pgwake_queue_max_running_per
 /// Gauge: a queue's `--rate` limit in admissions per second (`pgwake queue
 /// set`), 0 once the limit is removed, label `queue`.
 pub(crate) const QUEUE_RATE_LIMIT: &str = "pgwake_queue_rate_limit";
+/// Gauge: a queue's `--rate-per-key` limit in admissions per second of one
+/// limit key, 0 once removed, label `queue`.
+pub(crate) const QUEUE_RATE_PER_KEY_LIMIT: &str = "pgwake_queue_rate_per_key_limit";
+/// Gauge: 1 while a queue's claims rotate between limit keys
+/// (`--fair-keys`), 0 once off, label `queue`.
+pub(crate) const QUEUE_FAIR_KEYS: &str = "pgwake_queue_fair_keys";
 /// Counter: claims of a rate-limited queue that found more ready jobs than
 /// free admissions (the queue is running at its rate), label `queue`.
 pub(crate) const RATE_THROTTLED: &str = "pgwake_rate_throttled_total";
@@ -216,6 +222,8 @@ pub(crate) fn init_known(known: Known<'_>) {
             QUEUE_MAX_RUNNING,
             QUEUE_MAX_RUNNING_PER_KEY,
             QUEUE_RATE_LIMIT,
+            QUEUE_RATE_PER_KEY_LIMIT,
+            QUEUE_FAIR_KEYS,
         ] {
             metrics::gauge!(gauge, "queue" => queue.clone()).increment(0.0);
         }
@@ -340,6 +348,14 @@ pub(crate) fn describe() {
     describe_gauge!(
         QUEUE_RATE_LIMIT,
         "The queue's rate limit (pgwake queue set --rate) in jobs started per second across every worker; 0 once the limit is removed (no limit)"
+    );
+    describe_gauge!(
+        QUEUE_RATE_PER_KEY_LIMIT,
+        "The queue's per-key rate limit (pgwake queue set --rate-per-key) in jobs of any one limit key started per second across every worker; 0 once the limit is removed (no limit)"
+    );
+    describe_gauge!(
+        QUEUE_FAIR_KEYS,
+        "1 while the queue's claims take its ready jobs in rotation between limit keys (pgwake queue set --fair-keys); 0 once off"
     );
     describe_counter!(
         RATE_THROTTLED,

@@ -347,6 +347,29 @@ async fn queue_settings_gauges_follow_pause_resume_and_the_max_running_and_rate_
     };
     assert_eq!(per_key(Some(3)).await, Some(3.0));
     assert_eq!(per_key(None).await, Some(0.0));
+
+    // A per-key rate, in admissions per second of one key; 0 once removed.
+    let mut key_rate = async |r: Option<&str>| {
+        pgwake::admin::queues::set_rate_per_key(&client, held, r.map(|r| r.parse().unwrap()))
+            .await
+            .unwrap();
+        sampler.publish(&sample(&pool, DEPTH_CAP_DEFAULT).await.unwrap());
+        queue_gauge(&handle.render(), "pgwake_queue_rate_per_key_limit", held)
+    };
+    assert_eq!(key_rate(Some("10/s")).await, Some(10.0));
+    assert_eq!(key_rate(Some("30/min")).await, Some(0.5));
+    assert_eq!(key_rate(None).await, Some(0.0));
+
+    // Fair keys: 1 while on, 0 once off.
+    let mut fair = async |on: bool| {
+        pgwake::admin::queues::set_fair_keys(&client, held, on)
+            .await
+            .unwrap();
+        sampler.publish(&sample(&pool, DEPTH_CAP_DEFAULT).await.unwrap());
+        queue_gauge(&handle.render(), "pgwake_queue_fair_keys", held)
+    };
+    assert_eq!(fair(true).await, Some(1.0));
+    assert_eq!(fair(false).await, Some(0.0));
 }
 
 #[tokio::test]

@@ -65,6 +65,12 @@ pub struct Sample {
     /// Queues with a per-key running limit (`pgwake queue set
     /// --max-running-per-key`) and that limit, by name.
     pub max_running_per_key: Vec<(String, i32)>,
+    /// Queues with a per-key rate (`pgwake queue set --rate-per-key`) and
+    /// that rate in admissions per second per key, by name.
+    pub rate_per_key: Vec<(String, f64)>,
+    /// Queues whose claims rotate between limit keys (`pgwake queue set
+    /// --fair-keys`), by name.
+    pub fair_keys: Vec<String>,
     /// How long the sample took (connection checkout included).
     pub duration: Duration,
 }
@@ -161,6 +167,15 @@ pub async fn sample_with(
         max_running_per_key: settings
             .iter()
             .filter_map(|r| Some((r.get(0), r.get::<_, Option<i32>>(4)?)))
+            .collect(),
+        rate_per_key: settings
+            .iter()
+            .filter_map(|r| Some((r.get(0), r.get::<_, Option<f64>>(5)?)))
+            .collect(),
+        fair_keys: settings
+            .iter()
+            .filter(|r| r.get::<_, bool>(6))
+            .map(|r| r.get(0))
             .collect(),
         duration: started.elapsed(),
     })

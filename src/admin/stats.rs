@@ -1,6 +1,6 @@
 //! `pgwake stats`: per queue, ready and scheduled depth, lease-mode jobs in
-//! flight, dead count, the oldest ready job's age and whether the queue is
-//! paused; uncapped counts (this is an on-demand command, not
+//! flight, dead count, the oldest ready job's age, whether the queue is
+//! paused and its limits (per queue and per limit key); uncapped counts (this is an on-demand command, not
 //! the per-interval sampler). Running tx-mode claims are left out of `ready`
 //! among each queue's first `sampler::RUNNING_CHECK_WINDOW` ready jobs.
 
@@ -36,6 +36,69 @@ pub struct QueueStats {
     /// works the queue with a handler for the task): they wait until one
     /// starts. Counted among the first 1,000 ready jobs of each priority.
     pub unserved: Vec<crate::admin::workers::Unserved>,
+    /// The queue's limits (`pgwake queue set`), as `pgwake queue list`
+    /// shows them.
+    pub limits: QueueLimits,
+}
+
+/// A queue's limits, per queue and per limit key (`None`/false: not set).
+#[derive(Debug, Clone, Default, Serialize, PartialEq)]
+pub struct QueueLimits {
+    /// `--max-running`.
+    pub max_running: Option<i32>,
+    /// `--rate`, in admissions per second.
+    pub rate_per_second: Option<f64>,
+    /// `--max-running-per-key` (a key's own limit may differ).
+    pub max_running_per_key: Option<i32>,
+    /// `--rate-per-key`, in admissions of one key per second.
+    pub rate_per_key_per_second: Option<f64>,
+    /// `--fair-keys`.
+    pub fair_keys: bool,
+}
+
+impl QueueLimits {
+    /// Of `queue`, from a sample.
+    fn of(sample: &crate::admin::gauges::Sample, queue: &str) -> QueueLimits {
+        fn find<T: Copy>(v: &[(String, T)], queue: &str) -> Option<T> {
+            v.iter().find(|(q, _)| q == queue).map(|(_, n)| *n)
+        }
+        QueueLimits {
+            max_running: find(&sample.max_running, queue),
+            rate_per_second: find(&sample.rate, queue),
+            max_running_per_key: find(&sample.max_running_per_key, queue),
+            rate_per_key_per_second: find(&sample.rate_per_key, queue),
+            fair_keys: sample.fair_keys.iter().any(|q| q == queue),
+        }
+    }
+
+    /// One short line: `max 3, 20/s, per key: max 2, 5/s, fair` (`-`: none).
+    pub fn summary(&self) -> String {
+        let mut queue = Vec::new();
+        if let Some(n) = self.max_running {
+            queue.push(format!("max {n}"));
+        }
+        if let Some(r) = self.rate_per_second {
+            queue.push(format!("{r}/s"));
+        }
+        let mut key = Vec::new();
+        if let Some(n) = self.max_running_per_key {
+            key.push(format!("max {n}"));
+        }
+        if let Some(r) = self.rate_per_key_per_second {
+            key.push(format!("{r}/s"));
+        }
+        if self.fair_keys {
+            key.push("fair".to_string());
+        }
+        if !key.is_empty() {
+            queue.push(format!("per key: {}", key.join(", ")));
+        }
+        if queue.is_empty() {
+            "-".into()
+        } else {
+            queue.join(", ")
+        }
+    }
 }
 
 /// Read every queue's numbers.
@@ -69,9 +132,11 @@ pub async fn read(pool: &deadpool_postgres::Pool) -> Result<Vec<QueueStats>> {
     };
     let mut stats: Vec<QueueStats> = sample
         .queues
+        .clone()
         .into_iter()
         .map(|q| QueueStats {
             paused: sample.paused.contains(&q.queue),
+            limits: QueueLimits::of(&sample, &q.queue),
             unserved: unserved_of(&q.queue),
             leased: leased.get(&q.queue).map_or(0, |l| l.0),
             expired_leases: leased.get(&q.queue).map_or(0, |l| l.1),
@@ -82,11 +147,16 @@ pub async fn read(pool: &deadpool_postgres::Pool) -> Result<Vec<QueueStats>> {
             oldest_ready_age_seconds: q.oldest_ready_age,
         })
         .collect();
-    // A paused queue shows even when it holds no job, and a queue whose
-    // only jobs are leased shows too.
+    // A paused or limited queue shows even when it holds no job, and a
+    // queue whose only jobs are leased shows too.
     let extra = sample
         .paused
         .iter()
+        .chain(sample.max_running.iter().map(|(q, _)| q))
+        .chain(sample.rate.iter().map(|(q, _)| q))
+        .chain(sample.max_running_per_key.iter().map(|(q, _)| q))
+        .chain(sample.rate_per_key.iter().map(|(q, _)| q))
+        .chain(&sample.fair_keys)
         .chain(leased.keys())
         .cloned()
         .collect::<std::collections::BTreeSet<String>>();
@@ -95,6 +165,7 @@ pub async fn read(pool: &deadpool_postgres::Pool) -> Result<Vec<QueueStats>> {
             let (leased, expired_leases) = leased.get(&q).copied().unwrap_or((0, 0));
             stats.push(QueueStats {
                 paused: sample.paused.contains(&q),
+                limits: QueueLimits::of(&sample, &q),
                 unserved: unserved_of(&q),
                 queue: q,
                 ready: 0,
@@ -119,8 +190,8 @@ pub fn render_table(stats: &[QueueStats]) -> String {
         .unwrap_or(5)
         .max(5);
     let mut out = format!(
-        "{:<width$}  {:>10}  {:>10}  {:>10}  {:>10}  {:>16}  {}\n",
-        "QUEUE", "READY", "SCHEDULED", "LEASED", "DEAD", "OLDEST READY (s)", "STATE"
+        "{:<width$}  {:>10}  {:>10}  {:>10}  {:>10}  {:>16}  {:<7}  {}\n",
+        "QUEUE", "READY", "SCHEDULED", "LEASED", "DEAD", "OLDEST READY (s)", "STATE", "LIMITS"
     );
     for s in stats {
         let leased = match s.expired_leases {
@@ -128,14 +199,15 @@ pub fn render_table(stats: &[QueueStats]) -> String {
             n => format!("{} ({n} exp.)", s.leased),
         };
         out.push_str(&format!(
-            "{:<width$}  {:>10}  {:>10}  {:>10}  {:>10}  {:>16.3}  {}\n",
+            "{:<width$}  {:>10}  {:>10}  {:>10}  {:>10}  {:>16.3}  {:<7}  {}\n",
             printable(&s.queue),
             s.ready,
             s.scheduled,
             leased,
             s.dead,
             s.oldest_ready_age_seconds,
-            if s.paused { "paused" } else { "running" }
+            if s.paused { "paused" } else { "running" },
+            s.limits.summary()
         ));
     }
     if stats.is_empty() {

@@ -79,6 +79,10 @@ pub struct Sampler {
     seen_rated: HashSet<String>,
     /// Queue labels last published with a per-key running limit.
     seen_per_key: HashSet<String>,
+    /// Queue labels last published with a per-key rate.
+    seen_key_rated: HashSet<String>,
+    /// Queue labels last published with fair keys on.
+    seen_fair: HashSet<String>,
     seen_apps: HashSet<String>,
 }
 
@@ -98,6 +102,8 @@ impl Sampler {
             seen_limited: HashSet::new(),
             seen_rated: HashSet::new(),
             seen_per_key: HashSet::new(),
+            seen_key_rated: HashSet::new(),
+            seen_fair: HashSet::new(),
             seen_apps: HashSet::new(),
         }
     }
@@ -202,6 +208,18 @@ impl Sampler {
                 .iter()
                 .map(|(q, n)| (q, f64::from(*n))),
             &self.seen_per_key,
+        );
+        self.seen_key_rated = publish_limit(
+            metrics::QUEUE_RATE_PER_KEY_LIMIT,
+            s.rate_per_key.iter().map(|(q, r)| (q, *r)),
+            &self.seen_key_rated,
+        );
+        // Fair keys: 1 per queue (a label that sums queues reported as
+        // `other` counts them).
+        self.seen_fair = publish_limit(
+            metrics::QUEUE_FAIR_KEYS,
+            s.fair_keys.iter().map(|q| (q, 1.0)),
+            &self.seen_fair,
         );
         // application_name is whatever a client sets: capped like queues.
         let mut apps: std::collections::BTreeMap<String, i64> = Default::default();

@@ -336,3 +336,98 @@ async fn every_attempts_error_is_kept_tx() {
 async fn every_attempts_error_is_kept_lease() {
     every_attempts_error_is_kept(true).await;
 }
+
+/// Per-key limits (issue 24): a keyed job waits because its key runs its
+/// per-key limit (the key and the limit named, the running job blocking)
+/// or because its key's rate is used up (the next admission named); a job
+/// without a key in the same queue is ready. The key reaches the terminal
+/// escaped.
+#[tokio::test]
+async fn a_full_or_spent_limit_key_is_named_with_its_limit() {
+    let db = migrated_db().await;
+    let c = db.client().await;
+    live_worker(&c, &["*"]).await;
+    let key = "acme\u{1b}[2J";
+    // A running job of the key, then a per-key limit of 1.
+    let running: i64 = c
+        .query_one(
+            "INSERT INTO pgwake.jobs (queue, task, limit_key) VALUES ('tn', 't', $1) RETURNING id",
+            &[&key],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(claim_lease_all(&c, "w").await.len(), 1);
+    c.batch_execute("SELECT pgwake.set_queue_max_running_per_key('tn', 1)")
+        .await
+        .unwrap();
+    let waiting: i64 = c
+        .query_one(
+            "INSERT INTO pgwake.jobs (queue, task, limit_key) VALUES ('tn', 't', $1) RETURNING id",
+            &[&key],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    let w = why(&c, waiting).await;
+    assert_eq!(reasons(&w), ["key_max_running"]);
+    assert_eq!(w[0].2, Some(running));
+    assert!(
+        w[0].1.contains("runs its limit of 1 job(s)") && w[0].1.contains("acme"),
+        "{w:?}"
+    );
+    let out = run_pgwake(&["explain", &waiting.to_string()], Some(&db.url));
+    let shown = String::from_utf8_lossy(&out.stdout).to_string();
+    assert!(shown.contains("key_max_running: limit key"), "{shown}");
+    assert!(
+        !shown.contains('\u{1b}'),
+        "the key reached the terminal raw: {shown:?}"
+    );
+
+    // A per-key rate of 1 an hour: one start of key k uses it up.
+    c.batch_execute(
+        "SELECT pgwake.set_queue_rate_per_key('metered', 1, interval '1 hour');
+         INSERT INTO pgwake.jobs (queue, task, limit_key) VALUES ('metered', 't', 'k');",
+    )
+    .await
+    .unwrap();
+    let worker = Worker::builder(db.config())
+        .config(WorkerConfig {
+            queues: Some(vec!["metered".into()]),
+            ..test_config()
+        })
+        .handler("t", ok_handler(&Ledger::default()))
+        .build()
+        .unwrap();
+    assert_eq!(worker.claim_once().await.unwrap(), 1);
+    let next = job(
+        &c,
+        "INSERT INTO pgwake.jobs (queue, task, limit_key) VALUES ('metered', 't', 'k') RETURNING id",
+    )
+    .await;
+    let row = c
+        .query_one(
+            "SELECT reason, detail, until > now() + interval '50 minutes' FROM pgwake.explain($1)",
+            &[&next],
+        )
+        .await
+        .unwrap();
+    assert_eq!(row.get::<_, String>(0), "key_rate_limit");
+    assert!(row
+        .get::<_, String>(1)
+        .contains("limit key 'k' of queue 'metered' started its limit of 1"));
+    assert!(
+        row.get::<_, bool>(2),
+        "the next admission is an hour after the start"
+    );
+    // The worker agrees: nothing of key k starts now.
+    assert_eq!(worker.claim_once().await.unwrap(), 0);
+    // A job without a key in the same queue: not held by the key's rate.
+    let keyless = job(
+        &c,
+        "INSERT INTO pgwake.jobs (queue, task) VALUES ('metered', 't') RETURNING id",
+    )
+    .await;
+    assert_eq!(reasons(&why(&c, keyless).await), ["ready"]);
+    assert_eq!(worker.claim_once().await.unwrap(), 1);
+}

@@ -349,6 +349,19 @@ async fn key_rate_settings_are_validated_and_shown() {
     let out = run_pgwake(&["queue", "list", "--json"], Some(&db.url));
     let json = String::from_utf8_lossy(&out.stdout).to_string();
     assert!(json.contains("\"rate_per_key\": \"600/min\""), "{json}");
+    // `pgwake stats` shows it too, in admissions per second of one key.
+    let out = run_pgwake(&["stats", "--json"], Some(&db.url));
+    let stats: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let hooks = stats
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|q| q["queue"] == "hooks")
+        .unwrap();
+    assert_eq!(hooks["limits"]["rate_per_key_per_second"], 10.0);
+    let out = run_pgwake(&["stats"], Some(&db.url));
+    let table = String::from_utf8_lossy(&out.stdout).to_string();
+    assert!(table.contains("per key: 10/s"), "{table}");
 
     // Key k: five admissions 1..5 seconds old; lowered to 2 per minute, the
     // two kept slots hold the two newest.
