@@ -112,12 +112,17 @@ impl Load {
         // gets 100 `send` jobs at once (then 10 a second from the
         // producer), so its claims are throttled for about 5 s (each job
         // must still run exactly once); `archive`,
-        // which has no jobs, is paused.
+        // which has no jobs, is paused; `tenants`, which has none either,
+        // has the per-key settings (the dashboard's settings table shows
+        // them).
         client
             .batch_execute(
                 "SELECT pgwake.set_queue_max_running('reports', 4);
                  SELECT pgwake.set_queue_rate('metered', 20, '1 second');
-                 SELECT pgwake.pause_queue('archive');",
+                 SELECT pgwake.pause_queue('archive');
+                 SELECT pgwake.set_queue_max_running_per_key('tenants', 2);
+                 SELECT pgwake.set_queue_rate_per_key('tenants', 5, '1 second');
+                 SELECT pgwake.set_queue_fair_keys('tenants', true);",
             )
             .await
             .unwrap();

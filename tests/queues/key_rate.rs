@@ -8,10 +8,10 @@
 //!
 //! Teeth: with the `y.last_start <= now() - win` condition taken out of
 //! `pgwake.take_key_admission` (functions/claims.sql) a key's slots admit
-//! again at once, and the first test fails (the busiest window of key `a`
-//! holds every run of it); with the `CONTINUE WHEN rated AND …` guard
-//! taken out of `pgwake.fair_key_jobs`, claims take keyed jobs without
-//! admissions and the first test fails on runs without one.
+//! again at once, and the first test fails (lease: 27 admissions of key `a`
+//! within one second); with the `CONTINUE WHEN rated AND …` guard taken
+//! out of `pgwake.fair_key_jobs`, claims take keyed jobs without admissions
+//! and the first test fails (tx: runs of key `a` without an admission).
 
 use crate::common;
 use crate::queues::{peak_running, until_all_ran};
