@@ -192,6 +192,7 @@ async fn pages_per_claim(lease: bool, backlog: i32) -> Vec<(String, i64)> {
     assert!(out.status.success(), "{}", stderr_of(&out));
     let no_admissions: Option<i64> = None;
     let no_cursor: Option<String> = None;
+    let no_keys: Option<Vec<String>> = None;
     let (claim, params): (&Sql, Vec<&(dyn ToSql + Sync)>) = if lease {
         (
             &sql::CLAIM_LEASE_LIMITED,
@@ -204,12 +205,21 @@ async fn pages_per_claim(lease: bool, backlog: i32) -> Vec<(String, i64)> {
                 &lease_s,
                 &no_admissions,
                 &no_cursor,
+                &no_keys,
             ],
         )
     } else {
         (
             &sql::CLAIM_TX_LIMITED,
-            vec![&limit, &queue, &any, &none, &no_admissions, &no_cursor],
+            vec![
+                &limit,
+                &queue,
+                &any,
+                &none,
+                &no_admissions,
+                &no_cursor,
+                &no_keys,
+            ],
         )
     };
     let (claimed, read) = claim_and_count(&claimer, &mut notices, claim, &params).await;

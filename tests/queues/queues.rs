@@ -705,7 +705,15 @@ async fn a_tx_claim_of_a_limited_queue_holds_one_slot() {
     let claimed = pgwake::internal::sql::Db::unnamed(&claimer)
         .query(
             &pgwake::internal::sql::CLAIM_TX_LIMITED,
-            &[&10i64, &"lim", &none, &empty, &None::<i64>, &None::<String>],
+            &[
+                &10i64,
+                &"lim",
+                &none,
+                &empty,
+                &None::<i64>,
+                &None::<String>,
+                &None::<Vec<String>>,
+            ],
         )
         .await
         .unwrap();
@@ -827,6 +835,7 @@ async fn every_lease_that_holds_a_slot_frees_it_across_the_upgrade_that_marks_th
                 &60.0f64,
                 &None::<i64>,
                 &None::<String>,
+                &None::<Vec<String>>,
             ],
         )
         .await

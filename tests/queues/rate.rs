@@ -371,6 +371,7 @@ async fn claims_without_admissions_take_nothing_of_a_rate_limited_queue() {
                 &60.0f64,
                 &no_cap,
                 &None::<String>,
+                &None::<Vec<String>>,
             ],
         )
         .await
@@ -409,6 +410,7 @@ async fn claims_without_admissions_take_nothing_of_a_rate_limited_queue() {
                 &60.0f64,
                 &Some(1i64),
                 &None::<String>,
+                &None::<Vec<String>>,
             ],
         )
         .await
