@@ -132,10 +132,12 @@ impl<'a> JobContext<'a> {
     }
 
     /// When this run was admitted by its queue's rate limit (`pgwake queue
-    /// set Q --rate N/s`), by the database's clock; `None` when the queue
-    /// has no rate limit. The limit holds on these times: no window of the
-    /// queue's length holds more admissions than its count. The handler
-    /// starts right after (the claim statement is between them).
+    /// set Q --rate N/s`) or, for a job with a limit key, by its key's rate
+    /// (`--rate-per-key N/s`, which takes precedence when both are set), by
+    /// the database's clock; `None` when no rate applies. The limit holds
+    /// on these times: no window of its length holds more admissions than
+    /// its count. The handler starts right after (the claim statement is
+    /// between them).
     pub fn admitted_at(&self) -> Option<SystemTime> {
         self.admitted_at
     }
