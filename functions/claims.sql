@@ -409,11 +409,22 @@ BEGIN
             k := CASE WHEN part = 1 THEN after_key END;
             LOOP
                 -- The next key of a ready-or-scheduled job (skip scan).
-                SELECT x.limit_key INTO k FROM pgwake.jobs x
-                WHERE x.queue = claim_queue AND x.limit_key IS NOT NULL AND NOT x.held
-                  AND (k IS NULL OR x.limit_key COLLATE "C" > k)
-                ORDER BY x.queue, x.limit_key COLLATE "C"
-                LIMIT 1;
+                -- Two statements, not `k IS NULL OR limit_key > k`: the
+                -- generic plan of that cannot bound the index scan by k and
+                -- walked every keyed job of the queue for each key (a claim
+                -- passing over 1,000 keys: 2.5 s; 4,000: 18.6 s).
+                IF k IS NULL THEN
+                    SELECT x.limit_key INTO k FROM pgwake.jobs x
+                    WHERE x.queue = claim_queue AND x.limit_key IS NOT NULL AND NOT x.held
+                    ORDER BY x.queue, x.limit_key COLLATE "C"
+                    LIMIT 1;
+                ELSE
+                    SELECT x.limit_key INTO k FROM pgwake.jobs x
+                    WHERE x.queue = claim_queue AND x.limit_key IS NOT NULL AND NOT x.held
+                      AND x.limit_key COLLATE "C" > k
+                    ORDER BY x.queue, x.limit_key COLLATE "C"
+                    LIMIT 1;
+                END IF;
                 EXIT WHEN NOT FOUND;
                 EXIT WHEN part = 3 AND k COLLATE "C" > after_key;
                 -- Per-key rate: no admission of the key left for this claim.
