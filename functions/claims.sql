@@ -511,6 +511,15 @@ $$;
 -- so two concurrent reservations never take one slot; a new slot is an
 -- INSERT of the next number, and the primary key lets only one of two
 -- concurrent inserts of one number through (the other takes nothing now).
+-- The advisory lock under which a reservation inserts admission slot rows
+-- of key `k` of `queue` (pgwake.take_key_admission): tag 'pgwk', then a
+-- hash of both (two keys sharing a hash only pass each other over).
+CREATE OR REPLACE FUNCTION pgwake.key_rate_lock(queue text, k text) RETURNS bigint
+LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
+    SELECT (x'7067776b'::bigint << 32)
+           | (hashtext(queue || chr(31) || k)::bigint & x'ffffffff'::bigint)
+$$;
+
 CREATE OR REPLACE FUNCTION pgwake.take_key_admission(claim_queue text, k text, cnt integer, win interval)
 RETURNS TABLE (slot integer, next_free timestamptz)
 LANGUAGE plpgsql VOLATILE AS $$
@@ -542,7 +551,14 @@ BEGIN
             WHERE NOT EXISTS (SELECT FROM pgwake.key_rate_slots y
                               WHERE y.queue = claim_queue AND y.limit_key = k AND y.slot = g);
         END IF;
-        IF s IS NOT NULL THEN
+        -- Another reservation may be inserting this key's rows this
+        -- instant: waiting on its uncommitted row (as the unique index
+        -- makes an insert do) deadlocked reservations whose rotations met
+        -- in opposite orders. The key's lock, held to the end of this
+        -- statement's transaction, makes the rows' inserts one at a time;
+        -- a reservation that cannot take it passes the key over, as SKIP
+        -- LOCKED does.
+        IF s IS NOT NULL AND pg_try_advisory_xact_lock(pgwake.key_rate_lock(claim_queue, k)) THEN
             INSERT INTO pgwake.key_rate_slots AS y (queue, limit_key, slot, last_start)
             VALUES (claim_queue, k, s, now())
             ON CONFLICT DO NOTHING;

@@ -402,3 +402,55 @@ async fn key_rate_settings_are_validated_and_shown() {
         .await;
     assert_eq!(slots, 0);
 }
+
+/// Two reservations that each create a new key's first admission slot in
+/// their own open transaction never wait for each other: a reservation
+/// whose key's slot row another one is inserting this instant passes the
+/// key over (as `SKIP LOCKED` does), instead of waiting on the other's
+/// uncommitted row. Waiting deadlocked workers whose rotations met in
+/// opposite orders (CI saw `deadlock detected` from the reservation). A
+/// `lock_timeout` makes any wait an error here, while the other
+/// transaction stays open.
+///
+/// Teeth: without the `pgwake.key_rate_lock` guard in
+/// `pgwake.take_key_admission`, A's reservation of `k2` waits on B's
+/// uncommitted row and fails with `lock_timeout`.
+#[tokio::test]
+async fn reservations_creating_slot_rows_never_wait_for_each_other() {
+    let db = migrated_db().await;
+    let setup = db.client().await;
+    setup
+        .batch_execute("SELECT pgwake.set_queue_rate_per_key('kr', 5)")
+        .await
+        .unwrap();
+    let (a, b) = (db.client().await, db.client().await);
+    a.batch_execute("BEGIN; SET LOCAL lock_timeout = '2s'")
+        .await
+        .unwrap();
+    b.batch_execute("BEGIN; SET LOCAL lock_timeout = '2s'")
+        .await
+        .unwrap();
+    let take = "SELECT slot FROM pgwake.take_key_admission('kr', $1, 5, interval '1 second')";
+    let slot = |row: tokio_postgres::Row| row.get::<_, Option<i32>>(0);
+    assert_eq!(slot(a.query_one(take, &[&"k1"]).await.unwrap()), Some(1));
+    assert_eq!(slot(b.query_one(take, &[&"k2"]).await.unwrap()), Some(1));
+    // Each now asks for the key the other is creating.
+    let a_k2 = a.query_one(take, &[&"k2"]).await.map(slot);
+    let b_k1 = b.query_one(take, &[&"k1"]).await.map(slot);
+    assert_eq!(
+        a_k2.as_ref().map_err(|e| e.to_string()),
+        Ok(&None),
+        "A passes k2 over"
+    );
+    assert_eq!(
+        b_k1.as_ref().map_err(|e| e.to_string()),
+        Ok(&None),
+        "B passes k1 over"
+    );
+    a.batch_execute("COMMIT").await.unwrap();
+    b.batch_execute("COMMIT").await.unwrap();
+    // Once both committed, each key has its row and admits again (up to 5).
+    let c = db.client().await;
+    assert_eq!(slot(c.query_one(take, &[&"k1"]).await.unwrap()), Some(2));
+    assert_eq!(slot(c.query_one(take, &[&"k2"]).await.unwrap()), Some(2));
+}
