@@ -358,3 +358,41 @@ CREATE OR REPLACE TRIGGER dead_jobs_record_error
     AFTER INSERT ON pgwake.dead_jobs
     FOR EACH ROW WHEN (NEW.last_error IS NOT NULL AND NEW.attempts > 0)
     EXECUTE FUNCTION pgwake.record_job_error();
+
+-- Dead and cancelled jobs into the history (migration 0006; its triggers
+-- on pgwake.dead_jobs run this for every bury path: a worker's bury in
+-- either mode, a rescue on the last attempt, a cancel), with the job's
+-- keys: ordering and unique (migration 0008) and limit key (migration
+-- 0020; the done paths, src/db/sql/history_done.sql and
+-- lease_done_history.sql, record it too).
+CREATE OR REPLACE FUNCTION pgwake.record_dead() RETURNS trigger
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pgwake AS $$
+BEGIN
+    IF NOT EXISTS (SELECT 1 FROM pgwake.history_settings WHERE keep IS NOT NULL) THEN
+        RETURN NULL;
+    END IF;
+    IF TG_OP = 'INSERT' THEN
+        INSERT INTO pgwake.finished_jobs
+            (id, queue, task, payload, outcome, error, attempts, enqueued_at, started_at,
+             finished_at, worker, ordering_key, unique_key, limit_key)
+        SELECT id, queue, task, payload,
+               CASE WHEN last_error = 'cancelled' THEN 'cancelled' ELSE 'dead' END,
+               last_error, attempts, created_at, started_at, clock_timestamp(), worker_id,
+               ordering_key, unique_key, limit_key
+        FROM new_rows;
+    ELSE
+        -- A bury that found the id already dead (ON CONFLICT … DO UPDATE
+        -- sets failed_at): a new death. Other updates are not.
+        INSERT INTO pgwake.finished_jobs
+            (id, queue, task, payload, outcome, error, attempts, enqueued_at, started_at,
+             finished_at, worker, ordering_key, unique_key, limit_key)
+        SELECT n.id, n.queue, n.task, n.payload,
+               CASE WHEN n.last_error = 'cancelled' THEN 'cancelled' ELSE 'dead' END,
+               n.last_error, n.attempts, n.created_at, n.started_at, clock_timestamp(), n.worker_id,
+               n.ordering_key, n.unique_key, n.limit_key
+        FROM new_rows n JOIN old_rows o USING (id)
+        WHERE n.failed_at IS DISTINCT FROM o.failed_at;
+    END IF;
+    RETURN NULL;
+END
+$$;

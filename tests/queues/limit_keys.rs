@@ -230,3 +230,100 @@ async fn the_limit_key_stays_with_a_retried_and_buried_job_tx() {
 async fn the_limit_key_stays_with_a_retried_and_buried_job_lease() {
     the_limit_key_stays_with_the_job(Delivery::Lease).await;
 }
+
+/// Every way a job leaves records its limit key in the history
+/// (`pgwake.finished_jobs`): done, buried after its last attempt (by the
+/// worker of `extra`'s mode), cancelled while waiting, and a lease rescued
+/// on its last attempt; a `pgwake dead retry` of the buried job keeps it.
+///
+/// Teeth: without `limit_key` in `pgwake.record_dead()` (the history
+/// trigger of pgwake.dead_jobs, functions/jobs.sql) the dead, cancelled and
+/// rescued rows have none.
+async fn every_way_out_records_the_limit_key_in_the_history(extra: &[&str]) {
+    let db = migrated_db().await;
+    create_run_ledger(&db).await;
+    let c = db.client().await;
+    c.batch_execute(
+        "UPDATE pgwake.history_settings SET keep = interval '1 day';
+         INSERT INTO pgwake.jobs (queue, task, payload, limit_key, max_attempts)
+         VALUES ('q', 'work', '{}', 'k-done', 25), ('q', 'fail', '{}', 'k-dead', 1);
+         INSERT INTO pgwake.jobs (queue, task, payload, limit_key, run_at)
+         VALUES ('q', 'work', '{}', 'k-cancel', now() + interval '1 day');
+         -- A lease whose worker died on its last attempt.
+         INSERT INTO pgwake.leased_jobs
+             (id, queue, task, payload, priority, attempts, max_attempts, created_at, run_at,
+              worker_id, leased_at, lease_until, limit_key)
+         VALUES (900001, 'q', 'work', '{}', 0, 1, 1, now(), now(), 'gone', now(),
+                 now() - interval '1 second', 'k-rescued');",
+    )
+    .await
+    .unwrap();
+    let cancel: i64 = db
+        .scalar("SELECT id FROM pgwake.jobs WHERE limit_key = 'k-cancel'")
+        .await;
+    let dead: i64 = db
+        .scalar("SELECT id FROM pgwake.jobs WHERE limit_key = 'k-dead'")
+        .await;
+    pgwake::admin::cancel::cancel(&c, cancel).await.unwrap();
+    c.batch_execute("SELECT * FROM pgwake.rescue(10)")
+        .await
+        .unwrap();
+    let worker = ChaosWorker::spawn(&db, extra);
+    until_drained(&db).await;
+    eventually("the failing job is dead", WAIT, || async {
+        c.query_one(
+            "SELECT count(*) FROM pgwake.dead_jobs WHERE id = $1",
+            &[&dead],
+        )
+        .await
+        .unwrap()
+        .get::<_, i64>(0)
+            == 1
+    })
+    .await;
+    assert!(worker.terminate().await.success());
+    let rows: Vec<(String, Option<String>)> = c
+        .query(
+            "SELECT outcome, limit_key FROM pgwake.finished_jobs ORDER BY outcome, limit_key",
+            &[],
+        )
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| (r.get(0), r.get(1)))
+        .collect();
+    let row = |o: &str, k: &str| (o.to_string(), Some(k.to_string()));
+    assert_eq!(
+        rows,
+        vec![
+            row("cancelled", "k-cancel"),
+            row("dead", "k-dead"),
+            row("dead", "k-rescued"),
+            row("done", "k-done"),
+        ]
+    );
+    pgwake::admin::dead::retry(
+        &c,
+        &pgwake::admin::dead::Selection {
+            ids: Some(vec![dead]),
+            queue: None,
+            all: false,
+        },
+    )
+    .await
+    .unwrap();
+    assert_eq!(
+        limit_key_of(&c, "jobs", dead).await.as_deref(),
+        Some("k-dead")
+    );
+}
+
+#[tokio::test]
+async fn every_way_out_records_the_limit_key_in_the_history_tx() {
+    every_way_out_records_the_limit_key_in_the_history(&[]).await;
+}
+
+#[tokio::test]
+async fn every_way_out_records_the_limit_key_in_the_history_lease() {
+    every_way_out_records_the_limit_key_in_the_history(&["--lease-handler"]).await;
+}
