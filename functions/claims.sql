@@ -310,6 +310,21 @@ LANGUAGE sql STABLE AS $$
             WHERE bq.name = unslotted_running.queue)
 $$;
 
+-- Jobs of key `limit_key` of `queue` running without a key slot: claimed
+-- while the key had no limit (lease: holds_key_slot false; tx: named in
+-- their batch's mark, migration 0022). As unslotted_running, for one key:
+-- src/db/sql/claim_tx_one.sql uses only slots 1..limit minus these
+-- (pgwake.fair_key_jobs reads them for every key at once).
+CREATE OR REPLACE FUNCTION pgwake.unslotted_key_running(queue text, limit_key text) RETURNS bigint
+LANGUAGE sql STABLE AS $$
+    SELECT (SELECT count(*) FROM pgwake.leased_jobs l
+            WHERE l.queue = unslotted_key_running.queue
+              AND l.limit_key = unslotted_key_running.limit_key AND NOT l.holds_key_slot)
+         + (SELECT count(*) FROM pgwake.tx_batches b, unnest(b.key_queues, b.limit_keys) AS t(q, k)
+            WHERE b.limit_keys IS NOT NULL AND t.q = unslotted_key_running.queue
+              AND t.k = unslotted_key_running.limit_key)
+$$;
+
 -- The ready jobs a claim of fair-keys queue `claim_queue` takes (migration
 -- 0020; ARCHITECTURE.md → "Fair keys: a rotation between limit keys"), at
 -- most `wanted`, locked (FOR UPDATE SKIP LOCKED) for the calling claim,
@@ -335,7 +350,21 @@ $$;
 -- re-checks the token on the newest row version), and no key slot above
 -- the limit may remain (a lowered limit: the free ones are deleted here,
 -- a held one blocks the key until its job ends). A full key is passed
--- over, never waited for: the rotation goes on to the next key.
+-- over, never waited for: the rotation goes on to the next key. Jobs of the
+-- key running without a key slot (claimed while it had no limit,
+-- migration 0022: leases with `holds_key_slot` false, tx-mode jobs named
+-- by their batch's mark) count against the limit: only slots 1..limit
+-- minus those are used, so no new job of the key starts until fewer than
+-- its limit run (read once per call, in an array: empty in the steady
+-- state).
+--
+-- A key with a ready job but fewer than its limit's rows 1..limit (a job
+-- inserted while the rescuer's sweep deleted its key's rows, or while a
+-- limit change resized them: ARCHITECTURE.md → "Limit keys") is reported,
+-- as a row with `id` NULL and `repair_key` the key: the worker adds the
+-- missing rows in a statement of its own (pgwake.repair_key_slots), never
+-- in the claim, whose tx-mode transaction lasts as long as its jobs run
+-- (rows it inserted would make every producer of the key wait for it).
 --
 -- Per-key rate (the queue's `key_rate_count`, migration 0021): a key's job
 -- is taken only with an admission of the key, reserved before the claim by
@@ -345,7 +374,7 @@ $$;
 CREATE OR REPLACE FUNCTION pgwake.fair_key_jobs(
     claim_queue text, after_key text, wanted bigint, only_tasks text[], never_tasks text[],
     admitted_keys text[] DEFAULT NULL)
-RETURNS TABLE (id bigint, key_slot integer)
+RETURNS TABLE (id bigint, key_slot integer, repair_key text)
 LANGUAGE plpgsql VOLATILE
 SET enable_sort = off
 SET jit = off
@@ -365,6 +394,9 @@ DECLARE
     took_keys text[] := '{}';
     took boolean;
     part integer;
+    unslotted text[] := '{}';
+    top integer;
+    have bigint;
 BEGIN
     IF coalesce(wanted, 0) < 1 THEN
         RETURN;
@@ -374,6 +406,16 @@ BEGIN
     FROM pgwake.queues q WHERE q.name = claim_queue;
     limited := coalesce(limited, false);
     rated := coalesce(rated, false);
+    IF limited THEN
+        -- The keys of the queue's jobs running without a key slot, one
+        -- entry per job (migration 0022).
+        unslotted := ARRAY(
+            SELECT l.limit_key FROM pgwake.leased_jobs l
+            WHERE l.queue = claim_queue AND l.limit_key IS NOT NULL AND NOT l.holds_key_slot
+            UNION ALL
+            SELECT t.k FROM pgwake.tx_batches b, unnest(b.key_queues, b.limit_keys) AS t(q, k)
+            WHERE b.limit_keys IS NOT NULL AND t.q = claim_queue);
+    END IF;
     LOOP
         took := false;
         -- part 1: keys after after_key; 2: the keyless group; 3: keys from
@@ -447,19 +489,37 @@ BEGIN
                           AND (only_tasks IS NULL OR x.task = ANY(only_tasks))
                           AND x.task <> ALL(never_tasks)
                           AND x.id <> ALL(picked));
-                    -- A lowered limit: free rows above it go; a held one
-                    -- blocks the key.
-                    DELETE FROM pgwake.key_slots s
-                    WHERE (s.queue, s.limit_key, s.slot) IN (
-                        SELECT y.queue, y.limit_key, y.slot FROM pgwake.key_slots y
-                        WHERE y.queue = claim_queue AND y.limit_key = k AND y.slot > lim
-                          AND y.lease_token IS NULL
-                        FOR UPDATE OF y SKIP LOCKED);
-                    CONTINUE WHEN EXISTS (SELECT FROM pgwake.key_slots y
-                                          WHERE y.queue = claim_queue AND y.limit_key = k
-                                            AND y.slot > lim);
+                    -- The key's rows: its highest slot, and how many of
+                    -- 1..lim exist (fewer: some are missing, reported).
+                    SELECT coalesce(max(y.slot), 0), count(*) FILTER (WHERE y.slot <= lim)
+                    INTO top, have
+                    FROM pgwake.key_slots y WHERE y.queue = claim_queue AND y.limit_key = k;
+                    IF have < lim THEN
+                        id := NULL;
+                        key_slot := NULL;
+                        repair_key := k;
+                        RETURN NEXT;
+                        repair_key := NULL;
+                    END IF;
+                    IF top > lim THEN
+                        -- A lowered limit: free rows above it go; a held
+                        -- one blocks the key.
+                        DELETE FROM pgwake.key_slots s
+                        WHERE (s.queue, s.limit_key, s.slot) IN (
+                            SELECT y.queue, y.limit_key, y.slot FROM pgwake.key_slots y
+                            WHERE y.queue = claim_queue AND y.limit_key = k AND y.slot > lim
+                              AND y.lease_token IS NULL
+                            FOR UPDATE OF y SKIP LOCKED);
+                        CONTINUE WHEN EXISTS (SELECT FROM pgwake.key_slots y
+                                              WHERE y.queue = claim_queue AND y.limit_key = k
+                                                AND y.slot > lim);
+                    END IF;
                     SELECT y.slot INTO ks FROM pgwake.key_slots y
-                    WHERE y.queue = claim_queue AND y.limit_key = k AND y.slot <= lim
+                    WHERE y.queue = claim_queue AND y.limit_key = k
+                      -- the key's jobs running without a slot count
+                      AND y.slot <= lim - CASE WHEN cardinality(unslotted) = 0 THEN 0
+                                               ELSE (SELECT count(*) FROM unnest(unslotted) AS u(uk)
+                                                     WHERE u.uk = k) END
                       AND y.lease_token IS NULL
                       AND NOT EXISTS (SELECT FROM unnest(slot_keys, slot_nos) AS t(tk, tn)
                                       WHERE tk = k AND tn = y.slot)

@@ -312,6 +312,53 @@ BEGIN
 END
 $$;
 
+-- Add the missing slot rows 1..limit of `keys` of `queue` that have a
+-- limit and a job (waiting, scheduled, held or leased): the keys a claim
+-- found with a ready job and fewer rows (pgwake.fair_key_jobs). The worker
+-- runs this in a statement of its own; a key's rows can go missing when a
+-- job of it is inserted while its rows are being deleted (the rescuer's
+-- sweep, a limit change) and its insert trigger saw them still there.
+-- Returns the rows added; wakes the queue's workers when it added any.
+CREATE OR REPLACE FUNCTION pgwake.repair_key_slots(queue text, keys text[]) RETURNS bigint
+LANGUAGE plpgsql AS $$
+#variable_conflict use_column
+DECLARE
+    added bigint;
+BEGIN
+    -- A producer inserting the same rows (its key had none) holds them
+    -- until it commits: wait a little, then give up (the next claim that
+    -- visits the key reports it again).
+    PERFORM set_config('lock_timeout', '1s', true);
+    WITH limits AS (
+        SELECT k.key,
+               coalesce((SELECT l.max_running FROM pgwake.queue_key_limits l
+                         WHERE l.queue = q.name AND l.limit_key = k.key),
+                        q.max_running_per_key) AS lim
+        FROM unnest(repair_key_slots.keys) AS k(key), pgwake.queues q
+        WHERE q.name = repair_key_slots.queue AND q.key_limits
+          AND (EXISTS (SELECT FROM pgwake.jobs j
+                       WHERE j.queue = q.name AND j.limit_key COLLATE "C" = k.key AND NOT j.held)
+               OR EXISTS (SELECT FROM pgwake.jobs j
+                          WHERE j.queue = q.name AND j.limit_key COLLATE "C" = k.key AND j.held)
+               OR EXISTS (SELECT FROM pgwake.leased_jobs l
+                          WHERE l.queue = q.name AND l.limit_key = k.key))
+    ),
+    ins AS (
+        INSERT INTO pgwake.key_slots (queue, limit_key, slot)
+        SELECT repair_key_slots.queue, limits.key, g
+        FROM limits, generate_series(1, limits.lim) g
+        WHERE limits.lim IS NOT NULL
+        ON CONFLICT DO NOTHING
+        RETURNING 1
+    )
+    SELECT count(*) INTO added FROM ins;
+    IF added > 0 THEN
+        PERFORM pg_notify('pgwake', repair_key_slots.queue);
+    END IF;
+    RETURN added;
+END
+$$;
+
 -- Give the keys of `queue` their slots for the current limits: rows
 -- 1..limit for every key with a waiting or running job or with rows
 -- already; the free rows above a key's limit are deleted (held ones stay

@@ -75,3 +75,69 @@ BEGIN
     END LOOP;
 END
 $$;
+
+-- The rescuer's sweep of key slots (migration 0022): the rows of
+-- pgwake.key_slots of up to `batch` keys, from after (`after_queue`,
+-- `after_key`) (NULL: the first) in key order, are deleted when the key has
+-- no job left: none waiting, scheduled or held in pgwake.jobs (a tx-mode
+-- job that runs is still there for every other transaction until its claim
+-- commits), none leased (a lease that holds a slot has its token in the
+-- slot's row). So 100,000 one-off keys do not leave 100,000 × limit rows
+-- for good. Rows a claim has locked are skipped (SKIP LOCKED), never waited
+-- for. Returns the rows deleted and the key to go on from next time (NULL:
+-- the sweep reached the last key and starts over).
+--
+-- A job of the key inserted while its rows are deleted can find them
+-- present and leave them to this deletion (the insert trigger adds a key's
+-- rows only when it has none): its key then has a ready job and no rows,
+-- which pgwake.fair_key_jobs reports and the worker repairs
+-- (pgwake.repair_key_slots) at the first claim that visits the key.
+CREATE OR REPLACE FUNCTION pgwake.sweep_key_slots(after_queue text, after_key text, batch bigint)
+RETURNS TABLE (swept bigint, next_queue text, next_key text)
+LANGUAGE plpgsql VOLATILE AS $$
+#variable_conflict use_column
+DECLARE
+    qs text[];
+    ks text[];
+BEGIN
+    -- The next keys that have rows, walking the primary key.
+    SELECT coalesce(array_agg(x.queue), '{}'), coalesce(array_agg(x.limit_key), '{}') INTO qs, ks
+    FROM (SELECT DISTINCT s.queue, s.limit_key FROM pgwake.key_slots s
+          WHERE after_queue IS NULL OR (s.queue, s.limit_key) > (after_queue, after_key)
+          ORDER BY s.queue, s.limit_key
+          LIMIT batch) x;
+    WITH gone AS (
+        SELECT k.queue, k.limit_key FROM unnest(qs, ks) AS k(queue, limit_key)
+        WHERE NOT EXISTS (SELECT FROM pgwake.jobs j
+                          WHERE j.queue = k.queue AND j.limit_key COLLATE "C" = k.limit_key
+                            AND NOT j.held)
+          AND NOT EXISTS (SELECT FROM pgwake.jobs j
+                          WHERE j.queue = k.queue AND j.limit_key COLLATE "C" = k.limit_key
+                            AND j.held)
+          AND NOT EXISTS (SELECT FROM pgwake.leased_jobs l
+                          WHERE l.queue = k.queue AND l.limit_key = k.limit_key
+                            AND NOT l.holds_key_slot)
+          AND NOT EXISTS (SELECT FROM pgwake.key_slots y
+                          WHERE y.queue = k.queue AND y.limit_key = k.limit_key
+                            AND y.lease_token IS NOT NULL)
+    ),
+    deleted AS (
+        DELETE FROM pgwake.key_slots s
+        WHERE (s.queue, s.limit_key, s.slot) IN (
+            SELECT y.queue, y.limit_key, y.slot
+            FROM pgwake.key_slots y JOIN gone g ON g.queue = y.queue AND g.limit_key = y.limit_key
+            WHERE y.lease_token IS NULL
+            FOR UPDATE OF y SKIP LOCKED)
+        RETURNING 1
+    )
+    SELECT count(*) INTO swept FROM deleted;
+    IF cardinality(qs) < batch THEN
+        next_queue := NULL;
+        next_key := NULL;
+    ELSE
+        next_queue := qs[cardinality(qs)];
+        next_key := ks[cardinality(ks)];
+    END IF;
+    RETURN NEXT;
+END
+$$;

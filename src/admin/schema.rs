@@ -139,6 +139,11 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "0021_key_rates.sql",
         sql: include_str!("../../migrations/0021_key_rates.sql"),
     },
+    Migration {
+        version: 22,
+        name: "0022_key_slot_gaps.sql",
+        sql: include_str!("../../migrations/0022_key_slot_gaps.sql"),
+    },
 ];
 
 /// The functions and triggers of `functions/`, re-applied by every migrate

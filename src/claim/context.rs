@@ -120,6 +120,9 @@ pub(crate) struct ClaimContext {
     /// Where each fair-keys queue's rotation between limit keys stands
     /// for this worker (`key_rotation.rs`).
     pub key_cursors: crate::claim::key_rotation::KeyCursors,
+    /// Repairs of limit keys' slot rows that claims reported
+    /// (`key_repair.rs`).
+    pub key_repairs: crate::claim::key_repair::KeyRepairs,
 }
 
 impl ClaimContext {

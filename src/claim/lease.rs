@@ -146,7 +146,9 @@ pub(crate) async fn claim(
                             &admitted_keys,
                         ],
                     )
-                    .await;
+                    .await
+                    // Keys reported for a repair: the column after the keys.
+                    .map(|rows| ctx.key_repairs.take_reports(q, rows, CLAIM_COLUMNS + 5));
                 if let Ok(rows) = &r {
                     // The limit key: after the token and the three other keys.
                     ctx.key_cursors.served(

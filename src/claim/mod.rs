@@ -13,6 +13,7 @@ pub(crate) mod executor;
 pub(crate) mod fair;
 pub(crate) mod idle;
 pub(crate) mod key_rate;
+pub(crate) mod key_repair;
 pub(crate) mod key_rotation;
 pub(crate) mod lease;
 pub(crate) mod leases;

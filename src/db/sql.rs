@@ -70,7 +70,7 @@ statements! {
     ADOPT_STALE = "adopt_stale" [];
     BACKEND_PID = "backend_pid" [];
     BATCH_CLEAR = "batch_clear" [INT8];
-    BATCH_MARK = "batch_mark" [TEXT, INT8_ARRAY, TEXT, TEXT_ARRAY];
+    BATCH_MARK = "batch_mark" [TEXT, INT8_ARRAY, TEXT, TEXT_ARRAY, TEXT_ARRAY, TEXT_ARRAY];
     BATCH_MARK_DURABLE = "batch_mark_durable" [INT8];
     BURY = "bury" [INT8_ARRAY, TEXT_ARRAY, TEXT_ARRAY, TEXT_ARRAY, INT4_ARRAY, TIMESTAMPTZ_ARRAY,
         INT4_ARRAY, INT4_ARRAY, TEXT_ARRAY, TIMESTAMPTZ_ARRAY, FLOAT8_ARRAY, TEXT, TEXT_ARRAY,
@@ -122,8 +122,10 @@ statements! {
         TIMESTAMPTZ_ARRAY, FLOAT8_ARRAY, INT4_ARRAY, INT4_ARRAY, TEXT_ARRAY, TIMESTAMPTZ_ARRAY,
         FLOAT8_ARRAY, TEXT_ARRAY, TEXT_ARRAY, TIMESTAMPTZ_ARRAY, TEXT_ARRAY];
     RELEASE_KEYS = "release_keys" [TEXT, INT8];
+    REPAIR_KEY_SLOTS = "repair_key_slots" [TEXT, TEXT_ARRAY];
     RESCUE = "rescue" [INT8];
     SAMPLE_PRESSURE = "sample_pressure" [];
+    SWEEP_KEY_SLOTS = "sweep_key_slots" [TEXT, TEXT, INT8];
     LIMITED_QUEUES = "limited_queues" [];
     QUEUE_LIST = "queue_list" [];
     QUEUE_PAUSE = "queue_pause" [TEXT];

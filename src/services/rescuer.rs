@@ -8,7 +8,9 @@
 //! releases ordering keys whose next job stayed held (functions/keys.sql,
 //! `release_stalled_keys`): the keys a release could not settle at once,
 //! and a slice of every key with held jobs, so that no key stays held for
-//! good.
+//! good. And it sweeps the slot rows of limit keys that have no job left
+//! (functions/rescue.sql, `sweep_key_slots`), a slice of the keys per run,
+//! so that one-off keys (a customer seen once) leave no rows behind.
 
 use std::time::Duration;
 
@@ -23,6 +25,9 @@ pub const RESCUE_BATCH_DEFAULT: i64 = 1000;
 /// Most ordering keys with held jobs looked at per run (the next run goes on
 /// from the last one).
 pub const KEY_SWEEP_BATCH: i64 = 1000;
+/// Most limit keys whose slot rows are looked at per run (the next run goes
+/// on from the last one).
+pub const SLOT_SWEEP_BATCH: i64 = 1000;
 
 /// What one rescue run did.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -45,6 +50,8 @@ pub struct RescueReport {
     /// left for later: it was held with nothing of its key running (a missed
     /// release; logged at warn level).
     pub keys_stalled: usize,
+    /// Slot rows of limit keys that had no job left, deleted.
+    pub key_slots_swept: usize,
 }
 
 /// How the rescuer runs.
@@ -82,6 +89,9 @@ pub struct Rescuer {
     config: RescuerConfig,
     /// The last ordering key the sweep looked at (None: start over).
     key_sweep_after: std::sync::Mutex<Option<String>>,
+    /// The last limit key (queue, key) whose slot rows the sweep looked at
+    /// (None: start over).
+    slot_sweep_after: std::sync::Mutex<Option<(String, String)>>,
 }
 
 impl Rescuer {
@@ -91,6 +101,7 @@ impl Rescuer {
             pool,
             config,
             key_sweep_after: std::sync::Mutex::new(None),
+            slot_sweep_after: std::sync::Mutex::new(None),
         }
     }
 
@@ -114,6 +125,12 @@ impl Rescuer {
                         tracing::warn!(
                             keys = r.keys_stalled,
                             "released ordering keys whose next job was held with nothing of its key running (a missed release)"
+                        )
+                    }
+                    if r.key_slots_swept > 0 {
+                        tracing::debug!(
+                            rows = r.key_slots_swept,
+                            "deleted the slot rows of limit keys that have no job left"
                         )
                     }
                     if r.keys_rechecked > 0 {
@@ -158,6 +175,18 @@ impl Rescuer {
         report.keys_rechecked = row.get::<_, i64>(0) as usize;
         report.keys_stalled = row.get::<_, i64>(1) as usize;
         *self.key_sweep_after.lock().unwrap() = row.get(2);
+        let after = self.slot_sweep_after.lock().unwrap().clone();
+        let (after_queue, after_key) = after.unzip();
+        let r = Db::unnamed(&conn)
+            .query_one(
+                &sql::SWEEP_KEY_SLOTS,
+                &[&after_queue, &after_key, &SLOT_SWEEP_BATCH],
+            )
+            .await;
+        let row = conn.check(r).map_err(Error::db("rescuer: key slots"))?;
+        report.key_slots_swept = row.get::<_, i64>(0) as usize;
+        let next: (Option<String>, Option<String>) = (row.get(1), row.get(2));
+        *self.slot_sweep_after.lock().unwrap() = next.0.zip(next.1);
         for row in &rows {
             let queue: String = row.get(0);
             let what: &str = row.get(1);

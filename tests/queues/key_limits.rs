@@ -138,6 +138,41 @@ async fn per_key_limits_hold_across_workers_and_kills_lease() {
 /// `queues::lowered_max_running_holds_for_jobs_started_after_the_change`,
 /// whose comments say why the gate makes the check exact).
 async fn lowered_per_key_limit_holds_for_jobs_started_after_the_change(extra: &[&str]) {
+    a_per_key_limit_holds_for_jobs_started_after_the_change(Some("6"), extra).await;
+}
+
+/// Six jobs of key `a` running (gated) on three worker processes while the
+/// queue has no per-key limit, so they hold no key slot (tx mode: in claim
+/// transactions, named by their batch's mark; lease mode: leases with
+/// `holds_key_slot` false); then `--max-running-per-key 2` and more jobs of
+/// the key: no job starts after the change with 2 or more others of the key
+/// alive (a limit is set when a key overloads something: the jobs already
+/// running are what it must count).
+///
+/// Teeth: with the `unslotted` array of `pgwake.fair_key_jobs` left empty
+/// (functions/claims.sql), both modes fail: runs of `a` start with the six
+/// old ones alive.
+async fn a_new_per_key_limit_counts_the_jobs_already_running(extra: &[&str]) {
+    a_per_key_limit_holds_for_jobs_started_after_the_change(None, extra).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_new_per_key_limit_counts_the_jobs_already_running_tx() {
+    a_new_per_key_limit_counts_the_jobs_already_running(&[]).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_new_per_key_limit_counts_the_jobs_already_running_lease() {
+    a_new_per_key_limit_counts_the_jobs_already_running(&["--lease-handler"]).await;
+}
+
+/// Six gated jobs of key `a` run under per-key limit `initial` (None: no
+/// limit), the limit becomes 2, 30 more jobs of `a` are enqueued: none
+/// starts while 2 or more others of the key run.
+async fn a_per_key_limit_holds_for_jobs_started_after_the_change(
+    initial: Option<&str>,
+    extra: &[&str],
+) {
     let db = migrated_db().await;
     create_run_ledger(&db).await;
     db.client()
@@ -146,7 +181,9 @@ async fn lowered_per_key_limit_holds_for_jobs_started_after_the_change(extra: &[
         .await
         .unwrap();
     let gate = Gate::closed(&db).await;
-    queue_set(&db, &["tn", "--max-running-per-key", "6"]);
+    if let Some(limit) = initial {
+        queue_set(&db, &["tn", "--max-running-per-key", limit]);
+    }
     let gated: Vec<i64> = db
         .client()
         .await
@@ -173,9 +210,17 @@ async fn lowered_per_key_limit_holds_for_jobs_started_after_the_change(extra: &[
     args.extend_from_slice(extra);
     let workers: Vec<ChaosWorker> = (0..3).map(|_| ChaosWorker::spawn(&db, &args)).collect();
     until_all_ran(&db, "the six gated jobs to run", &gated).await;
-    let waiting = insert_keyed(&db, "tn", "work", "a", 30).await;
+    // Without a limit before the change, free places would start them at
+    // once: they are enqueued after it then.
+    let mut waiting = Vec::new();
+    if initial.is_some() {
+        waiting = insert_keyed(&db, "tn", "work", "a", 30).await;
+    }
     queue_set(&db, &["tn", "--max-running-per-key", "2"]);
     let change: String = db.scalar("SELECT clock_timestamp()::text").await;
+    if initial.is_none() {
+        waiting = insert_keyed(&db, "tn", "work", "a", 30).await;
+    }
     wait_for(
         "claims begun before the change to finish",
         LONG,
@@ -225,12 +270,12 @@ async fn lowered_per_key_limit_holds_for_jobs_started_after_the_change(extra: &[
         .unwrap()
         .get(0);
     assert!(after >= 30, "the waiting jobs ran after the change");
+    // (The rescuer's sweep may have deleted the key's rows since: it has
+    // no job left.)
     let slots: i64 = db
-        .scalar(
-            "SELECT count(*) FROM pgwake.key_slots WHERE limit_key = 'a' AND lease_token IS NULL",
-        )
+        .scalar("SELECT count(*) FROM pgwake.key_slots WHERE limit_key = 'a' AND slot > 2")
         .await;
-    assert_eq!(slots, 2, "the rows above the new limit are gone once free");
+    assert_eq!(slots, 0, "the rows above the new limit are gone once free");
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -241,4 +286,198 @@ async fn lowered_per_key_limit_holds_for_jobs_started_after_the_change_tx() {
 #[tokio::test(flavor = "multi_thread")]
 async fn lowered_per_key_limit_holds_for_jobs_started_after_the_change_lease() {
     lowered_per_key_limit_holds_for_jobs_started_after_the_change(&["--lease-handler"]).await;
+}
+
+async fn slot_keys(db: &TestDb) -> Vec<String> {
+    db.client()
+        .await
+        .query(
+            "SELECT DISTINCT limit_key FROM pgwake.key_slots ORDER BY 1",
+            &[],
+        )
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect()
+}
+
+/// 300 one-off keys of a queue with `--max-running-per-key 2` run once on
+/// two worker processes (one killed with `-9` mid-run): the rescuer's
+/// sweep deletes their slot rows, and keeps those of a key with a
+/// scheduled job and of a key whose job runs (gated). Those keys' jobs then
+/// run under their limit, and once they are gone, so are their rows.
+///
+/// Teeth: without the sweep in `Rescuer::run_once`
+/// (src/services/rescuer.rs) the rows of the 300 keys stay and the wait
+/// for them to go fails.
+async fn the_slot_rows_of_keys_without_jobs_are_swept(extra: &[&str]) {
+    let db = migrated_db().await;
+    create_run_ledger(&db).await;
+    let gate = Gate::closed(&db).await;
+    queue_set(&db, &["tn", "--max-running-per-key", "2"]);
+    let c = db.client().await;
+    let once: Vec<i64> = c
+        .query(
+            "INSERT INTO pgwake.jobs (queue, task, payload, limit_key)
+             SELECT 'tn', 'work', '{}', 'once-' || g FROM generate_series(1, 300) g
+             RETURNING id",
+            &[],
+        )
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    let later: i64 = c
+        .query_one(
+            "INSERT INTO pgwake.jobs (queue, task, payload, limit_key, run_at)
+             VALUES ('tn', 'work', '{}', 'scheduled', now() + interval '1 day') RETURNING id",
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    let gated = insert_keyed(&db, "tn", "gated", "running", 1).await;
+    let mut args = vec![
+        "--sleep-ms",
+        "5",
+        "--rescue-ms",
+        "200",
+        "--lease-ms",
+        "1000",
+    ];
+    args.extend_from_slice(extra);
+    let mut first = ChaosWorker::spawn(&db, &args);
+    until_runs(&db, "some runs of the one-off keys", LONG, |runs| {
+        runs.len() >= 30
+    })
+    .await;
+    first.kill9();
+    let second = ChaosWorker::spawn(&db, &args);
+    until_all_ran(&db, "every one-off key's job to run", &once).await;
+    until_all_ran(&db, "the gated job to start", &gated).await;
+    wait_for("the one-off keys' rows to be swept", LONG, async || {
+        let keys = slot_keys(&db).await;
+        if keys == ["running", "scheduled"] {
+            Ok(())
+        } else {
+            Err(format!("{} keys have rows", keys.len()))
+        }
+    })
+    .await;
+    let kept: i64 = db
+        .scalar("SELECT count(*) FROM pgwake.key_slots WHERE limit_key IN ('running', 'scheduled')")
+        .await;
+    assert_eq!(kept, 4, "the kept keys keep rows 1..2");
+    gate.open().await;
+    c.execute(
+        "UPDATE pgwake.jobs SET run_at = now() WHERE id = $1",
+        &[&later],
+    )
+    .await
+    .unwrap();
+    until_all_ran(&db, "the scheduled job to run", &[later]).await;
+    until_drained(&db).await;
+    wait_for("the last keys' rows to be swept", LONG, async || {
+        let keys = slot_keys(&db).await;
+        if keys.is_empty() {
+            Ok(())
+        } else {
+            Err(format!("{keys:?} have rows"))
+        }
+    })
+    .await;
+    second.terminate().await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_slot_rows_of_keys_without_jobs_are_swept_tx() {
+    the_slot_rows_of_keys_without_jobs_are_swept(&[]).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_slot_rows_of_keys_without_jobs_are_swept_lease() {
+    the_slot_rows_of_keys_without_jobs_are_swept(&["--lease-handler"]).await;
+}
+
+/// The two ways a key can end up with a waiting job and no slot rows,
+/// forced with two sessions and explicit transactions: (1) a job of key
+/// `late` is inserted (its trigger finds the key's rows, so adds none)
+/// while the rescuer's sweep deletes them, having not seen the uncommitted
+/// job; (2) a job of key `new` of queue `tn2` is inserted (no limit: no
+/// rows) while `--max-running-per-key` is set (the resize does not see the
+/// uncommitted job). Worker processes then run both jobs: the claim
+/// reports the keys and the worker adds their rows.
+///
+/// Teeth: without the report in `pgwake.fair_key_jobs` (the `have < lim`
+/// branch, functions/claims.sql) neither job is ever claimed and the wait
+/// for them fails.
+async fn a_key_whose_rows_went_missing_is_repaired(extra: &[&str]) {
+    let db = migrated_db().await;
+    create_run_ledger(&db).await;
+    queue_set(&db, &["tn", "--max-running-per-key", "2"]);
+    let a = db.client().await;
+    let b = db.client().await;
+    // (1) The key has rows and, once its first job is gone, no job.
+    let first = insert_keyed(&db, "tn", "work", "late", 1).await;
+    a.execute("DELETE FROM pgwake.jobs WHERE id = $1", &[&first[0]])
+        .await
+        .unwrap();
+    a.batch_execute("BEGIN").await.unwrap();
+    let late: i64 = a
+        .query_one(
+            "INSERT INTO pgwake.jobs (queue, task, payload, limit_key)
+             VALUES ('tn', 'work', '{}', 'late') RETURNING id",
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    let swept: i64 = b
+        .query_one(
+            "SELECT swept FROM pgwake.sweep_key_slots(NULL, NULL, 100)",
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(swept, 2, "the sweep saw no job of the key");
+    a.batch_execute("COMMIT").await.unwrap();
+    // (2) A limit set while the job's insert is uncommitted.
+    a.batch_execute("BEGIN").await.unwrap();
+    let new: i64 = a
+        .query_one(
+            "INSERT INTO pgwake.jobs (queue, task, payload, limit_key)
+             VALUES ('tn2', 'work', '{}', 'new') RETURNING id",
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    b.execute("SELECT pgwake.set_queue_max_running_per_key('tn2', 2)", &[])
+        .await
+        .unwrap();
+    a.batch_execute("COMMIT").await.unwrap();
+    let rows: i64 = db
+        .scalar("SELECT count(*) FROM pgwake.key_slots WHERE limit_key IN ('late', 'new')")
+        .await;
+    assert_eq!(rows, 0, "both keys have a waiting job and no rows");
+    let mut args = vec!["--sleep-ms", "5"];
+    args.extend_from_slice(extra);
+    let workers: Vec<ChaosWorker> = (0..2).map(|_| ChaosWorker::spawn(&db, &args)).collect();
+    until_all_ran(&db, "the jobs of both keys to run", &[late, new]).await;
+    for w in workers {
+        w.terminate().await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_key_whose_rows_went_missing_is_repaired_tx() {
+    a_key_whose_rows_went_missing_is_repaired(&[]).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_key_whose_rows_went_missing_is_repaired_lease() {
+    a_key_whose_rows_went_missing_is_repaired(&["--lease-handler"]).await;
 }

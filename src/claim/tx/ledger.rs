@@ -16,15 +16,42 @@ use super::write::finish;
 use super::OpenTx;
 use crate::db::sql::{Db, ADOPT_STALE, BATCH_MARK, CHARGE, CLAIM_TX_ONE as CLAIM_ONE};
 
+/// The queue and limit key of each job of a batch that has a limit key and
+/// holds no key slot (two arrays of the same length; `None`: no such job),
+/// for its mark: a per-key limit set while they run counts them (migration
+/// 0022).
+#[derive(Debug, Default)]
+pub(super) struct UnslottedKeys {
+    queues: Option<Vec<String>>,
+    keys: Option<Vec<String>>,
+}
+
+impl UnslottedKeys {
+    /// The (queue, limit key) of each such job.
+    pub(super) fn of<'a>(jobs: impl Iterator<Item = (&'a str, &'a str)>) -> UnslottedKeys {
+        let (queues, keys): (Vec<String>, Vec<String>) =
+            jobs.map(|(q, k)| (q.to_string(), k.to_string())).unzip();
+        if keys.is_empty() {
+            return UnslottedKeys::default();
+        }
+        UnslottedKeys {
+            queues: Some(queues),
+            keys: Some(keys),
+        }
+    }
+}
+
 /// Record "transaction `xid` holds `ids`" before any handler runs (an
 /// asynchronous commit: see [`Mark`]), with the queue of each job when they
 /// hold no queue slots (`queues`: counted by a max_running limit set while
-/// they run).
+/// they run), and the keyed jobs that hold no key slot (`keys`: counted by
+/// a per-key limit set while they run).
 pub(super) async fn mark_batch(
     ctx: &ClaimContext,
     xid: &str,
     ids: &[i64],
     queues: Option<Vec<String>>,
+    keys: UnslottedKeys,
 ) -> Result<Mark> {
     let mut conn = crate::db::connect::PooledConn::get(
         &ctx.ledger_pool,
@@ -41,7 +68,14 @@ pub(super) async fn mark_batch(
     } else {
         "BEGIN; SET LOCAL synchronous_commit = off"
     };
-    let params: [&(dyn ToSql + Sync); 4] = [&xid, &ids, &ctx.worker_id, &queues];
+    let params: [&(dyn ToSql + Sync); 6] = [
+        &xid,
+        &ids,
+        &ctx.worker_id,
+        &queues,
+        &keys.queues,
+        &keys.keys,
+    ];
     let (begun, marked, committed) = tokio::join!(
         biased;
         conn.batch_execute(begin),

@@ -56,7 +56,7 @@ mod run;
 mod sizer;
 mod write;
 
-use ledger::{mark_batch, run_suspects};
+use ledger::{mark_batch, run_suspects, UnslottedKeys};
 use run::{run_batch, Session};
 pub(crate) use sizer::BatchSizer;
 pub use sizer::TX_BATCH_TARGET;
@@ -141,7 +141,8 @@ pub(crate) async fn claim_and_run(
             except,
             spec,
             &walk,
-            &ctx.key_cursors
+            &ctx.key_cursors,
+            &ctx.key_repairs,
         ),
         db.query(&SUSPECTS, &[])
     );
@@ -169,6 +170,7 @@ pub(crate) async fn claim_and_run(
             spec,
             &walk,
             &ctx.key_cursors,
+            &ctx.key_repairs,
         )
         .await
         .map_err(Error::db("claim"))?;
@@ -242,10 +244,27 @@ pub(crate) async fn claim_and_run(
     // limited claim says whether it took one (claim_tx_limited.sql, the
     // column after the keys). Jobs without a slot are named in the mark, so
     // that a limit set while they run counts them.
-    let holds_slot = matches!(tried, Some(Target::Limited(_) | Target::Rated(..)))
-        && rows[0].get::<_, bool>(CLAIM_COLUMNS + 6);
+    let limited = matches!(tried, Some(Target::Limited(_) | Target::Rated(..)));
+    let holds_slot = limited && rows[0].get::<_, bool>(CLAIM_COLUMNS + 6);
     let queues = (!holds_slot).then(|| claimed.iter().map(|c| c.job.queue.clone()).collect());
-    let mark = mark_batch(ctx, &xid, &ids, queues).await?;
+    // Likewise per key (migration 0022): a job with a limit key that took
+    // no key slot (the column after the queue slot's) is named in the
+    // mark, so that a per-key limit set while it runs counts it.
+    let key_slots: std::collections::HashSet<i64> = if limited {
+        rows.iter()
+            .filter(|r| r.get::<_, bool>(CLAIM_COLUMNS + 7))
+            .map(|r| r.get(0))
+            .collect()
+    } else {
+        Default::default()
+    };
+    let unslotted_keys = UnslottedKeys::of(
+        claimed
+            .iter()
+            .filter(|c| !key_slots.contains(&c.job.id))
+            .filter_map(|c| Some((c.job.queue.as_str(), c.keys.limit_key.as_deref()?))),
+    );
+    let mark = mark_batch(ctx, &xid, &ids, queues, unslotted_keys).await?;
 
     let started = Instant::now();
     let token = mark.token;
@@ -271,7 +290,8 @@ pub(crate) async fn claim_and_run(
 /// One claim statement, over every queue but `except` or from `queue`
 /// (within the rate admissions and per-key admissions `walk` took for it,
 /// if any; a fair-keys queue's rotation continuing from `cursors`, which it
-/// moves on).
+/// moves on; the keys it reports with slot rows missing go to `repairs`).
+#[allow(clippy::too_many_arguments)]
 pub(super) async fn claim_rows(
     c: Db<'_>,
     limit: i64,
@@ -280,6 +300,7 @@ pub(super) async fn claim_rows(
     spec: &ClaimSpec,
     walk: &Walk<'_>,
     cursors: &crate::claim::key_rotation::KeyCursors,
+    repairs: &crate::claim::key_repair::KeyRepairs,
 ) -> std::result::Result<Vec<tokio_postgres::Row>, tokio_postgres::Error> {
     let (admission, admitted_keys) = (walk.admission(), walk.admitted_keys());
     match target {
@@ -317,6 +338,9 @@ pub(super) async fn claim_rows(
                     ],
                 )
                 .await?;
+            // Keys reported for a repair: after the keys, the queue slot
+            // and the key slot columns.
+            let rows = repairs.take_reports(q, rows, CLAIM_COLUMNS + 8);
             // The limit key: after xid, backend pid and the three other keys.
             cursors.served(
                 q,

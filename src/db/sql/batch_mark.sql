@@ -7,7 +7,10 @@
 -- crashed or lost its connection while running. $4: the queue of each job
 -- when the batch holds no queue slots (a plain claim), so that a
 -- max_running limit set while it runs counts its jobs (migration 0015);
--- NULL when its jobs hold slots.
-INSERT INTO pgwake.tx_batches (xid, job_ids, worker_id, queues)
-VALUES ($1::text::xid8, $2::bigint[], $3, $4::text[])
+-- NULL when its jobs hold slots. $5, $6: the queue and limit key of each
+-- job that has a limit key and holds no key slot (claimed while its key had
+-- no limit), so that a per-key limit set while it runs counts it
+-- (migration 0022); NULL: none.
+INSERT INTO pgwake.tx_batches (xid, job_ids, worker_id, queues, key_queues, limit_keys)
+VALUES ($1::text::xid8, $2::bigint[], $3, $4::text[], $5::text[], $6::text[])
 RETURNING token

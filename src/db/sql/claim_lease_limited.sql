@@ -19,7 +19,8 @@
 -- limit) block new claims until they are gone; the free ones are deleted
 -- here (`excess`). Jobs of the queue running without a slot (claimed
 -- before the limit was set: `unslotted`, migration 0015) count against the
--- limit: only slots 1..max_running minus those are used.
+-- limit: only slots 1..max_running minus those are used. After the keys:
+-- a key to repair (rows without a job, see pgwake.fair_key_jobs).
 WITH settings AS (
     SELECT q.max_running, q.rate_count,
            q.fair_keys OR q.key_limits OR q.key_rate_count IS NOT NULL AS by_key, q.key_limits
@@ -67,7 +68,7 @@ wanted AS (
 -- limit keys, after the last key this worker served ($8), each job with the
 -- key slot it holds, if any (functions/claims.sql).
 picks AS (
-    SELECT p.id, p.key_slot
+    SELECT p.id, p.key_slot, p.repair_key
     FROM settings st, LATERAL pgwake.fair_key_jobs($2::text, $8::text, (SELECT n FROM wanted),
                                                    $3::text[], $4::text[], $9::text[]) p
     WHERE st.by_key
@@ -87,7 +88,7 @@ c AS (
         ORDER BY priority, run_at, id
         LIMIT (SELECT n FROM wanted)
         FOR UPDATE SKIP LOCKED)
-        || ARRAY(SELECT id FROM picks))
+        || ARRAY(SELECT id FROM picks WHERE id IS NOT NULL))
     RETURNING *
 ),
 l AS (
@@ -122,5 +123,12 @@ SELECT id, queue, task, payload::text, priority, run_at, attempts, max_attempts,
        created_at, extract(epoch FROM timeout)::float8,
        extract(epoch FROM clock_timestamp() - greatest(created_at, run_at))::float8,
        token,
-       ordering_key, unique_key, coalesce(ordering_at, run_at), limit_key
+       ordering_key, unique_key, coalesce(ordering_at, run_at), limit_key, NULL::text
 FROM l
+-- A key pgwake.fair_key_jobs reported with rows missing: a row without a
+-- job, its key in the last column (the worker repairs the key's rows).
+UNION ALL
+SELECT NULL, $2::text, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
+       NULL, NULL, NULL, NULL, p.repair_key
+FROM picks p
+WHERE p.repair_key IS NOT NULL

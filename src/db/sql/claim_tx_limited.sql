@@ -20,7 +20,10 @@
 -- Jobs of the queue running without a slot (claimed before the limit was
 -- set: `unslotted`, migration 0015) count against the limit: only slots
 -- 1..max_running minus those are used, so no new job starts until fewer
--- than max_running run. The last column says whether the claim took a slot.
+-- than max_running run. After the keys: whether the claim took a queue
+-- slot, whether each job took a key slot (one that took none is named in
+-- its batch's mark, migration 0022), and a key to repair (rows without a
+-- job, see pgwake.fair_key_jobs).
 WITH settings AS (
     SELECT q.max_running, q.rate_count,
            q.fair_keys OR q.key_limits OR q.key_rate_count IS NOT NULL AS by_key, q.key_limits
@@ -75,7 +78,7 @@ wanted AS (
 -- key slot it holds (locked by this transaction until it ends), if any
 -- (functions/claims.sql).
 picks AS (
-    SELECT p.id, p.key_slot
+    SELECT p.id, p.key_slot, p.repair_key
     FROM settings st, LATERAL pgwake.fair_key_jobs($2::text, $6::text, (SELECT n FROM wanted),
                                                    $3::text[], $4::text[], $7::text[]) p
     WHERE st.by_key
@@ -95,7 +98,7 @@ c AS (
         ORDER BY priority, run_at, id
         LIMIT (SELECT n FROM wanted)
         FOR UPDATE SKIP LOCKED)
-        || ARRAY(SELECT id FROM picks))
+        || ARRAY(SELECT id FROM picks WHERE id IS NOT NULL))
     RETURNING *
 )
 SELECT id, queue, task, payload::text, priority, run_at, attempts, max_attempts, last_error,
@@ -104,5 +107,14 @@ SELECT id, queue, task, payload::text, priority, run_at, attempts, max_attempts,
        pg_current_xact_id()::text,
        pg_backend_pid(),
        ordering_key, unique_key, coalesce(ordering_at, run_at), limit_key,
-       (SELECT st.max_running IS NOT NULL FROM settings st)
+       (SELECT st.max_running IS NOT NULL FROM settings st),
+       EXISTS (SELECT FROM picks p WHERE p.id = c.id AND p.key_slot IS NOT NULL),
+       NULL::text
 FROM c
+-- A key pgwake.fair_key_jobs reported with rows missing: a row without a
+-- job, its key in the last column (the worker repairs the key's rows).
+UNION ALL
+SELECT NULL, $2::text, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
+       NULL, NULL, NULL, NULL, NULL, NULL, p.repair_key
+FROM picks p
+WHERE p.repair_key IS NOT NULL

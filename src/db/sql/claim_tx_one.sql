@@ -18,8 +18,9 @@ settings AS (
     FROM pgwake.queues q JOIN j ON q.name = j.queue
 ),
 -- The job's key's limit, under per-key limits (migration 0020), and a free
--- slot of its key (pgwake.key_slots, as pgwake.fair_key_jobs takes one):
--- a job run alone keeps to its key's limit too.
+-- slot of its key (pgwake.key_slots, as pgwake.fair_key_jobs takes one,
+-- counting the key's jobs that run without a slot): a job run alone keeps
+-- to its key's limit too.
 key_limit AS (
     SELECT coalesce((SELECT l.max_running FROM pgwake.queue_key_limits l
                      WHERE l.queue = j.queue AND l.limit_key = j.limit_key),
@@ -32,6 +33,8 @@ key_slot AS (
     JOIN j ON y.queue = j.queue AND y.limit_key = j.limit_key
     JOIN key_limit kl ON y.slot <= kl.lim
     WHERE y.lease_token IS NULL
+      -- the key's jobs running without a slot count (migration 0022)
+      AND y.slot <= kl.lim - pgwake.unslotted_key_running(j.queue, j.limit_key)
       AND NOT EXISTS (SELECT FROM pgwake.key_slots x
                       WHERE x.queue = j.queue AND x.limit_key = j.limit_key AND x.slot > kl.lim)
     ORDER BY y.slot
