@@ -39,7 +39,7 @@ BEGIN
     INTO l FROM pgwake.leased_jobs lj WHERE lj.id = job_id;
     IF FOUND THEN
         RETURN QUERY SELECT 'running'::text,
-            format('running (lease mode, attempt %s), leased by worker %s; its lease is renewed while it runs',
+            format('lease mode, attempt %s, leased by worker %s; its lease is renewed while it runs',
                    l.attempts, l.worker_id),
             l.lease_until, NULL::bigint;
         RETURN;
@@ -68,7 +68,7 @@ BEGIN
 
     IF j.in_tx THEN
         RETURN QUERY SELECT 'running'::text,
-            format('running (tx mode, attempt %s): a worker''s claim transaction holds it until its handler ends', j.attempts + 1),
+            format('tx mode, attempt %s: a worker''s claim transaction holds it until its handler ends', j.attempts + 1),
             NULL::timestamptz, NULL::bigint;
         RETURN;
     END IF;
@@ -81,7 +81,7 @@ BEGIN
                        coalesce(j.last_error, 'no error recorded'), j.run_at),
                 j.run_at, NULL::bigint;
         ELSE
-            RETURN QUERY SELECT 'scheduled'::text, format('scheduled: runs at %s', j.run_at),
+            RETURN QUERY SELECT 'scheduled'::text, format('runs at %s', j.run_at),
                 j.run_at, NULL::bigint;
         END IF;
     END IF;
@@ -224,7 +224,7 @@ BEGIN
 
     IF NOT found_reason THEN
         RETURN QUERY SELECT 'ready'::text,
-            format('ready: nothing holds it; the next free worker takes it (%s ready job(s) of queue %s ahead of it in claim order)',
+            format('nothing holds it; the next free worker takes it (%s ready job(s) of queue %s ahead of it in claim order)',
                    (SELECT count(*) FROM (
                         SELECT 1 FROM pgwake.jobs jb
                         WHERE jb.queue = j.queue AND jb.run_at <= now()

@@ -163,10 +163,16 @@ fn render_list(rows: &[JobRow], limit: i32) -> String {
             Some(m) => format!("{}/{m}", r.attempts),
             None => r.attempts.to_string(),
         };
-        let keys = match (&r.ordering_key, &r.unique_key) {
-            (None, None) => String::new(),
-            (o, u) => format!("ordering {} unique {}", or_dash(o), or_dash(u)),
-        };
+        let keys = [
+            ("ordering", &r.ordering_key),
+            ("unique", &r.unique_key),
+            ("limit", &r.limit_key),
+        ]
+        .iter()
+        .filter(|(_, k)| k.is_some())
+        .map(|(name, k)| format!("{name} {}", or_dash(k)))
+        .collect::<Vec<_>>()
+        .join(" ");
         out.push_str(&format!(
             "{:>10}  {:<10}  {:<16}  {:<20}  {:>8}  {:<32}  {}\n",
             r.id,

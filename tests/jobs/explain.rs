@@ -431,3 +431,47 @@ async fn a_full_or_spent_limit_key_is_named_with_its_limit() {
     assert_eq!(reasons(&why(&c, keyless).await), ["ready"]);
     assert_eq!(worker.claim_once().await.unwrap(), 1);
 }
+
+/// `pgwake jobs list` shows a job's limit key beside its other keys, and
+/// `pgwake explain` prints each reason once (`scheduled: runs at …`, not
+/// `scheduled: scheduled: runs at …`).
+#[tokio::test]
+async fn the_list_shows_the_limit_key_and_explain_names_each_reason_once() {
+    let db = migrated_db().await;
+    let c = db.client().await;
+    let keyed: i64 = c
+        .query_one(
+            "INSERT INTO pgwake.jobs (task, payload, limit_key) VALUES ('t', '{}', 'acme') RETURNING id",
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    let later: i64 = c
+        .query_one(
+            "INSERT INTO pgwake.jobs (task, payload, run_at) VALUES ('t', '{}', now() + interval '1 hour')
+             RETURNING id",
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    let out = run_pgwake(&["jobs", "list"], Some(&db.url));
+    let list = String::from_utf8_lossy(&out.stdout);
+    let line = list
+        .lines()
+        .find(|l| l.trim_start().starts_with(&keyed.to_string()))
+        .unwrap_or_else(|| panic!("job {keyed} listed: {list}"));
+    assert!(line.contains("limit acme"), "{line}");
+    for id in [keyed, later] {
+        let out = run_pgwake(&["explain", &id.to_string()], Some(&db.url));
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        for l in text.lines() {
+            let (reason, detail) = l.split_once(": ").unwrap_or((l, ""));
+            assert!(
+                !detail.starts_with(reason),
+                "the reason is printed twice: {l}"
+            );
+        }
+    }
+}
