@@ -48,9 +48,9 @@ keyed() {  # keyed FILE SED-ARGS…
     { echo "BEGIN;"; sed -e 's/--.*$//' "$@" "src/db/sql/$file"; echo ";"; echo "ROLLBACK;"; }
 }
 q="'"
-keyed claim_tx_limited.sql -e 's/\$6/NULL/g' -e 's/\$5/NULL/g' -e "s/\\\$4/${q}{}${q}/g" \
+keyed claim_tx_limited.sql -e 's/\$7/NULL/g' -e 's/\$6/NULL/g' -e 's/\$5/NULL/g' -e "s/\\\$4/${q}{}${q}/g" \
     -e 's/\$3/NULL/g' -e "s/\\\$2/${q}tenants${q}/g" -e 's/\$1/10/g' > "$tmp/keyed_tx.sql"
-keyed claim_lease_limited.sql -e 's/\$8/NULL/g' -e 's/\$7/NULL/g' -e 's/\$6/30/g' \
+keyed claim_lease_limited.sql -e 's/\$9/NULL/g' -e 's/\$8/NULL/g' -e 's/\$7/NULL/g' -e 's/\$6/30/g' \
     -e "s/\\\$5/${q}bench${q}/g" -e "s/\\\$4/${q}{}${q}/g" -e 's/\$3/NULL/g' \
     -e "s/\\\$2/${q}tenants${q}/g" -e 's/\$1/10/g' > "$tmp/keyed_lease.sql"
 
