@@ -19,7 +19,7 @@ use serde::Serialize;
 use tokio_postgres::GenericClient;
 
 use crate::db::sql::{
-    Db, QUEUE_LIST, QUEUE_PAUSE, QUEUE_RESUME, QUEUE_SET_FAIR_KEYS, QUEUE_SET_KEY_MAX_RUNNING,
+    Db, Sql, QUEUE_LIST, QUEUE_PAUSE, QUEUE_RESUME, QUEUE_SET_FAIR_KEYS, QUEUE_SET_KEY_MAX_RUNNING,
     QUEUE_SET_LIMIT_KEY_PATH, QUEUE_SET_MAX_RUNNING, QUEUE_SET_MAX_RUNNING_PER_KEY, QUEUE_SET_RATE,
     QUEUE_SET_RATE_PER_KEY,
 };
@@ -208,21 +208,19 @@ pub async fn set_rate<C: GenericClient>(
     queue: &str,
     rate: Option<RateLimit>,
 ) -> Result<()> {
-    check_name(queue)?;
-    if let Some(r) = rate {
-        if !(1..=RATE_COUNT_MAX).contains(&r.count) || r.per.is_zero() {
-            return Err(Error::Config(format!(
-                "invalid rate {r}: the count must be 1 to {RATE_COUNT_MAX} and the window longer than 0"
-            )));
-        }
-    }
-    let count = rate.map(|r| r.count);
-    let per = rate.map(|r| r.per.as_secs_f64());
-    Db::unnamed(db.client())
-        .execute(&QUEUE_SET_RATE, &[&queue, &count, &per])
-        .await
-        .map_err(Error::db("cannot set the queue's rate"))?;
-    Ok(())
+    set_rate_with(
+        db,
+        queue,
+        rate,
+        &QUEUE_SET_RATE,
+        "cannot set the queue's rate",
+        |r| {
+            format!(
+            "invalid rate {r}: the count must be 1 to {RATE_COUNT_MAX} and the window longer than 0"
+        )
+        },
+    )
+    .await
 }
 
 /// Rate-limit each limit key of `queue` (`None`: no per-key rate): at most
@@ -233,20 +231,43 @@ pub async fn set_rate_per_key<C: GenericClient>(
     queue: &str,
     rate: Option<RateLimit>,
 ) -> Result<()> {
+    set_rate_with(
+        db,
+        queue,
+        rate,
+        &QUEUE_SET_RATE_PER_KEY,
+        "cannot set the queue's rate_per_key",
+        |r| {
+            format!(
+                "invalid --rate-per-key {r}: the count must be 1 to {RATE_COUNT_MAX} and the window longer than 0 (use --no-rate-per-key to remove it)"
+            )
+        },
+    )
+    .await
+}
+
+/// A rate setting (`statement`: the queue's or its keys'): validated
+/// (`invalid` words the refusal), then set.
+async fn set_rate_with<C: GenericClient>(
+    db: &C,
+    queue: &str,
+    rate: Option<RateLimit>,
+    statement: &Sql,
+    context: &'static str,
+    invalid: impl Fn(RateLimit) -> String,
+) -> Result<()> {
     check_name(queue)?;
     if let Some(r) = rate {
         if !(1..=RATE_COUNT_MAX).contains(&r.count) || r.per.is_zero() {
-            return Err(Error::Config(format!(
-                "invalid --rate-per-key {r}: the count must be 1 to {RATE_COUNT_MAX} and the window longer than 0 (use --no-rate-per-key to remove it)"
-            )));
+            return Err(Error::Config(invalid(r)));
         }
     }
     let count = rate.map(|r| r.count);
     let per = rate.map(|r| r.per.as_secs_f64());
     Db::unnamed(db.client())
-        .execute(&QUEUE_SET_RATE_PER_KEY, &[&queue, &count, &per])
+        .execute(statement, &[&queue, &count, &per])
         .await
-        .map_err(Error::db("cannot set the queue's rate_per_key"))?;
+        .map_err(Error::db(context))?;
     Ok(())
 }
 

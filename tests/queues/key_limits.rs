@@ -10,7 +10,7 @@
 //! test fails (lease: runs started while 4 and 5 others of the key ran).
 
 use crate::common;
-use crate::queues::{peak_running, started_over_limit, until_all_ran};
+use crate::queues::{insert_keyed, peak_running, queue_set, started_over_limit, until_all_ran};
 
 use std::collections::HashSet;
 use std::time::Duration;
@@ -22,29 +22,6 @@ const LONG: Duration = Duration::from_secs(180);
 /// Whether the test sets the per-key limits (false shows it fails
 /// without them).
 const LIMITED: bool = true;
-
-async fn insert_keyed(db: &TestDb, queue: &str, task: &str, key: &str, n: i32) -> Vec<i64> {
-    db.client()
-        .await
-        .query(
-            "INSERT INTO pgwake.jobs (queue, task, payload, limit_key)
-             SELECT $1, $2, jsonb_build_object('n', g), $3 FROM generate_series(1, $4) g
-             RETURNING id",
-            &[&queue, &task, &key, &n],
-        )
-        .await
-        .unwrap()
-        .iter()
-        .map(|r| r.get(0))
-        .collect()
-}
-
-fn queue_set(db: &TestDb, args: &[&str]) {
-    let mut all = vec!["queue", "set"];
-    all.extend_from_slice(args);
-    let out = run_pgwake(&all, Some(&db.url));
-    assert!(out.status.success(), "{all:?}: {}", stderr_of(&out));
-}
 
 /// Three keys of one queue, 2 at once per key and 3 for key `big`; three
 /// worker processes of 8 places each, two of them killed mid-run (tx mode
@@ -63,9 +40,9 @@ async fn per_key_limits_hold_across_workers_and_kills(extra: &[&str]) {
         queue_set(&db, &["tn", "--max-running-per-key", "2"]);
         queue_set(&db, &["tn", "--key", "big", "--max-running", "3"]);
     }
-    let a = insert_keyed(&db, "tn", "work", "a", 60).await;
-    let b = insert_keyed(&db, "tn", "work", "b", 60).await;
-    let big = insert_keyed(&db, "tn", "work", "big", 60).await;
+    let a = insert_keyed(&db, "tn", "work", Some("a"), 60).await;
+    let b = insert_keyed(&db, "tn", "work", Some("b"), 60).await;
+    let big = insert_keyed(&db, "tn", "work", Some("big"), 60).await;
     let mut args = vec![
         "--sleep-ms",
         "20",
@@ -222,12 +199,12 @@ async fn a_per_key_limit_holds_for_jobs_started_after_the_change(
     // once: they are enqueued after it then.
     let mut waiting = Vec::new();
     if initial.is_some() {
-        waiting = insert_keyed(&db, "tn", "work", "a", 30).await;
+        waiting = insert_keyed(&db, "tn", "work", Some("a"), 30).await;
     }
     queue_set(&db, &["tn", "--max-running-per-key", "2"]);
     let change: String = db.scalar("SELECT clock_timestamp()::text").await;
     if initial.is_none() {
-        waiting = insert_keyed(&db, "tn", "work", "a", 30).await;
+        waiting = insert_keyed(&db, "tn", "work", Some("a"), 30).await;
     }
     wait_for(
         "claims begun before the change to finish",
@@ -346,7 +323,7 @@ async fn the_slot_rows_of_keys_without_jobs_are_swept(extra: &[&str]) {
         .await
         .unwrap()
         .get(0);
-    let gated = insert_keyed(&db, "tn", "gated", "running", 1).await;
+    let gated = insert_keyed(&db, "tn", "gated", Some("running"), 1).await;
     let mut args = vec![
         "--sleep-ms",
         "5",
@@ -428,7 +405,7 @@ async fn a_key_whose_rows_went_missing_is_repaired(extra: &[&str]) {
     let a = db.client().await;
     let b = db.client().await;
     // (1) The key has rows and, once its first job is gone, no job.
-    let first = insert_keyed(&db, "tn", "work", "late", 1).await;
+    let first = insert_keyed(&db, "tn", "work", Some("late"), 1).await;
     a.execute("DELETE FROM pgwake.jobs WHERE id = $1", &[&first[0]])
         .await
         .unwrap();

@@ -14,35 +14,11 @@
 //! and the first test fails (tx: runs of key `a` without an admission).
 
 use crate::common;
-use crate::queues::{peak_running, until_all_ran};
+use crate::queues::{insert_keyed, peak_running, queue_set, until_all_ran};
 
 use std::time::Duration;
 
 use common::*;
-
-/// `n` jobs of `task` in `queue` with limit key `key` (`None`: no key).
-async fn insert_keyed(db: &TestDb, queue: &str, task: &str, key: Option<&str>, n: i32) -> Vec<i64> {
-    db.client()
-        .await
-        .query(
-            "INSERT INTO pgwake.jobs (queue, task, payload, limit_key)
-             SELECT $1, $2, jsonb_build_object('n', g), $3 FROM generate_series(1, $4) g
-             RETURNING id",
-            &[&queue, &task, &key, &n],
-        )
-        .await
-        .unwrap()
-        .iter()
-        .map(|r| r.get(0))
-        .collect()
-}
-
-fn queue_set(db: &TestDb, args: &[&str]) {
-    let mut all = vec!["queue", "set"];
-    all.extend_from_slice(args);
-    let out = run_pgwake(&all, Some(&db.url));
-    assert!(out.status.success(), "{all:?}: {}", stderr_of(&out));
-}
 
 /// The most admissions of runs of `ids` in any half-open window
 /// `[a, a + window)` that starts at one of them (the busiest window of any

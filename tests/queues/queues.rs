@@ -878,3 +878,34 @@ async fn every_lease_that_holds_a_slot_frees_it_across_the_upgrade_that_marks_th
         .unwrap();
     assert_eq!(held_slots(&db).await, vec![], "a slot outlived its lease");
 }
+
+/// `n` jobs of `task` in `queue` with limit key `key` (`None`: no key).
+pub(crate) async fn insert_keyed(
+    db: &TestDb,
+    queue: &str,
+    task: &str,
+    key: Option<&str>,
+    n: i32,
+) -> Vec<i64> {
+    db.client()
+        .await
+        .query(
+            "INSERT INTO pgwake.jobs (queue, task, payload, limit_key)
+             SELECT $1, $2, jsonb_build_object('n', g), $3 FROM generate_series(1, $4) g
+             RETURNING id",
+            &[&queue, &task, &key, &n],
+        )
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect()
+}
+
+/// `pgwake queue set ARGS…` on `db`, which must succeed.
+pub(crate) fn queue_set(db: &TestDb, args: &[&str]) {
+    let mut all = vec!["queue", "set"];
+    all.extend_from_slice(args);
+    let out = run_pgwake(&all, Some(&db.url));
+    assert!(out.status.success(), "{all:?}: {}", stderr_of(&out));
+}
