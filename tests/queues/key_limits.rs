@@ -10,7 +10,9 @@
 //! test fails (lease: runs started while 4 and 5 others of the key ran).
 
 use crate::common;
-use crate::queues::{insert_keyed, peak_running, queue_set, started_over_limit, until_all_ran};
+use crate::queues::{
+    insert_keyed, ledger_spans, peak_running, queue_set, started_over_limit, until_all_ran,
+};
 
 use std::collections::HashSet;
 use std::time::Duration;
@@ -242,7 +244,8 @@ async fn a_per_key_limit_holds_for_jobs_started_after_the_change(
     assert!(
         over.is_empty(),
         "runs of key a started after its limit was lowered to 2 while 2 or more others ran \
-         (job, start, alive): {over:?}"
+         (job, start, alive): {over:?}; change at {change}; ledger (job, attempt, pid, start, end): {:?}",
+        ledger_spans(&db).await
     );
     let after: i64 = db
         .client()

@@ -390,6 +390,22 @@ async fn max_running_holds_across_workers_kills_and_rescues_lease() {
     max_running_holds_across_workers_kills_and_rescues(&["--lease-handler"]).await;
 }
 
+/// Every run in the ledger as (job, attempt, pid, start, end), in start
+/// order: what a failed over-limit check prints.
+pub(crate) async fn ledger_spans(db: &TestDb) -> Vec<(i64, i32, i32, String, Option<String>)> {
+    db.client()
+        .await
+        .query(
+            "SELECT job_id, attempt, pid, at::text, ended_at::text FROM pgwake_runs ORDER BY at",
+            &[],
+        )
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| (r.get(0), r.get(1), r.get(2), r.get(3), r.get(4)))
+        .collect()
+}
+
 /// Runs of `ids` that started after `change` (a DB time just after the
 /// limit was lowered) while `allowed` or more other runs of `ids` were alive:
 /// (job id, start, how many were alive). A run is alive from its `at` to its
