@@ -106,6 +106,12 @@ pub const SERVICE_CONNECTIONS: usize = 2;
 /// 32 (the previous default), 7,869–20,105 with 100 and 23,751–26,601
 /// with 200, back to back on a loaded machine.
 pub const PREFETCH_CAP_DEFAULT: usize = 200;
+/// How long a prefetch buffer waits while no job starts before it goes back
+/// (`--prefetch-wait`). The default buffer holds about 50 ms of starts;
+/// when none has come for 20 times that, every slot is running long jobs
+/// and the buffered ones are better off with an idle worker. Handing them
+/// back costs one statement per stall.
+pub const PREFETCH_WAIT_DEFAULT: Duration = Duration::from_secs(1);
 /// Largest `--prefetch`.
 pub const PREFETCH_MAX: usize = 1000;
 /// Fewest connections a claim pool may have: one for claims, one for the
@@ -199,10 +205,17 @@ pub struct WorkerConfig {
     /// Lease-mode jobs claimed ahead of the free slots (`--prefetch`), so a
     /// freed slot starts the next job without a round trip; 0 turns it off.
     /// Never from a limited or rate-limited queue. A buffered job is handed
-    /// back with its attempt refunded at shutdown; a `kill -9` charges it
+    /// back with its attempt refunded at shutdown, or when no job starts
+    /// for [`WorkerConfig::prefetch_wait`]; a `kill -9` charges it
     /// one attempt. `None`: sized by the worker's start rate, about 50 ms
     /// of its starts, at most [`PREFETCH_CAP_DEFAULT`].
     pub prefetch: Option<usize>,
+    /// How long buffered jobs wait while no job starts on this worker
+    /// (`--prefetch-wait`): when every slot runs a long job for this long,
+    /// the buffer goes back (attempts refunded) for idle workers to take,
+    /// and nothing is claimed ahead until a slot starts a job again.
+    /// Default [`PREFETCH_WAIT_DEFAULT`].
+    pub prefetch_wait: Duration,
     /// Most jobs one claim statement takes. In `tx` mode a batch runs its
     /// jobs one after another in one transaction, and its size adapts below
     /// this cap so a batch runs about 100 ms (`tx::TX_BATCH_TARGET`); in
@@ -286,6 +299,7 @@ impl Default for WorkerConfig {
             concurrency: CONCURRENCY_DEFAULT,
             max_connections: None,
             prefetch: None,
+            prefetch_wait: PREFETCH_WAIT_DEFAULT,
             batch: BATCH_DEFAULT,
             poll_interval: POLL_INTERVAL_DEFAULT,
             listen: true,
@@ -474,6 +488,13 @@ impl WorkerConfig {
         }
         if self.job_timeout < Duration::from_millis(10) {
             return bad("--job-timeout must be at least 10ms".into());
+        }
+        if self.prefetch_wait < Duration::from_millis(10) {
+            return bad(format!(
+                "--prefetch-wait must be at least 10ms (got {}); omit it for {}",
+                humantime::format_duration(self.prefetch_wait),
+                humantime::format_duration(PREFETCH_WAIT_DEFAULT)
+            ));
         }
         if self.retry_max < self.retry_base {
             return bad("--retry-max must not be below --retry-base".into());

@@ -319,6 +319,10 @@ impl Worker {
             ctx.clone(),
             lease_stop.clone(),
         ));
+        lease_services.spawn(crate::claim::lease::hand_back_stalled(
+            ctx.clone(),
+            lease_stop.clone(),
+        ));
 
         let mut claimers = JoinSet::new();
         for _ in 0..self.config.claim_tasks() {

@@ -174,10 +174,16 @@ pub struct RunArgs {
     /// Lease-mode jobs claimed ahead of the free slots (0–1000, 0: off; default: about 50 ms of
     /// the worker's starts, at most 200), so a freed slot starts the next job without a round
     /// trip. Never from a
-    /// limited or rate-limited queue; handed back (attempt refunded) at shutdown; a kill -9
+    /// limited or rate-limited queue; handed back (attempt refunded) at shutdown or when no job
+    /// starts for --prefetch-wait; a kill -9
     /// charges each buffered job one attempt.
     #[arg(long, env = "PGWAKE_PREFETCH", allow_negative_numbers = true)]
     pub prefetch: Option<usize>,
+    /// How long prefetched jobs wait while no job starts on this worker: when every slot runs a
+    /// long job for this long, the buffered jobs go back (attempts refunded) for idle workers to
+    /// take, and nothing is claimed ahead until a slot starts a job again.
+    #[arg(long, value_parser = duration, default_value_t = human(config::PREFETCH_WAIT_DEFAULT))]
+    pub prefetch_wait: HumanDuration,
     /// Most jobs per claim (1–1000). In tx mode a batch runs its jobs one after another in one
     /// transaction and is sized by time below this (about 100 ms a batch), so slow jobs already
     /// run one per transaction and --batch 1 is rarely worth setting; in lease mode a claim

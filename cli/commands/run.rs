@@ -18,6 +18,7 @@ pub fn worker_config(args: &RunArgs) -> Result<WorkerConfig, Error> {
         concurrency: args.concurrency,
         max_connections: args.max_connections,
         prefetch: args.prefetch,
+        prefetch_wait: args.prefetch_wait.into(),
         batch: args.batch,
         poll_interval: args.poll_interval.into(),
         listen: !args.no_listen,

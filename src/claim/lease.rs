@@ -285,11 +285,22 @@ pub(crate) async fn bury_cancelled(ctx: Arc<ClaimContext>, stop: CancellationTok
 /// attempt refunded, through the completer (one requeue statement, fenced
 /// by the tokens, releasing keys and slots as any requeue does).
 pub(crate) fn hand_back(ctx: &ClaimContext) -> usize {
-    let jobs = ctx.prefetch.drain();
+    let n = give_back(ctx, ctx.prefetch.drain());
+    if n > 0 {
+        tracing::info!(
+            jobs = n,
+            "handed back the prefetched jobs that never started (attempts refunded)"
+        );
+    }
+    n
+}
+
+/// Buffered jobs back to the queue, never started: attempt refunded, unless
+/// a cancel came meanwhile (buried) or the lease was lost (someone else's
+/// now).
+fn give_back(ctx: &ClaimContext, jobs: Vec<Leased>) -> usize {
     let n = jobs.len();
     for job in jobs {
-        // A cancel that came meanwhile still buries it; a lost lease is
-        // someone else's now.
         let resolution = if job.watch.cancelled() {
             Resolution::Cancelled
         } else if job.lost.is_cancelled() && !ctx.abort.is_cancelled() {
@@ -307,13 +318,32 @@ pub(crate) fn hand_back(ctx: &ClaimContext) -> usize {
             },
         );
     }
-    if n > 0 {
-        tracing::info!(
-            jobs = n,
-            "handed back the prefetched jobs that never started (attempts refunded)"
-        );
-    }
     n
+}
+
+/// The service that hands a stalled prefetch buffer back (prefetch.rs,
+/// `take_stalled`): no job started on this worker for `--prefetch-wait`,
+/// every slot busy with long runs, so the buffered jobs go back, attempts
+/// refunded, for any idle worker to take (their requeue notifies). Checks
+/// four times per wait. Runs until `stop`.
+pub(crate) async fn hand_back_stalled(ctx: Arc<ClaimContext>, stop: CancellationToken) {
+    let wait = ctx.config.prefetch_wait;
+    let mut tick = tokio::time::interval((wait / 4).max(Duration::from_millis(10)));
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            _ = stop.cancelled() => return,
+            _ = tick.tick() => {}
+        }
+        let n = give_back(&ctx, ctx.prefetch.take_stalled(wait, Instant::now()));
+        if n > 0 {
+            tracing::info!(
+                jobs = n,
+                wait = ?wait,
+                "handed back prefetched jobs: no slot freed meanwhile (attempts refunded)"
+            );
+        }
+    }
 }
 
 async fn run(

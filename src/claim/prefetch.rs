@@ -6,6 +6,8 @@
 //!       │            the rest ──▶ buffer ──▶ a finishing run takes the next
 //!       ▲                            │         (same slot, no round trip)
 //!       └── refill: below half ──────┘
+//!  stalled: no start for `--prefetch-wait` (every slot busy with long
+//!           jobs) → the buffer handed back, no claim ahead until a start
 //!  shutdown: every buffered job handed back at once (attempt refunded,
 //!            one requeue statement through the completer, fenced by token)
 //! ```
@@ -18,6 +20,13 @@
 //! its timeout counts from then. Limited and rate-limited queues are never
 //! prefetched (lease.rs): a buffered job would hold a running slot or an
 //! admission it does not use.
+//!
+//! A buffer only pays while slots free up: when every slot runs a long job,
+//! a buffered job would wait for one of them while other workers sit idle.
+//! So when no job has started for `--prefetch-wait` (1 s by default) and
+//! jobs are buffered, the buffer goes back whole, like at shutdown, and the
+//! worker claims no more ahead of its slots until one of them starts a job
+//! again ([`Prefetch::take_stalled`]).
 //!
 //! On a crash (`kill -9`) the buffered jobs were charged an attempt at
 //! claim, like running ones: the rescuer cannot tell them apart without a
@@ -104,10 +113,15 @@ pub(crate) struct Prefetch {
 /// The buffer and the claims in flight for it, under one lock: a claim
 /// reserves its room and the next sees it taken.
 struct State {
-    jobs: VecDeque<Leased>,
+    /// Buffered jobs, each with when it was buffered.
+    jobs: VecDeque<(Instant, Leased)>,
     /// Jobs asked for by the buffer claims in flight ([`Reserved`]).
     claiming: usize,
     started: StartRate,
+    /// When a job last started on this worker.
+    last_start: Instant,
+    /// The buffer went back stalled: no claim ahead until a job starts.
+    stalled: bool,
 }
 
 impl State {
@@ -150,6 +164,8 @@ impl Prefetch {
                 jobs: VecDeque::new(),
                 claiming: 0,
                 started: StartRate::new(Instant::now()),
+                last_start: Instant::now(),
+                stalled: false,
             }),
             size,
             refill: Notify::new(),
@@ -160,8 +176,11 @@ impl Prefetch {
         self.state.lock().expect("prefetch buffer")
     }
 
-    /// The buffer's size now.
+    /// The buffer's size now (0 while stalled).
     fn target(&self, state: &mut State) -> usize {
+        if state.stalled {
+            return 0;
+        }
         match self.size {
             Size::Fixed(cap) => cap,
             Size::ByRate { floor, cap } => {
@@ -172,11 +191,13 @@ impl Prefetch {
         }
     }
 
-    /// A lease job starts (from the buffer or straight from its claim).
+    /// A lease job starts (from the buffer or straight from its claim):
+    /// a slot turns over, so claiming ahead pays again.
     pub(crate) fn started(&self) {
-        if matches!(self.size, Size::ByRate { .. }) {
-            self.state().started.starts += 1;
-        }
+        let mut state = self.state();
+        state.started.starts += 1;
+        state.last_start = Instant::now();
+        state.stalled = false;
     }
 
     /// Reserve room for a claim about to be sent: at most `most` jobs, and
@@ -204,7 +225,7 @@ impl Prefetch {
 
     /// Buffer a claimed job.
     pub(crate) fn push(&self, job: Leased) {
-        self.state().jobs.push_back(job);
+        self.state().jobs.push_back((Instant::now(), job));
     }
 
     /// The next job to start, in claim order. Asks for a refill when what
@@ -219,7 +240,7 @@ impl Prefetch {
             let target = self.target(&mut state);
             (job, state.held(), target)
         };
-        let job = job?;
+        let (_, job) = job?;
         let refill = held * 2 <= target;
         if refill {
             self.refill.notify_one();
@@ -230,23 +251,44 @@ impl Prefetch {
     /// The buffered jobs whose cancel came, out of the buffer.
     pub(crate) fn take_cancelled(&self) -> Vec<Leased> {
         let mut state = self.state();
-        let (cancelled, kept): (Vec<Leased>, Vec<Leased>) = std::mem::take(&mut state.jobs)
+        let (cancelled, kept): (Vec<_>, Vec<_>) = std::mem::take(&mut state.jobs)
             .into_iter()
-            .partition(|j| j.watch.cancelled());
+            .partition(|(_, j)| j.watch.cancelled());
         state.jobs = kept.into();
-        cancelled
+        cancelled.into_iter().map(|(_, j)| j).collect()
     }
 
     /// Every buffered job, emptying the buffer (shutdown: they go back).
     pub(crate) fn drain(&self) -> Vec<Leased> {
-        self.state().jobs.drain(..).collect()
+        self.state().jobs.drain(..).map(|(_, j)| j).collect()
+    }
+
+    /// Every buffered job if the buffer is stalled as of `now`: jobs
+    /// buffered, and neither a start nor the oldest buffering within
+    /// `wait` (every slot busy for that long). The buffer is then marked
+    /// stalled, so no claim refills it until a job starts. Empty
+    /// otherwise.
+    pub(crate) fn take_stalled(&self, wait: Duration, now: Instant) -> Vec<Leased> {
+        let mut state = self.state();
+        let Some(&(oldest, _)) = state.jobs.front() else {
+            return Vec::new();
+        };
+        if now.saturating_duration_since(oldest.max(state.last_start)) < wait {
+            return Vec::new();
+        }
+        state.stalled = true;
+        state.jobs.drain(..).map(|(_, j)| j).collect()
     }
 }
 
 #[cfg(test)]
 mod tests {
-    use super::{Prefetch, Size, StartRate};
+    use super::{Leased, Prefetch, Size, StartRate};
+    use crate::claim::cancels::CancelBook;
+    use crate::claim::claimed::Claimed;
+    use std::sync::Arc;
     use std::time::{Duration, Instant};
+    use tokio_util::sync::CancellationToken;
 
     #[test]
     fn an_empty_or_off_buffer_has_the_room_of_its_cap() {
@@ -292,6 +334,49 @@ mod tests {
             cap: 200,
         });
         assert_eq!(p.reserve(1000).jobs(), 200, "never above the cap");
+    }
+
+    fn leased(book: &Arc<CancelBook>, id: i64) -> Leased {
+        let lost = CancellationToken::new();
+        Leased {
+            claimed: Claimed::for_tests(id),
+            watch: book.watch(id, &lost),
+            lost,
+        }
+    }
+
+    /// A buffer goes back only when no job started and none was buffered
+    /// within the wait; then nothing is claimed ahead until a job starts.
+    #[test]
+    fn a_stalled_buffer_goes_back_whole_and_is_not_refilled_until_a_start() {
+        let book = Arc::new(CancelBook::default());
+        let wait = Duration::from_secs(1);
+        let p = Prefetch::new(8);
+        let t0 = Instant::now();
+        assert!(p.take_stalled(wait, t0 + wait * 5).is_empty(), "empty");
+        p.push(leased(&book, 1));
+        p.push(leased(&book, 2));
+        let pushed = Instant::now();
+        assert!(
+            p.take_stalled(wait, pushed + wait / 2).is_empty(),
+            "buffered within the wait"
+        );
+        p.started();
+        let start = Instant::now();
+        assert!(
+            p.take_stalled(wait, start + wait / 2).is_empty(),
+            "a start within the wait: the slots turn over"
+        );
+        let back = p.take_stalled(wait, start + wait);
+        assert_eq!(
+            back.iter().map(|l| l.claimed.job.id).collect::<Vec<_>>(),
+            vec![1, 2],
+            "no start for the wait: every buffered job goes back"
+        );
+        assert_eq!(p.len(), 0);
+        assert_eq!(p.reserve(100).jobs(), 0, "no claim ahead while stalled");
+        p.started();
+        assert_eq!(p.reserve(100).jobs(), 8, "a start ends the stall");
     }
 
     #[test]

@@ -663,3 +663,102 @@ async fn the_default_prefetch_buffer_of_slow_jobs_holds_a_job_or_two() {
         "{most} jobs of 100 ms leased and not started at once: the default buffer should hold about 50 ms of starts"
     );
 }
+
+/// (worker, job, attempt) of each start.
+type Starts = Arc<std::sync::Mutex<Vec<(&'static str, i64, i32)>>>;
+
+/// Records which worker started which job (and its attempt), then waits
+/// for `open`.
+struct Held {
+    worker: &'static str,
+    starts: Starts,
+    open: tokio_util::sync::CancellationToken,
+}
+
+#[async_trait]
+impl Handler for Held {
+    async fn handle(&self, job: &Job, _ctx: JobContext<'_>) -> Result<Outcome, BoxError> {
+        self.starts
+            .lock()
+            .unwrap()
+            .push((self.worker, job.id, job.attempt));
+        self.open.cancelled().await;
+        Ok(Outcome::Done)
+    }
+}
+
+/// A buffered job does not wait behind long runs while another worker is
+/// idle. Worker `a` (2 slots, default prefetch) claims 3 long jobs: 2 run,
+/// 1 waits in its buffer (leased, not started). Worker `b` starts idle.
+/// With no start on `a` for `--prefetch-wait`, `a` hands its buffer back
+/// (attempt refunded) and `b` runs the job while `a`'s two still run.
+/// Without the hand-back (drop the `hand_back_stalled` service in
+/// worker.rs) the job waits in `a`'s buffer until a run ends, and the wait
+/// for `b` to start it times out.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_job_buffered_behind_long_runs_goes_to_an_idle_worker() {
+    let db = migrated_db().await;
+    let ids = insert_jobs(&db, "long", 3).await;
+    let starts: Starts = Arc::default();
+    let open = tokio_util::sync::CancellationToken::new();
+    let worker = |name: &'static str| {
+        Worker::builder(db.config())
+            .config(WorkerConfig {
+                concurrency: 2,
+                prefetch: None,
+                // Long enough to see the job in the buffer first.
+                prefetch_wait: Duration::from_secs(3),
+                ..lease_config(Duration::from_secs(30))
+            })
+            .handler(
+                "long",
+                Held {
+                    worker: name,
+                    starts: starts.clone(),
+                    open: open.clone(),
+                },
+            )
+            .build()
+            .unwrap()
+    };
+    let a = Running::start(worker("a"));
+    let s = starts.clone();
+    eventually("a to start two jobs", Duration::from_secs(60), move || {
+        let s = s.clone();
+        async move { s.lock().unwrap().len() == 2 }
+    })
+    .await;
+    let leased: i64 = db.scalar("SELECT count(*) FROM pgwake.leased_jobs").await;
+    assert_eq!(leased, 3, "a claimed the third job into its buffer");
+    let buffered = ids
+        .iter()
+        .copied()
+        .find(|id| !starts.lock().unwrap().iter().any(|s| s.1 == *id))
+        .unwrap();
+    let b = Running::start(worker("b"));
+    let s = starts.clone();
+    eventually(
+        "b to start the job a buffered, while a's two runs go on",
+        Duration::from_secs(60),
+        move || {
+            let s = s.clone();
+            async move { s.lock().unwrap().iter().any(|s| s.1 == buffered) }
+        },
+    )
+    .await;
+    assert_eq!(
+        starts
+            .lock()
+            .unwrap()
+            .clone()
+            .into_iter()
+            .find(|s| s.1 == buffered),
+        Some(("b", buffered, 1)),
+        "the buffered job ran on b, its attempt refunded"
+    );
+    open.cancel();
+    until_drained(&db).await;
+    a.shutdown().await;
+    b.shutdown().await;
+    assert_eq!(starts.lock().unwrap().len(), 3, "each job ran once");
+}
