@@ -50,6 +50,7 @@ pub(crate) async fn claim_round(
     permit: Option<OwnedSemaphorePermit>,
     sizer: &mut BatchSizer,
 ) -> Result<Round> {
+    let started = std::time::Instant::now();
     let mut permits: Vec<OwnedSemaphorePermit> = permit.into_iter().collect();
     let (mut turned_away, mut again) = (false, false);
     for spec in crate::claim::plan::rotated(&ctx.plan, &ctx.cursor) {
@@ -126,7 +127,7 @@ pub(crate) async fn claim_round(
     // the read). Not after a drain round that found its peers had taken the
     // rest: nothing new happened, and re-reading there (every burst ends
     // with one per claim task) cost lease mode a quarter of its claim time.
-    if trigger != Trigger::Drain && ctx.ready_queues.found_nothing() {
+    if trigger != Trigger::Drain && ctx.ready_queues.found_nothing(started) {
         return Ok(Round {
             claimed: 0,
             again: true,

@@ -25,6 +25,7 @@
 
 use std::collections::HashMap;
 use std::sync::Mutex;
+use std::time::Instant;
 
 use crate::claim::plan::Rates;
 use crate::config::PreparedStatements;
@@ -60,11 +61,21 @@ struct State {
     /// The list was emptied by [`State::found_nothing`] and not read since:
     /// the next round claims without it.
     unread: bool,
-    /// A read is under way: other claim tasks go on with the list they have
+    /// Reads under way: other claim tasks go on with the list they have
     /// rather than read it too (a notification after idle wakes every task
     /// at once, and each read on the burst's critical path). Safe with a
-    /// stale list: the claim statements check pause and limits themselves.
-    reading: bool,
+    /// stale list: the claim statements check pause and limits themselves
+    /// (but see `stale_since`).
+    reading: usize,
+    /// When the read whose lists these are began.
+    read_started: Option<Instant>,
+    /// A round that began then found nothing with a list read before it,
+    /// limited queues known ([`State::found_nothing`]): the list may hide a
+    /// limited queue that is ready now, so the next round reads even while
+    /// another read is under way (that one may have begun before the event
+    /// that started the round), and only a read begun after this instant
+    /// counts as fresh.
+    stale_since: Option<Instant>,
 }
 
 /// What a claim round does with the list.
@@ -91,25 +102,36 @@ impl State {
             }
             _ => false,
         };
-        if counted || self.reading {
+        if counted || (self.reading > 0 && self.stale_since.is_none()) {
             return Next::Use(self.queues.clone(), self.limited.clone());
         }
-        self.reading = true;
+        self.reading += 1;
         Next::Read {
             ready: self.wants_ready,
         }
     }
 
-    /// A read ended with these lists.
-    fn read(&mut self, queues: Vec<String>, limited: HashMap<String, Rates>) {
+    /// A read begun at `started` ended with these lists. A read that began
+    /// before the lists in hand (reads may overlap) is dropped.
+    fn read(&mut self, started: Instant, queues: Vec<String>, limited: HashMap<String, Rates>) {
+        if self.read_started.is_some_and(|s| s > started) {
+            return;
+        }
         self.queues = queues;
         self.limited = limited;
-        self.rounds = Some(0);
+        self.read_started = Some(started);
         self.unread = false;
+        if self.stale_since.is_some_and(|s| s > started) {
+            // Found stale after this read began: the next round reads.
+            self.rounds = None;
+        } else {
+            self.stale_since = None;
+            self.rounds = Some(0);
+        }
     }
 
     /// See [`ReadyQueues::found_nothing`].
-    fn found_nothing(&mut self) -> bool {
+    fn found_nothing(&mut self, round_started: Instant) -> bool {
         if self.unread {
             // This round (or another since the list was emptied) claimed
             // without reading it and found nothing: read it now.
@@ -120,6 +142,14 @@ impl State {
             // Limited queues are claimed only when the list shows them
             // ready (the plain claims skip them): read before claiming.
             self.rounds = None;
+            // With a list read before this round began, a limited queue
+            // that became ready since (the event that started this round)
+            // is not in it, and no other event may come (no poll for
+            // minutes): read and claim again now.
+            if !self.limited.is_empty() && self.read_started.is_none_or(|s| s < round_started) {
+                self.stale_since = Some(round_started);
+                return true;
+            }
             return false;
         }
         self.queues.clear();
@@ -129,12 +159,12 @@ impl State {
     }
 }
 
-/// Clears [`State::reading`] however the read ends.
+/// Counts a read off [`State::reading`] however it ends.
 struct Reading<'a>(&'a Mutex<State>);
 
 impl Drop for Reading<'_> {
     fn drop(&mut self) {
-        self.0.lock().expect("ready queues lock").reading = false;
+        self.0.lock().expect("ready queues lock").reading -= 1;
     }
 }
 
@@ -158,6 +188,7 @@ impl ReadyQueues {
             Next::Read { ready } => ready,
         };
         let _reading = Reading(&self.state);
+        let started = Instant::now();
         let mut conn = PooledConn::get(pool, "claim: no connection to list queues").await?;
         let db = Db::pooled(&conn, prepared);
         // Every ready queue (each spec keeps those it claims: plan.rs), so
@@ -193,7 +224,7 @@ impl ReadyQueues {
             .map(|r| r.get(0))
             .collect();
         let mut s = self.state.lock().expect("ready queues lock");
-        s.read(ready, limited);
+        s.read(started, ready, limited);
         Ok((s.queues.clone(), s.limited.clone()))
     }
 
@@ -221,13 +252,18 @@ impl ReadyQueues {
     /// it), and no event may come to start another round (no poll for
     /// minutes): so `true`, read and claim again now.
     ///
-    /// With limited queues known, the next round reads first, as before:
-    /// a limited queue is claimed only when the list shows it ready.
-    pub(crate) fn found_nothing(&self) -> bool {
+    /// With limited queues known, a limited queue is claimed only when the
+    /// list shows it ready, so the next round reads first; and if this
+    /// round (begun at `round_started`) claimed with a list read before it
+    /// began, `true`: the queue may have become ready since (the event
+    /// that started this round), so read and claim again now. Before, such
+    /// a job waited for the next event (a poll: 2 s by default; in a test
+    /// with polls 10 minutes apart, until another job's timeout).
+    pub(crate) fn found_nothing(&self, round_started: Instant) -> bool {
         self.state
             .lock()
             .expect("ready queues lock")
-            .found_nothing()
+            .found_nothing(round_started)
     }
 }
 
@@ -240,10 +276,11 @@ mod tests {
         let mut s = State::default();
         assert_eq!(s.next(true), Next::Read { ready: true });
         s.read(
+            Instant::now(),
             queues.iter().map(|q| q.to_string()).collect(),
             HashMap::new(),
         );
-        s.reading = false;
+        s.reading = 0;
         s
     }
 
@@ -256,7 +293,7 @@ mod tests {
 
     fn reads(s: &mut State) {
         assert_eq!(s.next(true), Next::Read { ready: true });
-        s.reading = false;
+        s.reading = 0;
     }
 
     #[test]
@@ -273,7 +310,7 @@ mod tests {
     #[test]
     fn after_a_round_that_found_nothing_the_next_claims_without_reading() {
         let mut s = read(&["a"]);
-        assert!(!s.found_nothing());
+        assert!(!s.found_nothing(Instant::now()));
         assert!(
             uses(&mut s).is_empty(),
             "no queue had a job: the list is emptied"
@@ -290,29 +327,67 @@ mod tests {
     fn a_round_on_the_emptied_list_that_finds_nothing_claims_again_with_a_read() {
         let mut s = read(&[]);
         for _ in 0..3 {
-            assert!(!s.found_nothing(), "the first empty round: go idle");
+            assert!(
+                !s.found_nothing(Instant::now()),
+                "the first empty round: go idle"
+            );
             assert!(uses(&mut s).is_empty());
-            assert!(s.found_nothing(), "claim again at once");
+            assert!(s.found_nothing(Instant::now()), "claim again at once");
             reads(&mut s);
-            s.read(Vec::new(), HashMap::new());
+            s.read(Instant::now(), Vec::new(), HashMap::new());
         }
     }
 
     /// With limited queues known, a round after one that found nothing reads
-    /// first: a limited queue is claimed only when listed ready.
+    /// first: a limited queue is claimed only when listed ready. A round
+    /// that read the list itself (begun before the read) goes idle.
     #[test]
     fn with_limited_queues_the_round_after_an_empty_one_reads_first() {
+        let round = Instant::now();
         let mut s = read(&["a"]);
         s.limited.insert("lim".into(), Rates::default());
-        assert!(!s.found_nothing());
+        assert!(!s.found_nothing(round), "a fresh list: go idle");
         reads(&mut s);
+    }
+
+    /// A round begun after the list was read (a notification's) that finds
+    /// nothing claims again at once, and that round reads, even while an
+    /// older read is under way; the older read's lists, landing after,
+    /// do not count as fresh. Before, it went idle: the job of a limited
+    /// queue the old list did not show waited for the next event.
+    #[test]
+    fn with_limited_queues_a_round_on_an_old_list_reads_and_claims_again() {
+        let mut s = read(&["a"]);
+        s.limited.insert("lim".into(), Rates::default());
+        s.rounds = Some(REFRESH_ROUNDS);
+        // A read begins (another task), then the notified round on the old list.
+        let old_read = Instant::now();
+        assert_eq!(s.next(true), Next::Read { ready: true });
+        let round = Instant::now();
+        assert!(s.found_nothing(round), "an old list: claim again at once");
+        assert_eq!(
+            s.next(true),
+            Next::Read { ready: true },
+            "the next round reads, though a read is under way"
+        );
+        s.read(old_read, vec!["a".into()], s.limited.clone());
+        assert_eq!(s.rounds, None, "the older read is not fresh enough");
+        let new_read = Instant::now();
+        s.read(new_read, vec!["a".into(), "lim".into()], s.limited.clone());
+        assert_eq!(s.rounds, Some(0));
+        s.read(old_read, vec![], s.limited.clone());
+        assert_eq!(
+            s.queues,
+            ["a", "lim"],
+            "an older read landing late is dropped"
+        );
     }
 
     /// Before the first read there is nothing to claim with: read.
     #[test]
     fn a_round_before_any_read_reads() {
         let mut s = State::default();
-        assert!(!s.found_nothing());
+        assert!(!s.found_nothing(Instant::now()));
         reads(&mut s);
     }
 

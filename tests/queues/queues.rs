@@ -669,6 +669,67 @@ async fn a_limited_queue_runs_up_to_its_limit_when_jobs_arrive_one_by_one_lease(
     a_limited_queue_runs_up_to_its_limit_when_jobs_arrive_one_by_one(&["--lease-handler"]).await;
 }
 
+/// A notified claim of a limited queue does not trust an old list of ready
+/// queues. A worker claims a limited queue only when its list shows it
+/// ready (fair.rs); the list is re-read every `REFRESH_ROUNDS` rounds.
+/// Here it is re-read while the limited queue's one job runs (leased: not
+/// ready) — 20 jobs of another queue, one at a time, make the rounds —
+/// and then a second job of the limited queue comes, with the poll 10
+/// minutes away: its notification's round finds nothing with that list,
+/// and must read the list again and claim, not wait for the next event.
+/// Before, the round ended there (`found_nothing` with limited queues only
+/// marked the list for the next round, and none came): the wait for the
+/// second job timed out in 15 of 16 runs (when the notified round is the
+/// one that re-reads anyway, it passes).
+#[tokio::test(flavor = "multi_thread")]
+async fn a_notified_round_rereads_an_old_list_that_hides_a_limited_queue() {
+    let db = migrated_db().await;
+    create_run_ledger(&db).await;
+    limit_queue(&db, "lim", 3);
+    let gate = Gate::closed(&db).await;
+    let worker = ChaosWorker::spawn(
+        &db,
+        &[
+            "--poll-ms",
+            "600000",
+            "--concurrency",
+            "4",
+            "--sleep-ms",
+            "0",
+            "--lease-handler",
+        ],
+    );
+    let c = db.client().await;
+    let gated = async || -> i64 {
+        c.query_one(
+            // Its own timeout: the chaos worker's 30 s would end the first
+            // run, and the slot it frees would wake a claim.
+            "INSERT INTO pgwake.jobs (queue, task, payload, timeout)
+             VALUES ('lim', 'gated', '{\"ms\": 0}', '1 hour') RETURNING id",
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0)
+    };
+    let first = gated().await;
+    until_all_ran(&db, "the first limited job to run", &[first]).await;
+    for n in 1..=20 {
+        let other = insert_into(&db, "other", 1).await;
+        until_all_ran(&db, &format!("job {n} of the other queue to run"), &other).await;
+    }
+    let second = gated().await;
+    until_all_ran(
+        &db,
+        "the second limited job to run on its notification",
+        &[second],
+    )
+    .await;
+    gate.open().await;
+    until_drained(&db).await;
+    worker.terminate().await;
+}
+
 /// A limited queue's backlog drains on its own: with the poll 10 minutes
 /// away, a claim that found every slot held must be started again when a
 /// slot frees. In lease mode a slot frees when the completer deletes the
