@@ -252,6 +252,37 @@ impl ExecHandler {
         self.stdout_max = bytes;
         self
     }
+
+    /// The command of `job`.
+    fn command(&self, job: &Job) -> Command {
+        let mut cmd = Command::new(&self.program);
+        explicit_env(&mut cmd, &self.passed_env);
+        cmd.args(&self.args)
+            .env("PGWAKE_JOB_ID", job.id.to_string())
+            .env("PGWAKE_TASK", &job.task)
+            .env("PGWAKE_QUEUE", &job.queue)
+            .env("PGWAKE_ATTEMPT", job.attempt.to_string())
+            .stdin(Stdio::piped())
+            .stdout(if self.stdout_max > 0 {
+                Stdio::piped()
+            } else {
+                Stdio::null()
+            })
+            .stderr(Stdio::piped())
+            .process_group(0)
+            .kill_on_drop(true);
+        // If the worker itself dies (kill -9, OOM), take the command with it:
+        // the database hands the job to another worker at once, and the
+        // first run must not go on beside the second.
+        // SAFETY: prctl is async-signal-safe; nothing else runs in the child.
+        unsafe {
+            cmd.pre_exec(|| {
+                libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
+                Ok(())
+            });
+        }
+        cmd
+    }
 }
 
 /// The result of a command's stdout: JSON kept as JSON, other text as a
@@ -354,33 +385,8 @@ impl Drop for GroupGuard {
 #[async_trait]
 impl Handler for ExecHandler {
     async fn handle(&self, job: &Job, _ctx: JobContext<'_>) -> Result<Outcome, BoxError> {
-        let mut cmd = Command::new(&self.program);
-        explicit_env(&mut cmd, &self.passed_env);
-        cmd.args(&self.args)
-            .env("PGWAKE_JOB_ID", job.id.to_string())
-            .env("PGWAKE_TASK", &job.task)
-            .env("PGWAKE_QUEUE", &job.queue)
-            .env("PGWAKE_ATTEMPT", job.attempt.to_string())
-            .stdin(Stdio::piped())
-            .stdout(if self.stdout_max > 0 {
-                Stdio::piped()
-            } else {
-                Stdio::null()
-            })
-            .stderr(Stdio::piped())
-            .process_group(0)
-            .kill_on_drop(true);
-        // If the worker itself dies (kill -9, OOM), take the command with it:
-        // the database hands the job to another worker at once, and the
-        // first run must not go on beside the second.
-        // SAFETY: prctl is async-signal-safe; nothing else runs in the child.
-        unsafe {
-            cmd.pre_exec(|| {
-                libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
-                Ok(())
-            });
-        }
-        let mut child = cmd
+        let mut child = self
+            .command(job)
             .spawn()
             .map_err(|e| format!("cannot start {}: {e}", self.program.display()))?;
         let mut guard = GroupGuard {
