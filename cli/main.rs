@@ -21,6 +21,15 @@ fn say(line: &str) {
 }
 
 fn main() -> ExitCode {
+    // Exec commands are spawned through `pgwake-exec-shim` beside this
+    // binary (with `posix_spawn`); without it, by a fork of the worker.
+    if let Some(shim) = std::env::current_exe()
+        .ok()
+        .and_then(|exe| Some(exe.parent()?.join(pgwake::handlers::exec::EXEC_SHIM_BINARY)))
+        .filter(|shim| shim.is_file())
+    {
+        pgwake::handlers::exec::use_exec_shim(shim);
+    }
     let cli = commands::args::Cli::parse();
     commands::logging::init(&cli.log_format, commands::default_log_level(&cli.command));
     let runtime = match tokio::runtime::Builder::new_multi_thread()

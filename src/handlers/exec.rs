@@ -27,7 +27,9 @@
 //! then is a string ending in `…[cut]`), empty output is no result. At the
 //! job timeout (or a shutdown past its grace period) the whole process
 //! group is killed with SIGKILL, and the command is killed too if the
-//! worker process dies (`PR_SET_PDEATHSIG`). Processes the command starts
+//! worker process dies (`PR_SET_PDEATHSIG`: set by the exec shim,
+//! [`EXEC_SHIM_BINARY`], see [`use_exec_shim`], or else in a `pre_exec`
+//! closure). Processes the command starts
 //! in the background are not covered by the latter; run pgwake under
 //! systemd or Kubernetes, which kill the whole group, or `exec` the
 //! long-running program.
@@ -43,8 +45,12 @@ use crate::error::{Error, Result};
 use crate::handler::{BoxError, Delivery, Handler, JobContext};
 use crate::job::{Job, Outcome};
 
+mod shim;
 mod stderr;
 
+pub use shim::{
+    exec_shim, run_if_asked, use_exec_shim, EXEC_SHIM_ARG, EXEC_SHIM_BINARY, EXIT_CANNOT_START,
+};
 pub use stderr::{
     escape_line, parse_retry_after, LOG_TARGET, RETRY_AFTER_LINE, STDERR_LOG_LINES_MAX,
     STDERR_LOG_LINE_MAX, STDERR_TAIL_BYTES,
@@ -253,9 +259,36 @@ impl ExecHandler {
         self
     }
 
-    /// The command of `job`.
-    fn command(&self, job: &Job) -> Command {
-        let mut cmd = Command::new(&self.program);
+    /// The command of `job`, started through `shim` if given.
+    fn command(&self, job: &Job, shim: Option<&Path>) -> Command {
+        let mut cmd = match shim {
+            // `posix_spawn` of the shim, which sets the death signal itself
+            // and `exec`s the program (see `shim.rs`).
+            Some(shim) => {
+                let mut cmd = Command::new(shim);
+                cmd.arg(EXEC_SHIM_ARG)
+                    .arg(std::process::id().to_string())
+                    .arg(&self.program);
+                cmd
+            }
+            None => {
+                let mut cmd = Command::new(&self.program);
+                // If the worker itself dies (kill -9, OOM), take the command
+                // with it: the database hands the job to another worker at
+                // once, and the first run must not go on beside the second.
+                // (A `pre_exec` closure makes the standard library fork the
+                // worker: the shim avoids that.)
+                // SAFETY: prctl is async-signal-safe; nothing else runs in
+                // the child.
+                unsafe {
+                    cmd.pre_exec(|| {
+                        libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
+                        Ok(())
+                    });
+                }
+                cmd
+            }
+        };
         explicit_env(&mut cmd, &self.passed_env);
         cmd.args(&self.args)
             .env("PGWAKE_JOB_ID", job.id.to_string())
@@ -271,16 +304,6 @@ impl ExecHandler {
             .stderr(Stdio::piped())
             .process_group(0)
             .kill_on_drop(true);
-        // If the worker itself dies (kill -9, OOM), take the command with it:
-        // the database hands the job to another worker at once, and the
-        // first run must not go on beside the second.
-        // SAFETY: prctl is async-signal-safe; nothing else runs in the child.
-        unsafe {
-            cmd.pre_exec(|| {
-                libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
-                Ok(())
-            });
-        }
         cmd
     }
 }
@@ -385,10 +408,22 @@ impl Drop for GroupGuard {
 #[async_trait]
 impl Handler for ExecHandler {
     async fn handle(&self, job: &Job, _ctx: JobContext<'_>) -> Result<Outcome, BoxError> {
-        let mut child = self
-            .command(job)
-            .spawn()
-            .map_err(|e| format!("cannot start {}: {e}", self.program.display()))?;
+        let mut shim = exec_shim();
+        let spawned = match shim {
+            Some(path) => self.command(job, Some(path)).spawn().or_else(|e| {
+                // The shim is gone or broken (e.g. removed by an upgrade
+                // since start-up): start the command the slow way.
+                tracing::warn!(
+                    shim = %path.display(),
+                    "cannot start the exec shim ({e}); forking the worker for this command instead"
+                );
+                shim = None;
+                self.command(job, None).spawn()
+            }),
+            None => self.command(job, None).spawn(),
+        };
+        let mut child =
+            spawned.map_err(|e| format!("cannot start {}: {e}", self.program.display()))?;
         let mut guard = GroupGuard {
             pid: child.id().map(|p| p as i32),
         };
@@ -431,6 +466,14 @@ impl Handler for ExecHandler {
         }
         let tail = lines.tail();
         let program = self.program.display();
+        // The shim could not exec the program: the same error as a failed
+        // spawn without the shim.
+        if shim.is_some()
+            && status.code() == Some(i32::from(EXIT_CANNOT_START))
+            && tail.starts_with(&format!("cannot start {program}: "))
+        {
+            return Ok(Outcome::retry(tail));
+        }
         let (what, how) = match status.code() {
             Some(EXIT_FAIL) => ("failed for good", format!("exit status {EXIT_FAIL}")),
             Some(EXIT_RETRY_LATER) => (

@@ -9,6 +9,8 @@ use pgwake::client::{enqueue, NewJob};
 use pgwake::handlers::parse_flag;
 use pgwake::{Worker, WorkerConfig};
 
+const LONG: Duration = Duration::from_secs(60);
+
 fn worker_with(db: &TestDb, flags: &[&str], config: WorkerConfig) -> Worker {
     let mut b = Worker::builder(db.config()).config(config);
     for f in flags {
@@ -294,4 +296,153 @@ async fn the_catch_all_handler_takes_every_task() {
     let evs = w.next_events(3, Duration::from_secs(30), |_| true).await;
     w.shutdown().await;
     assert!(evs.iter().all(|e| e.outcome() == "done"), "{evs:?}");
+}
+
+/// `pgwake-exec-shim __exec-shim PPID PROGRAM ARGS…`, run from this test process
+/// (its parent), with `ppid` as the worker's pid.
+fn exec_shim(ppid: u32, command: &[&str]) -> std::process::Output {
+    std::process::Command::new(env!("CARGO_BIN_EXE_pgwake-exec-shim"))
+        .arg(pgwake::handlers::exec::EXEC_SHIM_ARG)
+        .arg(ppid.to_string())
+        .args(command)
+        .output()
+        .unwrap()
+}
+
+/// The exec shim starts its command only while its parent is still the
+/// worker that spawned it: a worker that dies between the spawn and the
+/// shim's `prctl` sends it no death signal, so the shim must notice the
+/// new parent itself and end as the signal would have (SIGKILL). Without
+/// the `getppid` check the command runs (the marker file is created).
+#[test]
+fn the_exec_shim_does_not_start_a_command_whose_worker_is_gone() {
+    use std::os::unix::process::ExitStatusExt;
+    let dir = tempfile::tempdir().unwrap();
+    let marker = dir.path().join("ran");
+    let touch = ["touch", marker.to_str().unwrap()];
+    // This process is the shim's parent; any other pid is "the worker that
+    // spawned it, now gone".
+    let gone = exec_shim(std::process::id() + 1, &touch);
+    assert_eq!(gone.status.signal(), Some(libc::SIGKILL), "{gone:?}");
+    assert!(!marker.exists(), "the command ran without its worker");
+    let alive = exec_shim(std::process::id(), &touch);
+    assert!(alive.status.success(), "{alive:?}");
+    assert!(marker.exists(), "the command did not run");
+}
+
+/// A program the shim cannot `exec` ends it with status 127 and one line
+/// on stderr naming the program and the error, in the words the handler
+/// uses without the shim.
+#[test]
+fn the_exec_shim_says_which_program_it_cannot_start() {
+    let o = exec_shim(std::process::id(), &["/no/such/program", "--flag"]);
+    assert_eq!(
+        o.status.code(),
+        Some(i32::from(pgwake::handlers::exec::EXIT_CANNOT_START))
+    );
+    assert_eq!(
+        String::from_utf8_lossy(&o.stderr),
+        "cannot start /no/such/program: No such file or directory (os error 2)\n"
+    );
+}
+
+/// A command started by the `pgwake` binary (through the exec shim, with
+/// `posix_spawn`) starts as one started by an embedding program (the
+/// library's `pre_exec` path, here in-process): the same blocked signals
+/// (none), SIGPIPE not ignored although the Rust runtime of the shim
+/// ignores it (without the shim's reset before `exec`, the binary's
+/// command has SIGPIPE in `SigIgn`), and, for a program that is gone by
+/// the time its job runs, the same `last_error`.
+#[tokio::test]
+async fn an_exec_command_starts_alike_through_the_binary_and_in_process() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let script = d.join("vanishing");
+    std::fs::write(&script, "#!/bin/sh\ntrue\n").unwrap();
+    {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
+    }
+    let flags = |path: &str| {
+        [
+            format!(
+                "sig=exec:sh -c 'exec grep ^Sig /proc/self/status > \"$0\"' {}/{path}.sig",
+                d.display()
+            ),
+            format!("gone=exec:{}", script.display()),
+        ]
+    };
+    let jobs = async |db: &TestDb| {
+        let client = db.client().await;
+        for task in ["sig", "gone"] {
+            enqueue(
+                &client,
+                &NewJob::new(task, serde_json::json!({})).max_attempts(1),
+            )
+            .await
+            .unwrap();
+        }
+    };
+    let gone_reason = async |db: &TestDb| -> String {
+        db.scalar("SELECT last_error FROM pgwake.dead_jobs WHERE task = 'gone'")
+            .await
+    };
+
+    // In process: the handlers are parsed (the script checked) first.
+    let local = migrated_db().await;
+    let [sig, gone] = flags("local");
+    let worker = worker_with(&local, &[&sig, &gone], test_config());
+    // Through the binary, started (and its script checked) before the
+    // script goes.
+    let remote = migrated_db().await;
+    let [sig, gone] = flags("binary");
+    let mut child = spawn_pgwake_run(&remote.url, &["--handler", &sig, "--handler", &gone]);
+    let log = tail_stderr(&mut child);
+    eventually("the worker started", LONG, || async {
+        log.lock().unwrap().contains("worker started")
+    })
+    .await;
+    std::fs::remove_file(&script).unwrap();
+
+    jobs(&local).await;
+    let mut w = Running::start(worker);
+    w.next_events(2, LONG, |_| true).await;
+    w.shutdown().await;
+    jobs(&remote).await;
+    eventually("both jobs ended in the binary", LONG, || async {
+        remaining(&remote).await == 0
+            && remote
+                .scalar::<i64>("SELECT count(*) FROM pgwake.leased_jobs")
+                .await
+                == 0
+    })
+    .await;
+    send_signal(&child, libc::SIGTERM);
+    wait_exit(child, LONG).await;
+
+    // (`SigIgn` may differ in glibc's internal signals 32 and 33, which its
+    // `posix_spawn` leaves ignored in the new process.)
+    let mask = |path: &str, field: &str| {
+        let status = std::fs::read_to_string(d.join(format!("{path}.sig"))).unwrap();
+        let mask = status
+            .lines()
+            .find_map(|l| l.strip_prefix(field))
+            .map(|m| u64::from_str_radix(m.trim(), 16).unwrap())
+            .unwrap_or_else(|| panic!("no {field} in {status}"));
+        (mask, status)
+    };
+    let sigpipe = 1 << (libc::SIGPIPE - 1);
+    for path in ["local", "binary"] {
+        let (ignored, status) = mask(path, "SigIgn:");
+        assert_eq!(ignored & sigpipe, 0, "{path}: SIGPIPE ignored: {status}");
+    }
+    let (blocked, status) = mask("binary", "SigBlk:");
+    assert_eq!(blocked, mask("local", "SigBlk:").0, "{status}");
+    let reason = gone_reason(&local).await;
+    let expected = format!(
+        "cannot start {}: No such file or directory (os error 2)",
+        script.display()
+    );
+    assert!(reason.starts_with(&expected), "{reason}");
+    assert_eq!(gone_reason(&remote).await, reason);
 }
