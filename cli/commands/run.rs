@@ -81,6 +81,16 @@ fn handlers(args: &RunArgs) -> Result<Vec<TaskHandler>, Error> {
         }
         out.push((task, handler));
     }
+    let execs = args.handlers.iter().any(|f| {
+        f.split_once('=')
+            .is_some_and(|(_, spec)| spec.starts_with("exec:"))
+    });
+    if execs && pgwake::handlers::exec::exec_shim().is_none() {
+        tracing::info!(
+            "{} is not beside the pgwake binary: exec commands are started by forking the worker (slower)",
+            pgwake::handlers::exec::EXEC_SHIM_BINARY
+        );
+    }
     Ok(out)
 }
 
