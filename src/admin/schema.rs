@@ -144,6 +144,11 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "0022_key_slot_gaps.sql",
         sql: include_str!("../../migrations/0022_key_slot_gaps.sql"),
     },
+    Migration {
+        version: 23,
+        name: "0023_key_walk_bound.sql",
+        sql: include_str!("../../migrations/0023_key_walk_bound.sql"),
+    },
 ];
 
 /// The functions and triggers of `functions/`, re-applied by every migrate

@@ -7,7 +7,9 @@
 //!  claim round, queue Q with a per-key rate:
 //!    key_rate_reserve.sql (autocommit) ── pgwake.reserve_key_admissions:
 //!        │   keys of Q's ready jobs in this worker's rotation (after its
-//!        │   last key), one admission per key per pass, stamped now()
+//!        │   last key), one admission per key per pass, stamped now(),
+//!        │   passing over at most pgwake.key_walk_bound() keys (the
+//!        │   rotation resumes after the last it visited)
 //!        ├─ a key with ready jobs and no free slot: hint the poller at its
 //!        │  next free admission (KEY_RATE_THROTTLED)
 //!        ▼
@@ -44,6 +46,10 @@ pub(crate) struct KeyAdmission {
     slots: Vec<i32>,
     /// Their admission time (database clock).
     pub admitted_at: SystemTime,
+    /// The key where the reservation's walk stopped at the bound of keys
+    /// passed over (`pgwake.key_walk_bound()`): the rotation resumes after
+    /// it.
+    pub stop: Option<String>,
 }
 
 impl KeyAdmission {
@@ -129,6 +135,7 @@ pub(crate) async fn reserve(ctx: &ClaimContext, w: Wanted<'_>) -> Result<KeyAdmi
         keys: row.get(2),
         slots: row.get(3),
         admitted_at: row.get(4),
+        stop: row.get(6),
     };
     let next_free: Option<SystemTime> = row.get(5);
     if let (Some(at), Some(q)) = (next_free, &admission.queue) {
@@ -177,6 +184,7 @@ mod tests {
             keys: vec!["a".into(), "b".into(), "a".into(), "c".into()],
             slots: vec![1, 1, 2, 1],
             admitted_at: SystemTime::UNIX_EPOCH,
+            stop: None,
         };
         let (keys, slots) = a.unused([Some("a"), None, Some("c")].into_iter());
         assert_eq!(keys, vec!["b", "a"]);

@@ -38,14 +38,16 @@ impl KeyRepairs {
     }
 
     /// Split the rows of a limited claim into its jobs and the keys it
-    /// reported (rows whose id is NULL, the key in column `key_column`),
-    /// and start a repair of those keys of `queue`. Returns the jobs.
+    /// reported (rows whose id is NULL): keys to repair in column
+    /// `key_column`, whose repair of `queue` this starts, and the key where
+    /// the claim's walk between keys stopped at its bound in the column
+    /// after it. Returns the jobs and that key.
     pub(crate) fn take_reports(
         &self,
         queue: &str,
         rows: Vec<tokio_postgres::Row>,
         key_column: usize,
-    ) -> Vec<tokio_postgres::Row> {
+    ) -> (Vec<tokio_postgres::Row>, Option<String>) {
         let (jobs, reports): (Vec<_>, Vec<_>) = rows
             .into_iter()
             .partition(|r| r.get::<_, Option<i64>>(0).is_some());
@@ -56,7 +58,10 @@ impl KeyRepairs {
         if !keys.is_empty() {
             self.report(queue, keys);
         }
-        jobs
+        let stop = reports
+            .iter()
+            .find_map(|r| r.get::<_, Option<String>>(key_column + 1));
+        (jobs, stop)
     }
 
     /// Add the missing rows of `keys` of `queue`, in a task of its own.

@@ -149,16 +149,17 @@ pub(crate) async fn claim(
                     .await
                     // Keys reported for a repair: the column after the keys.
                     .map(|rows| ctx.key_repairs.take_reports(q, rows, CLAIM_COLUMNS + 5));
-                if let Ok(rows) = &r {
+                if let Ok((rows, stop)) = &r {
                     // The limit key: after the token and the three other keys.
-                    ctx.key_cursors.served(
+                    walk.served(
                         q,
                         after.as_deref(),
                         rows.iter()
                             .map(|r| r.get::<_, Option<&str>>(CLAIM_COLUMNS + 4)),
+                        stop.as_deref(),
                     );
                 }
-                r
+                r.map(|(rows, _)| rows)
             }
         };
         let more = conn.check(r).map_err(Error::db("lease claim"))?;

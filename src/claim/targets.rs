@@ -128,6 +128,30 @@ impl<'a> Walk<'a> {
         self.admission.as_ref()
     }
 
+    /// A claim of fair-keys queue `queue` that started after `after` took
+    /// jobs of `keys` (`None`: a job without a key); `stop`: the key where
+    /// its walk between keys stopped at the bound. Moves this worker's
+    /// rotation on (to where the reservation's walk stopped, if it did: it
+    /// went furthest), and wakes a claim task to claim again at once when
+    /// keys behind the bound were left unvisited by a walk that took
+    /// nothing ([`KeyCursors::served`](crate::claim::key_rotation::KeyCursors::served)).
+    pub(crate) fn served<'k>(
+        &self,
+        queue: &str,
+        after: Option<&str>,
+        keys: impl Iterator<Item = Option<&'k str>>,
+        stop: Option<&str>,
+    ) {
+        let stop = self
+            .key_admission
+            .as_ref()
+            .and_then(|a| a.stop.as_deref())
+            .or(stop);
+        if self.ctx.key_cursors.served(queue, after, keys, stop) {
+            self.ctx.wake.wake_one(crate::claim::wake::Trigger::Drain);
+        }
+    }
+
     /// The keys admitted for the current target's claim, one entry per
     /// admission (`None` unless it has a per-key rate).
     pub(crate) fn admitted_keys(&self) -> Option<&[String]> {

@@ -340,13 +340,14 @@ pub(super) async fn claim_rows(
                 .await?;
             // Keys reported for a repair: after the keys, the queue slot
             // and the key slot columns.
-            let rows = repairs.take_reports(q, rows, CLAIM_COLUMNS + 8);
+            let (rows, stop) = repairs.take_reports(q, rows, CLAIM_COLUMNS + 8);
             // The limit key: after xid, backend pid and the three other keys.
-            cursors.served(
+            walk.served(
                 q,
                 after.as_deref(),
                 rows.iter()
                     .map(|r| r.get::<_, Option<&str>>(CLAIM_COLUMNS + 5)),
+                stop.as_deref(),
             );
             Ok(rows)
         }

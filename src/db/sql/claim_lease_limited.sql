@@ -20,7 +20,8 @@
 -- here (`excess`). Jobs of the queue running without a slot (claimed
 -- before the limit was set: `unslotted`, migration 0015) count against the
 -- limit: only slots 1..max_running minus those are used. After the keys:
--- a key to repair (rows without a job, see pgwake.fair_key_jobs).
+-- a key to repair and the key where the walk between keys stopped (rows
+-- without a job, see pgwake.fair_key_jobs).
 WITH settings AS (
     SELECT q.max_running, q.rate_count,
            q.fair_keys OR q.key_limits OR q.key_rate_count IS NOT NULL AS by_key, q.key_limits
@@ -68,7 +69,7 @@ wanted AS (
 -- limit keys, after the last key this worker served ($8), each job with the
 -- key slot it holds, if any (functions/claims.sql).
 picks AS (
-    SELECT p.id, p.key_slot, p.repair_key
+    SELECT p.id, p.key_slot, p.repair_key, p.stop_key
     FROM settings st, LATERAL pgwake.fair_key_jobs($2::text, $8::text, (SELECT n FROM wanted),
                                                    $3::text[], $4::text[], $9::text[]) p
     WHERE st.by_key
@@ -123,12 +124,15 @@ SELECT id, queue, task, payload::text, priority, run_at, attempts, max_attempts,
        created_at, extract(epoch FROM timeout)::float8,
        extract(epoch FROM clock_timestamp() - greatest(created_at, run_at))::float8,
        token,
-       ordering_key, unique_key, coalesce(ordering_at, run_at), limit_key, NULL::text
+       ordering_key, unique_key, coalesce(ordering_at, run_at), limit_key, NULL::text,
+       NULL::text
 FROM l
 -- A key pgwake.fair_key_jobs reported with rows missing: a row without a
--- job, its key in the last column (the worker repairs the key's rows).
+-- job, its key in the column after the limit key (the worker repairs the
+-- key's rows); or the key where its walk stopped, at the bound of keys
+-- passed over, in the last column (the worker's rotation resumes after it).
 UNION ALL
 SELECT NULL, $2::text, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
-       NULL, NULL, NULL, NULL, p.repair_key
+       NULL, NULL, NULL, NULL, p.repair_key, p.stop_key
 FROM picks p
-WHERE p.repair_key IS NOT NULL
+WHERE p.repair_key IS NOT NULL OR p.stop_key IS NOT NULL

@@ -22,8 +22,8 @@
 -- 1..max_running minus those are used, so no new job starts until fewer
 -- than max_running run. After the keys: whether the claim took a queue
 -- slot, whether each job took a key slot (one that took none is named in
--- its batch's mark, migration 0022), and a key to repair (rows without a
--- job, see pgwake.fair_key_jobs).
+-- its batch's mark, migration 0022), a key to repair and the key where the
+-- walk between keys stopped (rows without a job, see pgwake.fair_key_jobs).
 WITH settings AS (
     SELECT q.max_running, q.rate_count,
            q.fair_keys OR q.key_limits OR q.key_rate_count IS NOT NULL AS by_key, q.key_limits
@@ -78,7 +78,7 @@ wanted AS (
 -- key slot it holds (locked by this transaction until it ends), if any
 -- (functions/claims.sql).
 picks AS (
-    SELECT p.id, p.key_slot, p.repair_key
+    SELECT p.id, p.key_slot, p.repair_key, p.stop_key
     FROM settings st, LATERAL pgwake.fair_key_jobs($2::text, $6::text, (SELECT n FROM wanted),
                                                    $3::text[], $4::text[], $7::text[]) p
     WHERE st.by_key
@@ -109,12 +109,14 @@ SELECT id, queue, task, payload::text, priority, run_at, attempts, max_attempts,
        ordering_key, unique_key, coalesce(ordering_at, run_at), limit_key,
        (SELECT st.max_running IS NOT NULL FROM settings st),
        EXISTS (SELECT FROM picks p WHERE p.id = c.id AND p.key_slot IS NOT NULL),
-       NULL::text
+       NULL::text, NULL::text
 FROM c
 -- A key pgwake.fair_key_jobs reported with rows missing: a row without a
--- job, its key in the last column (the worker repairs the key's rows).
+-- job, its key in the column after the key slot's (the worker repairs the
+-- key's rows); or the key where its walk stopped, at the bound of keys
+-- passed over, in the last column (the worker's rotation resumes after it).
 UNION ALL
 SELECT NULL, $2::text, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
-       NULL, NULL, NULL, NULL, NULL, NULL, p.repair_key
+       NULL, NULL, NULL, NULL, NULL, NULL, p.repair_key, p.stop_key
 FROM picks p
-WHERE p.repair_key IS NOT NULL
+WHERE p.repair_key IS NOT NULL OR p.stop_key IS NOT NULL

@@ -4,5 +4,5 @@
 -- wanted, $4 only these tasks (NULL: any), $5 never these tasks, $6 the one
 -- job of a suspect's claim (NULL: none). See pgwake.reserve_key_admissions
 -- (functions/claims.sql).
-SELECT queue_name, rated, keys, slots, admitted_at, next_free
+SELECT queue_name, rated, keys, slots, admitted_at, next_free, stop_key
 FROM pgwake.reserve_key_admissions($1::text, $2::text, $3::int8, $4::text[], $5::text[], $6::int8)
