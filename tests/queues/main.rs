@@ -11,6 +11,7 @@ mod fair_keys;
 mod key_backlog;
 mod key_limits;
 mod key_rate;
+mod key_walk;
 mod limit_keys;
 mod many_queues;
 mod ordering;
