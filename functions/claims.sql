@@ -332,12 +332,15 @@ $$;
 -- reaches it stops and reports the last key it visited, and the worker's
 -- rotation resumes after that key (src/claim/key_rotation.rs), so a key with
 -- a ready job is visited within ceil(keys / bound) calls of one worker.
--- Before, one call visited every key: about 0.5 ms a key in a reservation
--- (10,000 keys at their rate: 4.6 s a reservation) and 0.07 ms in a claim.
--- 128 keeps a call under about 65 ms (reservation) and 10 ms (claim) however
--- many keys wait, while what each call costs besides its keys (a round trip,
--- its setup: about 1 ms) stays within 2% of a walk of 128 keys, so a lap of
--- every key costs about what one call did before.
+-- Before, one call visited every key (measured: 0.03-0.5 ms a key in a
+-- reservation, 10,000 keys at their rate up to 4.6 s a reservation; 0.055
+-- ms a key in a claim). 128 keeps a call's cost flat however many keys wait
+-- (a reservation 4-6 ms, a claim's choice 7-8 ms with 1,000 or 10,000 keys
+-- all at their rate or limit: docs/src/queues.md), while what a call costs
+-- besides its keys (a round trip, its setup) stays small beside a walk of
+-- 128 keys, so a lap of every key costs about what one call did before; and
+-- a ready key behind the others waits ceil(keys / 128) calls, which the
+-- worker makes back to back (src/claim/key_rotation.rs).
 CREATE OR REPLACE FUNCTION pgwake.key_walk_bound() RETURNS integer
 LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
     SELECT 128
