@@ -77,6 +77,54 @@ pub(crate) async fn claim_and_count(
     once(c, notices, claim, params).await
 }
 
+/// [`claim_and_count`] for a limited queue's claim of up to `limit` jobs of
+/// `queue`, continuing the key rotation after `after`, without admissions:
+/// `claim_lease_limited.sql` (worker `w`, 60 s leases) when `lease`, else
+/// `claim_tx_limited.sql`. Returns the statement too.
+pub(crate) async fn claim_limited_and_count(
+    c: &Client,
+    notices: &mut UnboundedReceiver<String>,
+    lease: bool,
+    limit: i64,
+    queue: &str,
+    after: Option<String>,
+) -> (&'static Sql, Vec<Row>, i64) {
+    let (queue, worker, lease_s) = (queue.to_string(), "w".to_string(), 60.0f64);
+    let (any, none) = (None::<Vec<String>>, Vec::<String>::new());
+    let (no_admissions, no_keys) = (None::<i64>, None::<Vec<String>>);
+    let (claim, params): (&'static Sql, Vec<&(dyn ToSql + Sync)>) = if lease {
+        (
+            &sql::CLAIM_LEASE_LIMITED,
+            vec![
+                &limit,
+                &queue,
+                &any,
+                &none,
+                &worker,
+                &lease_s,
+                &no_admissions,
+                &after,
+                &no_keys,
+            ],
+        )
+    } else {
+        (
+            &sql::CLAIM_TX_LIMITED,
+            vec![
+                &limit,
+                &queue,
+                &any,
+                &none,
+                &no_admissions,
+                &after,
+                &no_keys,
+            ],
+        )
+    };
+    let (rows, pages) = claim_and_count(c, notices, claim, &params).await;
+    (claim, rows, pages)
+}
+
 async fn once(
     c: &Client,
     notices: &mut UnboundedReceiver<String>,
@@ -198,39 +246,8 @@ async fn pages_per_claim(lease: bool, backlog: i32) -> Vec<(String, i64)> {
         Some(&db.url),
     );
     assert!(out.status.success(), "{}", stderr_of(&out));
-    let no_admissions: Option<i64> = None;
-    let no_cursor: Option<String> = None;
-    let no_keys: Option<Vec<String>> = None;
-    let (claim, params): (&Sql, Vec<&(dyn ToSql + Sync)>) = if lease {
-        (
-            &sql::CLAIM_LEASE_LIMITED,
-            vec![
-                &limit,
-                &queue,
-                &any,
-                &none,
-                &worker,
-                &lease_s,
-                &no_admissions,
-                &no_cursor,
-                &no_keys,
-            ],
-        )
-    } else {
-        (
-            &sql::CLAIM_TX_LIMITED,
-            vec![
-                &limit,
-                &queue,
-                &any,
-                &none,
-                &no_admissions,
-                &no_cursor,
-                &no_keys,
-            ],
-        )
-    };
-    let (claimed, read) = claim_and_count(&claimer, &mut notices, claim, &params).await;
+    let (claim, claimed, read) =
+        claim_limited_and_count(&claimer, &mut notices, lease, limit, &queue, None).await;
     assert!(
         claimed.is_empty(),
         "{}: a job started beside its key's",
@@ -680,20 +697,8 @@ async fn a_claim_passes_over_full_limit_keys_with_a_bounded_number_of_pages_each
         .await
         .unwrap();
     let (claimer, mut notices) = counting_session(&db).await;
-    let (limit, queue) = (10i64, "tn".to_string());
-    let (any, none) = (None::<Vec<String>>, Vec::<String>::new());
-    let (no_admissions, no_cursor, no_keys) = (None::<i64>, None::<String>, None::<Vec<String>>);
-    let params: Vec<&(dyn ToSql + Sync)> = vec![
-        &limit,
-        &queue,
-        &any,
-        &none,
-        &no_admissions,
-        &no_cursor,
-        &no_keys,
-    ];
-    let (rows, pages) =
-        claim_and_count(&claimer, &mut notices, &sql::CLAIM_TX_LIMITED, &params).await;
+    let (_, rows, pages) =
+        claim_limited_and_count(&claimer, &mut notices, false, 10, "tn", None).await;
     let claimed = rows.iter().filter(|r| r.get::<_, Option<i64>>(0).is_some());
     assert_eq!(claimed.count(), 0, "every key is at its limit");
     assert!(

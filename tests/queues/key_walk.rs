@@ -8,7 +8,9 @@
 //! key it reports, and the calls a worker made (`pg_stat_user_functions`).
 
 use crate::common;
-use crate::key_backlog::{claim_and_count, counting_session, PAGES_PER_PASSED_KEY};
+use crate::key_backlog::{
+    claim_and_count, claim_limited_and_count, counting_session, PAGES_PER_PASSED_KEY,
+};
 use crate::queues::until_all_ran;
 
 use common::*;
@@ -77,36 +79,12 @@ async fn a_claim_passes_over_at_most_the_bounds_keys_and_reports_where_it_stoppe
     let b = bound(&db).await;
     full_keys(&db, "tn", KEYS, false).await;
     let (claimer, mut notices) = counting_session(&db).await;
-    let (limit, queue, worker, lease_s) = (10i64, "tn".to_string(), "w".to_string(), 60.0f64);
-    let (any, none) = (None::<Vec<String>>, Vec::<String>::new());
-    let (no_admissions, no_keys) = (None::<i64>, None::<Vec<String>>);
     let mut after: Option<String> = None;
     for round in 1..=2 {
-        for claim in [&sql::CLAIM_TX_LIMITED, &sql::CLAIM_LEASE_LIMITED] {
-            let params: Vec<&(dyn ToSql + Sync)> = if claim.name.contains("lease") {
-                vec![
-                    &limit,
-                    &queue,
-                    &any,
-                    &none,
-                    &worker,
-                    &lease_s,
-                    &no_admissions,
-                    &after,
-                    &no_keys,
-                ]
-            } else {
-                vec![
-                    &limit,
-                    &queue,
-                    &any,
-                    &none,
-                    &no_admissions,
-                    &after,
-                    &no_keys,
-                ]
-            };
-            let (rows, pages) = claim_and_count(&claimer, &mut notices, claim, &params).await;
+        for lease in [false, true] {
+            let (claim, rows, pages) =
+                claim_limited_and_count(&claimer, &mut notices, lease, 10, "tn", after.clone())
+                    .await;
             let stops = reported_stops(claim, &rows);
             assert_eq!(
                 stops,
