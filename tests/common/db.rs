@@ -136,6 +136,29 @@ pub async fn insert_jobs(db: &TestDb, task: &str, n: usize) -> Vec<i64> {
     rows.iter().map(|r| r.get(0)).collect()
 }
 
+/// Leave what a tx-mode batch of `ids` leaves behind when its worker dies
+/// while the batch runs: its mark in `pgwake.tx_batches`, naming a claim
+/// transaction that is over (`src/db/sql/batch_mark.sql`). A worker's next
+/// claim of any of them runs each alone, as a suspect, charged before it
+/// starts (`src/claim/tx/ledger.rs`).
+pub async fn mark_as_crashed_batch(db: &TestDb, ids: &[i64]) {
+    let c = db.client().await;
+    // An autocommit statement that takes an xid: a transaction that is over
+    // (a crashed claim's was aborted; neither is 'in progress').
+    let xid: String = c
+        .query_one("SELECT pg_current_xact_id()::text", &[])
+        .await
+        .unwrap()
+        .get(0);
+    c.execute(
+        "INSERT INTO pgwake.tx_batches (xid, job_ids, worker_id)
+         VALUES ($1::text::xid8, $2, 'a-crashed-worker')",
+        &[&xid, &ids],
+    )
+    .await
+    .unwrap();
+}
+
 /// Rows left in pgwake.jobs.
 pub async fn remaining(db: &TestDb) -> i64 {
     db.scalar("SELECT count(*) FROM pgwake.jobs").await

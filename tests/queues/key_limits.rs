@@ -117,7 +117,7 @@ async fn per_key_limits_hold_across_workers_and_kills_lease() {
 /// `queues::lowered_max_running_holds_for_jobs_started_after_the_change`,
 /// whose comments say why the gate makes the check exact).
 async fn lowered_per_key_limit_holds_for_jobs_started_after_the_change(extra: &[&str]) {
-    a_per_key_limit_holds_for_jobs_started_after_the_change(Some("6"), extra).await;
+    a_per_key_limit_holds_for_jobs_started_after_the_change(Some("6"), false, extra).await;
 }
 
 /// Six jobs of key `a` running (gated) on three worker processes while the
@@ -132,7 +132,7 @@ async fn lowered_per_key_limit_holds_for_jobs_started_after_the_change(extra: &[
 /// (functions/claims.sql), both modes fail: runs of `a` start with the six
 /// old ones alive.
 async fn a_new_per_key_limit_counts_the_jobs_already_running(extra: &[&str]) {
-    a_per_key_limit_holds_for_jobs_started_after_the_change(None, extra).await;
+    a_per_key_limit_holds_for_jobs_started_after_the_change(None, false, extra).await;
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -153,11 +153,23 @@ async fn a_new_per_key_limit_counts_the_jobs_already_running_lease() {
     .await;
 }
 
+/// As above, the six running jobs being suspects, each run alone after
+/// their tx batch crashed (`run_suspect`): they hold no key slot either.
+///
+/// Teeth: with `run_suspect` making no mark, runs of `a` start beside the
+/// six suspects.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_new_per_key_limit_counts_the_suspects_already_running() {
+    a_per_key_limit_holds_for_jobs_started_after_the_change(None, true, &["--batch", "1"]).await;
+}
+
 /// Six gated jobs of key `a` run under per-key limit `initial` (None: no
 /// limit), the limit becomes 2, 30 more jobs of `a` are enqueued: none
-/// starts while 2 or more others of the key run.
+/// starts while 2 or more others of the key run. `crashed`: the six are
+/// left in the mark of a crashed tx batch first, so they run as suspects.
 async fn a_per_key_limit_holds_for_jobs_started_after_the_change(
     initial: Option<&str>,
+    crashed: bool,
     extra: &[&str],
 ) {
     let db = migrated_db().await;
@@ -185,6 +197,9 @@ async fn a_per_key_limit_holds_for_jobs_started_after_the_change(
         .iter()
         .map(|r| r.get(0))
         .collect();
+    if crashed {
+        mark_as_crashed_batch(&db, &gated).await;
+    }
     let mut args = vec![
         "--sleep-ms",
         "300",

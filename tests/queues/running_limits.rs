@@ -47,9 +47,29 @@ impl Handler for Held {
     }
 }
 
-async fn a_new_limit_counts_the_jobs_already_running(delivery: Delivery) {
+/// `n` jobs of task `held` in queue `q`.
+async fn enqueue_held(c: &tokio_postgres::Client, n: usize) -> Vec<i64> {
+    let mut ids = Vec::new();
+    for _ in 0..n {
+        ids.push(
+            enqueue(c, &NewJob::new("held", serde_json::json!({})).queue("q"))
+                .await
+                .unwrap(),
+        );
+    }
+    ids
+}
+
+/// `crashed`: the four running jobs are suspects, each run alone after
+/// their batch crashed (tx mode), which hold no queue slot either.
+async fn a_new_limit_counts_the_jobs_already_running(delivery: Delivery, crashed: bool) {
     let db = migrated_db().await;
     let c = db.client().await;
+    let mut old = Vec::new();
+    if crashed {
+        old = enqueue_held(&c, 4).await;
+        mark_as_crashed_batch(&db, &old).await;
+    }
     let running = Arc::new(AtomicUsize::new(0));
     let starts = Arc::new(Mutex::new(Vec::new()));
     let (release, release_rx) = watch::channel(HashSet::new());
@@ -72,13 +92,8 @@ async fn a_new_limit_counts_the_jobs_already_running(delivery: Delivery) {
         .unwrap();
     let mut w = Running::start(worker);
     w.until_listening().await;
-    let mut old = Vec::new();
-    for _ in 0..4 {
-        old.push(
-            enqueue(&c, &NewJob::new("held", serde_json::json!({})).queue("q"))
-                .await
-                .unwrap(),
-        );
+    if !crashed {
+        old = enqueue_held(&c, 4).await;
     }
     let r = running.clone();
     eventually("four jobs run", WAIT, || {
@@ -90,14 +105,7 @@ async fn a_new_limit_counts_the_jobs_already_running(delivery: Delivery) {
     pgwake::admin::queues::set_max_running(&c, "q", Some(2))
         .await
         .unwrap();
-    let mut new = Vec::new();
-    for _ in 0..4 {
-        new.push(
-            enqueue(&c, &NewJob::new("held", serde_json::json!({})).queue("q"))
-                .await
-                .unwrap(),
-        );
-    }
+    let new = enqueue_held(&c, 4).await;
     // Old jobs end one by one; new ones may start only below the limit.
     for id in &old {
         release.send_modify(|set| {
@@ -131,12 +139,23 @@ async fn a_new_limit_counts_the_jobs_already_running(delivery: Delivery) {
 
 #[tokio::test]
 async fn a_new_max_running_counts_running_tx_jobs() {
-    a_new_limit_counts_the_jobs_already_running(Delivery::Tx).await;
+    a_new_limit_counts_the_jobs_already_running(Delivery::Tx, false).await;
 }
 
 #[tokio::test]
 async fn a_new_max_running_counts_running_lease_jobs() {
-    a_new_limit_counts_the_jobs_already_running(Delivery::Lease).await;
+    a_new_limit_counts_the_jobs_already_running(Delivery::Lease, false).await;
+}
+
+/// Suspects run alone hold no queue slot when their queue had no limit:
+/// each is named in a mark of its own (`run_suspect`), which a limit set
+/// while it runs counts.
+///
+/// Teeth: with `run_suspect` making no mark, new jobs start beside the four
+/// suspects.
+#[tokio::test]
+async fn a_new_max_running_counts_running_suspects() {
+    a_new_limit_counts_the_jobs_already_running(Delivery::Tx, true).await;
 }
 
 /// A prefetching lease worker claims a limited queue's jobs for its free

@@ -39,6 +39,11 @@ impl UnslottedKeys {
             keys: Some(keys),
         }
     }
+
+    /// Whether there is such a job.
+    fn any(&self) -> bool {
+        self.keys.is_some()
+    }
 }
 
 /// Record "transaction `xid` holds `ids`" before any handler runs (an
@@ -187,6 +192,30 @@ pub(super) async fn run_suspect(ctx: &ClaimContext, id: i64) -> Result<()> {
         conn.check(r).map_err(Error::db("claim: charge"))?.get(0)
     };
     claimed.job.attempt += charged;
+    // Run without a queue slot or a key slot (claimed while its queue or
+    // key had no limit), it is named in a mark of its own, as a batch's
+    // jobs are (`mark_batch`), so that a limit set while it runs counts it.
+    // The mark holds no job id: its charge is made already (a stale mark
+    // of one job would charge it again), and it is cleared with the
+    // outcome; a run that dies leaves it to `adopt_stale.sql`.
+    let holds_slot: bool = row.get(CLAIM_COLUMNS + 6);
+    let holds_key_slot: bool = row.get(CLAIM_COLUMNS + 7);
+    let queues = (!holds_slot).then(|| vec![claimed.job.queue.clone()]);
+    let keys = UnslottedKeys::of(
+        claimed
+            .keys
+            .limit_key
+            .as_deref()
+            .filter(|_| !holds_key_slot)
+            .map(|k| (claimed.job.queue.as_str(), k))
+            .into_iter(),
+    );
+    let mark = if queues.is_some() || keys.any() {
+        let xid: String = row.get(CLAIM_COLUMNS);
+        Some(mark_batch(ctx, &xid, &[], queues, keys).await?.token)
+    } else {
+        None
+    };
     tracing::info!(
         job = id,
         attempt = claimed.job.attempt,
@@ -200,7 +229,7 @@ pub(super) async fn run_suspect(ctx: &ClaimContext, id: i64) -> Result<()> {
         mark: None,
     };
     let results = run_batch(ctx, c, vec![claimed], &mut session).await?;
-    finish(ctx, db, &results, None, Some(&[id])).await?;
+    finish(ctx, db, &results, mark, Some(&[id])).await?;
     tx.release();
     for r in results {
         ctx.report(&r.claimed.job, r.resolution, r.duration);

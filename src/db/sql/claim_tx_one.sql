@@ -9,6 +9,10 @@
 -- an admission the worker reserved for it ($2, src/db/sql/rate_reserve.sql),
 -- and a keyed job of a queue with a per-key rate only with an admission of
 -- its key ($3, pgwake.reserve_key_admissions).
+--
+-- The last two columns say whether the job took a queue slot and a key
+-- slot: one run without them is named in a mark of its own
+-- (claim/tx/ledger.rs), so that a limit set while it runs counts it.
 WITH j AS (
     SELECT queue, limit_key FROM pgwake.jobs WHERE id = $1
 ),
@@ -79,5 +83,6 @@ SELECT id, queue, task, payload::text, priority, run_at, attempts, max_attempts,
        extract(epoch FROM clock_timestamp() - greatest(created_at, run_at))::float8,
        pg_current_xact_id()::text,
        pg_backend_pid(),
-       ordering_key, unique_key, coalesce(ordering_at, run_at), limit_key
+       ordering_key, unique_key, coalesce(ordering_at, run_at), limit_key,
+       EXISTS (SELECT FROM slot), EXISTS (SELECT FROM key_slot)
 FROM c
