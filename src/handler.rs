@@ -48,7 +48,7 @@ impl Delivery {
 /// never asks pays nothing, and one that fails is rolled back alone. The
 /// savepoint is sent ahead (`claim::tx::ahead`): it reaches the server
 /// before the handler's first statement, in the same round trip.
-pub(crate) struct ClaimTx<'a> {
+pub(crate) struct ClaimClient<'a> {
     pub client: &'a Client,
     pub savepoint: AtomicBool,
     /// Sends the savepoint ahead.
@@ -99,7 +99,7 @@ impl Deadline {
 
 /// What a handler gets besides the job.
 pub struct JobContext<'a> {
-    pub(crate) transaction: Option<&'a ClaimTx<'a>>,
+    pub(crate) transaction: Option<&'a ClaimClient<'a>>,
     pub(crate) pool: &'a deadpool_postgres::Pool,
     pub(crate) cancel: CancellationToken,
     pub(crate) deadline: &'a Deadline,

@@ -14,7 +14,7 @@ use crate::claim::context::ClaimContext;
 use crate::claim::executor::{execute, Ended};
 use crate::claim::outcome::Finished;
 use crate::error::{Error, Result};
-use crate::handler::{ClaimTx, Deadline, JobContext};
+use crate::handler::{ClaimClient, Deadline, JobContext};
 use crate::job::{Job, Resolution};
 use crate::metrics;
 
@@ -299,7 +299,7 @@ pub(super) async fn run_one<'c>(
     )
     .await?;
     let take_savepoint = ahead::JobSavepoint::new(c, ahead.job_savepoint_open);
-    let claim_tx = ClaimTx {
+    let claim_client = ClaimClient {
         client: c,
         savepoint: Default::default(),
         take_savepoint: &take_savepoint,
@@ -312,7 +312,7 @@ pub(super) async fn run_one<'c>(
         ::metrics::gauge!(metrics::JOBS_IN_FLIGHT, "queue" => metrics::queue_label(&job.queue));
     gauge.increment(1.0);
     let job_ctx = JobContext {
-        transaction: Some(&claim_tx),
+        transaction: Some(&claim_client),
         pool: &ctx.pool,
         cancel: interrupt.child_token(),
         deadline: &deadline,
@@ -331,7 +331,7 @@ pub(super) async fn run_one<'c>(
         }
     };
     gauge.decrement(1.0);
-    let used = claim_tx.savepoint.load(Ordering::Acquire);
+    let used = claim_client.savepoint.load(Ordering::Acquire);
     if deadline.at() > Instant::now() + timeout {
         // The handler extended its deadline (and the server's limits).
         session.limits_for = None;
