@@ -43,19 +43,51 @@ impl Delivery {
     }
 }
 
-/// The claim transaction as a handler may use it: a `SAVEPOINT` is sent
-/// the first time the handler asks for the connection, so a handler that
-/// never asks pays nothing, and one that fails is rolled back alone. The
-/// savepoint is sent ahead (`claim::tx::ahead`): it reaches the server
-/// before the handler's first statement, in the same round trip.
-pub(crate) struct ClaimClient<'a> {
-    pub client: &'a Client,
-    pub savepoint: AtomicBool,
-    /// Sends the savepoint ahead.
-    pub take_savepoint: &'a dyn crate::claim::tx::ahead::TakeSavepoint,
-    /// The batch's asynchronous mark: made durable before the handler's
-    /// first statement (`claim::tx::mark::Mark`).
-    pub mark: Option<&'a crate::claim::tx::mark::Mark>,
+/// The claim transaction's connection, as [`JobContext::transaction`]
+/// hands it to a `tx`-mode handler: use it as the
+/// [`tokio_postgres::Client`] it dereferences to (`tx.execute(…)`, or
+/// `&tx` where a `&Client` is wanted; `&**tx` for a generic
+/// `impl GenericClient`).
+///
+/// The job's `SAVEPOINT` is taken when the handler first reaches the
+/// client through it (any method call), and sent ahead of that call's
+/// statement on the same connection: it costs no round trip of its own,
+/// and a handler that asks for the transaction but sends nothing costs the
+/// server nothing. A handler that fails is rolled back to it alone, so its
+/// batch's other jobs keep their work. A failure to take it shows as the
+/// first statement's error.
+pub struct ClaimClient<'a> {
+    pub(crate) client: &'a Client,
+    /// The savepoint was taken (the handler reached the client).
+    pub(crate) savepoint: AtomicBool,
+    /// Sends the savepoint ahead (`claim::tx::ahead`).
+    pub(crate) take_savepoint: &'a dyn crate::claim::tx::ahead::TakeSavepoint,
+    /// The batch's asynchronous mark: made durable before the handler gets
+    /// the connection (`claim::tx::mark::Mark`).
+    pub(crate) mark: Option<&'a crate::claim::tx::mark::Mark>,
+}
+
+impl std::ops::Deref for ClaimClient<'_> {
+    type Target = Client;
+
+    /// The client, with the job's savepoint queued ahead of anything sent
+    /// through it from now on (from any thread: a racing caller returns
+    /// only once it is queued).
+    fn deref(&self) -> &Client {
+        if !self.savepoint.load(Ordering::Acquire) {
+            self.take_savepoint.take();
+            self.savepoint.store(true, Ordering::Release);
+        }
+        self.client
+    }
+}
+
+impl std::fmt::Debug for ClaimClient<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ClaimClient")
+            .field("savepoint", &self.savepoint.load(Ordering::Relaxed))
+            .finish_non_exhaustive()
+    }
 }
 
 /// The job's deadline, which the handler may push back
@@ -109,26 +141,20 @@ pub struct JobContext<'a> {
 impl<'a> JobContext<'a> {
     /// In `tx` mode, the connection that holds the claim transaction: what a
     /// handler writes through it commits atomically with the job's removal,
-    /// and is rolled back (to a savepoint taken by this call) if the handler
-    /// fails. Never send `COMMIT`/`ROLLBACK` on it. `Ok(None)` in `lease`
-    /// mode. The savepoint costs no round trip of its own: it is sent ahead
-    /// of the handler's first statement, on the same connection, and a
-    /// failure to take it shows as that statement's error.
-    pub async fn transaction(&self) -> Result<Option<&'a Client>, tokio_postgres::Error> {
+    /// and is rolled back (to a savepoint taken on the handler's first
+    /// statement, see [`ClaimClient`]) if the handler fails. Never send
+    /// `COMMIT`/`ROLLBACK` on it. `Ok(None)` in `lease` mode.
+    pub async fn transaction(&self) -> Result<Option<&'a ClaimClient<'a>>, tokio_postgres::Error> {
         let Some(tx) = self.transaction else {
             return Ok(None);
         };
-        // Queued before this call returns, even to a second caller racing
-        // the first (the taking holds a lock while it sends).
-        tx.take_savepoint.take();
-        tx.savepoint.store(true, Ordering::Release);
         // The handler gets the connection once the batch's mark is durable
-        // (at once when it already is); the mark's flush runs on another
-        // connection while the savepoint is on its way.
+        // (at once when it already is): a statement of a job that crashes
+        // the server must find its batch marked.
         if let Some(mark) = tx.mark {
             mark.make_durable().await?;
         }
-        Ok(Some(tx.client))
+        Ok(Some(tx))
     }
 
     /// When this run was admitted by its queue's rate limit (`pgwake queue

@@ -168,10 +168,21 @@ pub async fn remaining(db: &TestDb) -> i64 {
 /// the server (they must not disturb other tests). Durable commits, as in
 /// production: a crash loses nothing that was acknowledged.
 pub async fn private_cluster_db() -> (Cluster, TestDb) {
-    let options = embedded::ClusterOptions {
+    private_cluster_db_with(&[]).await
+}
+
+/// [`private_cluster_db`] with these server settings besides the defaults
+/// (e.g. `shared_preload_libraries`).
+pub async fn private_cluster_db_with(settings: &[(&str, &str)]) -> (Cluster, TestDb) {
+    let mut options = embedded::ClusterOptions {
         durable: true,
         ..Default::default()
     };
+    options.settings.extend(
+        settings
+            .iter()
+            .map(|(name, value)| (name.to_string(), value.to_string())),
+    );
     let cluster = tokio::task::spawn_blocking(move || Cluster::start_with(options))
         .await
         .unwrap()

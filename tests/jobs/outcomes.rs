@@ -536,3 +536,96 @@ async fn in_one_claim_transaction_a_failing_handler_rolls_back_only_its_own_writ
         .collect();
     assert_eq!(back, vec![ids[0], ids[2], ids[3], ids[4]]);
 }
+
+/// Asks for the claim transaction; sends a write through it only for even
+/// payloads, and fails (after asking, sending nothing) for n = 3.
+struct AsksForTheTransaction;
+
+#[async_trait]
+impl Handler for AsksForTheTransaction {
+    async fn handle(&self, job: &Job, ctx: JobContext<'_>) -> Result<Outcome, BoxError> {
+        let tx = ctx.transaction().await?.expect("tx mode");
+        let n = job.payload["n"].as_i64().unwrap_or(0);
+        if n % 2 == 0 {
+            tx.execute("INSERT INTO results (job_id) VALUES ($1)", &[&job.id])
+                .await?;
+        }
+        if n == 3 {
+            return Err("fails without sending anything".into());
+        }
+        Ok(Outcome::Done)
+    }
+}
+
+/// A handler that asks for the claim transaction and sends nothing through
+/// it costs the server no savepoint: the job's savepoint is taken when the
+/// handler first calls the client, sent ahead of that statement. Counted by
+/// the server (pg_stat_statements): one claim of six jobs, three of which
+/// write, takes three savepoints; the writes commit with their jobs, and a
+/// job that asked, sent nothing and failed is retried as any other.
+///
+/// Teeth: with the savepoint taken when `transaction()` is called (as
+/// before), six savepoints.
+#[tokio::test]
+async fn a_handler_that_asks_for_the_transaction_and_sends_nothing_takes_no_savepoint() {
+    let (_cluster, db) =
+        private_cluster_db_with(&[("shared_preload_libraries", "pg_stat_statements")]).await;
+    let client = db.client().await;
+    client
+        .batch_execute(
+            "CREATE EXTENSION pg_stat_statements;
+             CREATE TABLE results (job_id bigint PRIMARY KEY)",
+        )
+        .await
+        .unwrap();
+    let ids = insert_jobs(&db, "asks", 6).await; // payload n = 1..6
+    let worker = Worker::builder(db.config())
+        .config(WorkerConfig {
+            concurrency: 1,
+            batch: 10,
+            retry_base: Duration::from_secs(3600),
+            retry_max: Duration::from_secs(3600),
+            ..test_config()
+        })
+        .handler("asks", AsksForTheTransaction)
+        .build()
+        .unwrap();
+    client
+        .batch_execute("SELECT pg_stat_statements_reset()")
+        .await
+        .unwrap();
+    assert_eq!(
+        worker.claim_once().await.unwrap(),
+        6,
+        "one claim of all six"
+    );
+    let savepoints: i64 = db
+        .scalar(
+            "SELECT coalesce(sum(calls), 0)::int8 FROM pg_stat_statements
+             WHERE query = 'SAVEPOINT pgwake_job'",
+        )
+        .await;
+    assert_eq!(
+        savepoints, 3,
+        "one savepoint per job that sent a statement through the claim transaction"
+    );
+    let results: Vec<i64> = client
+        .query("SELECT job_id FROM results ORDER BY 1", &[])
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    assert_eq!(results, vec![ids[1], ids[3], ids[5]]);
+    let back: Vec<i64> = client
+        .query(
+            "SELECT id FROM pgwake.jobs WHERE attempts = 1 ORDER BY id",
+            &[],
+        )
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    assert_eq!(back, vec![ids[2]], "the failed job is back for a retry");
+}
