@@ -1,6 +1,9 @@
-//! SIGTERM/SIGINT handling on a dedicated OS thread, so that a handler
-//! that blocks runtime threads cannot keep the process from noticing a
-//! signal or from exiting.
+//! SIGTERM/SIGINT/SIGHUP handling on a dedicated OS thread, so that a
+//! handler that blocks runtime threads cannot keep the process from
+//! noticing a signal or from exiting. SIGHUP (the worker's terminal closed,
+//! its ssh session dropped) stops it as gracefully as SIGTERM: left to its
+//! default action it killed the worker at once, its running jobs cut short
+//! and left to their leases' expiry, its buffered ones charged.
 //!
 //! ```text
 //!  1st signal → stop (no new claims; grace period for running jobs)
@@ -13,7 +16,7 @@
 
 use std::time::Duration;
 
-use signal_hook::consts::{SIGINT, SIGTERM};
+use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
 use signal_hook::iterator::Signals;
 use tokio_util::sync::CancellationToken;
 
@@ -45,7 +48,7 @@ fn watchdog(after: Duration) {
 
 /// Start the signal thread for a worker whose grace period is `grace`.
 pub fn spawn(stop: CancellationToken, abort: CancellationToken, grace: Duration) -> Result<()> {
-    let mut signals = Signals::new([SIGTERM, SIGINT]).map_err(|source| Error::Io {
+    let mut signals = Signals::new([SIGTERM, SIGINT, SIGHUP]).map_err(|source| Error::Io {
         context: "cannot install signal handlers".into(),
         source,
     })?;

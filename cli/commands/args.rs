@@ -211,7 +211,7 @@ pub struct RunArgs {
     /// Retry delay cap.
     #[arg(long, value_parser = duration, default_value_t = human(config::RETRY_MAX_DEFAULT))]
     pub retry_max: HumanDuration,
-    /// Time in-flight jobs get to finish after SIGTERM/SIGINT.
+    /// Time in-flight jobs get to finish after SIGTERM/SIGINT/SIGHUP.
     #[arg(long, value_parser = duration, default_value_t = human(config::GRACE_PERIOD_DEFAULT))]
     pub grace_period: HumanDuration,
     /// Queues whose jobs all run in lease mode, whatever their handler declares (like

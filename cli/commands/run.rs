@@ -94,7 +94,7 @@ fn handlers(args: &RunArgs) -> Result<Vec<TaskHandler>, Error> {
     Ok(out)
 }
 
-/// Run the worker until SIGTERM/SIGINT.
+/// Run the worker until SIGTERM/SIGINT/SIGHUP.
 pub async fn run(args: RunArgs) -> Result<(), Error> {
     let config = worker_config(&args)?;
     let handlers = handlers(&args)?;

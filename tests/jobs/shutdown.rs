@@ -23,6 +23,23 @@ async fn await_shutdown_began(log: &std::sync::Arc<std::sync::Mutex<String>>) {
 
 #[tokio::test]
 async fn lease_mode_sigterm_finishes_in_flight_jobs_and_returns_unstarted_ones() {
+    finishes_in_flight_jobs_and_returns_unstarted_ones_on(libc::SIGTERM).await;
+}
+
+/// A worker in a terminal that closes (or an ssh session that drops) gets
+/// SIGHUP: the same graceful stop as SIGTERM, not an abrupt exit that
+/// leaves its leases to expire and charges its buffered jobs.
+///
+/// Teeth: without SIGHUP in `signals::spawn`, the worker dies of the
+/// signal (no exit code) with its two runs cut short.
+#[tokio::test]
+async fn lease_mode_sighup_stops_as_gracefully_as_sigterm() {
+    finishes_in_flight_jobs_and_returns_unstarted_ones_on(libc::SIGHUP).await;
+}
+
+/// Two of four lease-mode jobs run (concurrency 2) when the worker gets
+/// `signal`: it exits 0 once they finish, the two others untouched.
+async fn finishes_in_flight_jobs_and_returns_unstarted_ones_on(signal: i32) {
     let db = migrated_db().await;
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path().display();
@@ -49,7 +66,7 @@ async fn lease_mode_sigterm_finishes_in_flight_jobs_and_returns_unstarted_ones()
     .await;
     let mut child = child;
     let log = tail_stderr(&mut child);
-    send_signal(&child, libc::SIGTERM);
+    send_signal(&child, signal);
     // The runs end only once the worker has seen the signal: a run that
     // ended before would free its slot for a buffered job.
     await_shutdown_began(&log).await;
