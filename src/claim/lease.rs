@@ -412,7 +412,7 @@ pub(crate) async fn heartbeat(ctx: Arc<ClaimContext>, stop: CancellationToken) {
             if stopped > 0 {
                 tracing::error!(
                     jobs = stopped,
-                    "cannot renew leases (database unreachable?): stopped their runs before the leases end; other workers will run them"
+                    "leases not renewed in time (the database unreachable, or this process paused or starved of CPU): stopped their runs before the leases end; other workers will run them"
                 );
             }
         }
