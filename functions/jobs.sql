@@ -217,8 +217,12 @@ BEGIN
                         AND ('*' = ANY(w.tasks) OR j.task = ANY(w.tasks))) THEN
         found_reason := true;
         RETURN QUERY SELECT 'no_handler'::text,
-            format('live workers work queue %s, but none has a handler for task %s: deploy one with `--handler %s=…`',
-                   quote_literal(j.queue), quote_literal(j.task), j.task),
+            -- The flag as a shell takes it: a task name of other
+            -- characters than these is single-quoted, its quotes escaped.
+            format('live workers work queue %s, but none has a handler for task %s: deploy one with `--handler %s`',
+                   quote_literal(j.queue), quote_literal(j.task),
+                   CASE WHEN j.task ~ '^[A-Za-z0-9_.:/@%+-]+$' THEN j.task || '=…'
+                        ELSE '''' || replace(j.task, '''', '''\''''') || '=…''' END),
             NULL::timestamptz, NULL::bigint;
     END IF;
 

@@ -42,6 +42,33 @@ async fn live_worker(c: &tokio_postgres::Client, tasks: &[&str]) {
     .unwrap();
 }
 
+/// The `--handler` flag a `no_handler` reason suggests is one a shell
+/// takes as it is: a task name with quotes, spaces or `;` is single-quoted,
+/// its own single quotes escaped.
+#[tokio::test]
+async fn the_suggested_handler_flag_is_quoted_for_a_shell() {
+    let db = migrated_db().await;
+    let c = db.client().await;
+    live_worker(&c, &["other"]).await;
+    for (task, flag) in [
+        ("resize.v2", "`--handler resize.v2=…`"),
+        (
+            "x\"; rm -rf ~ #it's",
+            "`--handler 'x\"; rm -rf ~ #it'\\''s=…'`",
+        ),
+    ] {
+        let id = job(&c, &format!("SELECT pgwake.enqueue({})", quote_sql(task))).await;
+        let w = why(&c, id).await;
+        assert_eq!(reasons(&w), ["no_handler"]);
+        assert!(w[0].1.ends_with(flag), "{task}: {w:?}");
+    }
+}
+
+/// `s` as an SQL string literal.
+fn quote_sql(s: &str) -> String {
+    format!("'{}'", s.replace('\'', "''"))
+}
+
 #[tokio::test]
 async fn each_reason_a_waiting_job_has_is_named_with_what_ends_it() {
     let db = migrated_db().await;
