@@ -208,6 +208,11 @@ async fn run() -> Result<(), Box<dyn std::error::Error>> {
             .position(|a| a == "--prefetch")
             .and_then(|i| args.get(i + 1))
             .and_then(|v| v.parse().ok()),
+        prefetch_wait: Duration::from_millis(arg(
+            &args,
+            "--prefetch-wait-ms",
+            pgwake::config::PREFETCH_WAIT_DEFAULT.as_millis() as u64,
+        )),
         poll_interval: Duration::from_millis(arg(&args, "--poll-ms", 500)),
         listen: !args.iter().any(|a| a == "--no-listen"),
         queues: queues.clone(),

@@ -144,6 +144,11 @@ async fn lease_mode_a_worker_killed_with_a_full_prefetch_buffer_loses_nothing() 
         "1",
         "--prefetch",
         "4",
+        // The poison run holds the one slot: with nothing started for
+        // --prefetch-wait (1 s by default) the buffer would be handed back
+        // before the check below on a loaded machine.
+        "--prefetch-wait-ms",
+        "3600000",
     ];
     for attempt in 1..=3 {
         let mut w = ChaosWorker::spawn(&db, &mode);

@@ -107,6 +107,12 @@ async fn lease_mode_sigterm_hands_a_full_prefetch_buffer_back_with_attempts_unch
             "2",
             "--prefetch",
             "4",
+            // The runs are gated: a worker whose slots start nothing for
+            // --prefetch-wait (1 s by default) hands its buffer back, and
+            // the four buffered jobs would be gone before this test (on a
+            // loaded machine) reads them (CI saw it).
+            "--prefetch-wait",
+            "1h",
         ],
     );
     let p = dir.path().to_path_buf();
