@@ -161,3 +161,76 @@ async fn with_no_worker_waiting_producers_send_no_notification() {
     mark(&producer, "m2").await;
     assert_eq!(n.until_marker("m2").await, vec!["other"]);
 }
+
+/// Scans of `pgwake.waiting_workers` in `c`'s transaction so far.
+async fn waiting_scans(c: &tokio_postgres::Client) -> i64 {
+    c.query_one(
+        "SELECT coalesce(seq_scan, 0) + coalesce(idx_scan, 0) FROM pg_stat_xact_user_tables
+         WHERE relid = 'pgwake.waiting_workers'::regclass",
+        &[],
+    )
+    .await
+    .unwrap()
+    .get(0)
+}
+
+/// Five single-row INSERT statements in one transaction on `c`; the
+/// scans of `pgwake.waiting_workers` they made.
+async fn scans_of_five_inserts(c: &tokio_postgres::Client) -> i64 {
+    c.batch_execute("BEGIN").await.unwrap();
+    for _ in 0..5 {
+        c.execute("INSERT INTO pgwake.jobs (task) VALUES ('t')", &[])
+            .await
+            .unwrap();
+    }
+    let scans = waiting_scans(c).await;
+    c.batch_execute("COMMIT").await.unwrap();
+    scans
+}
+
+/// With no worker waiting (the common case of a busy fleet), the insert
+/// trigger returns without querying `pgwake.waiting_workers`: it reads
+/// `pgwake.waiting_until`, which every registration raises to its expiry.
+/// A registration that has expired keeps it so; a live one, even one
+/// deleted since, sends the trigger to the table again.
+///
+/// Teeth: without the sequence check in `pgwake.notify_jobs_inserted`, 5
+/// scans where 0 are expected. (Without the registration trigger that
+/// raises the sequence, the notification tests above fail: the trigger
+/// never sees a worker waiting.)
+#[tokio::test]
+async fn with_no_worker_waiting_the_trigger_queries_no_table() {
+    let db = migrated_db().await;
+    let producer = db.client().await;
+    assert_eq!(
+        scans_of_five_inserts(&producer).await,
+        0,
+        "never registered"
+    );
+    let other = db.client().await;
+    other
+        .batch_execute(
+            "INSERT INTO pgwake.waiting_workers (worker_id, expires_at)
+             VALUES ('gone', now() - interval '1 second')",
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        scans_of_five_inserts(&producer).await,
+        0,
+        "a registration that expired"
+    );
+    other
+        .batch_execute(
+            "INSERT INTO pgwake.waiting_workers (worker_id, expires_at)
+             VALUES ('live', now() + interval '30 seconds');
+             DELETE FROM pgwake.waiting_workers WHERE worker_id = 'live'",
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        scans_of_five_inserts(&producer).await,
+        5,
+        "a registration that may still be live: the table is asked"
+    );
+}
