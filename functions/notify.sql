@@ -17,14 +17,6 @@ BEGIN
         RETURN NULL;
     END IF;
     -- Nobody idle: the busy workers will find these rows on their next claim.
-    -- First without a query: no registration outlives pgwake.waiting_until
-    -- (migration 0024), so when it has passed none is live. (A function call
-    -- in a plpgsql condition skips the executor a query goes through: this
-    -- check costs producers about a tenth of what the query did.)
-    IF coalesce(pg_sequence_last_value('pgwake.waiting_until'), 0)
-           <= date_part('epoch', now()) * 1000 THEN
-        RETURN NULL;
-    END IF;
     IF NOT EXISTS (SELECT 1 FROM pgwake.waiting_workers WHERE expires_at > now()) THEN
         RETURN NULL;
     END IF;
@@ -37,34 +29,6 @@ BEGIN
         PERFORM pg_notify('pgwake', q);
     END LOOP;
     RETURN NULL;
-END
-$$;
-
--- Every registration raises pgwake.waiting_until to its expiry (never
--- lowers it). SECURITY DEFINER: worker roles may read the sequence but not
--- set it (pgwake.grant_worker grants USAGE, SELECT on sequences); a
--- registration is rare (a worker falling idle), so its cost is no matter.
-CREATE OR REPLACE FUNCTION pgwake.raise_waiting_until() RETURNS trigger
-LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog AS $$
-BEGIN
-    PERFORM setval('pgwake.waiting_until',
-                   greatest(coalesce(pg_sequence_last_value('pgwake.waiting_until'), 0),
-                            CASE WHEN NEW.expires_at = 'infinity' THEN 9223372036854775807
-                                 WHEN NEW.expires_at = '-infinity' THEN 0
-                                 ELSE ceil(date_part('epoch', NEW.expires_at) * 1000)::bigint END));
-    RETURN NULL;
-END
-$$;
-
-DO $$
-BEGIN
-    IF NOT EXISTS (SELECT 1 FROM pg_trigger
-                   WHERE tgname = 'waiting_workers_until'
-                     AND tgrelid = 'pgwake.waiting_workers'::regclass) THEN
-        CREATE TRIGGER waiting_workers_until
-            AFTER INSERT OR UPDATE OF expires_at ON pgwake.waiting_workers
-            FOR EACH ROW EXECUTE FUNCTION pgwake.raise_waiting_until();
-    END IF;
 END
 $$;
 

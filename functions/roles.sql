@@ -18,10 +18,8 @@ BEGIN
     EXECUTE format('GRANT INSERT, SELECT (id, unique_key) ON pgwake.jobs TO %s', role);
     -- `unique_running`: is a job of the key running (leased)?
     EXECUTE format('GRANT SELECT (id, unique_key) ON pgwake.leased_jobs TO %s', role);
-    -- The insert trigger reads which workers are waiting, and first until
-    -- when any may be (also granted to PUBLIC by migration 0024).
+    -- The insert trigger reads which workers are waiting.
     EXECUTE format('GRANT SELECT ON pgwake.waiting_workers TO %s', role);
-    EXECUTE format('GRANT SELECT ON SEQUENCE pgwake.waiting_until TO %s', role);
     -- `pgwake enqueue` checks the schema version first.
     EXECUTE format('GRANT SELECT ON pgwake.schema_migrations TO %s', role);
     EXECUTE format('GRANT EXECUTE ON FUNCTION pgwake.enqueue(text, jsonb, text, timestamptz, integer, integer, interval, text, text, boolean, text), pgwake.enqueue_unique(text, jsonb, text, timestamptz, integer, integer, interval, text, text, boolean, text) TO %s', role);
