@@ -332,6 +332,30 @@ async fn fail_outcome_goes_dead_at_once_and_retry_after_sets_the_delay() {
     assert!(row.get::<_, bool>(0));
 }
 
+/// The job ids the handlers wrote to table `results`, in order.
+async fn written(client: &tokio_postgres::Client) -> Vec<i64> {
+    column(client, "SELECT job_id FROM results ORDER BY 1").await
+}
+
+/// The jobs back in the queue after one failed attempt, in id order.
+async fn back_after_one_attempt(client: &tokio_postgres::Client) -> Vec<i64> {
+    column(
+        client,
+        "SELECT id FROM pgwake.jobs WHERE attempts = 1 ORDER BY id",
+    )
+    .await
+}
+
+async fn column(client: &tokio_postgres::Client, sql: &str) -> Vec<i64> {
+    client
+        .query(sql, &[])
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect()
+}
+
 /// Writes a row through the claim transaction, then fails for odd payloads.
 struct WriteThenMaybeFail;
 
@@ -381,13 +405,7 @@ async fn one_failure_does_not_undo_its_batch_siblings_and_writes_commit_with_the
         .filter(|e| e.outcome() == "done")
         .map(|e| e.id)
         .collect();
-    let mut results: Vec<i64> = client
-        .query("SELECT job_id FROM results ORDER BY 1", &[])
-        .await
-        .unwrap()
-        .iter()
-        .map(|r| r.get(0))
-        .collect();
+    let mut results = written(&client).await;
     results.sort();
     let mut done_sorted = done.clone();
     done_sorted.sort();
@@ -397,16 +415,7 @@ async fn one_failure_does_not_undo_its_batch_siblings_and_writes_commit_with_the
         results, done_sorted,
         "exactly the successful jobs' writes committed"
     );
-    let back: Vec<i64> = client
-        .query(
-            "SELECT id FROM pgwake.jobs WHERE attempts = 1 ORDER BY id",
-            &[],
-        )
-        .await
-        .unwrap()
-        .iter()
-        .map(|r| r.get(0))
-        .collect();
+    let back = back_after_one_attempt(&client).await;
     assert_eq!(
         back.len(),
         6,
@@ -475,13 +484,7 @@ async fn success_from_an_aborted_transaction_is_not_committed(jobs: usize) {
         .unwrap();
     let claimed = worker.claim_once().await;
     assert!(claimed.is_err(), "the batch fails as a whole: {claimed:?}");
-    let queued: Vec<i64> = client
-        .query("SELECT id FROM pgwake.jobs ORDER BY id", &[])
-        .await
-        .unwrap()
-        .iter()
-        .map(|r| r.get(0))
-        .collect();
+    let queued = column(&client, "SELECT id FROM pgwake.jobs ORDER BY id").await;
     assert_eq!(queued, ids, "no claim committed");
     let written: i64 = db.scalar("SELECT count(*) FROM results").await;
     assert_eq!(written, 0);
@@ -515,25 +518,10 @@ async fn in_one_claim_transaction_a_failing_handler_rolls_back_only_its_own_writ
         6,
         "one claim of all six"
     );
-    let results: Vec<i64> = client
-        .query("SELECT job_id FROM results ORDER BY 1", &[])
-        .await
-        .unwrap()
-        .iter()
-        .map(|r| r.get(0))
-        .collect();
+    let results = written(&client).await;
     // n = 2 and 6 succeed; odd ones fail after writing; 4 hits 1/0.
     assert_eq!(results, vec![ids[1], ids[5]]);
-    let back: Vec<i64> = client
-        .query(
-            "SELECT id FROM pgwake.jobs WHERE attempts = 1 ORDER BY id",
-            &[],
-        )
-        .await
-        .unwrap()
-        .iter()
-        .map(|r| r.get(0))
-        .collect();
+    let back = back_after_one_attempt(&client).await;
     assert_eq!(back, vec![ids[0], ids[2], ids[3], ids[4]]);
 }
 
@@ -609,23 +597,8 @@ async fn a_handler_that_asks_for_the_transaction_and_sends_nothing_takes_no_save
         savepoints, 3,
         "one savepoint per job that sent a statement through the claim transaction"
     );
-    let results: Vec<i64> = client
-        .query("SELECT job_id FROM results ORDER BY 1", &[])
-        .await
-        .unwrap()
-        .iter()
-        .map(|r| r.get(0))
-        .collect();
+    let results = written(&client).await;
     assert_eq!(results, vec![ids[1], ids[3], ids[5]]);
-    let back: Vec<i64> = client
-        .query(
-            "SELECT id FROM pgwake.jobs WHERE attempts = 1 ORDER BY id",
-            &[],
-        )
-        .await
-        .unwrap()
-        .iter()
-        .map(|r| r.get(0))
-        .collect();
+    let back = back_after_one_attempt(&client).await;
     assert_eq!(back, vec![ids[2]], "the failed job is back for a retry");
 }
