@@ -9,6 +9,7 @@
 //!
 //! Tasks: `work` sleeps 0..=`--sleep-ms` ms; `block` blocks on its first
 //! attempt (to be killed) and succeeds after; `poison` always blocks;
+//! `crash` kills its own worker process (SIGKILL) once its run is recorded;
 //! `flaky` fails one run in five; `fail_once` fails its first attempt;
 //! `fail` always fails; `hog` blocks its thread for an hour; `gated`, once
 //! its run is recorded, waits for the test's gate (the advisory lock
@@ -107,6 +108,16 @@ impl Handler for Chaos {
             "hog" => {
                 // Ignores cancellation: blocks its thread.
                 std::thread::sleep(Duration::from_secs(3600));
+                Ok(Outcome::Done)
+            }
+            "crash" => {
+                // The worker dies as in an OOM kill or a segfault in a
+                // native library: no unwinding, nothing written after.
+                // SAFETY: kill(2) on this process.
+                unsafe {
+                    libc::kill(libc::getpid(), libc::SIGKILL);
+                }
+                std::future::pending::<()>().await;
                 Ok(Outcome::Done)
             }
             "poison" => {

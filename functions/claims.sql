@@ -161,6 +161,132 @@ $$;
 -- fresh claim token (never reused: every later write of this run is fenced
 -- by it). `holds_slot` false: these queues have no max_running limit
 -- (migration 0011).
+--
+-- `run_now`: how many of the jobs, the first in claim order, go straight to
+-- free slots; the others go into the worker's prefetch buffer and are
+-- marked `buffered` (migration 0024: the rescue refunds a buffered lease's
+-- attempt). A suspect (a job so refunded before) is never buffered: a claim
+-- for the buffer alone (`run_now` 0) skips suspects, and one past the free
+-- slots is left for a later claim.
+CREATE OR REPLACE FUNCTION pgwake.claim_lease_all(
+    claim_limit bigint, skip_queues text[], only_tasks text[], never_tasks text[],
+    worker text, lease_seconds double precision, run_now bigint)
+RETURNS TABLE (id bigint, queue text, task text, payload text, priority integer,
+               run_at timestamptz, attempts integer, max_attempts integer, last_error text,
+               created_at timestamptz, timeout_s double precision, pickup_s double precision,
+               token bigint, ordering_key text, unique_key text, ordering_at timestamptz,
+               limit_key text, suspect boolean, buffered boolean)
+LANGUAGE plpgsql VOLATILE
+SET plan_cache_mode = force_generic_plan
+SET enable_sort = off
+SET enable_seqscan = off
+SET jit = off
+AS $$
+#variable_conflict use_column
+BEGIN
+    RETURN QUERY
+    WITH picked AS (
+        -- In claim order (the index walk's): the first `run_now` go to
+        -- free slots, the rest to the buffer.
+        SELECT p.ctid, p.n > run_now AS in_buffer
+        FROM unnest(ARRAY(
+            SELECT ctid FROM pgwake.jobs
+            WHERE run_at <= now() AND queue <> ALL(skip_queues)
+              AND queue NOT IN (SELECT name FROM pgwake.queues
+                                WHERE paused OR max_running IS NOT NULL OR rate_count IS NOT NULL
+                                   OR fair_keys OR key_limits OR key_rate_count IS NOT NULL)
+              AND (only_tasks IS NULL OR task = ANY(only_tasks)) AND task <> ALL(never_tasks)
+              AND (run_now > 0 OR NOT suspect)
+              AND NOT held
+              AND CASE WHEN ordering_key IS NULL THEN true
+                       ELSE pgwake.ordering_free(ordering_key, priority, coalesce(ordering_at, run_at), id) END
+            ORDER BY priority, run_at, id
+            LIMIT claim_limit
+            FOR UPDATE SKIP LOCKED)) WITH ORDINALITY AS p(ctid, n)
+    ),
+    r AS (
+        -- A suspect is never buffered: one past the free slots stays
+        -- (locked until this statement ends, then claimable again).
+        DELETE FROM pgwake.jobs j USING picked p
+        WHERE j.ctid = p.ctid AND (NOT p.in_buffer OR NOT j.suspect)
+        RETURNING j.*, p.in_buffer
+    )
+    INSERT INTO pgwake.leased_jobs AS l
+        (id, queue, task, payload, priority, run_at, attempts, max_attempts, last_error,
+         created_at, timeout, worker_id, leased_at, lease_until, ordering_key, unique_key,
+         ordering_at, holds_slot, limit_key, suspect, buffered)
+    SELECT r.id, r.queue, r.task, r.payload, r.priority, r.run_at, r.attempts + 1,
+           r.max_attempts, r.last_error, r.created_at, r.timeout, worker, now(),
+           now() + make_interval(secs => lease_seconds), r.ordering_key, r.unique_key,
+           r.ordering_at, false, r.limit_key, r.suspect, r.in_buffer
+    FROM r
+    RETURNING l.id, l.queue, l.task, l.payload::text, l.priority, l.run_at, l.attempts,
+              l.max_attempts, l.last_error, l.created_at, extract(epoch FROM l.timeout)::float8,
+              extract(epoch FROM clock_timestamp() - greatest(l.created_at, l.run_at))::float8,
+              l.token, l.ordering_key, l.unique_key, coalesce(l.ordering_at, l.run_at), l.limit_key,
+              l.suspect, l.buffered;
+END
+$$;
+
+-- lease-mode claim from one queue, in claim order on jobs_queue_ready_idx;
+-- `run_now` as in claim_lease_all.
+CREATE OR REPLACE FUNCTION pgwake.claim_lease_queue(
+    claim_limit bigint, claim_queue text, only_tasks text[], never_tasks text[],
+    worker text, lease_seconds double precision, run_now bigint)
+RETURNS TABLE (id bigint, queue text, task text, payload text, priority integer,
+               run_at timestamptz, attempts integer, max_attempts integer, last_error text,
+               created_at timestamptz, timeout_s double precision, pickup_s double precision,
+               token bigint, ordering_key text, unique_key text, ordering_at timestamptz,
+               limit_key text, suspect boolean, buffered boolean)
+LANGUAGE plpgsql VOLATILE
+SET plan_cache_mode = force_generic_plan
+SET enable_sort = off
+SET enable_seqscan = off
+SET jit = off
+AS $$
+#variable_conflict use_column
+BEGIN
+    RETURN QUERY
+    WITH picked AS (
+        SELECT p.ctid, p.n > run_now AS in_buffer
+        FROM unnest(ARRAY(
+            SELECT ctid FROM pgwake.jobs
+            WHERE queue >= claim_queue AND queue <= claim_queue AND run_at <= now()
+              AND pgwake.queue_claimable(claim_queue)
+              AND (only_tasks IS NULL OR task = ANY(only_tasks)) AND task <> ALL(never_tasks)
+              AND (run_now > 0 OR NOT suspect)
+              AND NOT held
+              AND CASE WHEN ordering_key IS NULL THEN true
+                       ELSE pgwake.ordering_free(ordering_key, priority, coalesce(ordering_at, run_at), id) END
+            ORDER BY queue, priority, run_at, id
+            LIMIT claim_limit
+            FOR UPDATE SKIP LOCKED)) WITH ORDINALITY AS p(ctid, n)
+    ),
+    r AS (
+        DELETE FROM pgwake.jobs j USING picked p
+        WHERE j.ctid = p.ctid AND (NOT p.in_buffer OR NOT j.suspect)
+        RETURNING j.*, p.in_buffer
+    )
+    INSERT INTO pgwake.leased_jobs AS l
+        (id, queue, task, payload, priority, run_at, attempts, max_attempts, last_error,
+         created_at, timeout, worker_id, leased_at, lease_until, ordering_key, unique_key,
+         ordering_at, holds_slot, limit_key, suspect, buffered)
+    SELECT r.id, r.queue, r.task, r.payload, r.priority, r.run_at, r.attempts + 1,
+           r.max_attempts, r.last_error, r.created_at, r.timeout, worker, now(),
+           now() + make_interval(secs => lease_seconds), r.ordering_key, r.unique_key,
+           r.ordering_at, false, r.limit_key, r.suspect, r.in_buffer
+    FROM r
+    RETURNING l.id, l.queue, l.task, l.payload::text, l.priority, l.run_at, l.attempts,
+              l.max_attempts, l.last_error, l.created_at, extract(epoch FROM l.timeout)::float8,
+              extract(epoch FROM clock_timestamp() - greatest(l.created_at, l.run_at))::float8,
+              l.token, l.ordering_key, l.unique_key, coalesce(l.ordering_at, l.run_at), l.limit_key,
+              l.suspect, l.buffered;
+END
+$$;
+
+-- The claims of workers older than schema 24 (no `run_now`), kept so that
+-- workers still running through `pgwake migrate` go on claiming: every job
+-- they take counts as started at once (charged on a crash, as before).
 CREATE OR REPLACE FUNCTION pgwake.claim_lease_all(
     claim_limit bigint, skip_queues text[], only_tasks text[], never_tasks text[],
     worker text, lease_seconds double precision)
@@ -169,49 +295,14 @@ RETURNS TABLE (id bigint, queue text, task text, payload text, priority integer,
                created_at timestamptz, timeout_s double precision, pickup_s double precision,
                token bigint, ordering_key text, unique_key text, ordering_at timestamptz,
                limit_key text)
-LANGUAGE plpgsql VOLATILE
-SET plan_cache_mode = force_generic_plan
-SET enable_sort = off
-SET enable_seqscan = off
-SET jit = off
-AS $$
-#variable_conflict use_column
-BEGIN
-    RETURN QUERY
-    WITH c AS (
-        DELETE FROM pgwake.jobs
-        WHERE ctid = ANY(ARRAY(
-            SELECT ctid FROM pgwake.jobs
-            WHERE run_at <= now() AND queue <> ALL(skip_queues)
-              AND queue NOT IN (SELECT name FROM pgwake.queues
-                                WHERE paused OR max_running IS NOT NULL OR rate_count IS NOT NULL
-                                   OR fair_keys OR key_limits OR key_rate_count IS NOT NULL)
-              AND (only_tasks IS NULL OR task = ANY(only_tasks)) AND task <> ALL(never_tasks)
-              AND NOT held
-              AND CASE WHEN ordering_key IS NULL THEN true
-                       ELSE pgwake.ordering_free(ordering_key, priority, coalesce(ordering_at, run_at), id) END
-            ORDER BY priority, run_at, id
-            LIMIT claim_limit
-            FOR UPDATE SKIP LOCKED))
-        RETURNING *
-    )
-    INSERT INTO pgwake.leased_jobs AS l
-        (id, queue, task, payload, priority, run_at, attempts, max_attempts, last_error,
-         created_at, timeout, worker_id, leased_at, lease_until, ordering_key, unique_key,
-         ordering_at, holds_slot, limit_key)
-    SELECT c.id, c.queue, c.task, c.payload, c.priority, c.run_at, c.attempts + 1,
-           c.max_attempts, c.last_error, c.created_at, c.timeout, worker, now(),
-           now() + make_interval(secs => lease_seconds), c.ordering_key, c.unique_key,
-           c.ordering_at, false, c.limit_key
-    FROM c
-    RETURNING l.id, l.queue, l.task, l.payload::text, l.priority, l.run_at, l.attempts,
-              l.max_attempts, l.last_error, l.created_at, extract(epoch FROM l.timeout)::float8,
-              extract(epoch FROM clock_timestamp() - greatest(l.created_at, l.run_at))::float8,
-              l.token, l.ordering_key, l.unique_key, coalesce(l.ordering_at, l.run_at), l.limit_key;
-END
+LANGUAGE sql VOLATILE AS $$
+    SELECT c.id, c.queue, c.task, c.payload, c.priority, c.run_at, c.attempts, c.max_attempts,
+           c.last_error, c.created_at, c.timeout_s, c.pickup_s, c.token, c.ordering_key,
+           c.unique_key, c.ordering_at, c.limit_key
+    FROM pgwake.claim_lease_all(claim_limit, skip_queues, only_tasks, never_tasks, worker,
+                                lease_seconds, claim_limit) c
 $$;
 
--- lease-mode claim from one queue, in claim order on jobs_queue_ready_idx.
 CREATE OR REPLACE FUNCTION pgwake.claim_lease_queue(
     claim_limit bigint, claim_queue text, only_tasks text[], never_tasks text[],
     worker text, lease_seconds double precision)
@@ -220,44 +311,12 @@ RETURNS TABLE (id bigint, queue text, task text, payload text, priority integer,
                created_at timestamptz, timeout_s double precision, pickup_s double precision,
                token bigint, ordering_key text, unique_key text, ordering_at timestamptz,
                limit_key text)
-LANGUAGE plpgsql VOLATILE
-SET plan_cache_mode = force_generic_plan
-SET enable_sort = off
-SET enable_seqscan = off
-SET jit = off
-AS $$
-#variable_conflict use_column
-BEGIN
-    RETURN QUERY
-    WITH c AS (
-        DELETE FROM pgwake.jobs
-        WHERE ctid = ANY(ARRAY(
-            SELECT ctid FROM pgwake.jobs
-            WHERE queue >= claim_queue AND queue <= claim_queue AND run_at <= now()
-              AND pgwake.queue_claimable(claim_queue)
-              AND (only_tasks IS NULL OR task = ANY(only_tasks)) AND task <> ALL(never_tasks)
-              AND NOT held
-              AND CASE WHEN ordering_key IS NULL THEN true
-                       ELSE pgwake.ordering_free(ordering_key, priority, coalesce(ordering_at, run_at), id) END
-            ORDER BY queue, priority, run_at, id
-            LIMIT claim_limit
-            FOR UPDATE SKIP LOCKED))
-        RETURNING *
-    )
-    INSERT INTO pgwake.leased_jobs AS l
-        (id, queue, task, payload, priority, run_at, attempts, max_attempts, last_error,
-         created_at, timeout, worker_id, leased_at, lease_until, ordering_key, unique_key,
-         ordering_at, holds_slot, limit_key)
-    SELECT c.id, c.queue, c.task, c.payload, c.priority, c.run_at, c.attempts + 1,
-           c.max_attempts, c.last_error, c.created_at, c.timeout, worker, now(),
-           now() + make_interval(secs => lease_seconds), c.ordering_key, c.unique_key,
-           c.ordering_at, false, c.limit_key
-    FROM c
-    RETURNING l.id, l.queue, l.task, l.payload::text, l.priority, l.run_at, l.attempts,
-              l.max_attempts, l.last_error, l.created_at, extract(epoch FROM l.timeout)::float8,
-              extract(epoch FROM clock_timestamp() - greatest(l.created_at, l.run_at))::float8,
-              l.token, l.ordering_key, l.unique_key, coalesce(l.ordering_at, l.run_at), l.limit_key;
-END
+LANGUAGE sql VOLATILE AS $$
+    SELECT c.id, c.queue, c.task, c.payload, c.priority, c.run_at, c.attempts, c.max_attempts,
+           c.last_error, c.created_at, c.timeout_s, c.pickup_s, c.token, c.ordering_key,
+           c.unique_key, c.ordering_at, c.limit_key
+    FROM pgwake.claim_lease_queue(claim_limit, claim_queue, only_tasks, never_tasks, worker,
+                                  lease_seconds, claim_limit) c
 $$;
 
 -- The queues that have a ready job, but those in `skip_queues` and paused

@@ -467,3 +467,25 @@ BEGIN
     PERFORM pgwake.resize_key_slots(set_queue_key_max_running.queue);
 END
 $$;
+
+-- A queue that becomes paused or limited (max_running, a rate, fair keys,
+-- per-key limits or rates) tells the workers on the control channel
+-- (payload `queue <name>`, delivered at commit): each hands back, attempt
+-- refunded, the jobs of that queue it prefetched before the change and has
+-- not started (issue 33, item 3), since such a queue is claimed for free
+-- slots only, under its limits. Settings change rarely: a row of its own
+-- table, never written by claims.
+CREATE OR REPLACE FUNCTION pgwake.queue_restricted() RETURNS trigger
+LANGUAGE plpgsql AS $$
+BEGIN
+    PERFORM pg_notify('pgwake_control', 'queue ' || NEW.name);
+    RETURN NULL;
+END
+$$;
+
+CREATE OR REPLACE TRIGGER queues_restricted
+AFTER INSERT OR UPDATE ON pgwake.queues
+FOR EACH ROW
+WHEN (NEW.paused OR NEW.max_running IS NOT NULL OR NEW.rate_count IS NOT NULL
+      OR NEW.fair_keys OR NEW.key_limits OR NEW.key_rate_count IS NOT NULL)
+EXECUTE FUNCTION pgwake.queue_restricted();

@@ -1,9 +1,15 @@
 -- The rescue of expired leases, row by row (src/db/sql/rescue.sql calls
 -- it; the rescuer service runs it on every worker). Each expired lease
 -- (SKIP LOCKED: two rescuers at once move each job once) goes back to
--- pgwake.jobs, ready now (the insert trigger wakes every listening worker),
--- or, when that was its last attempt or its cancel was requested (its
--- worker died before it could stop it), to pgwake.dead_jobs. Each row moves
+-- pgwake.jobs in its place (its run_at kept: a crash does not send it, or
+-- its ordering key, behind every other job; the insert trigger wakes every
+-- listening worker), or, when that was its last attempt or its cancel was
+-- requested (its worker died before it could stop it), to
+-- pgwake.dead_jobs. A lease its claim put in the worker's prefetch buffer
+-- (`buffered`, migration 0024) may never have started: it goes back with
+-- its attempt refunded, never dead, marked a suspect (`refunded`); a
+-- suspect is claimed only onto a free slot, so a job that kills its
+-- workers is charged from its next run on. Each row moves
 -- in a subtransaction of its own: one row that cannot be moved (say a
 -- producer inserted a job with an explicit id equal to the leased job's)
 -- is reported as failed with the server's message and stays leased, and
@@ -28,12 +34,25 @@ BEGIN
         BEGIN
             DELETE FROM pgwake.leased_jobs x WHERE x.token = l.token;
             cancelled := EXISTS (SELECT 1 FROM pgwake.cancel_requests r WHERE r.job_id = l.id);
-            IF l.attempts < l.max_attempts AND NOT cancelled THEN
+            IF l.buffered AND NOT cancelled THEN
                 INSERT INTO pgwake.jobs
                     (id, queue, task, payload, priority, run_at, attempts, max_attempts,
                      last_error, created_at, timeout, ordering_key, unique_key, ordering_at,
-                     limit_key)
-                VALUES (l.id, l.queue, l.task, l.payload, l.priority, now(), l.attempts,
+                     limit_key, suspect)
+                VALUES (l.id, l.queue, l.task, l.payload, l.priority, l.run_at,
+                        greatest(l.attempts - 1, 0), l.max_attempts,
+                        format('worker %s stopped heartbeating while this job was in its prefetch buffer (attempt %s refunded)',
+                               l.worker_id, l.attempts),
+                        l.created_at, l.timeout, l.ordering_key,
+                        pgwake.requeued_unique_key(l.unique_key),
+                        coalesce(l.ordering_at, l.run_at), l.limit_key, true);
+                what := 'refunded';
+            ELSIF l.attempts < l.max_attempts AND NOT cancelled THEN
+                INSERT INTO pgwake.jobs
+                    (id, queue, task, payload, priority, run_at, attempts, max_attempts,
+                     last_error, created_at, timeout, ordering_key, unique_key, ordering_at,
+                     limit_key, suspect)
+                VALUES (l.id, l.queue, l.task, l.payload, l.priority, l.run_at, l.attempts,
                         l.max_attempts,
                         format('lease expired on attempt %s (worker %s stopped heartbeating)',
                                l.attempts, l.worker_id),
@@ -41,7 +60,8 @@ BEGIN
                         -- a job enqueued with this unique key meanwhile keeps
                         -- it; never waits (keys.sql)
                         pgwake.requeued_unique_key(l.unique_key),
-                        coalesce(l.ordering_at, l.run_at), l.limit_key);
+                        -- a suspect stays one until a run of it ends
+                        coalesce(l.ordering_at, l.run_at), l.limit_key, l.suspect);
                 what := 'requeued';
             ELSE
                 INSERT INTO pgwake.dead_jobs AS d

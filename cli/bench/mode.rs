@@ -86,7 +86,7 @@ impl Mode {
             Mode::Lease => RawClaim {
                 sql: CLAIM_LEASE,
                 // $1 limit, $2 queue, $3/$4 task filters (none), $5 worker
-                // id, $6 lease seconds.
+                // id, $6 lease seconds, $7 jobs onto free slots (all).
                 params: vec![
                     Box::new(batch),
                     Box::new(QUEUE.to_string()),
@@ -94,6 +94,7 @@ impl Mode {
                     Box::new(Vec::<String>::new()),
                     Box::new("pgwake-bench-raw".to_string()),
                     Box::new(RAW_LEASE_S),
+                    Box::new(batch),
                 ],
             },
         }

@@ -149,6 +149,11 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "0023_key_walk_bound.sql",
         sql: include_str!("../../migrations/0023_key_walk_bound.sql"),
     },
+    Migration {
+        version: 24,
+        name: "0024_buffered_leases.sql",
+        sql: include_str!("../../migrations/0024_buffered_leases.sql"),
+    },
 ];
 
 /// The functions and triggers of `functions/`, re-applied by every migrate

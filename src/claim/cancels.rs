@@ -6,6 +6,7 @@
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
@@ -18,9 +19,21 @@ pub(crate) struct CancelBook {
     /// notified while it was away is lost).
     pub(crate) poll_now: Notify,
     /// A cancel reached a job of this worker: one still in the prefetch
-    /// buffer ends at once (`lease::bury_cancelled`).
+    /// buffer ends at once (`lease::bury_cancelled`); or a queue became
+    /// paused or limited: its buffered jobs go back.
     pub(crate) cancelled_some: Notify,
+    /// Queues that became paused or limited (control notification
+    /// `queue <name>`), with when the worker heard of it.
+    restricted: Mutex<HashMap<String, Instant>>,
 }
+
+/// How long a queue's restriction is remembered: longer than any claim in
+/// flight when it came (a claim sent before it lands after it).
+const RESTRICTED_KEPT: Duration = Duration::from_secs(60);
+
+/// Most restricted queues remembered (a flood of forged notifications
+/// cannot grow the map without bound).
+const RESTRICTED_MAX: usize = 10_000;
 
 #[derive(Debug)]
 struct Entry {
@@ -101,6 +114,10 @@ impl CancelBook {
     /// `pgwake.cancel_requests` at once (a row only a role with the
     /// worker's grant can write); the request row decides.
     pub(crate) fn on_notification(&self, payload: &str) {
+        if let Some(queue) = payload.strip_prefix("queue ") {
+            self.restrict(queue, Instant::now());
+            return;
+        }
         match payload
             .strip_prefix("cancel ")
             .and_then(|id| id.parse::<i64>().ok())
@@ -112,6 +129,29 @@ impl CancelBook {
             }
             None => tracing::debug!(payload, "ignoring an unknown control notification"),
         }
+    }
+
+    /// `queue` became paused or limited at `at`: its buffered jobs go back
+    /// (`lease::bury_cancelled` is woken for them).
+    pub(crate) fn restrict(&self, queue: &str, at: Instant) {
+        {
+            let mut restricted = self.restricted.lock().expect("cancel book");
+            restricted.retain(|_, t| at.saturating_duration_since(*t) < RESTRICTED_KEPT);
+            if restricted.len() < RESTRICTED_MAX || restricted.contains_key(queue) {
+                restricted.insert(queue.to_string(), at);
+            }
+        }
+        self.cancelled_some.notify_one();
+    }
+
+    /// Whether `queue` became paused or limited after `since`: a job of it
+    /// claimed then must not wait in the buffer.
+    pub(crate) fn restricted_since(&self, queue: &str, since: Instant) -> bool {
+        self.restricted
+            .lock()
+            .expect("cancel book")
+            .get(queue)
+            .is_some_and(|t| *t >= since)
     }
 
     /// Ask the watcher to poll at once.

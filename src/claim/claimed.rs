@@ -26,6 +26,12 @@ pub(crate) struct Claimed {
     /// When a rate-limited queue admitted this run (database clock; see
     /// rate.rs); `None` for other queues.
     pub admitted_at: Option<std::time::SystemTime>,
+    /// lease mode: the claim took it ahead of the free slots, into the
+    /// prefetch buffer (`leased_jobs.buffered`, migration 0024).
+    pub buffered: bool,
+    /// lease mode: its attempt was refunded before, buffered when its
+    /// worker died (`jobs.suspect`): it may kill its workers.
+    pub suspect: bool,
 }
 
 /// A job's ordering key, unique key, ordering position (its run_at as
@@ -88,6 +94,8 @@ pub(crate) fn claimed_from_row(row: &Row) -> Claimed {
         token: 0,
         keys: Keys::default(),
         admitted_at: None,
+        buffered: false,
+        suspect: false,
     }
 }
 
@@ -122,6 +130,8 @@ impl Claimed {
             token: 0,
             keys: Keys::default(),
             admitted_at: None,
+            buffered: false,
+            suspect: false,
         }
     }
 }

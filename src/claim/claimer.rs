@@ -101,7 +101,7 @@ pub(crate) async fn claim_round(
                     let job = crate::claim::lease::leased(ctx, c, sent);
                     match permits.pop() {
                         Some(permit) => crate::claim::lease::spawn_run(ctx.clone(), job, permit),
-                        None => ctx.prefetch.push(job),
+                        None => crate::claim::lease::buffer(ctx, job, sent),
                     }
                 }
                 drop(reserved);

@@ -70,6 +70,10 @@ pub(crate) async fn claim(
     let free = (free as i64).min(limit);
     let lease = ctx.config.lease_duration.as_secs_f64();
     let mut rows = Vec::new();
+    // Per row: the claim put it in the prefetch buffer, not on a free slot
+    // (`leased_jobs.buffered`: its attempt is refunded if this worker
+    // dies), and it is a suspect (refunded so before).
+    let mut placed: Vec<(bool, bool)> = Vec::new();
     let mut sent = Instant::now();
     // Admissions of a rate-limited queue are taken for the free slots only.
     let mut walk = Walk::new(ctx, spec, &targets.queues, free);
@@ -98,6 +102,10 @@ pub(crate) async fn claim(
             Target::Limited(_) | Target::Rated(..) => free,
             Target::All | Target::Queue(_) => limit - rows.len() as i64,
         };
+        // The jobs of this statement that go straight to free slots: the
+        // free slots left after the jobs already claimed for slots.
+        let run_now = free - placed.iter().filter(|(b, _)| !*b).count() as i64;
+        let run_now = run_now.max(0);
         let db = Db::pooled(&conn, ctx.config.prepared_statements);
         let r = match queue {
             Target::All => {
@@ -110,6 +118,7 @@ pub(crate) async fn claim(
                         &spec.tasks_not_in,
                         &ctx.worker_id,
                         &lease,
+                        &run_now,
                     ],
                 )
                 .await
@@ -124,6 +133,7 @@ pub(crate) async fn claim(
                         &spec.tasks_not_in,
                         &ctx.worker_id,
                         &lease,
+                        &run_now,
                     ],
                 )
                 .await
@@ -147,8 +157,9 @@ pub(crate) async fn claim(
                         ],
                     )
                     .await
-                    // Keys reported for a repair: the column after the keys.
-                    .map(|rows| ctx.key_repairs.take_reports(q, rows, CLAIM_COLUMNS + 5));
+                    // Keys reported for a repair: after the keys and the
+                    // suspect flag.
+                    .map(|rows| ctx.key_repairs.take_reports(q, rows, CLAIM_COLUMNS + 6));
                 if let Ok((rows, stop)) = &r {
                     // The limit key: after the token and the three other keys.
                     walk.served(
@@ -164,6 +175,16 @@ pub(crate) async fn claim(
         };
         let more = conn.check(r).map_err(Error::db("lease claim"))?;
         let stop = !more.is_empty() && !Walk::fills_with(queue);
+        // After the limit key: suspect, then (claim_lease_all and
+        // claim_lease_queue) buffered; a limited claim is for free slots
+        // only, never buffered.
+        placed.extend(more.iter().map(|row| {
+            let buffered = match queue {
+                Target::All | Target::Queue(_) => row.get(CLAIM_COLUMNS + 6),
+                Target::Limited(_) | Target::Rated(..) => false,
+            };
+            (buffered, row.get(CLAIM_COLUMNS + 5))
+        }));
         rows.extend(more);
         if stop {
             break;
@@ -177,8 +198,11 @@ pub(crate) async fn claim(
         .increment(1);
     let mut claimed: Vec<Claimed> = rows
         .iter()
-        .map(|row| {
+        .zip(&placed)
+        .map(|(row, &(buffered, suspect))| {
             let mut c = claimed_from_row(row);
+            c.buffered = buffered;
+            c.suspect = suspect;
             c.token = row.get(CLAIM_COLUMNS);
             c.keys = keys_from_row(row, CLAIM_COLUMNS + 1);
             c.admitted_at = settled.admitted_at(c.keys.limit_key.is_some());
@@ -186,6 +210,9 @@ pub(crate) async fn claim(
         })
         .collect();
     sort_claim_order(&mut claimed);
+    // The jobs the database took for free slots first: those start now, the
+    // others go into the buffer (claimer.rs hands out the slots in order).
+    claimed.sort_by_key(|c| c.buffered);
     Ok((claimed, sent))
 }
 
@@ -261,7 +288,9 @@ pub(crate) fn spawn_run(ctx: Arc<ClaimContext>, mut next: Leased, permit: OwnedS
 
 /// The service that ends a buffered job at once when its cancel comes:
 /// buried as cancelled (fenced by its token, through the completer) without
-/// waiting for a slot, never run. Runs until `stop`.
+/// waiting for a slot, never run; and hands back the buffered jobs of a
+/// queue that became paused or limited (attempts refunded: such a queue is
+/// claimed for free slots only, under its limits). Runs until `stop`.
 pub(crate) async fn bury_cancelled(ctx: Arc<ClaimContext>, stop: CancellationToken) {
     loop {
         tokio::select! {
@@ -279,6 +308,27 @@ pub(crate) async fn bury_cancelled(ctx: Arc<ClaimContext>, stop: CancellationTok
                 },
             );
         }
+        let restricted = ctx
+            .prefetch
+            .take_restricted(|queue, at| ctx.cancels.restricted_since(queue, at));
+        let n = give_back(&ctx, restricted);
+        if n > 0 {
+            tracing::info!(
+                jobs = n,
+                "handed back prefetched jobs of a queue paused or limited since (attempts refunded)"
+            );
+        }
+    }
+}
+
+/// Put a job claimed at `sent` for the buffer into it; unless its queue
+/// became paused or limited since the claim was sent (the claim read the
+/// settings before): then it goes back at once, attempt refunded.
+pub(crate) fn buffer(ctx: &ClaimContext, job: Leased, sent: Instant) {
+    if ctx.cancels.restricted_since(&job.claimed.job.queue, sent) {
+        give_back(ctx, vec![job]);
+    } else {
+        ctx.prefetch.push(job);
     }
 }
 
@@ -365,6 +415,14 @@ async fn run(
         Ok(handler) => handler,
         Err(resolution) => return (resolution, None, Duration::ZERO),
     };
+    if claimed.suspect {
+        // It may be the job that kills its workers: the outcomes of runs
+        // that ended before it are written first, so a crash it causes
+        // cannot send them to the rescuer (and charge them again). Bounded
+        // by the lease: a completer that cannot write holds no one up.
+        let _ =
+            tokio::time::timeout(ctx.config.lease_duration, ctx.leases.outcomes_written()).await;
+    }
     let job = &claimed.job;
     // Stops on a lost lease, shutdown past the grace period, or a cancel
     // (the watch was taken at claim time). The timeout counts from here,

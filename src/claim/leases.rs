@@ -7,7 +7,7 @@ use std::collections::HashMap;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, Notify};
 use tokio_util::sync::CancellationToken;
 
 use crate::claim::outcome::Finished;
@@ -17,6 +17,8 @@ use crate::claim::outcome::Finished;
 #[derive(Debug, Default)]
 pub(crate) struct LeaseBook {
     inner: Mutex<HashMap<i64, Lease>>,
+    /// Woken when an outcome is written (a lease leaves the book).
+    removed: Notify,
 }
 
 #[derive(Debug)]
@@ -64,6 +66,26 @@ impl LeaseBook {
     /// The outcome of `token` is written (or abandoned).
     pub(crate) fn remove(&self, token: i64) {
         self.inner.lock().expect("lease book").remove(&token);
+        self.removed.notify_waiters();
+    }
+
+    /// Returns once no run that ended is waiting for its outcome write.
+    pub(crate) async fn outcomes_written(&self) {
+        loop {
+            let removed = self.removed.notified();
+            tokio::pin!(removed);
+            removed.as_mut().enable();
+            if !self
+                .inner
+                .lock()
+                .expect("lease book")
+                .values()
+                .any(|l| l.ended)
+            {
+                return;
+            }
+            removed.await;
+        }
     }
 
     /// Every token held.

@@ -28,10 +28,10 @@
 //! worker claims no more ahead of its slots until one of them starts a job
 //! again ([`Prefetch::take_stalled`]).
 //!
-//! On a crash (`kill -9`) the buffered jobs were charged an attempt at
-//! claim, like running ones: the rescuer cannot tell them apart without a
-//! round trip per start. The charge is bounded by the buffer size per
-//! worker; a poison job still uses up its attempts and ends dead.
+//! On a crash (`kill -9`) a buffered job is not charged: its claim marked
+//! it `buffered` (lease.rs passes the free slots as `run_now`), and the
+//! rescuer refunds its attempt and marks it a suspect, which is then
+//! claimed only onto a free slot (ARCHITECTURE.md, "Lease prefetch").
 
 use std::collections::VecDeque;
 use std::sync::{Mutex, MutexGuard};
@@ -256,6 +256,20 @@ impl Prefetch {
             .partition(|(_, j)| j.watch.cancelled());
         state.jobs = kept.into();
         cancelled.into_iter().map(|(_, j)| j).collect()
+    }
+
+    /// The buffered jobs whose queue `restricted` says became paused or
+    /// limited since they were buffered, out of the buffer.
+    pub(crate) fn take_restricted(
+        &self,
+        restricted: impl Fn(&str, Instant) -> bool,
+    ) -> Vec<Leased> {
+        let mut state = self.state();
+        let (gone, kept): (Vec<_>, Vec<_>) = std::mem::take(&mut state.jobs)
+            .into_iter()
+            .partition(|(at, j)| restricted(&j.claimed.job.queue, *at));
+        state.jobs = kept.into();
+        gone.into_iter().map(|(_, j)| j).collect()
     }
 
     /// Every buffered job, emptying the buffer (shutdown: they go back).

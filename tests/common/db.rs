@@ -247,6 +247,8 @@ pub async fn claim_lease_all(c: &tokio_postgres::Client, worker: &str) -> Vec<to
                 &Vec::<String>::new(),
                 &worker.to_string(),
                 &60.0f64,
+                // every job onto a free slot
+                &10i64,
             ],
         )
         .await

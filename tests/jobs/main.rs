@@ -19,6 +19,7 @@ mod hostile;
 mod lease;
 mod outcomes;
 mod payloads;
+mod prefetch;
 mod put_back;
 mod shutdown;
 mod suite;

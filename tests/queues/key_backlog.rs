@@ -181,11 +181,11 @@ async fn pages_per_claim(lease: bool, backlog: i32) -> Vec<(String, i64)> {
         (&sql::CLAIM_TX_QUEUE, vec![&limit, &queue, &any, &none]);
     let all_lease: (&Sql, Vec<&(dyn ToSql + Sync)>) = (
         &sql::CLAIM_LEASE_ALL,
-        vec![&limit, &none, &any, &none, &worker, &lease_s],
+        vec![&limit, &none, &any, &none, &worker, &lease_s, &limit],
     );
     let queue_lease: (&Sql, Vec<&(dyn ToSql + Sync)>) = (
         &sql::CLAIM_LEASE_QUEUE,
-        vec![&limit, &queue, &any, &none, &worker, &lease_s],
+        vec![&limit, &queue, &any, &none, &worker, &lease_s, &limit],
     );
     let claims = if lease {
         [all_lease, queue_lease]

@@ -920,7 +920,7 @@ async fn every_lease_that_holds_a_slot_frees_it_across_the_upgrade_that_marks_th
     let plain = db_
         .query(
             &pgwake::internal::sql::CLAIM_LEASE_QUEUE,
-            &[&10i64, &"free", &none, &empty, &"w", &60.0f64],
+            &[&10i64, &"free", &none, &empty, &"w", &60.0f64, &10i64],
         )
         .await
         .unwrap();

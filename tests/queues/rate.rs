@@ -349,7 +349,7 @@ async fn claims_without_admissions_take_nothing_of_a_rate_limited_queue() {
     let plain = db_
         .query(
             &pgwake::internal::sql::CLAIM_LEASE_QUEUE,
-            &[&10i64, &"api", &none, &empty, &"w", &60.0f64],
+            &[&10i64, &"api", &none, &empty, &"w", &60.0f64, &10i64],
         )
         .await
         .unwrap();

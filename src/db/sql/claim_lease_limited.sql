@@ -96,14 +96,16 @@ l AS (
     INSERT INTO pgwake.leased_jobs
         (id, queue, task, payload, priority, run_at, attempts, max_attempts, last_error,
          created_at, timeout, worker_id, leased_at, lease_until, ordering_key, unique_key,
-         ordering_at, holds_slot, limit_key, holds_key_slot)
+         ordering_at, holds_slot, limit_key, holds_key_slot, suspect)
     SELECT id, queue, task, payload, priority, run_at, attempts + 1, max_attempts, last_error,
            created_at, timeout, $5, now(), now() + make_interval(secs => $6), ordering_key,
            unique_key, ordering_at,
            -- a slot is held only under a max_running limit (a queue with a
            -- rate limit alone has none): unslotted jobs count as above
            (SELECT st.max_running IS NOT NULL FROM settings st), limit_key,
-           EXISTS (SELECT FROM picks p WHERE p.id = c.id AND p.key_slot IS NOT NULL)
+           EXISTS (SELECT FROM picks p WHERE p.id = c.id AND p.key_slot IS NOT NULL),
+           -- for free slots only: never buffered (migration 0024)
+           suspect
     FROM c
     RETURNING *
 ),
@@ -124,15 +126,16 @@ SELECT id, queue, task, payload::text, priority, run_at, attempts, max_attempts,
        created_at, extract(epoch FROM timeout)::float8,
        extract(epoch FROM clock_timestamp() - greatest(created_at, run_at))::float8,
        token,
-       ordering_key, unique_key, coalesce(ordering_at, run_at), limit_key, NULL::text,
-       NULL::text
+       ordering_key, unique_key, coalesce(ordering_at, run_at), limit_key, suspect,
+       NULL::text, NULL::text
 FROM l
--- A key pgwake.fair_key_jobs reported with rows missing: a row without a
--- job, its key in the column after the limit key (the worker repairs the
--- key's rows); or the key where its walk stopped, at the bound of keys
--- passed over, in the last column (the worker's rotation resumes after it).
+-- After the limit key, whether the job is a suspect (migration 0024). A key
+-- pgwake.fair_key_jobs reported with rows missing: a row without a job, its
+-- key in the column after that (the worker repairs the key's rows); or the
+-- key where its walk stopped, at the bound of keys passed over, in the last
+-- column (the worker's rotation resumes after it).
 UNION ALL
 SELECT NULL, $2::text, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
-       NULL, NULL, NULL, NULL, p.repair_key, p.stop_key
+       NULL, NULL, NULL, NULL, NULL, p.repair_key, p.stop_key
 FROM picks p
 WHERE p.repair_key IS NOT NULL OR p.stop_key IS NOT NULL

@@ -14,7 +14,7 @@ mine AS (
 back AS (
     INSERT INTO pgwake.jobs
         (id, queue, task, payload, priority, run_at, attempts, max_attempts, last_error,
-         created_at, timeout, ordering_key, unique_key, ordering_at, limit_key)
+         created_at, timeout, ordering_key, unique_key, ordering_at, limit_key, suspect)
     SELECT id, queue, task, payload, priority,
            coalesce(clock_timestamp() + make_interval(secs => delay), run_at),
            new_attempts, max_attempts, new_error, created_at, timeout, ordering_key,
@@ -22,7 +22,9 @@ back AS (
            -- one a producer has not committed yet: never waits (functions/keys.sql)
            pgwake.requeued_unique_key(unique_key),
            -- its place in its ordering key, whatever its new run_at
-           coalesce(ordering_at, run_at), limit_key
+           coalesce(ordering_at, run_at), limit_key,
+           -- a suspect handed back stays one; a run that ended is none
+           delay IS NULL AND suspect
     FROM mine
 )
 SELECT token FROM mine
