@@ -154,6 +154,11 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "0024_buffered_leases.sql",
         sql: include_str!("../../migrations/0024_buffered_leases.sql"),
     },
+    Migration {
+        version: 25,
+        name: "0025_task_printable.sql",
+        sql: include_str!("../../migrations/0025_task_printable.sql"),
+    },
 ];
 
 /// The functions and triggers of `functions/`, re-applied by every migrate

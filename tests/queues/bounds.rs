@@ -212,6 +212,35 @@ async fn queue_names_with_control_characters_are_refused_and_printed_safely() {
     assert!(out.contains("red\\u{1b}[31mqueue"), "{out}");
 }
 
+/// Task names are bounded like queue names (issue 33, item 11): a control
+/// character is refused by the table, for plain INSERTs and the client
+/// alike, naming the constraint. Fails without migration 0025.
+#[tokio::test]
+async fn task_names_with_control_characters_are_refused() {
+    let db = migrated_db().await;
+    let c = db.client().await;
+    for task in ["red\x1b[31mtask", "two\nlines", "bell\x07"] {
+        let e = c
+            .execute(
+                &format!("INSERT INTO pgwake.jobs (task) VALUES (E'{task}')"),
+                &[],
+            )
+            .await
+            .unwrap_err();
+        assert_eq!(
+            e.as_db_error().unwrap().constraint(),
+            Some("jobs_task_printable"),
+            "{e:?}"
+        );
+    }
+    let rust = enqueue(&c, &NewJob::new("a\u{1b}[2Jb", serde_json::json!({})))
+        .await
+        .unwrap_err();
+    assert!(rust.to_string().contains("jobs_task_printable"), "{rust}");
+    let n: i64 = db.scalar("SELECT count(*) FROM pgwake.jobs").await;
+    assert_eq!(n, 0, "nothing was enqueued");
+}
+
 /// A worker whose claims fail for any reason reports not ready (it did
 /// only for connection errors: a worker that could not claim at all looked
 /// healthy), and ready again once a claim succeeds.
