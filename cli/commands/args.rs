@@ -402,6 +402,10 @@ pub enum DeadAction {
         db: Db,
         #[command(flatten)]
         sel: SelectArgs,
+        /// With --all: also retry the jobs an operator cancelled (left
+        /// alone otherwise; an --id names its job whatever its state).
+        #[arg(long, requires = "all")]
+        include_cancelled: bool,
     },
     /// Delete dead jobs for good.
     Purge {

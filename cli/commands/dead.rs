@@ -81,7 +81,11 @@ pub async fn command(action: DeadAction) -> Result<(), Error> {
             }
             Ok(())
         }
-        DeadAction::Retry { db, sel } => {
+        DeadAction::Retry {
+            db,
+            sel,
+            include_cancelled,
+        } => {
             let mut client = connect::connect(&db.config()?).await?;
             schema::check(&client).await?;
             let tx = client
@@ -89,9 +93,24 @@ pub async fn command(action: DeadAction) -> Result<(), Error> {
                 .await
                 .map_err(Error::db("dead retry: begin"))?;
             refuse_missing(&tx, &sel).await?;
-            let ids = dead::retry(&tx, &sel.selection()).await?;
+            let selection = sel.selection();
+            let ids = if include_cancelled {
+                dead::retry_including_cancelled(&tx, &selection).await?
+            } else {
+                dead::retry(&tx, &selection).await?
+            };
+            let left = if sel.all && !include_cancelled {
+                dead::cancelled_count(&tx, &selection).await?
+            } else {
+                0
+            };
             tx.commit().await.map_err(Error::db("dead retry: commit"))?;
             println!("moved {} dead jobs back to the queue", ids.len());
+            if left > 0 {
+                println!(
+                    "left {left} cancelled jobs alone (cancelled on purpose?); add --include-cancelled to retry them too"
+                );
+            }
             Ok(())
         }
         DeadAction::Purge {

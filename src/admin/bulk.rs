@@ -19,7 +19,8 @@ pub const BULK_MAX: usize = 10_000;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum BulkAction {
-    /// Dead and cancelled jobs back into their queue ([`dead::retry`]).
+    /// Dead jobs back into their queue ([`dead::retry`]); cancelled ones
+    /// only when the filter names the cancelled state.
     Retry,
     /// Waiting, scheduled and running jobs cancelled ([`crate::cancel()`]).
     Cancel,
@@ -42,6 +43,16 @@ impl BulkAction {
         match self {
             BulkAction::Retry | BulkAction::Delete => &["dead", "cancelled"],
             BulkAction::Cancel => &["waiting", "scheduled", "running"],
+        }
+    }
+
+    /// The states it applies to when the filter names none: a bulk retry
+    /// revives dead jobs only, never one an operator cancelled on purpose
+    /// (filter on the cancelled state to retry those).
+    pub fn default_states(self) -> &'static [&'static str] {
+        match self {
+            BulkAction::Retry => &["dead"],
+            other => other.states(),
         }
     }
 }
@@ -71,8 +82,8 @@ pub struct Matching {
 }
 
 /// The jobs matching `filter` that `action` applies to: those of
-/// `filter.state` when it names one of the action's states, else of every
-/// state the action applies to. A state the action does not apply to is
+/// `filter.state` when it names one of the action's states, else of its
+/// [`default_states`](BulkAction::default_states). A state the action does not apply to is
 /// refused (cancelling dead jobs, retrying waiting ones).
 pub async fn select(
     client: &tokio_postgres::Client,
@@ -80,7 +91,7 @@ pub async fn select(
     action: BulkAction,
 ) -> Result<Matching> {
     let states: Vec<&str> = match filter.state.as_deref() {
-        None => action.states().to_vec(),
+        None => action.default_states().to_vec(),
         Some(s) if action.states().contains(&s) => vec![s],
         Some(s) => {
             return Err(Error::Config(format!(

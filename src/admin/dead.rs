@@ -102,12 +102,40 @@ pub async fn missing<C: GenericClient>(db: &C, sel: &Selection) -> Result<Vec<i6
 /// Move selected dead jobs back into the queue (attempts reset, ready now);
 /// returns their ids.
 pub async fn retry<C: GenericClient>(db: &C, sel: &Selection) -> Result<Vec<i64>> {
+    // Ids name their jobs: cancelled ones too. `all` means the dead ones.
+    retry_where(db, sel, sel.ids.is_some()).await
+}
+
+/// [`retry`], cancelled jobs included with `all`: a job an operator
+/// cancelled on purpose is revived only when asked for in so many words
+/// (`pgwake dead retry --all --include-cancelled`).
+pub async fn retry_including_cancelled<C: GenericClient>(
+    db: &C,
+    sel: &Selection,
+) -> Result<Vec<i64>> {
+    retry_where(db, sel, true).await
+}
+
+async fn retry_where<C: GenericClient>(
+    db: &C,
+    sel: &Selection,
+    cancelled: bool,
+) -> Result<Vec<i64>> {
     sel.check()?;
     let rows = Db::unnamed(db.client())
-        .query(&sql::DEAD_RETRY, &[&sel.ids, &sel.queue])
+        .query(&sql::DEAD_RETRY, &[&sel.ids, &sel.queue, &cancelled])
         .await
         .map_err(Error::db("cannot retry dead jobs"))?;
     Ok(rows.iter().map(|r| r.get(0)).collect())
+}
+
+/// How many cancelled jobs `sel` covers (what a retry of `all` leaves).
+pub async fn cancelled_count<C: GenericClient>(db: &C, sel: &Selection) -> Result<i64> {
+    let row = Db::unnamed(db.client())
+        .query_one(&sql::DEAD_CANCELLED, &[&sel.ids, &sel.queue])
+        .await
+        .map_err(Error::db("cannot count cancelled jobs"))?;
+    Ok(row.get(0))
 }
 
 /// Delete selected dead jobs (only those older than `older_than`, if

@@ -93,10 +93,11 @@ statements! {
     CLAIM_TX_QUEUE = "claim_tx_queue" [INT8, TEXT, TEXT_ARRAY, TEXT_ARRAY];
     CLEANUP_ATTEMPTS = "cleanup_attempts" [];
     CLEAR_ATTEMPTS = "clear_attempts" [INT8_ARRAY];
+    DEAD_CANCELLED = "dead_cancelled" [INT8_ARRAY, TEXT];
     DEAD_LIST = "dead_list" [TEXT, INT8];
     DEAD_MISSING = "dead_missing" [INT8_ARRAY, TEXT];
     DEAD_PURGE = "dead_purge" [INT8_ARRAY, TEXT, FLOAT8];
-    DEAD_RETRY = "dead_retry" [INT8_ARRAY, TEXT];
+    DEAD_RETRY = "dead_retry" [INT8_ARRAY, TEXT, BOOL];
     ERRORS_EXPIRE = "errors_expire" [];
     EXPLAIN = "explain" [INT8];
     JOB_ERRORS = "job_errors" [INT8];

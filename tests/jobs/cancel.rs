@@ -137,6 +137,91 @@ async fn a_waiting_job_moves_to_dead_jobs_as_cancelled_and_dead_retry_brings_it_
     assert_eq!((back, requests), (1, 0));
 }
 
+/// The runbook's answer to the dead-jobs alert, `pgwake dead retry --all
+/// --queue Q` (and the console's bulk retry), revives dead jobs only: a job
+/// an operator cancelled on purpose stays cancelled unless asked for in so
+/// many words (issue 33, item 12). Before, the bulk retry ran cancelled
+/// jobs again (a double charge or email).
+#[tokio::test]
+async fn a_bulk_retry_leaves_cancelled_jobs_alone_unless_asked() {
+    let db = migrated_db().await;
+    let c = db.client().await;
+    let ids: Vec<i64> = c
+        .query(
+            "INSERT INTO pgwake.dead_jobs (id, queue, task, payload, priority, run_at, attempts,
+                 max_attempts, last_error, created_at)
+             VALUES (nextval('pgwake.jobs_id_seq'), 'mail', 't', '{}', 0, now(), 3, 3, 'boom', now()),
+                    (nextval('pgwake.jobs_id_seq'), 'mail', 't', '{}', 0, now(), 1, 3, 'cancelled', now())
+             RETURNING id",
+            &[],
+        )
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    let (died, cancelled) = (ids[0], ids[1]);
+    let in_queue = async || -> Vec<i64> {
+        c.query("SELECT id FROM pgwake.jobs ORDER BY id", &[])
+            .await
+            .unwrap()
+            .iter()
+            .map(|r| r.get(0))
+            .collect()
+    };
+
+    // The library's bulk selection: the cancelled job only by its state.
+    let filter = pgwake::admin::jobs::JobFilter {
+        queue: Some("mail".into()),
+        page: 100,
+        ..Default::default()
+    };
+    let retry = pgwake::admin::bulk::BulkAction::Retry;
+    let m = pgwake::admin::bulk::select(&c, &filter, retry)
+        .await
+        .unwrap();
+    assert_eq!(m.ids, vec![died], "a bulk retry selects the dead job only");
+    let named = pgwake::admin::jobs::JobFilter {
+        state: Some("cancelled".into()),
+        ..filter.clone()
+    };
+    let m = pgwake::admin::bulk::select(&c, &named, retry)
+        .await
+        .unwrap();
+    assert_eq!(
+        m.ids,
+        vec![cancelled],
+        "filtered on its state, it is retried"
+    );
+
+    // The command line.
+    let o = run_pgwake(
+        &["dead", "retry", "--all", "--queue", "mail"],
+        Some(&db.url),
+    );
+    assert!(o.status.success(), "{}", stderr_of(&o));
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(out.contains("moved 1 dead jobs"), "{out}");
+    assert!(
+        out.contains("left 1 cancelled") && out.contains("--include-cancelled"),
+        "{out}"
+    );
+    assert_eq!(in_queue().await, vec![died]);
+    let o = run_pgwake(
+        &[
+            "dead",
+            "retry",
+            "--all",
+            "--queue",
+            "mail",
+            "--include-cancelled",
+        ],
+        Some(&db.url),
+    );
+    assert!(o.status.success(), "{}", stderr_of(&o));
+    assert_eq!(in_queue().await, vec![died, cancelled]);
+}
+
 #[tokio::test]
 async fn cancelling_unknown_finished_or_dead_ids_says_so_and_exits_2() {
     let db = migrated_db().await;

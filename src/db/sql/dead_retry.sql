@@ -1,8 +1,10 @@
 -- Move dead jobs back into the queue with their attempts reset, ready now.
--- $1: ids (NULL: every dead job), $2: queue (NULL: any).
+-- $1: ids (NULL: every dead job), $2: queue (NULL: any), $3: cancelled
+-- jobs too (false: a job an operator cancelled on purpose stays cancelled).
 WITH revived AS (
     DELETE FROM pgwake.dead_jobs
     WHERE ($1::bigint[] IS NULL OR id = ANY($1)) AND ($2::text IS NULL OR queue = $2)
+      AND ($3::bool OR last_error IS DISTINCT FROM 'cancelled')
     RETURNING *
 ),
 -- A revived job starts afresh: a cancel request left from its last run
