@@ -7,11 +7,11 @@
 use axum::extract::State;
 use axum::http::HeaderMap;
 use axum::response::{Html, IntoResponse, Redirect};
-use axum::Form;
 use maud::html;
 use serde::Deserialize;
 
 use super::auth;
+use super::input::Form;
 use super::pages::{self, conn, limits, who, Filters, PageError, PageResult};
 use super::view::{count, encode, page};
 use super::App;

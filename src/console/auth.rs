@@ -12,11 +12,11 @@ use std::time::{Duration, Instant};
 
 use axum::extract::State;
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
-use axum::response::{IntoResponse, Redirect, Response};
-use axum::Form;
+use axum::response::{Html, IntoResponse, Redirect, Response};
 use serde::Deserialize;
 
 use super::error::PageError;
+use super::input::Form;
 use super::view::{page, Who};
 use super::App;
 use maud::html;
@@ -196,7 +196,7 @@ pub(crate) async fn login(
         tokio::time::sleep(Duration::from_millis(500)).await;
         return (
             StatusCode::UNAUTHORIZED,
-            login_markup(&app, local_path(&form.next), true),
+            Html(login_markup(&app, local_path(&form.next), true)),
         )
             .into_response();
     }

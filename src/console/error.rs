@@ -29,6 +29,18 @@ impl From<Error> for PageError {
     fn from(e: Error) -> Self {
         match e {
             Error::Config(m) => PageError::BadRequest(m),
+            // A data exception (SQLSTATE class 22: a value out of range, an
+            // invalid text representation) is the input's fault, not the
+            // database's: the server's message, as a 400.
+            Error::Db { context, source }
+                if source.code().is_some_and(|c| c.code().starts_with("22")) =>
+            {
+                let message = source
+                    .as_db_error()
+                    .map(|d| d.message().to_string())
+                    .unwrap_or_default();
+                PageError::BadRequest(format!("{context}: {message}"))
+            }
             e => PageError::Db(e),
         }
     }

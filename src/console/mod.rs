@@ -20,6 +20,7 @@
 mod actions;
 mod auth;
 mod error;
+mod input;
 mod pages;
 mod view;
 
@@ -32,6 +33,8 @@ use axum::Router;
 use tokio_util::sync::CancellationToken;
 
 use crate::error::{Error, Result};
+
+pub use input::{FIELDS_MAX, FORM_MAX, PATH_MAX, PAYLOAD_DEPTH_MAX, QUERY_MAX, VALUE_MAX};
 
 /// Where `pgwake ui` serves the console when not told otherwise: loopback
 /// only.
@@ -176,6 +179,7 @@ pub fn serve_on(
         .route("/assets/console.css", get(view::css))
         .route("/assets/console.js", get(view::js))
         .fallback(pages::not_found)
+        .layer(axum::middleware::from_fn(input::bounds))
         .layer(axum::middleware::map_response(view::secure_headers))
         .with_state(app);
     let task = tokio::spawn(async move {

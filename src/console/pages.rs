@@ -5,7 +5,7 @@
 
 use std::collections::BTreeMap;
 
-use axum::extract::{Path, Query, State};
+use axum::extract::State;
 use axum::http::HeaderMap;
 use axum::response::{Html, IntoResponse, Response};
 use maud::{html, Markup};
@@ -13,6 +13,7 @@ use serde::Deserialize;
 
 use super::auth;
 pub(crate) use super::error::{PageError, PageResult};
+use super::input::{JobId, Query};
 use super::view::{self, at, count, encode, page, seconds, when, Who};
 use super::App;
 use crate::admin::{activity, gauges, jobs, queues, schedules, workers};
@@ -429,6 +430,19 @@ pub(crate) struct Filters {
 /// time without a zone (`2026-11-25 14:00`, `2026-11-25T14:00`, seconds
 /// optional), read as UTC.
 pub(crate) fn since_filter(s: &str) -> Result<chrono::DateTime<chrono::Utc>, PageError> {
+    use chrono::Datelike;
+    let t = since_any(s)?;
+    // Years PostgreSQL's timestamptz and every reader agree on.
+    if !(1..=9999).contains(&t.year()) {
+        return Err(PageError::BadRequest(format!(
+            "since {:?}: the year must be between 1 and 9999",
+            s.trim()
+        )));
+    }
+    Ok(t)
+}
+
+fn since_any(s: &str) -> Result<chrono::DateTime<chrono::Utc>, PageError> {
     let s = s.trim();
     if let Ok(t) = chrono::DateTime::parse_from_rfc3339(s) {
         return Ok(t.with_timezone(&chrono::Utc));
@@ -468,6 +482,15 @@ pub(crate) fn payload_filter(s: &str) -> Result<serde_json::Value, PageError> {
     if path.is_empty() || path.split('.').any(str::is_empty) {
         return Err(PageError::BadRequest(format!(
             "payload filter {s:?}: the path is empty (write path=value)"
+        )));
+    }
+    // Each segment nests the filter one level deeper: a bound keeps the
+    // containment object (and dropping it) shallow.
+    let depth = path.split('.').count();
+    if depth > super::input::PAYLOAD_DEPTH_MAX {
+        return Err(PageError::BadRequest(format!(
+            "payload filter: the path has {depth} segments, at most {} are accepted",
+            super::input::PAYLOAD_DEPTH_MAX
         )));
     }
     let value = value.trim();
@@ -697,7 +720,7 @@ pub(crate) async fn jobs(
 pub(crate) async fn job(
     State(app): State<App>,
     headers: HeaderMap,
-    Path(id): Path<i64>,
+    JobId(id): JobId,
     Query(did): Query<Did>,
 ) -> PageResult {
     let mut conn = conn(&app).await?;

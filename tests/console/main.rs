@@ -9,5 +9,6 @@
 mod common;
 
 mod browser;
+mod fuzz;
 mod http;
 mod support;
