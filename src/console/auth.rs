@@ -161,9 +161,20 @@ pub(crate) struct Login {
     next: String,
 }
 
-/// A local path to go back to: `/…`, never `//host` or a URL.
+/// A local path to go back to: `/…`, never `//host` or a URL; else `/`.
+/// Checked as given and once percent-decoded: a single leading `/`, no
+/// second `/` after it, no backslash, no control character and no
+/// whitespace (browsers strip tabs and newlines from a URL, so
+/// `/\t/evil.example` would be `//evil.example`).
 pub(crate) fn local_path(next: &str) -> &str {
-    if next.starts_with('/') && !next.starts_with("//") && !next.contains('\\') {
+    fn local(s: &str) -> bool {
+        s.starts_with('/')
+            && !s.starts_with("//")
+            && !s.contains('\\')
+            && !s.chars().any(|c| c.is_control() || c.is_whitespace())
+    }
+    let decoded = percent_encoding::percent_decode_str(next).decode_utf8_lossy();
+    if local(next) && local(&decoded) {
         next
     } else {
         "/"
@@ -266,7 +277,26 @@ mod tests {
     #[test]
     fn only_local_paths_are_followed_after_login() {
         assert_eq!(local_path("/jobs?queue=a"), "/jobs?queue=a");
-        for bad in ["//evil.example", "https://evil.example/", "/\\evil", "jobs"] {
+        assert_eq!(local_path("/jobs/42?did=retried"), "/jobs/42?did=retried");
+        for bad in [
+            "//evil.example",
+            "https://evil.example/",
+            "/\\evil",
+            "jobs",
+            "",
+            // Browsers strip tabs and newlines from a URL: `/\t/evil.example`
+            // is `//evil.example`, another site.
+            "/\t/evil.example",
+            "/\n/evil.example",
+            "/\r/evil.example",
+            "/%09/evil.example",
+            "/%0a/evil.example",
+            "/%2F/evil.example",
+            "/%5Cevil.example",
+            "/ /evil.example",
+            "/%20/evil.example",
+            "/\u{0}x",
+        ] {
             assert_eq!(local_path(bad), "/", "{bad}");
         }
     }

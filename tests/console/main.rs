@@ -8,6 +8,7 @@
 #[path = "../common/mod.rs"]
 mod common;
 
+mod access;
 mod browser;
 mod fuzz;
 mod http;
