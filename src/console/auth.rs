@@ -73,13 +73,70 @@ fn random_hex() -> String {
         .collect()
 }
 
-/// Equal without an early exit on the first differing byte.
-fn same(a: &str, b: &str) -> bool {
-    a.len() == b.len()
-        && a.bytes()
-            .zip(b.bytes())
-            .fold(0u8, |acc, (x, y)| acc | (x ^ y))
-            == 0
+/// Compares secrets (the credential, CSRF tokens) in constant time and
+/// without telling their length: both sides are first reduced to
+/// HMAC-SHA-256 digests under a key drawn at start-up, and the two 32-byte
+/// digests are compared by `ring`'s constant-time comparison.
+pub(crate) struct Secrets {
+    key: ring::hmac::Key,
+}
+
+impl Default for Secrets {
+    fn default() -> Self {
+        Secrets {
+            key: ring::hmac::Key::new(ring::hmac::HMAC_SHA256, &rand::random::<[u8; 32]>()),
+        }
+    }
+}
+
+impl Secrets {
+    /// Whether `a` and `b` are the same secret.
+    pub(crate) fn same(&self, a: &str, b: &str) -> bool {
+        let tag = ring::hmac::sign(&self.key, a.as_bytes());
+        ring::hmac::verify(&self.key, b.as_bytes(), tag.as_ref()).is_ok()
+    }
+}
+
+/// A token bucket of login attempts, one for the whole console (not per
+/// connection or address, so parallel guessing gains nothing): it holds at
+/// most [`super::LOGIN_FAILURES_BURST`] and refills one every
+/// [`super::LOGIN_FAILURE_REFILL`]. Every attempt takes one before the
+/// credential is checked; a right one gives it back. When it is empty,
+/// every attempt is refused (429) without being checked, so that the
+/// answer tells nothing about the guess.
+pub(crate) struct Limiter(Mutex<(f64, Instant)>);
+
+impl Default for Limiter {
+    fn default() -> Self {
+        Limiter(Mutex::new((
+            super::LOGIN_FAILURES_BURST as f64,
+            Instant::now(),
+        )))
+    }
+}
+
+impl Limiter {
+    /// Take one attempt; `Err(wait)` when there is none left.
+    fn take(&self) -> Result<(), Duration> {
+        let mut g = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        let (tokens, since) = &mut *g;
+        let refill = super::LOGIN_FAILURE_REFILL.as_secs_f64();
+        *tokens = (*tokens + since.elapsed().as_secs_f64() / refill)
+            .min(super::LOGIN_FAILURES_BURST as f64);
+        *since = Instant::now();
+        if *tokens >= 1.0 {
+            *tokens -= 1.0;
+            Ok(())
+        } else {
+            Err(Duration::from_secs_f64((1.0 - *tokens) * refill))
+        }
+    }
+
+    /// Give back the attempt of a right credential.
+    fn give_back(&self) {
+        let mut g = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        g.0 = (g.0 + 1.0).min(super::LOGIN_FAILURES_BURST as f64);
+    }
 }
 
 fn cookie(headers: &HeaderMap) -> Option<String> {
@@ -143,7 +200,7 @@ pub(crate) fn authorize(app: &App, headers: &HeaderMap, csrf: &str) -> Result<()
     let Some(expected) = session(app, headers) else {
         return Err(PageError::Unauthorized);
     };
-    if csrf.is_empty() || !same(&expected, csrf) {
+    if csrf.is_empty() || !app.secrets.same(&expected, csrf) {
         return Err(PageError::Forbidden(
             "refused: the form's CSRF token is missing or stale; reload the page and try again"
                 .into(),
@@ -197,12 +254,18 @@ pub(crate) async fn login(
         return PageError::Forbidden("refused: the request came from another site".into())
             .into_response();
     }
+    if let Err(wait) = app.limiter.take() {
+        tracing::warn!("console: login refused, too many wrong credentials lately");
+        return PageError::TooMany(wait).into_response();
+    }
     let ok = app
         .config
         .token
         .as_deref()
-        .is_some_and(|t| same(t, &form.token));
-    if !ok {
+        .is_some_and(|t| app.secrets.same(t, &form.token));
+    if ok {
+        app.limiter.give_back();
+    } else {
         // A wrong credential costs a moment, so guessing is slow.
         tokio::time::sleep(Duration::from_millis(500)).await;
         return (
@@ -325,9 +388,25 @@ mod tests {
     }
 
     #[test]
-    fn tokens_compare_whole() {
-        assert!(same("abc", "abc"));
-        assert!(!same("abc", "abd"));
-        assert!(!same("abc", "ab"));
+    fn secrets_compare_whole() {
+        let s = Secrets::default();
+        assert!(s.same("abc", "abc"));
+        assert!(!s.same("abc", "abd"));
+        assert!(!s.same("abc", "ab"));
+        assert!(!s.same("", "a"));
+        assert!(s.same("", ""));
+    }
+
+    #[test]
+    fn the_login_bucket_empties_and_gives_back() {
+        let l = Limiter::default();
+        for _ in 0..super::super::LOGIN_FAILURES_BURST {
+            assert!(l.take().is_ok());
+        }
+        let wait = l.take().unwrap_err();
+        assert!(wait <= super::super::LOGIN_FAILURE_REFILL, "{wait:?}");
+        l.give_back();
+        assert!(l.take().is_ok());
+        assert!(l.take().is_err());
     }
 }

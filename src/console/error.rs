@@ -23,6 +23,8 @@ pub(crate) enum PageError {
     Forbidden(String),
     /// Actions need a login.
     Unauthorized,
+    /// Too many wrong credentials lately: try again after this long.
+    TooMany(std::time::Duration),
 }
 
 impl From<Error> for PageError {
@@ -58,6 +60,7 @@ impl From<schedules::ScheduleError> for PageError {
 
 impl IntoResponse for PageError {
     fn into_response(self) -> Response {
+        let mut retry_after = None;
         let (status, message) = match self {
             PageError::Db(e) => {
                 tracing::warn!(error = %e, "console: a page failed");
@@ -81,17 +84,34 @@ impl IntoResponse for PageError {
                 StatusCode::UNAUTHORIZED,
                 "log in first (Log in to act, at the top right)".to_string(),
             ),
+            PageError::TooMany(wait) => {
+                let secs = wait.as_secs().max(1);
+                retry_after = Some(secs);
+                (
+                    StatusCode::TOO_MANY_REQUESTS,
+                    format!(
+                        "Too many wrong credentials lately: no login is checked for {secs} s. \
+                         Sessions already logged in keep working."
+                    ),
+                )
+            }
         };
         let body = html! {
             h1 { (status.canonical_reason().unwrap_or("Error")) }
             div.panel.error { p { (message) } }
             p { a href="/" { "Back to the overview" } }
         };
-        (
+        let mut response = (
             status,
             Html(page("Error", "", Who::ReadOnly, body).into_string()),
         )
-            .into_response()
+            .into_response();
+        if let Some(secs) = retry_after {
+            response
+                .headers_mut()
+                .insert(axum::http::header::RETRY_AFTER, secs.into());
+        }
+        response
     }
 }
 

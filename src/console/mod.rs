@@ -46,6 +46,14 @@ pub const TOKEN_ENV: &str = "PGWAKE_UI_TOKEN";
 /// Shortest credential accepted, in characters.
 pub const TOKEN_MIN_LEN: usize = 16;
 
+/// Login attempts the console checks in a burst (for all clients
+/// together); then one more every [`LOGIN_FAILURE_REFILL`]. A right
+/// credential does not count.
+pub const LOGIN_FAILURES_BURST: usize = 10;
+
+/// How often the login bucket gains one attempt back.
+pub const LOGIN_FAILURE_REFILL: Duration = Duration::from_secs(6);
+
 /// Connections of the console's own pool.
 pub const POOL_SIZE: usize = 4;
 
@@ -139,6 +147,8 @@ pub(crate) struct Inner {
     pool: deadpool_postgres::Pool,
     config: ConsoleConfig,
     sessions: auth::Sessions,
+    secrets: auth::Secrets,
+    limiter: auth::Limiter,
 }
 
 type App = Arc<Inner>;
@@ -160,6 +170,8 @@ pub fn serve_on(
         pool,
         config,
         sessions: auth::Sessions::default(),
+        secrets: auth::Secrets::default(),
+        limiter: auth::Limiter::default(),
     });
     let router = Router::new()
         .route("/", get(pages::overview))
