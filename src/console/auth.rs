@@ -7,6 +7,7 @@
 //! out.
 
 use std::collections::HashMap;
+use std::net::{IpAddr, SocketAddr};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
@@ -23,6 +24,20 @@ use maud::html;
 
 /// The session cookie's name.
 pub(crate) const COOKIE: &str = "pgwake_console";
+
+/// The session cookie's name behind TLS (`--ui-secure-cookie`): with the
+/// `__Host-` prefix a browser keeps it only when it came with `Secure`,
+/// `Path=/` and no `Domain`, so no other host or plain-HTTP page can set it.
+pub(crate) const SECURE_COOKIE: &str = "__Host-pgwake_console";
+
+/// The session cookie's name and the attributes beyond the shared ones.
+fn cookie_kind(app: &App) -> (&'static str, &'static str) {
+    if app.config.secure_cookie {
+        (SECURE_COOKIE, "; Secure")
+    } else {
+        (COOKIE, "")
+    }
+}
 
 /// A session ends this long after login.
 const SESSION_TTL: Duration = Duration::from_secs(12 * 3600);
@@ -139,14 +154,15 @@ impl Limiter {
     }
 }
 
-fn cookie(headers: &HeaderMap) -> Option<String> {
+fn cookie(app: &App, headers: &HeaderMap) -> Option<String> {
+    let name = cookie_kind(app).0;
     headers
         .get_all(header::COOKIE)
         .iter()
         .filter_map(|v| v.to_str().ok())
         .flat_map(|v| v.split(';'))
         .filter_map(|kv| kv.trim().split_once('='))
-        .find(|(k, _)| *k == COOKIE)
+        .find(|(k, _)| *k == name)
         .map(|(_, v)| v.to_string())
 }
 
@@ -156,7 +172,96 @@ pub(crate) fn session(app: &App, headers: &HeaderMap) -> Option<String> {
     if !app.config.actions {
         return None;
     }
-    app.sessions.csrf_of(&cookie(headers)?)
+    app.sessions.csrf_of(&cookie(app, headers)?)
+}
+
+/// Whether the request comes from a logged-in browser (actions or not).
+pub(crate) fn logged_in(app: &App, headers: &HeaderMap) -> bool {
+    cookie(app, headers).is_some_and(|id| app.sessions.csrf_of(&id).is_some())
+}
+
+/// Whether this console has a login: with actions, or when reading needs
+/// the credential (an address other than loopback).
+pub(crate) fn has_login(app: &App) -> bool {
+    app.config.actions || app.config.reads_need_login(app.bound)
+}
+
+/// Whether `host` (a `Host` header) names this console: an IP address on
+/// its port (no name, so nothing to rebind), `localhost` on its port when
+/// it listens on loopback or on every address, or a name given with
+/// `--ui-host` (`NAME`: any port; `NAME:PORT`: that port).
+pub(crate) fn host_allowed(host: &str, bound: SocketAddr, names: &[String]) -> bool {
+    fn split(h: &str) -> (String, Option<&str>) {
+        let h = h.trim();
+        let (name, port) = if let Some(rest) = h.strip_prefix('[') {
+            match rest.split_once(']') {
+                Some((ip, tail)) => (ip, tail.strip_prefix(':')),
+                None => (h, None),
+            }
+        } else {
+            match h.rsplit_once(':') {
+                Some((n, p)) if !n.contains(':') => (n, Some(p)),
+                _ => (h, None),
+            }
+        };
+        (name.trim_end_matches('.').to_ascii_lowercase(), port)
+    }
+    let (name, port) = split(host);
+    if name.is_empty() {
+        return false;
+    }
+    let own_port = match port {
+        Some(p) => p.parse::<u16>().ok() == Some(bound.port()),
+        None => bound.port() == 80,
+    };
+    if own_port && name.parse::<IpAddr>().is_ok() {
+        return true;
+    }
+    let local = bound.ip().is_loopback() || bound.ip().is_unspecified();
+    if own_port && local && name == "localhost" {
+        return true;
+    }
+    names.iter().any(|n| {
+        let (n, p) = split(n);
+        n == name && (p.is_none() || p == port)
+    })
+}
+
+/// Middleware in front of every route: the `Host` must name this console
+/// (else 421, see [`host_allowed`]); and when reading needs a login, a
+/// browser without a session is sent to the login form (`GET`) or refused
+/// (401), except for the login form itself and the assets.
+pub(crate) async fn gate(
+    State(app): State<App>,
+    request: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> Response {
+    let host = request
+        .headers()
+        .get(header::HOST)
+        .map(|h| String::from_utf8_lossy(h.as_bytes()).into_owned());
+    let Some(host) = host else {
+        return PageError::BadRequest("the request has no Host header".into()).into_response();
+    };
+    if !host_allowed(&host, app.bound, &app.config.hosts) {
+        tracing::warn!(host = %host.escape_debug(), "console: refused a request for another host name");
+        return PageError::MisdirectedHost(host).into_response();
+    }
+    let path = request.uri().path();
+    let open = path == "/login" || path.starts_with("/assets/");
+    if !open && app.config.reads_need_login(app.bound) && !logged_in(&app, request.headers()) {
+        if request.method() == axum::http::Method::GET && path != "/fragment/overview" {
+            let here = request
+                .uri()
+                .path_and_query()
+                .map_or("/", |p| p.as_str())
+                .to_string();
+            return Redirect::to(&format!("/login?next={}", super::view::encode(&here)))
+                .into_response();
+        }
+        return PageError::Unauthorized.into_response();
+    }
+    next.run(request).await
 }
 
 /// A request from another site. Browsers say where a request comes from
@@ -209,6 +314,26 @@ pub(crate) fn authorize(app: &App, headers: &HeaderMap, csrf: &str) -> Result<()
     Ok(())
 }
 
+/// Check a logout: same origin (else 403), a session (else 401) and its
+/// CSRF token (else 403); with or without actions.
+fn check_session(app: &App, headers: &HeaderMap, csrf: &str) -> Result<(), PageError> {
+    if cross_origin(headers) {
+        return Err(PageError::Forbidden(
+            "refused: the request came from another site".into(),
+        ));
+    }
+    let Some(expected) = cookie(app, headers).and_then(|id| app.sessions.csrf_of(&id)) else {
+        return Err(PageError::Unauthorized);
+    };
+    if csrf.is_empty() || !app.secrets.same(&expected, csrf) {
+        return Err(PageError::Forbidden(
+            "refused: the form's CSRF token is missing or stale; reload the page and try again"
+                .into(),
+        ));
+    }
+    Ok(())
+}
+
 /// The login form's fields.
 #[derive(Deserialize)]
 pub(crate) struct Login {
@@ -244,7 +369,7 @@ pub(crate) async fn login(
     headers: HeaderMap,
     Form(form): Form<Login>,
 ) -> Response {
-    if !app.config.actions {
+    if !has_login(&app) {
         return PageError::Forbidden(
             "this console is read-only: there is nothing to log in to".into(),
         )
@@ -276,8 +401,9 @@ pub(crate) async fn login(
     }
     let (id, _) = app.sessions.create();
     let mut response = Redirect::to(local_path(&form.next)).into_response();
+    let (name, secure) = cookie_kind(&app);
     if let Ok(v) = HeaderValue::from_str(&format!(
-        "{COOKIE}={id}; HttpOnly; SameSite=Strict; Path=/; Max-Age={}",
+        "{name}={id}; HttpOnly; SameSite=Strict; Path=/; Max-Age={}{secure}",
         SESSION_TTL.as_secs()
     )) {
         response.headers_mut().insert(header::SET_COOKIE, v);
@@ -298,17 +424,19 @@ pub(crate) async fn logout(
     headers: HeaderMap,
     Form(form): Form<Logout>,
 ) -> Response {
-    if let Err(e) = authorize(&app, &headers, &form.csrf) {
+    if let Err(e) = check_session(&app, &headers, &form.csrf) {
         return e.into_response();
     }
-    if let Some(id) = cookie(&headers) {
+    if let Some(id) = cookie(&app, &headers) {
         app.sessions.remove(&id);
     }
     let mut response = Redirect::to("/").into_response();
-    response.headers_mut().insert(
-        header::SET_COOKIE,
-        HeaderValue::from_static("pgwake_console=; HttpOnly; SameSite=Strict; Path=/; Max-Age=0"),
-    );
+    let (name, secure) = cookie_kind(&app);
+    if let Ok(v) = HeaderValue::from_str(&format!(
+        "{name}=; HttpOnly; SameSite=Strict; Path=/; Max-Age=0{secure}"
+    )) {
+        response.headers_mut().insert(header::SET_COOKIE, v);
+    }
     response
 }
 
@@ -316,7 +444,7 @@ pub(crate) async fn logout(
 pub(crate) fn login_markup(app: &App, next: &str, failed: bool) -> String {
     let body = html! {
         h1 { "Log in" }
-        @if !app.config.actions {
+        @if !has_login(app) {
             div.panel { p { "This console is read-only: it was started without --ui-actions, so there is nothing to log in to." } }
         } @else {
             @if failed { div.panel.error { p { "That is not the credential." } } }

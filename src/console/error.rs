@@ -23,6 +23,8 @@ pub(crate) enum PageError {
     Forbidden(String),
     /// Actions need a login.
     Unauthorized,
+    /// The `Host` header names another host (DNS rebinding?).
+    MisdirectedHost(String),
     /// Too many wrong credentials lately: try again after this long.
     TooMany(std::time::Duration),
 }
@@ -83,6 +85,17 @@ impl IntoResponse for PageError {
             PageError::Unauthorized => (
                 StatusCode::UNAUTHORIZED,
                 "log in first (Log in to act, at the top right)".to_string(),
+            ),
+            PageError::MisdirectedHost(host) => (
+                StatusCode::MISDIRECTED_REQUEST,
+                format!(
+                    "This console does not answer to the host name {:?}: a page of another \
+                     site whose name now leads here must not read it (DNS rebinding). If you \
+                     reach the console by that name, start it with --ui-host {} \
+                     (repeatable; NAME for any port, NAME:PORT for one).",
+                    host.chars().take(200).collect::<String>(),
+                    host.chars().take(200).collect::<String>().escape_debug()
+                ),
             ),
             PageError::TooMany(wait) => {
                 let secs = wait.as_secs().max(1);

@@ -76,6 +76,19 @@ pub struct ConsoleConfig {
     pub statement_timeout: Duration,
     /// How often the overview refreshes itself in the browser.
     pub refresh: Duration,
+    /// Host names the console answers to besides an IP address and, when
+    /// it listens on loopback or every address, `localhost` on its port
+    /// (`--ui-host`): `NAME` (any port) or `NAME:PORT`. A request naming
+    /// any other host gets 421: a page of another site whose name was
+    /// rebound to this address cannot read it (DNS rebinding).
+    pub hosts: Vec<String>,
+    /// On an address other than loopback, serve the pages to anyone who
+    /// can reach it, without a login (`--ui-open-reads`). Off: reading
+    /// needs the credential too, as acting does.
+    pub open_reads: bool,
+    /// The session cookie is `__Host-pgwake_console` with `Secure`
+    /// (`--ui-secure-cookie`): for a console served behind TLS.
+    pub secure_cookie: bool,
 }
 
 impl Default for ConsoleConfig {
@@ -85,6 +98,9 @@ impl Default for ConsoleConfig {
             token: None,
             statement_timeout: STATEMENT_TIMEOUT_DEFAULT,
             refresh: Duration::from_secs(3),
+            hosts: Vec::new(),
+            open_reads: false,
+            secure_cookie: false,
         }
     }
 }
@@ -120,6 +136,34 @@ impl ConsoleConfig {
             Some(_) => Ok(()),
         }
     }
+
+    /// [`ConsoleConfig::validate`], and on `addr` other than loopback a
+    /// credential for reads too, unless [`ConsoleConfig::open_reads`].
+    pub fn validate_for(&self, addr: SocketAddr) -> Result<()> {
+        self.validate()?;
+        if !self.reads_need_login(addr) {
+            return Ok(());
+        }
+        match &self.token {
+            None => Err(Error::Config(format!(
+                "--ui-addr {addr} is not a loopback address: anyone who reaches it could read \
+                 every payload, error and result. Set {TOKEN_ENV} to a secret of at least \
+                 {TOKEN_MIN_LEN} characters (operators log in with it to read, and with \
+                 --ui-actions to act), or pass --ui-open-reads to serve the pages to anyone \
+                 who can reach it"
+            ))),
+            Some(t) if t.chars().count() < TOKEN_MIN_LEN => Err(Error::Config(format!(
+                "{TOKEN_ENV} is too short: use at least {TOKEN_MIN_LEN} characters"
+            ))),
+            Some(_) => Ok(()),
+        }
+    }
+
+    /// Whether reading needs a login on `addr`: every address but
+    /// loopback, unless [`ConsoleConfig::open_reads`].
+    pub fn reads_need_login(&self, addr: SocketAddr) -> bool {
+        !addr.ip().is_loopback() && !self.open_reads
+    }
 }
 
 /// The console's own pool: [`POOL_SIZE`] connections named
@@ -146,6 +190,8 @@ pub async fn bind(addr: SocketAddr) -> Result<tokio::net::TcpListener> {
 pub(crate) struct Inner {
     pool: deadpool_postgres::Pool,
     config: ConsoleConfig,
+    /// The address it listens on.
+    bound: SocketAddr,
     sessions: auth::Sessions,
     secrets: auth::Secrets,
     limiter: auth::Limiter,
@@ -161,14 +207,15 @@ pub fn serve_on(
     config: ConsoleConfig,
     shutdown: CancellationToken,
 ) -> Result<(SocketAddr, tokio::task::JoinHandle<()>)> {
-    config.validate()?;
     let bound = listener.local_addr().map_err(|source| Error::Io {
         context: "console listener".into(),
         source,
     })?;
+    config.validate_for(bound)?;
     let app: App = Arc::new(Inner {
         pool,
         config,
+        bound,
         sessions: auth::Sessions::default(),
         secrets: auth::Secrets::default(),
         limiter: auth::Limiter::default(),
@@ -191,6 +238,10 @@ pub fn serve_on(
         .route("/assets/console.css", get(view::css))
         .route("/assets/console.js", get(view::js))
         .fallback(pages::not_found)
+        .layer(axum::middleware::from_fn_with_state(
+            app.clone(),
+            auth::gate,
+        ))
         .layer(axum::middleware::from_fn(input::bounds))
         .layer(axum::middleware::map_response(view::secure_headers))
         .with_state(app);
