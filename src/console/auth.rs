@@ -1,10 +1,15 @@
-//! Who may act: with `--ui-actions`, an operator logs in with the
+//! Who may reach, read and act. Every request's `Host` must name this
+//! console ([`host_allowed`], against DNS rebinding; else 421). On an
+//! address other than loopback reading needs a login too (unless
+//! `--ui-open-reads`). With `--ui-actions`, an operator logs in with the
 //! credential (`PGWAKE_UI_TOKEN`) and gets a session cookie (`HttpOnly`,
-//! `SameSite=Strict`); every state-changing request must carry that cookie,
-//! the session's CSRF token (a hidden field of every form) and, when the
-//! browser sends one, an `Origin` of this console. Without `--ui-actions`
-//! every POST is refused. Sessions live in memory: a restart logs everyone
-//! out.
+//! `SameSite=Strict`; `__Host-` and `Secure` with `--ui-secure-cookie`);
+//! every state-changing request must carry that cookie, the session's CSRF
+//! token (a hidden field of every form) and, when the browser sends one,
+//! an `Origin` of this console. Without `--ui-actions` every action is
+//! refused. Logins share one token bucket ([`Limiter`]) and the credential
+//! is compared by fixed-length digests ([`Secrets`]). Sessions live in
+//! memory: a restart logs everyone out.
 
 use std::collections::HashMap;
 use std::net::{IpAddr, SocketAddr};

@@ -5,7 +5,9 @@
 //! page in one read-only transaction under a short `statement_timeout`.
 //!
 //! ```text
-//!  browser ── GET /, /workers, /jobs, /jobs/{id}, /queues, /schedules
+//!  browser ── every request: bounded input (else 400), Host of this console (else 421),
+//!     │       off loopback a session for reads too (else to the login)
+//!     ├──── GET /, /workers, /jobs, /jobs/{id}, /queues, /schedules
 //!     │          └─ read-only transaction (statement_timeout, lock_timeout) ── admin::*
 //!     └──── POST /actions/…, /bulk/…   (only with --ui-actions)
 //!                └─ session cookie (login with PGWAKE_UI_TOKEN) + CSRF token + Origin check
