@@ -135,7 +135,8 @@ impl<S: Send + Sync> FromRequestParts<S> for JobId {
     type Rejection = PageError;
 
     async fn from_request_parts(parts: &mut Parts, _: &S) -> Result<Self, PageError> {
-        let raw = parts.uri.path().rsplit('/').next().unwrap_or("");
+        // `/jobs/{id}` and `/jobs/{id}/…`: the second segment.
+        let raw = parts.uri.path().split('/').nth(2).unwrap_or("");
         raw.parse::<i64>().map(JobId).map_err(|_| {
             PageError::BadRequest(format!(
                 "job id {:?} is not a whole number",

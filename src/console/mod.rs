@@ -228,6 +228,7 @@ pub fn serve_on(
         .route("/workers", get(pages::workers))
         .route("/jobs", get(pages::jobs))
         .route("/jobs/{id}", get(pages::job))
+        .route("/jobs/{id}/errors", get(pages::job_errors))
         .route("/queues", get(pages::queues))
         .route("/schedules", get(pages::schedules))
         .route("/login", get(pages::login_page).post(auth::login))

@@ -22,6 +22,32 @@ use crate::error::Error;
 /// Rows per page of the Jobs page.
 pub(crate) const PAGE: i32 = 50;
 
+/// A job's recorded errors shown on its page (the latest); the rest on
+/// `/jobs/{id}/errors`, [`ERRORS_PAGE`] a page.
+pub(crate) const ERRORS_ON_JOB_PAGE: usize = 20;
+
+/// Errors per page of `/jobs/{id}/errors`.
+pub(crate) const ERRORS_PAGE: usize = 100;
+
+/// Characters of one error, result or history entry a page shows.
+pub(crate) const TEXT_SHOWN_MAX: usize = 4_000;
+
+/// Characters of a payload the job page shows.
+pub(crate) const PAYLOAD_SHOWN_MAX: usize = 64 * 1024;
+
+/// At most `max` characters of `s` in a `pre`, and how many more there are
+/// (`pgwake job show ID --json` shows everything).
+fn cut(s: &str, max: usize, id: &str) -> Markup {
+    let more = s.chars().count().saturating_sub(max);
+    let shown: String = s.chars().take(max).collect();
+    html! {
+        pre id=[(!id.is_empty()).then_some(id)] { (shown) @if more > 0 { "…" } }
+        @if more > 0 {
+            p.muted { (count(more as i64)) " characters more: " code { "pgwake job show ID --json" } " shows everything." }
+        }
+    }
+}
+
 /// Counts on the overview stop here (then shown as "≥ N" with the table's
 /// estimate): an exact count of a huge backlog costs more than it tells.
 pub(crate) const DEPTH_CAP: i64 = gauges::DEPTH_CAP_DEFAULT;
@@ -798,26 +824,26 @@ pub(crate) async fn job(
                 }
                 @if let Some(e) = &j.last_error {
                     h2 { "Last error" }
-                    pre #last-error { (e) }
+                    (cut(e, TEXT_SHOWN_MAX, "last-error"))
                 }
             }
             h2 { "Payload" }
             @match &d.payload {
-                Some(p) => pre #payload { (p) },
+                Some(p) => (cut(p, PAYLOAD_SHOWN_MAX, "payload")),
                 None => p.muted { "Not kept (the job finished; history keeps results and errors)." },
             }
             h2 { "Errors" }
             @if d.errors.is_empty() {
                 p.muted { "No failed attempt recorded (errors are kept seven days)." }
             } @else {
-                ul.timeline {
-                    @for e in &d.errors {
-                        li {
-                            "attempt " (e.attempt) ", " (when(Some(&e.at)))
-                            pre { (e.error) }
-                        }
+                @if d.errors.len() > ERRORS_ON_JOB_PAGE {
+                    p #errors-count {
+                        (count(d.errors.len() as i64)) " recorded errors; the latest "
+                        (ERRORS_ON_JOB_PAGE) " below. "
+                        a href={ "/jobs/" (id) "/errors" } { "All of them, " (ERRORS_PAGE) " a page" }
                     }
                 }
+                (errors_list(&d.errors[d.errors.len().saturating_sub(ERRORS_ON_JOB_PAGE)..]))
             }
             h2 { "History" }
             @if d.history.is_empty() {
@@ -830,11 +856,76 @@ pub(crate) async fn job(
                             " after " (h.attempts) " attempt(s), " (when(Some(&h.finished_at)))
                             @if let Some(w) = &h.worker { " by " code { (w) } }
                             @if let Some(s) = &h.started_at { " " span.muted { "(started " (when(Some(s))) ")" } }
-                            @if let Some(e) = &h.error { pre { (e) } }
-                            @if let Some(r) = &h.result { div.muted { "Result" } pre.result { (r) } }
+                            @if let Some(e) = &h.error { (cut(e, TEXT_SHOWN_MAX, "")) }
+                            @if let Some(r) = &h.result { div.muted { "Result" } (cut(r, TEXT_SHOWN_MAX, "")) }
                         }
                     }
                 }
+            }
+        },
+    )))
+}
+
+/// Recorded errors as a timeline, each cut at [`TEXT_SHOWN_MAX`].
+fn errors_list(errors: &[jobs::AttemptError]) -> Markup {
+    html! {
+        ul.timeline {
+            @for e in errors {
+                li data-attempt=(e.attempt) {
+                    "attempt " (e.attempt) ", " (when(Some(&e.at)))
+                    (cut(&e.error, TEXT_SHOWN_MAX, ""))
+                }
+            }
+        }
+    }
+}
+
+/// The errors page's query.
+#[derive(Deserialize, Default)]
+pub(crate) struct ErrorsPage {
+    #[serde(default)]
+    page: String,
+}
+
+/// `GET /jobs/{id}/errors?page=N`: a job's recorded errors by attempt,
+/// [`ERRORS_PAGE`] a page.
+pub(crate) async fn job_errors(
+    State(app): State<App>,
+    headers: HeaderMap,
+    JobId(id): JobId,
+    Query(q): Query<ErrorsPage>,
+) -> PageResult {
+    let n: usize = match q.page.trim() {
+        "" => 1,
+        s => s.parse::<u32>().ok().filter(|n| *n >= 1).ok_or_else(|| {
+            PageError::BadRequest(format!("page {s:?}: write a page number from 1"))
+        })? as usize,
+    };
+    let mut conn = conn(&app).await?;
+    let tx = read_tx(&app, &mut conn).await?;
+    let errors = jobs::errors(tx.client(), id).await?;
+    tx.commit().await.map_err(Error::db("console: commit"))?;
+    if errors.is_empty() {
+        return Err(PageError::NotFound(format!(
+            "no recorded error of job {id} (errors are kept seven days)"
+        )));
+    }
+    let pages = errors.len().div_ceil(ERRORS_PAGE);
+    let start = (n - 1).saturating_mul(ERRORS_PAGE).min(errors.len());
+    let shown = &errors[start..(start + ERRORS_PAGE).min(errors.len())];
+    let csrf = auth::session(&app, &headers);
+    let here = format!("/jobs/{id}/errors");
+    Ok(html_page(page(
+        &format!("Job {id}: errors"),
+        "/jobs",
+        who(&app, &csrf, &here),
+        html! {
+            h1 { "Errors of " a href={ "/jobs/" (id) } { "job " (id) } }
+            p.muted { (count(errors.len() as i64)) " recorded errors, by attempt; page " (n) " of " (pages) "." }
+            @if shown.is_empty() { p.muted { "No error on this page." } } @else { (errors_list(shown)) }
+            div.pager {
+                @if n > 1 { a #prev href={ (here) "?page=" (n - 1) } { "« previous page" } }
+                @if n < pages { a #next href={ (here) "?page=" (n + 1) } { "next page »" } }
             }
         },
     )))

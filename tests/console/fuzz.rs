@@ -38,6 +38,7 @@ const ROUTES: &[(&str, &str, &[&str])] = &[
         ],
     ),
     ("GET", "/jobs/{id}", &["did", "n"]),
+    ("GET", "/jobs/{id}/errors", &["page"]),
     ("GET", "/queues", &["did", "n"]),
     ("GET", "/schedules", &[]),
     ("GET", "/login", &["next"]),

@@ -9,6 +9,7 @@
 mod common;
 
 mod access;
+mod bounded;
 mod browser;
 mod fuzz;
 mod http;
