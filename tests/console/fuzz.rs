@@ -204,6 +204,38 @@ fn hostile_of(kind: usize, rng: &mut StdRng, known: &[String]) -> String {
     }
 }
 
+/// A valid value of `field` of `path` (percent-encoded), `id` a job's.
+fn good(path: &str, field: &str, id: &str) -> String {
+    match (path, field) {
+        ("/actions/job", "op") => return "cancel".into(),
+        ("/actions/schedule", "op") => return "run_now".into(),
+        _ => {}
+    }
+    match field {
+        "queue" => "mail",
+        "task" => "mail_send",
+        "state" => "waiting",
+        "ordering_key" => "k",
+        "unique_key" => "u",
+        "id" => id,
+        "payload" => "customer%3D42",
+        "since" => "2026-01-01%2014:00",
+        "after" => "0",
+        "did" => "retried",
+        "n" => "1",
+        "page" => "1",
+        "next" => "%2Fjobs",
+        "token" => TOKEN,
+        "op" => "limits",
+        "max_running" => "3",
+        "rate" => "20%2Fs",
+        "name" => "nightly",
+        "action" => "cancel",
+        _ => "x",
+    }
+    .to_string()
+}
+
 /// One request's outcome: the status (0 when the connection was reset
 /// before an answer) and the content type.
 struct Answer {
@@ -322,6 +354,24 @@ async fn no_input_aborts_hangs_or_fails_the_console() {
         let shown: String = String::from_utf8_lossy(&bytes[..bytes.len().min(300)]).into();
         requests.push((bytes, format!("seed {seed}, {method} {path}: {shown}…")));
     };
+    // Every route with every field right (the baseline the hostile
+    // values below change one at a time).
+    for (method, path, fields) in ROUTES.iter().filter(|r| r.1 != "/logout") {
+        let all: Vec<String> = fields
+            .iter()
+            .map(|f| match *f {
+                "csrf" => format!("csrf={csrf}"),
+                f => format!("{f}={}", good(path, f, &ids[0])),
+            })
+            .collect();
+        request(
+            method,
+            path,
+            path.replace("{id}", &ids[0]),
+            all.join("&"),
+            true,
+        );
+    }
     // Every kind of value in every field alone (the others absent, the
     // session and its CSRF token right), and in the path.
     for (method, path, fields) in ROUTES {
@@ -339,11 +389,18 @@ async fn no_input_aborts_hangs_or_fails_the_console() {
                 .filter(|f| **f != "csrf" && *path != "/logout")
             {
                 let value = hostile_of(kind, &mut rng, &known);
+                // The other fields right, so that the value goes as far
+                // as it can (into the database, for the actions).
+                let others: String = fields
+                    .iter()
+                    .filter(|f| **f != "csrf" && *f != field)
+                    .map(|f| format!("&{f}={}", good(path, f, &ids[0])))
+                    .collect();
                 request(
                     method,
                     path,
-                    path.replace("{id}", "1"),
-                    format!("{csrf_field}{field}={value}"),
+                    path.replace("{id}", &ids[0]),
+                    format!("{csrf_field}{field}={value}{others}"),
                     true,
                 );
             }
