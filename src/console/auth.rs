@@ -256,12 +256,11 @@ pub(crate) async fn gate(
     let open = path == "/login" || path.starts_with("/assets/");
     if !open && app.config.reads_need_login(app.bound) && !logged_in(&app, request.headers()) {
         if request.method() == axum::http::Method::GET && path != "/fragment/overview" {
-            let here = request
-                .uri()
-                .path_and_query()
-                .map_or("/", |p| p.as_str())
-                .to_string();
-            return Redirect::to(&format!("/login?next={}", super::view::encode(&here)))
+            // Back to this page after the login; to its path alone when
+            // the whole of it would make the login's address too long.
+            let whole = request.uri().path_and_query().map_or("/", |p| p.as_str());
+            let here = if whole.len() <= 1024 { whole } else { path };
+            return Redirect::to(&format!("/login?next={}", super::view::encode(here)))
                 .into_response();
         }
         return PageError::Unauthorized.into_response();

@@ -132,10 +132,7 @@ impl ConsoleConfig {
                  {TOKEN_MIN_LEN} characters (e.g. {TOKEN_ENV}=$(openssl rand -hex 24)); \
                  operators log in with it"
             ))),
-            Some(t) if t.chars().count() < TOKEN_MIN_LEN => Err(Error::Config(format!(
-                "{TOKEN_ENV} is too short: use at least {TOKEN_MIN_LEN} characters"
-            ))),
-            Some(_) => Ok(()),
+            Some(t) => check_token(t),
         }
     }
 
@@ -154,10 +151,7 @@ impl ConsoleConfig {
                  --ui-actions to act), or pass --ui-open-reads to serve the pages to anyone \
                  who can reach it"
             ))),
-            Some(t) if t.chars().count() < TOKEN_MIN_LEN => Err(Error::Config(format!(
-                "{TOKEN_ENV} is too short: use at least {TOKEN_MIN_LEN} characters"
-            ))),
-            Some(_) => Ok(()),
+            Some(t) => check_token(t),
         }
     }
 
@@ -166,6 +160,25 @@ impl ConsoleConfig {
     pub fn reads_need_login(&self, addr: SocketAddr) -> bool {
         !addr.ip().is_loopback() && !self.open_reads
     }
+}
+
+/// A credential an operator can type into the login form: at least
+/// [`TOKEN_MIN_LEN`] characters, at most [`VALUE_MAX`] (the form's bound),
+/// no control character.
+fn check_token(t: &str) -> Result<()> {
+    let n = t.chars().count();
+    if n < TOKEN_MIN_LEN {
+        return Err(Error::Config(format!(
+            "{TOKEN_ENV} is too short: use at least {TOKEN_MIN_LEN} characters"
+        )));
+    }
+    if n > VALUE_MAX || t.chars().any(char::is_control) {
+        return Err(Error::Config(format!(
+            "{TOKEN_ENV} cannot be typed into the login form: use at most {VALUE_MAX} \
+             characters and no control character"
+        )));
+    }
+    Ok(())
 }
 
 /// The console's own pool: [`POOL_SIZE`] connections named
@@ -254,4 +267,36 @@ pub fn serve_on(
             .await;
     });
     Ok((bound, task))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_credential_must_be_typeable_and_long_enough() {
+        let with = |t: &str| ConsoleConfig {
+            actions: true,
+            token: Some(t.to_string()),
+            ..ConsoleConfig::default()
+        };
+        assert!(with(&"x".repeat(TOKEN_MIN_LEN)).validate().is_ok());
+        for bad in [
+            "short".to_string(),
+            "x".repeat(VALUE_MAX + 1),
+            format!("{}\n", "x".repeat(TOKEN_MIN_LEN)),
+        ] {
+            assert!(with(&bad).validate().is_err(), "{bad:?}");
+        }
+        let network: SocketAddr = "0.0.0.0:9190".parse().unwrap();
+        let loopback: SocketAddr = "127.0.0.1:9190".parse().unwrap();
+        let read_only = ConsoleConfig::default();
+        assert!(read_only.validate_for(loopback).is_ok());
+        assert!(read_only.validate_for(network).is_err());
+        let open = ConsoleConfig {
+            open_reads: true,
+            ..ConsoleConfig::default()
+        };
+        assert!(open.validate_for(network).is_ok());
+    }
 }
