@@ -540,9 +540,12 @@ impl Filters {
                     .map_err(|_| PageError::BadRequest(format!("job id {s:?} is not a number")))?,
             ),
         };
-        let after = some(&self.after)
-            .and_then(|s| s.parse::<i64>().ok())
-            .unwrap_or(0);
+        let after = match some(&self.after) {
+            None => 0,
+            Some(s) => s.parse::<i64>().map_err(|_| {
+                PageError::BadRequest(format!("after {s:?} is not a job id (a whole number)"))
+            })?,
+        };
         let payload = some(&self.payload)
             .map(|p| payload_filter(&p))
             .transpose()?;

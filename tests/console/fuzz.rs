@@ -329,7 +329,8 @@ async fn no_input_aborts_hangs_or_fails_the_console() {
                        path: &str,
                        target: String,
                        fields: String,
-                       with_cookie: bool| {
+                       with_cookie: bool,
+                       extra: &str| {
         let mut target = target;
         let mut head = String::new();
         let body = if method == "GET" {
@@ -344,6 +345,7 @@ async fn no_input_aborts_hangs_or_fails_the_console() {
         if with_cookie {
             head.push_str(&format!("Cookie: {cookie}\r\n"));
         }
+        head.push_str(extra);
         let request = format!(
             "{method} {target} HTTP/1.1\r\nHost: {}\r\nConnection: close\r\nContent-Length: {}\r\n{head}\r\n",
             console.addr,
@@ -370,6 +372,7 @@ async fn no_input_aborts_hangs_or_fails_the_console() {
             path.replace("{id}", &ids[0]),
             all.join("&"),
             true,
+            "",
         );
     }
     // Every kind of value in every field alone (the others absent, the
@@ -402,6 +405,7 @@ async fn no_input_aborts_hangs_or_fails_the_console() {
                     path.replace("{id}", &ids[0]),
                     format!("{csrf_field}{field}={value}{others}"),
                     true,
+                    "",
                 );
             }
             if path.contains("{id}") {
@@ -412,6 +416,7 @@ async fn no_input_aborts_hangs_or_fails_the_console() {
                     path.replace("{id}", &value),
                     String::new(),
                     true,
+                    "",
                 );
             }
         }
@@ -457,7 +462,26 @@ async fn no_input_aborts_hangs_or_fails_the_console() {
                 target = "/a".repeat(16_000);
             }
             let with_cookie = rng.random_bool(0.7);
-            request(method, path, target, fields, with_cookie);
+            let mut extra = String::new();
+            // Hostile headers too: a cookie, an origin, a fetch site.
+            if rng.random_bool(0.15) {
+                let h = [
+                    "Cookie: pgwake_console=",
+                    "Origin: ",
+                    "Sec-Fetch-Site: ",
+                    "Cookie: ",
+                ]
+                .choose(&mut rng)
+                .unwrap();
+                let v = match rng.random_range(0..4) {
+                    0 => "x".repeat(rng.random_range(1..60_000)),
+                    1 => ";".repeat(rng.random_range(1..10_000)),
+                    2 => "null".to_string(),
+                    _ => "http://evil.example".to_string(),
+                };
+                extra = format!("{h}{v}\r\n");
+            }
+            request(method, path, target, fields, with_cookie, &extra);
         }
     }
     let n = requests.len();
@@ -536,6 +560,7 @@ async fn the_reported_inputs_get_a_400_page_naming_the_bound() {
         ("/jobs?since=-4713-01-01", "between 1 and 9999"),
         ("/jobs/99999999999999999999", "not a whole number"),
         ("/queues?n=-99999999999999999999", "n"),
+        ("/jobs?after=99999999999999999999", "not a job id"),
     ] {
         let r = get(&console, path).await;
         assert_eq!(r.status, 400, "{}: {}", &path[..path.len().min(80)], r.body);
