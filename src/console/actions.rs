@@ -248,10 +248,16 @@ pub(crate) async fn bulk_review(
             }
         }
     };
-    Ok(
-        Html(page("Confirm", "/jobs", who(&app, &csrf, "/jobs"), body).into_string())
-            .into_response(),
+    Ok(Html(
+        page(
+            "Confirm",
+            "/jobs",
+            who(&app, &headers, &csrf, "/jobs"),
+            body,
+        )
+        .into_string(),
     )
+    .into_response())
 }
 
 /// `POST /bulk/apply`: select the matching jobs again and apply the
@@ -285,5 +291,8 @@ pub(crate) async fn bulk_apply(
             p { a href=(back) { "Back to the jobs" } " · " a href={ "/jobs?state=" (encode(action.states()[0])) } { "see " (action.states()[0]) " jobs" } }
         }
     };
-    Ok(Html(page("Done", "/jobs", who(&app, &csrf, "/jobs"), body).into_string()).into_response())
+    Ok(
+        Html(page("Done", "/jobs", who(&app, &headers, &csrf, "/jobs"), body).into_string())
+            .into_response(),
+    )
 }

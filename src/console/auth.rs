@@ -180,6 +180,14 @@ pub(crate) fn session(app: &App, headers: &HeaderMap) -> Option<String> {
     app.sessions.csrf_of(&cookie(app, headers)?)
 }
 
+/// The CSRF token of a session on a read-only console (for its logout).
+pub(crate) fn reader(app: &App, headers: &HeaderMap) -> Option<String> {
+    if app.config.actions || !has_login(app) {
+        return None;
+    }
+    app.sessions.csrf_of(&cookie(app, headers)?)
+}
+
 /// Whether the request comes from a logged-in browser (actions or not).
 pub(crate) fn logged_in(app: &App, headers: &HeaderMap) -> bool {
     cookie(app, headers).is_some_and(|id| app.sessions.csrf_of(&id).is_some())

@@ -99,10 +99,19 @@ pub(crate) async fn limits(
     Ok(())
 }
 
-/// Who the header shows, for a page at `path`.
-pub(crate) fn who<'a>(app: &App, csrf: &'a Option<String>, path: &'a str) -> Who<'a> {
+/// Who the header shows, for a page at `path`: on a read-only console
+/// whose reads need a login, the session's logout.
+pub(crate) fn who<'a>(
+    app: &App,
+    headers: &HeaderMap,
+    csrf: &'a Option<String>,
+    path: &'a str,
+) -> Who<'a> {
     match (app.config.actions, csrf) {
-        (false, _) => Who::ReadOnly,
+        (false, _) => match auth::reader(app, headers) {
+            Some(c) => Who::Reader(c),
+            None => Who::ReadOnly,
+        },
         (true, Some(c)) => Who::LoggedIn(c),
         (true, None) => Who::LoggedOut(path),
     }
@@ -153,7 +162,7 @@ pub(crate) async fn overview(State(app): State<App>, headers: HeaderMap) -> Page
     Ok(html_page(page(
         "Overview",
         "/",
-        who(&app, &csrf, "/"),
+        who(&app, &headers, &csrf, "/"),
         html! {
             div data-refresh="/fragment/overview" data-every=(every) { (body) }
         },
@@ -383,7 +392,7 @@ pub(crate) async fn workers(State(app): State<App>, headers: HeaderMap) -> PageR
     Ok(html_page(page(
         "Workers",
         "/workers",
-        who(&app, &csrf, "/workers"),
+        who(&app, &headers, &csrf, "/workers"),
         html! {
             h1 { "Workers" }
             div.panel {
@@ -672,7 +681,7 @@ pub(crate) async fn jobs(
     Ok(html_page(page(
         "Jobs",
         "/jobs",
-        who(&app, &csrf, &here),
+        who(&app, &headers, &csrf, &here),
         html! {
             h1 { "Jobs" }
             div.panel {
@@ -773,7 +782,7 @@ pub(crate) async fn job(
     Ok(html_page(page(
         &format!("Job {id}"),
         "/jobs",
-        who(&app, &csrf, &here),
+        who(&app, &headers, &csrf, &here),
         html! {
             h1 { "Job " (id) " " span #state class=(view::state_class(&state)) { (state) } }
             (notice(&did))
@@ -921,7 +930,7 @@ pub(crate) async fn job_errors(
     Ok(html_page(page(
         &format!("Job {id}: errors"),
         "/jobs",
-        who(&app, &csrf, &here),
+        who(&app, &headers, &csrf, &here),
         html! {
             h1 { "Errors of " a href={ "/jobs/" (id) } { "job " (id) } }
             p.muted { (count(errors.len() as i64)) " recorded errors, by attempt; page " (n) " of " (pages) "." }
@@ -951,7 +960,7 @@ pub(crate) async fn queues(
     Ok(html_page(page(
         "Queues",
         "/queues",
-        who(&app, &csrf, "/queues"),
+        who(&app, &headers, &csrf, "/queues"),
         html! {
             h1 { "Queues" }
             (notice(&did))
@@ -1015,7 +1024,7 @@ pub(crate) async fn schedules(State(app): State<App>, headers: HeaderMap) -> Pag
     Ok(html_page(page(
         "Schedules",
         "/schedules",
-        who(&app, &csrf, "/schedules"),
+        who(&app, &headers, &csrf, "/schedules"),
         html! {
             h1 { "Schedules" }
             div.panel {

@@ -250,6 +250,13 @@ async fn on_a_network_address_reads_need_the_credential() {
     assert_eq!(page.status, 200, "{}", page.body);
     assert!(page.body.contains("read-only"), "{}", page.body);
     assert!(!page.body.contains("/bulk/review"), "no action forms");
+    let csrf = page
+        .body
+        .split("name=\"csrf\" value=\"")
+        .nth(1)
+        .and_then(|s| s.split('"').next())
+        .expect("a logout form")
+        .to_string();
     // Still read-only: acting is refused even logged in.
     let r = http(
         c.addr,
@@ -260,6 +267,18 @@ async fn on_a_network_address_reads_need_the_credential() {
     )
     .await;
     assert_eq!(r.status, 403, "{}", r.body);
+    // Logged out, reading needs a login again.
+    let r = http(
+        c.addr,
+        "POST",
+        "/logout",
+        &[("Cookie", &cookie)],
+        Some(&format!("csrf={csrf}")),
+    )
+    .await;
+    assert_eq!(r.status, 303, "{}", r.body);
+    let r = http(c.addr, "GET", "/jobs", &[("Cookie", &cookie)], None).await;
+    assert_eq!(r.status, 303, "{}", r.body);
 
     let open = ConsoleConfig {
         open_reads: true,
