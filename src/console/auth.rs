@@ -257,7 +257,8 @@ pub(crate) async fn gate(
         return PageError::BadRequest("the request has no Host header".into()).into_response();
     };
     if !host_allowed(&host, app.bound, &app.config.hosts) {
-        tracing::warn!(host = %host.escape_debug(), "console: refused a request for another host name");
+        // Debug, not warn: a hostile page can send these by the thousand.
+        tracing::debug!(host = %host.escape_debug(), "console: refused a request for another host name");
         return PageError::MisdirectedHost(host).into_response();
     }
     let path = request.uri().path();
@@ -392,7 +393,7 @@ pub(crate) async fn login(
             .into_response();
     }
     if let Err(wait) = app.limiter.take() {
-        tracing::warn!("console: login refused, too many wrong credentials lately");
+        tracing::debug!("console: login refused, too many wrong credentials lately");
         return PageError::TooMany(wait).into_response();
     }
     let ok = app
@@ -403,6 +404,7 @@ pub(crate) async fn login(
     if ok {
         app.limiter.give_back();
     } else {
+        tracing::warn!("console: a login with a wrong credential");
         // A wrong credential costs a moment, so guessing is slow.
         tokio::time::sleep(Duration::from_millis(500)).await;
         return (
