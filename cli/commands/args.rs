@@ -247,6 +247,9 @@ pub struct RunArgs {
     /// With --ui-addr: allow the console's actions (needs PGWAKE_UI_TOKEN; see `pgwake ui`).
     #[arg(long, requires = "ui_addr")]
     pub ui_actions: bool,
+    /// With --ui-addr: who may reach the console (see `pgwake ui`).
+    #[command(flatten)]
+    pub console: super::ui::ConsoleFlags,
     /// Keep finished jobs (done, dead, cancelled) and their results in pgwake.finished_jobs
     /// for at least this long (e.g. 7d; at least 1h), for every worker of the database;
     /// `off` turns history off. Default: leave the database's setting (off unless turned on).

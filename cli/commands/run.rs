@@ -100,7 +100,12 @@ pub async fn run(args: RunArgs) -> Result<(), Error> {
     let handlers = handlers(&args)?;
     let metrics_listener = bind_metrics(args.metrics_addr).await?;
     let console = match args.ui_addr {
-        Some(addr) => Some(super::ui::prepare(addr, args.ui_actions).await?),
+        Some(addr) => Some(super::ui::prepare(addr, args.ui_actions, &args.console).await?),
+        None if args.console.any() => {
+            return Err(Error::Config(
+                "--ui-host, --ui-open-reads and --ui-secure-cookie need --ui-addr".into(),
+            ))
+        }
         None => None,
     };
     let db = args.db.config()?;

@@ -24,6 +24,33 @@ pub struct UiArgs {
     /// it the console is read-only.
     #[arg(long)]
     pub ui_actions: bool,
+    #[command(flatten)]
+    pub console: ConsoleFlags,
+}
+
+/// Who may reach the console: the flags `pgwake ui` and `pgwake run`
+/// share.
+#[derive(Args, Default, Clone)]
+pub struct ConsoleFlags {
+    /// A host name the console answers to (the Host header), besides an IP address and
+    /// localhost: the name operators reach it by, e.g. behind a proxy. NAME for any port,
+    /// NAME:PORT for one; repeatable. Any other name gets 421 (against DNS rebinding).
+    #[arg(long, value_name = "NAME")]
+    pub ui_host: Vec<String>,
+    /// On an address other than loopback, serve the pages to anyone who can reach it, without
+    /// a login. Without it, reading there needs PGWAKE_UI_TOKEN too (operators log in).
+    #[arg(long)]
+    pub ui_open_reads: bool,
+    /// The console is served behind TLS: the session cookie gets Secure and the __Host- prefix.
+    #[arg(long)]
+    pub ui_secure_cookie: bool,
+}
+
+impl ConsoleFlags {
+    /// Whether any of them was given.
+    pub fn any(&self) -> bool {
+        !self.ui_host.is_empty() || self.ui_open_reads || self.ui_secure_cookie
+    }
 }
 
 /// Bind the console's address, after checking the credential (before any
@@ -32,9 +59,35 @@ pub struct UiArgs {
 pub async fn prepare(
     addr: SocketAddr,
     actions: bool,
+    flags: &ConsoleFlags,
 ) -> Result<(tokio::net::TcpListener, console::ConsoleConfig), Error> {
-    let config = console::ConsoleConfig::from_env(actions)?;
+    let config = console::ConsoleConfig {
+        hosts: flags.ui_host.clone(),
+        open_reads: flags.ui_open_reads,
+        secure_cookie: flags.ui_secure_cookie,
+        ..console::ConsoleConfig::from_env(actions)?
+    };
+    for name in &config.hosts {
+        if name.is_empty() || name.chars().any(|c| c.is_whitespace() || c == '/') {
+            return Err(Error::Config(format!(
+                "--ui-host {name:?}: give a host name, e.g. --ui-host console.example.com or --ui-host console.example.com:8443"
+            )));
+        }
+    }
+    config.validate_for(addr)?;
     let listener = console::bind(addr).await?;
+    let bound = listener.local_addr().map_err(|source| Error::Io {
+        context: "console listener".into(),
+        source,
+    })?;
+    if config.open_reads && !bound.ip().is_loopback() {
+        tracing::warn!(
+            addr = %bound,
+            "--ui-open-reads: the console serves every page without a login on a network \
+             address: every payload, error and result, and other sessions' SQL, is readable by \
+             anyone who can reach it"
+        );
+    }
     Ok((listener, config))
 }
 
@@ -60,7 +113,7 @@ pub fn start(
 
 /// Run `pgwake ui` until SIGTERM/SIGINT.
 pub async fn command(args: UiArgs) -> Result<(), Error> {
-    let (listener, config) = prepare(args.ui_addr, args.ui_actions).await?;
+    let (listener, config) = prepare(args.ui_addr, args.ui_actions, &args.console).await?;
     let db = args.db.config()?;
     let client = connect::connect(&db).await?;
     schema::check(&client).await?;

@@ -220,6 +220,21 @@ pub struct JobDetail {
     pub explanation: Vec<Reason>,
 }
 
+/// Every recorded error of job `id`, by attempt (kept seven days).
+pub async fn errors(client: &tokio_postgres::Client, id: i64) -> Result<Vec<AttemptError>> {
+    Ok(Db::unnamed(client)
+        .query(&sql::JOB_ERRORS, &[&id])
+        .await
+        .map_err(Error::db("reading the errors"))?
+        .iter()
+        .map(|r| AttemptError {
+            attempt: r.get(0),
+            error: r.get(1),
+            at: time(r.get(2)).unwrap_or_default(),
+        })
+        .collect())
+}
+
 /// Everything about job `id`; `None` when nothing is known of it.
 pub async fn show(client: &tokio_postgres::Client, id: i64) -> Result<Option<JobDetail>> {
     let filter = |state: Option<&str>| JobFilter {
@@ -259,17 +274,7 @@ pub async fn show(client: &tokio_postgres::Client, id: i64) -> Result<Option<Job
             result: r.get(6),
         })
         .collect();
-    let errors: Vec<AttemptError> = Db::unnamed(client)
-        .query(&sql::JOB_ERRORS, &[&id])
-        .await
-        .map_err(Error::db("reading the errors"))?
-        .iter()
-        .map(|r| AttemptError {
-            attempt: r.get(0),
-            error: r.get(1),
-            at: time(r.get(2)).unwrap_or_default(),
-        })
-        .collect();
+    let errors = errors(client, id).await?;
     if job.is_none() && payload.is_none() && history.is_empty() && errors.is_empty() {
         return Ok(None);
     }

@@ -7,11 +7,11 @@
 use axum::extract::State;
 use axum::http::HeaderMap;
 use axum::response::{Html, IntoResponse, Redirect};
-use axum::Form;
 use maud::html;
 use serde::Deserialize;
 
 use super::auth;
+use super::input::Form;
 use super::pages::{self, conn, limits, who, Filters, PageError, PageResult};
 use super::view::{count, encode, page};
 use super::App;
@@ -248,10 +248,16 @@ pub(crate) async fn bulk_review(
             }
         }
     };
-    Ok(
-        Html(page("Confirm", "/jobs", who(&app, &csrf, "/jobs"), body).into_string())
-            .into_response(),
+    Ok(Html(
+        page(
+            "Confirm",
+            "/jobs",
+            who(&app, &headers, &csrf, "/jobs"),
+            body,
+        )
+        .into_string(),
     )
+    .into_response())
 }
 
 /// `POST /bulk/apply`: select the matching jobs again and apply the
@@ -285,5 +291,8 @@ pub(crate) async fn bulk_apply(
             p { a href=(back) { "Back to the jobs" } " · " a href={ "/jobs?state=" (encode(action.states()[0])) } { "see " (action.states()[0]) " jobs" } }
         }
     };
-    Ok(Html(page("Done", "/jobs", who(&app, &csrf, "/jobs"), body).into_string()).into_response())
+    Ok(
+        Html(page("Done", "/jobs", who(&app, &headers, &csrf, "/jobs"), body).into_string())
+            .into_response(),
+    )
 }

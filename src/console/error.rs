@@ -23,12 +23,28 @@ pub(crate) enum PageError {
     Forbidden(String),
     /// Actions need a login.
     Unauthorized,
+    /// The `Host` header names another host (DNS rebinding?).
+    MisdirectedHost(String),
+    /// Too many wrong credentials lately: try again after this long.
+    TooMany(std::time::Duration),
 }
 
 impl From<Error> for PageError {
     fn from(e: Error) -> Self {
         match e {
             Error::Config(m) => PageError::BadRequest(m),
+            // A data exception (SQLSTATE class 22: a value out of range, an
+            // invalid text representation) is the input's fault, not the
+            // database's: the server's message, as a 400.
+            Error::Db { context, source }
+                if source.code().is_some_and(|c| c.code().starts_with("22")) =>
+            {
+                let message = source
+                    .as_db_error()
+                    .map(|d| d.message().to_string())
+                    .unwrap_or_default();
+                PageError::BadRequest(format!("{context}: {message}"))
+            }
             e => PageError::Db(e),
         }
     }
@@ -46,6 +62,7 @@ impl From<schedules::ScheduleError> for PageError {
 
 impl IntoResponse for PageError {
     fn into_response(self) -> Response {
+        let mut retry_after = None;
         let (status, message) = match self {
             PageError::Db(e) => {
                 tracing::warn!(error = %e, "console: a page failed");
@@ -69,17 +86,45 @@ impl IntoResponse for PageError {
                 StatusCode::UNAUTHORIZED,
                 "log in first (Log in to act, at the top right)".to_string(),
             ),
+            PageError::MisdirectedHost(host) => (
+                StatusCode::MISDIRECTED_REQUEST,
+                format!(
+                    "This console does not answer to the host name {:?}: a page of another \
+                     site whose name now leads here must not read it (DNS rebinding). If you \
+                     reach the console by that name, start it with --ui-host {} \
+                     (repeatable; NAME for any port, NAME:PORT for one).",
+                    host.chars().take(200).collect::<String>(),
+                    host.chars().take(200).collect::<String>().escape_debug()
+                ),
+            ),
+            PageError::TooMany(wait) => {
+                let secs = wait.as_secs().max(1);
+                retry_after = Some(secs);
+                (
+                    StatusCode::TOO_MANY_REQUESTS,
+                    format!(
+                        "Too many wrong credentials lately: no login is checked for {secs} s. \
+                         Sessions already logged in keep working."
+                    ),
+                )
+            }
         };
         let body = html! {
             h1 { (status.canonical_reason().unwrap_or("Error")) }
             div.panel.error { p { (message) } }
             p { a href="/" { "Back to the overview" } }
         };
-        (
+        let mut response = (
             status,
             Html(page("Error", "", Who::ReadOnly, body).into_string()),
         )
-            .into_response()
+            .into_response();
+        if let Some(secs) = retry_after {
+            response
+                .headers_mut()
+                .insert(axum::http::header::RETRY_AFTER, secs.into());
+        }
+        response
     }
 }
 

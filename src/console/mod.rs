@@ -5,7 +5,9 @@
 //! page in one read-only transaction under a short `statement_timeout`.
 //!
 //! ```text
-//!  browser ── GET /, /workers, /jobs, /jobs/{id}, /queues, /schedules
+//!  browser ── every request: bounded input (else 400), Host of this console (else 421),
+//!     │       off loopback a session for reads too (else to the login)
+//!     ├──── GET /, /workers, /jobs, /jobs/{id}, /queues, /schedules
 //!     │          └─ read-only transaction (statement_timeout, lock_timeout) ── admin::*
 //!     └──── POST /actions/…, /bulk/…   (only with --ui-actions)
 //!                └─ session cookie (login with PGWAKE_UI_TOKEN) + CSRF token + Origin check
@@ -20,6 +22,7 @@
 mod actions;
 mod auth;
 mod error;
+mod input;
 mod pages;
 mod view;
 
@@ -33,6 +36,8 @@ use tokio_util::sync::CancellationToken;
 
 use crate::error::{Error, Result};
 
+pub use input::{FIELDS_MAX, FORM_MAX, PATH_MAX, PAYLOAD_DEPTH_MAX, QUERY_MAX, VALUE_MAX};
+
 /// Where `pgwake ui` serves the console when not told otherwise: loopback
 /// only.
 pub const UI_ADDR_DEFAULT: &str = "127.0.0.1:9190";
@@ -42,6 +47,14 @@ pub const TOKEN_ENV: &str = "PGWAKE_UI_TOKEN";
 
 /// Shortest credential accepted, in characters.
 pub const TOKEN_MIN_LEN: usize = 16;
+
+/// Login attempts the console checks in a burst (for all clients
+/// together); then one more every [`LOGIN_FAILURE_REFILL`]. A right
+/// credential does not count.
+pub const LOGIN_FAILURES_BURST: usize = 10;
+
+/// How often the login bucket gains one attempt back.
+pub const LOGIN_FAILURE_REFILL: Duration = Duration::from_secs(6);
 
 /// Connections of the console's own pool.
 pub const POOL_SIZE: usize = 4;
@@ -65,6 +78,19 @@ pub struct ConsoleConfig {
     pub statement_timeout: Duration,
     /// How often the overview refreshes itself in the browser.
     pub refresh: Duration,
+    /// Host names the console answers to besides an IP address and, when
+    /// it listens on loopback or every address, `localhost` on its port
+    /// (`--ui-host`): `NAME` (any port) or `NAME:PORT`. A request naming
+    /// any other host gets 421: a page of another site whose name was
+    /// rebound to this address cannot read it (DNS rebinding).
+    pub hosts: Vec<String>,
+    /// On an address other than loopback, serve the pages to anyone who
+    /// can reach it, without a login (`--ui-open-reads`). Off: reading
+    /// needs the credential too, as acting does.
+    pub open_reads: bool,
+    /// The session cookie is `__Host-pgwake_console` with `Secure`
+    /// (`--ui-secure-cookie`): for a console served behind TLS.
+    pub secure_cookie: bool,
 }
 
 impl Default for ConsoleConfig {
@@ -74,6 +100,9 @@ impl Default for ConsoleConfig {
             token: None,
             statement_timeout: STATEMENT_TIMEOUT_DEFAULT,
             refresh: Duration::from_secs(3),
+            hosts: Vec::new(),
+            open_reads: false,
+            secure_cookie: false,
         }
     }
 }
@@ -103,12 +132,53 @@ impl ConsoleConfig {
                  {TOKEN_MIN_LEN} characters (e.g. {TOKEN_ENV}=$(openssl rand -hex 24)); \
                  operators log in with it"
             ))),
-            Some(t) if t.chars().count() < TOKEN_MIN_LEN => Err(Error::Config(format!(
-                "{TOKEN_ENV} is too short: use at least {TOKEN_MIN_LEN} characters"
-            ))),
-            Some(_) => Ok(()),
+            Some(t) => check_token(t),
         }
     }
+
+    /// [`ConsoleConfig::validate`], and on `addr` other than loopback a
+    /// credential for reads too, unless [`ConsoleConfig::open_reads`].
+    pub fn validate_for(&self, addr: SocketAddr) -> Result<()> {
+        self.validate()?;
+        if !self.reads_need_login(addr) {
+            return Ok(());
+        }
+        match &self.token {
+            None => Err(Error::Config(format!(
+                "--ui-addr {addr} is not a loopback address: anyone who reaches it could read \
+                 every payload, error and result. Set {TOKEN_ENV} to a secret of at least \
+                 {TOKEN_MIN_LEN} characters (operators log in with it to read, and with \
+                 --ui-actions to act), or pass --ui-open-reads to serve the pages to anyone \
+                 who can reach it"
+            ))),
+            Some(t) => check_token(t),
+        }
+    }
+
+    /// Whether reading needs a login on `addr`: every address but
+    /// loopback, unless [`ConsoleConfig::open_reads`].
+    pub fn reads_need_login(&self, addr: SocketAddr) -> bool {
+        !addr.ip().is_loopback() && !self.open_reads
+    }
+}
+
+/// A credential an operator can type into the login form: at least
+/// [`TOKEN_MIN_LEN`] characters, at most [`VALUE_MAX`] (the form's bound),
+/// no control character.
+fn check_token(t: &str) -> Result<()> {
+    let n = t.chars().count();
+    if n < TOKEN_MIN_LEN {
+        return Err(Error::Config(format!(
+            "{TOKEN_ENV} is too short: use at least {TOKEN_MIN_LEN} characters"
+        )));
+    }
+    if n > VALUE_MAX || t.chars().any(char::is_control) {
+        return Err(Error::Config(format!(
+            "{TOKEN_ENV} cannot be typed into the login form: use at most {VALUE_MAX} \
+             characters and no control character"
+        )));
+    }
+    Ok(())
 }
 
 /// The console's own pool: [`POOL_SIZE`] connections named
@@ -135,7 +205,11 @@ pub async fn bind(addr: SocketAddr) -> Result<tokio::net::TcpListener> {
 pub(crate) struct Inner {
     pool: deadpool_postgres::Pool,
     config: ConsoleConfig,
+    /// The address it listens on.
+    bound: SocketAddr,
     sessions: auth::Sessions,
+    secrets: auth::Secrets,
+    limiter: auth::Limiter,
 }
 
 type App = Arc<Inner>;
@@ -148,15 +222,18 @@ pub fn serve_on(
     config: ConsoleConfig,
     shutdown: CancellationToken,
 ) -> Result<(SocketAddr, tokio::task::JoinHandle<()>)> {
-    config.validate()?;
     let bound = listener.local_addr().map_err(|source| Error::Io {
         context: "console listener".into(),
         source,
     })?;
+    config.validate_for(bound)?;
     let app: App = Arc::new(Inner {
         pool,
         config,
+        bound,
         sessions: auth::Sessions::default(),
+        secrets: auth::Secrets::default(),
+        limiter: auth::Limiter::default(),
     });
     let router = Router::new()
         .route("/", get(pages::overview))
@@ -164,6 +241,7 @@ pub fn serve_on(
         .route("/workers", get(pages::workers))
         .route("/jobs", get(pages::jobs))
         .route("/jobs/{id}", get(pages::job))
+        .route("/jobs/{id}/errors", get(pages::job_errors))
         .route("/queues", get(pages::queues))
         .route("/schedules", get(pages::schedules))
         .route("/login", get(pages::login_page).post(auth::login))
@@ -176,6 +254,11 @@ pub fn serve_on(
         .route("/assets/console.css", get(view::css))
         .route("/assets/console.js", get(view::js))
         .fallback(pages::not_found)
+        .layer(axum::middleware::from_fn_with_state(
+            app.clone(),
+            auth::gate,
+        ))
+        .layer(axum::middleware::from_fn(input::bounds))
         .layer(axum::middleware::map_response(view::secure_headers))
         .with_state(app);
     let task = tokio::spawn(async move {
@@ -184,4 +267,36 @@ pub fn serve_on(
             .await;
     });
     Ok((bound, task))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_credential_must_be_typeable_and_long_enough() {
+        let with = |t: &str| ConsoleConfig {
+            actions: true,
+            token: Some(t.to_string()),
+            ..ConsoleConfig::default()
+        };
+        assert!(with(&"x".repeat(TOKEN_MIN_LEN)).validate().is_ok());
+        for bad in [
+            "short".to_string(),
+            "x".repeat(VALUE_MAX + 1),
+            format!("{}\n", "x".repeat(TOKEN_MIN_LEN)),
+        ] {
+            assert!(with(&bad).validate().is_err(), "{bad:?}");
+        }
+        let network: SocketAddr = "0.0.0.0:9190".parse().unwrap();
+        let loopback: SocketAddr = "127.0.0.1:9190".parse().unwrap();
+        let read_only = ConsoleConfig::default();
+        assert!(read_only.validate_for(loopback).is_ok());
+        assert!(read_only.validate_for(network).is_err());
+        let open = ConsoleConfig {
+            open_reads: true,
+            ..ConsoleConfig::default()
+        };
+        assert!(open.validate_for(network).is_ok());
+    }
 }

@@ -5,7 +5,7 @@
 
 use std::collections::BTreeMap;
 
-use axum::extract::{Path, Query, State};
+use axum::extract::State;
 use axum::http::HeaderMap;
 use axum::response::{Html, IntoResponse, Response};
 use maud::{html, Markup};
@@ -13,6 +13,7 @@ use serde::Deserialize;
 
 use super::auth;
 pub(crate) use super::error::{PageError, PageResult};
+use super::input::{JobId, Query};
 use super::view::{self, at, count, encode, page, seconds, when, Who};
 use super::App;
 use crate::admin::{activity, gauges, jobs, queues, schedules, workers};
@@ -20,6 +21,32 @@ use crate::error::Error;
 
 /// Rows per page of the Jobs page.
 pub(crate) const PAGE: i32 = 50;
+
+/// A job's recorded errors shown on its page (the latest); the rest on
+/// `/jobs/{id}/errors`, [`ERRORS_PAGE`] a page.
+pub(crate) const ERRORS_ON_JOB_PAGE: usize = 20;
+
+/// Errors per page of `/jobs/{id}/errors`.
+pub(crate) const ERRORS_PAGE: usize = 100;
+
+/// Characters of one error, result or history entry a page shows.
+pub(crate) const TEXT_SHOWN_MAX: usize = 4_000;
+
+/// Characters of a payload the job page shows.
+pub(crate) const PAYLOAD_SHOWN_MAX: usize = 64 * 1024;
+
+/// At most `max` characters of `s` in a `pre`, and how many more there are
+/// (`pgwake job show ID --json` shows everything).
+fn cut(s: &str, max: usize, id: &str) -> Markup {
+    let more = s.chars().count().saturating_sub(max);
+    let shown: String = s.chars().take(max).collect();
+    html! {
+        pre id=[(!id.is_empty()).then_some(id)] { (shown) @if more > 0 { "…" } }
+        @if more > 0 {
+            p.muted { (count(more as i64)) " characters more: " code { "pgwake job show ID --json" } " shows everything." }
+        }
+    }
+}
 
 /// Counts on the overview stop here (then shown as "≥ N" with the table's
 /// estimate): an exact count of a huge backlog costs more than it tells.
@@ -72,10 +99,19 @@ pub(crate) async fn limits(
     Ok(())
 }
 
-/// Who the header shows, for a page at `path`.
-pub(crate) fn who<'a>(app: &App, csrf: &'a Option<String>, path: &'a str) -> Who<'a> {
+/// Who the header shows, for a page at `path`: on a read-only console
+/// whose reads need a login, the session's logout.
+pub(crate) fn who<'a>(
+    app: &App,
+    headers: &HeaderMap,
+    csrf: &'a Option<String>,
+    path: &'a str,
+) -> Who<'a> {
     match (app.config.actions, csrf) {
-        (false, _) => Who::ReadOnly,
+        (false, _) => match auth::reader(app, headers) {
+            Some(c) => Who::Reader(c),
+            None => Who::ReadOnly,
+        },
         (true, Some(c)) => Who::LoggedIn(c),
         (true, None) => Who::LoggedOut(path),
     }
@@ -126,7 +162,7 @@ pub(crate) async fn overview(State(app): State<App>, headers: HeaderMap) -> Page
     Ok(html_page(page(
         "Overview",
         "/",
-        who(&app, &csrf, "/"),
+        who(&app, &headers, &csrf, "/"),
         html! {
             div data-refresh="/fragment/overview" data-every=(every) { (body) }
         },
@@ -356,7 +392,7 @@ pub(crate) async fn workers(State(app): State<App>, headers: HeaderMap) -> PageR
     Ok(html_page(page(
         "Workers",
         "/workers",
-        who(&app, &csrf, "/workers"),
+        who(&app, &headers, &csrf, "/workers"),
         html! {
             h1 { "Workers" }
             div.panel {
@@ -429,6 +465,19 @@ pub(crate) struct Filters {
 /// time without a zone (`2026-11-25 14:00`, `2026-11-25T14:00`, seconds
 /// optional), read as UTC.
 pub(crate) fn since_filter(s: &str) -> Result<chrono::DateTime<chrono::Utc>, PageError> {
+    use chrono::Datelike;
+    let t = since_any(s)?;
+    // Years PostgreSQL's timestamptz and every reader agree on.
+    if !(1..=9999).contains(&t.year()) {
+        return Err(PageError::BadRequest(format!(
+            "since {:?}: the year must be between 1 and 9999",
+            s.trim()
+        )));
+    }
+    Ok(t)
+}
+
+fn since_any(s: &str) -> Result<chrono::DateTime<chrono::Utc>, PageError> {
     let s = s.trim();
     if let Ok(t) = chrono::DateTime::parse_from_rfc3339(s) {
         return Ok(t.with_timezone(&chrono::Utc));
@@ -470,6 +519,15 @@ pub(crate) fn payload_filter(s: &str) -> Result<serde_json::Value, PageError> {
             "payload filter {s:?}: the path is empty (write path=value)"
         )));
     }
+    // Each segment nests the filter one level deeper: a bound keeps the
+    // containment object (and dropping it) shallow.
+    let depth = path.split('.').count();
+    if depth > super::input::PAYLOAD_DEPTH_MAX {
+        return Err(PageError::BadRequest(format!(
+            "payload filter: the path has {depth} segments, at most {} are accepted",
+            super::input::PAYLOAD_DEPTH_MAX
+        )));
+    }
     let value = value.trim();
     let mut v = serde_json::from_str(value)
         .unwrap_or_else(|_| serde_json::Value::String(value.to_string()));
@@ -491,9 +549,12 @@ impl Filters {
                     .map_err(|_| PageError::BadRequest(format!("job id {s:?} is not a number")))?,
             ),
         };
-        let after = some(&self.after)
-            .and_then(|s| s.parse::<i64>().ok())
-            .unwrap_or(0);
+        let after = match some(&self.after) {
+            None => 0,
+            Some(s) => s.parse::<i64>().map_err(|_| {
+                PageError::BadRequest(format!("after {s:?} is not a job id (a whole number)"))
+            })?,
+        };
         let payload = some(&self.payload)
             .map(|p| payload_filter(&p))
             .transpose()?;
@@ -620,7 +681,7 @@ pub(crate) async fn jobs(
     Ok(html_page(page(
         "Jobs",
         "/jobs",
-        who(&app, &csrf, &here),
+        who(&app, &headers, &csrf, &here),
         html! {
             h1 { "Jobs" }
             div.panel {
@@ -697,7 +758,7 @@ pub(crate) async fn jobs(
 pub(crate) async fn job(
     State(app): State<App>,
     headers: HeaderMap,
-    Path(id): Path<i64>,
+    JobId(id): JobId,
     Query(did): Query<Did>,
 ) -> PageResult {
     let mut conn = conn(&app).await?;
@@ -721,7 +782,7 @@ pub(crate) async fn job(
     Ok(html_page(page(
         &format!("Job {id}"),
         "/jobs",
-        who(&app, &csrf, &here),
+        who(&app, &headers, &csrf, &here),
         html! {
             h1 { "Job " (id) " " span #state class=(view::state_class(&state)) { (state) } }
             (notice(&did))
@@ -775,26 +836,26 @@ pub(crate) async fn job(
                 }
                 @if let Some(e) = &j.last_error {
                     h2 { "Last error" }
-                    pre #last-error { (e) }
+                    (cut(e, TEXT_SHOWN_MAX, "last-error"))
                 }
             }
             h2 { "Payload" }
             @match &d.payload {
-                Some(p) => pre #payload { (p) },
+                Some(p) => (cut(p, PAYLOAD_SHOWN_MAX, "payload")),
                 None => p.muted { "Not kept (the job finished; history keeps results and errors)." },
             }
             h2 { "Errors" }
             @if d.errors.is_empty() {
                 p.muted { "No failed attempt recorded (errors are kept seven days)." }
             } @else {
-                ul.timeline {
-                    @for e in &d.errors {
-                        li {
-                            "attempt " (e.attempt) ", " (when(Some(&e.at)))
-                            pre { (e.error) }
-                        }
+                @if d.errors.len() > ERRORS_ON_JOB_PAGE {
+                    p #errors-count {
+                        (count(d.errors.len() as i64)) " recorded errors; the latest "
+                        (ERRORS_ON_JOB_PAGE) " below. "
+                        a href={ "/jobs/" (id) "/errors" } { "All of them, " (ERRORS_PAGE) " a page" }
                     }
                 }
+                (errors_list(&d.errors[d.errors.len().saturating_sub(ERRORS_ON_JOB_PAGE)..]))
             }
             h2 { "History" }
             @if d.history.is_empty() {
@@ -807,11 +868,76 @@ pub(crate) async fn job(
                             " after " (h.attempts) " attempt(s), " (when(Some(&h.finished_at)))
                             @if let Some(w) = &h.worker { " by " code { (w) } }
                             @if let Some(s) = &h.started_at { " " span.muted { "(started " (when(Some(s))) ")" } }
-                            @if let Some(e) = &h.error { pre { (e) } }
-                            @if let Some(r) = &h.result { div.muted { "Result" } pre.result { (r) } }
+                            @if let Some(e) = &h.error { (cut(e, TEXT_SHOWN_MAX, "")) }
+                            @if let Some(r) = &h.result { div.muted { "Result" } (cut(r, TEXT_SHOWN_MAX, "")) }
                         }
                     }
                 }
+            }
+        },
+    )))
+}
+
+/// Recorded errors as a timeline, each cut at [`TEXT_SHOWN_MAX`].
+fn errors_list(errors: &[jobs::AttemptError]) -> Markup {
+    html! {
+        ul.timeline {
+            @for e in errors {
+                li data-attempt=(e.attempt) {
+                    "attempt " (e.attempt) ", " (when(Some(&e.at)))
+                    (cut(&e.error, TEXT_SHOWN_MAX, ""))
+                }
+            }
+        }
+    }
+}
+
+/// The errors page's query.
+#[derive(Deserialize, Default)]
+pub(crate) struct ErrorsPage {
+    #[serde(default)]
+    page: String,
+}
+
+/// `GET /jobs/{id}/errors?page=N`: a job's recorded errors by attempt,
+/// [`ERRORS_PAGE`] a page.
+pub(crate) async fn job_errors(
+    State(app): State<App>,
+    headers: HeaderMap,
+    JobId(id): JobId,
+    Query(q): Query<ErrorsPage>,
+) -> PageResult {
+    let n: usize = match q.page.trim() {
+        "" => 1,
+        s => s.parse::<u32>().ok().filter(|n| *n >= 1).ok_or_else(|| {
+            PageError::BadRequest(format!("page {s:?}: write a page number from 1"))
+        })? as usize,
+    };
+    let mut conn = conn(&app).await?;
+    let tx = read_tx(&app, &mut conn).await?;
+    let errors = jobs::errors(tx.client(), id).await?;
+    tx.commit().await.map_err(Error::db("console: commit"))?;
+    if errors.is_empty() {
+        return Err(PageError::NotFound(format!(
+            "no recorded error of job {id} (errors are kept seven days)"
+        )));
+    }
+    let pages = errors.len().div_ceil(ERRORS_PAGE);
+    let start = (n - 1).saturating_mul(ERRORS_PAGE).min(errors.len());
+    let shown = &errors[start..(start + ERRORS_PAGE).min(errors.len())];
+    let csrf = auth::session(&app, &headers);
+    let here = format!("/jobs/{id}/errors");
+    Ok(html_page(page(
+        &format!("Job {id}: errors"),
+        "/jobs",
+        who(&app, &headers, &csrf, &here),
+        html! {
+            h1 { "Errors of " a href={ "/jobs/" (id) } { "job " (id) } }
+            p.muted { (count(errors.len() as i64)) " recorded errors, by attempt; page " (n) " of " (pages) "." }
+            @if shown.is_empty() { p.muted { "No error on this page." } } @else { (errors_list(shown)) }
+            div.pager {
+                @if n > 1 { a #prev href={ (here) "?page=" (n - 1) } { "« previous page" } }
+                @if n < pages { a #next href={ (here) "?page=" (n + 1) } { "next page »" } }
             }
         },
     )))
@@ -834,7 +960,7 @@ pub(crate) async fn queues(
     Ok(html_page(page(
         "Queues",
         "/queues",
-        who(&app, &csrf, "/queues"),
+        who(&app, &headers, &csrf, "/queues"),
         html! {
             h1 { "Queues" }
             (notice(&did))
@@ -898,7 +1024,7 @@ pub(crate) async fn schedules(State(app): State<App>, headers: HeaderMap) -> Pag
     Ok(html_page(page(
         "Schedules",
         "/schedules",
-        who(&app, &csrf, "/schedules"),
+        who(&app, &headers, &csrf, "/schedules"),
         html! {
             h1 { "Schedules" }
             div.panel {

@@ -60,6 +60,9 @@ pub(crate) enum Who<'a> {
     LoggedOut(&'a str),
     /// Logged in, with the session's CSRF token.
     LoggedIn(&'a str),
+    /// Read-only console, logged in to read (an address other than
+    /// loopback), with the session's CSRF token for the logout.
+    Reader(String),
 }
 
 /// A whole page.
@@ -87,6 +90,13 @@ pub(crate) fn page(title: &str, here: &str, who: Who<'_>, body: Markup) -> Marku
                         @match who {
                             Who::ReadOnly => span.badge.b-muted title="start with --ui-actions to act" { "read-only" },
                             Who::LoggedOut(next) => a href={ "/login?next=" (encode(next)) } { "Log in to act" },
+                            Who::Reader(csrf) => {
+                                span.badge.b-muted title="start with --ui-actions to act" { "read-only" }
+                                form.inline method="post" action="/logout" {
+                                    input type="hidden" name="csrf" value=(csrf);
+                                    button type="submit" { "Log out" }
+                                }
+                            },
                             Who::LoggedIn(csrf) => {
                                 span.badge.b-ok { "actions on" }
                                 form.inline method="post" action="/logout" {

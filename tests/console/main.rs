@@ -8,6 +8,9 @@
 #[path = "../common/mod.rs"]
 mod common;
 
+mod access;
+mod bounded;
 mod browser;
+mod fuzz;
 mod http;
 mod support;

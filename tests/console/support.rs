@@ -25,17 +25,32 @@ pub struct Console {
 impl Console {
     /// Serve `db`, with actions (and [`TOKEN`]) or read-only.
     pub async fn start(db: &TestDb, actions: bool) -> Console {
-        let listener = console::bind("127.0.0.1:0".parse().unwrap()).await.unwrap();
         let config = ConsoleConfig {
             actions,
             token: actions.then(|| TOKEN.to_string()),
             refresh: Duration::from_millis(500),
             ..ConsoleConfig::default()
         };
-        let pool = console::pool(&db.config()).unwrap();
+        Console::start_with(db, "127.0.0.1:0", config)
+            .await
+            .unwrap()
+    }
+
+    /// Serve `db` on `addr` with `config` (the start-up's refusal as is).
+    /// [`Console::addr`] is the loopback address to reach it by.
+    pub async fn start_with(
+        db: &TestDb,
+        addr: &str,
+        config: ConsoleConfig,
+    ) -> pgwake::error::Result<Console> {
+        let listener = console::bind(addr.parse().unwrap()).await?;
+        let pool = console::pool(&db.config())?;
         let stop = CancellationToken::new();
-        let (addr, _task) = console::serve_on(listener, pool, config, stop.clone()).unwrap();
-        Console { addr, stop }
+        let (mut addr, _task) = console::serve_on(listener, pool, config, stop.clone())?;
+        if addr.ip().is_unspecified() {
+            addr.set_ip(std::net::Ipv4Addr::LOCALHOST.into());
+        }
+        Ok(Console { addr, stop })
     }
 
     /// `http://ADDR` + `path`.

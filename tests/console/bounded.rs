@@ -1,0 +1,96 @@
+//! What one page renders is bounded: a job's recorded errors are shown a
+//! few on its page and the rest a page at a time, each error and the
+//! payload cut at a bound.
+
+use crate::common::*;
+use crate::support::*;
+
+/// A job with 5,000 recorded errors of 2,000 characters and a 300 KB
+/// payload: its page stays small and says how many errors there are, the
+/// errors pages list them all 100 at a time, and a 100 KB error is cut.
+#[tokio::test]
+async fn a_job_with_thousands_of_errors_has_a_small_page_and_pages_of_errors() {
+    let db = migrated_db().await;
+    let c = db.client().await;
+    let id: i64 = c
+        .query_one(
+            "SELECT pgwake.enqueue('t', jsonb_build_object('blob', repeat('p', 300000)), queue => 'q')",
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    c.execute(
+        "INSERT INTO pgwake.job_errors (job_id, attempt, error)
+         SELECT $1, a, 'attempt ' || a || ' failed: ' || repeat('e', 2000) FROM generate_series(1, 5000) a",
+        &[&id],
+    )
+    .await
+    .unwrap();
+    c.execute(
+        "UPDATE pgwake.job_errors SET error = 'huge: ' || repeat('h', 100000) WHERE job_id = $1 AND attempt = 5000",
+        &[&id],
+    )
+    .await
+    .unwrap();
+    let console = Console::start(&db, false).await;
+    let page = get(&console, &format!("/jobs/{id}")).await;
+    assert_eq!(
+        page.status,
+        200,
+        "{}",
+        &page.body[..page.body.len().min(2000)]
+    );
+    assert!(
+        page.body.len() < 200_000,
+        "the job page is {} bytes",
+        page.body.len()
+    );
+    assert!(page.body.contains("5,000 recorded errors"), "{}", page.body);
+    assert!(
+        page.body.contains("attempt 4999 failed"),
+        "the latest errors are shown"
+    );
+    assert!(!page.body.contains("attempt 1 failed"), "not every error");
+    assert!(
+        page.body.contains(&format!("/jobs/{id}/errors")),
+        "a link to the rest"
+    );
+    assert!(
+        page.body.contains("characters more"),
+        "cut payload or error"
+    );
+
+    // All of them, 100 a page, in order.
+    let mut seen = Vec::new();
+    let mut n = 1;
+    loop {
+        let r = get(&console, &format!("/jobs/{id}/errors?page={n}")).await;
+        assert_eq!(r.status, 200, "page {n}: {}", r.body);
+        assert!(
+            r.body.len() < 400_000,
+            "errors page {n}: {} bytes",
+            r.body.len()
+        );
+        let on_page: Vec<i64> = r
+            .body
+            .split("data-attempt=\"")
+            .skip(1)
+            .map(|s| s.split('"').next().unwrap().parse().unwrap())
+            .collect();
+        assert!(on_page.len() <= 100, "page {n}: {}", on_page.len());
+        seen.extend(on_page);
+        if !r.body.contains("id=\"next\"") {
+            break;
+        }
+        n += 1;
+        assert!(n <= 51, "more pages than errors");
+    }
+    assert_eq!(seen, (1..=5000).collect::<Vec<i64>>());
+    for bad in ["0", "-1", "x", "99999999999999999999"] {
+        let r = get(&console, &format!("/jobs/{id}/errors?page={bad}")).await;
+        assert_eq!(r.status, 400, "page={bad}: {}", r.body);
+    }
+    let r = get(&console, "/jobs/999999/errors").await;
+    assert_eq!(r.status, 404, "{}", r.body);
+}
