@@ -164,9 +164,11 @@ async fn a_poison_job_is_charged_alone_never_its_batch(mode: &[&str]) {
     );
     // Usually lets the worker record its siblings' outcomes before it dies;
     // writes a line to the ledger first, so that the check below knows which
-    // runs came before a crash.
+    // runs came before a crash. The worker is the parent of the exec shim,
+    // the command's parent (or the command's own parent without the shim).
     let poison_cmd = format!(
-        "poison=exec:sh -c 'sleep 0.3; echo crash >> {}; kill -9 $PPID'",
+        "poison=exec:sh -c 'sleep 0.3; echo crash >> {}; p=$PPID; \
+         [ \"$(cat /proc/$p/comm)\" = pgwake ] || read -r _ _ _ p _ < /proc/$p/stat; kill -9 $p'",
         ledger.display()
     );
     let mut crashes = 0;

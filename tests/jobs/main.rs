@@ -19,6 +19,7 @@ mod hostile;
 mod lease;
 mod outcomes;
 mod payloads;
+mod process_trees;
 mod put_back;
 mod shutdown;
 mod suite;
