@@ -24,15 +24,25 @@
 //! bytes (`--exec-stdout-max`), is the job's result (recorded when history
 //! is on) and never reaches the worker's own stdout: JSON output is kept as
 //! JSON, any other text as a JSON string, output past the bound is cut (and
-//! then is a string ending in `…[cut]`), empty output is no result. At the
-//! job timeout (or a shutdown past its grace period) the whole process
-//! group is killed with SIGKILL, and the command is killed too if the
-//! worker process dies (`PR_SET_PDEATHSIG`: set by the exec shim,
-//! [`EXEC_SHIM_BINARY`], see [`use_exec_shim`], or else in a `pre_exec`
-//! closure). Processes the command starts
-//! in the background are not covered by the latter; run pgwake under
-//! systemd or Kubernetes, which kill the whole group, or `exec` the
-//! long-running program.
+//! then is a string ending in `…[cut]`), empty output is no result.
+//!
+//! A job's processes end with it. Started through the exec shim
+//! ([`EXEC_SHIM_BINARY`], see [`use_exec_shim`] and `shim.rs`), the command
+//! runs under a supervisor that is a child subreaper: at the job timeout, on
+//! cancel, at a shutdown past its grace period (the worker sends it
+//! SIGTERM), when the worker process dies (its death signal, even after
+//! `kill -9`) and when the command exits, it kills the command's whole
+//! process tree — its process group, and every descendant that left it
+//! (`setsid`, a double-forked daemon), found as its children — and exits
+//! only once the tree is gone. Without the shim (a program embedding the
+//! library that never calls [`use_exec_shim`], or a shim that fails to
+//! start) the worker forks the command in a process group of its own with
+//! `PR_SET_PDEATHSIG` (a `pre_exec` closure); at the timeout, on cancel and
+//! at shutdown it stops and kills the group and every descendant it can
+//! still find in `/proc` (`kill_descendants`), but a process whose parent
+//! already died (a double-forked daemon, re-parented to init) is lost to it,
+//! and a `kill -9` of the worker kills the command alone: use the shim, or
+//! run pgwake under systemd or Kubernetes, which kill the whole cgroup.
 
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
@@ -49,7 +59,8 @@ mod shim;
 mod stderr;
 
 pub use shim::{
-    exec_shim, run_if_asked, use_exec_shim, EXEC_SHIM_ARG, EXEC_SHIM_BINARY, EXIT_CANNOT_START,
+    exec_shim, run_if_asked, use_exec_shim, EXEC_SHIM_ARG, EXEC_SHIM_BINARY, EXEC_SHIM_STOP,
+    EXIT_CANNOT_START,
 };
 pub use stderr::{
     escape_line, parse_retry_after, LOG_TARGET, RETRY_AFTER_LINE, STDERR_LOG_LINES_MAX,
@@ -262,13 +273,16 @@ impl ExecHandler {
     /// The command of `job`, started through `shim` if given.
     fn command(&self, job: &Job, shim: Option<&Path>) -> Command {
         let mut cmd = match shim {
-            // `posix_spawn` of the shim, which sets the death signal itself
-            // and `exec`s the program (see `shim.rs`).
+            // `posix_spawn` of the shim, which supervises the command's
+            // process tree (see `shim.rs`). Not killed when the job's future
+            // is dropped: `TreeGuard` asks it to stop, and it exits once the
+            // whole tree is gone.
             Some(shim) => {
                 let mut cmd = Command::new(shim);
                 cmd.arg(EXEC_SHIM_ARG)
                     .arg(std::process::id().to_string())
-                    .arg(&self.program);
+                    .arg(&self.program)
+                    .kill_on_drop(false);
                 cmd
             }
             None => {
@@ -277,7 +291,8 @@ impl ExecHandler {
                 // with it: the database hands the job to another worker at
                 // once, and the first run must not go on beside the second.
                 // (A `pre_exec` closure makes the standard library fork the
-                // worker: the shim avoids that.)
+                // worker: the shim avoids that. What the command started
+                // is not covered: see the module's documentation.)
                 // SAFETY: prctl is async-signal-safe; nothing else runs in
                 // the child.
                 unsafe {
@@ -286,6 +301,7 @@ impl ExecHandler {
                         Ok(())
                     });
                 }
+                cmd.kill_on_drop(true);
                 cmd
             }
         };
@@ -302,8 +318,7 @@ impl ExecHandler {
                 Stdio::null()
             })
             .stderr(Stdio::piped())
-            .process_group(0)
-            .kill_on_drop(true);
+            .process_group(0);
         cmd
     }
 }
@@ -349,58 +364,126 @@ async fn capture(mut from: tokio::process::ChildStdout, max: usize) -> (Vec<u8>,
     (kept, cut)
 }
 
-/// Kills the process group of a child that is still running when the job's
-/// future is dropped (timeout, cancel, shutdown): `kill_on_drop` alone would
-/// leave its children (e.g. under `sh -c`) running. Then waits (briefly,
-/// bounded by [`EXIT_WAIT`]) until the command itself has exited, without
-/// reaping it (tokio does): a SIGKILL is delivered asynchronously, and the
-/// job's outcome (e.g. cancelled, in `dead_jobs`) must not be recorded while
-/// its process still runs — on a loaded machine the outcome write could
+/// Stops the process tree of a command that is still running when the
+/// job's future is dropped (timeout, cancel, shutdown). Through the shim:
+/// asks the shim to kill the tree ([`EXEC_SHIM_STOP`]), and waits for the
+/// shim, which exits once the whole tree is gone. Without it: stops and
+/// kills the command's process group and every descendant still linked to
+/// it (`kill_descendants`; `kill_on_drop` alone would leave its children,
+/// e.g. under `sh -c`, running), and waits for the command. Either way the
+/// wait is brief (bounded by [`EXIT_WAIT`]) and does not reap the process
+/// (tokio does): a SIGKILL is delivered asynchronously, and the job's
+/// outcome (e.g. cancelled, in `dead_jobs`) must not be recorded while its
+/// processes still run — on a loaded machine the outcome write could
 /// otherwise come first.
-struct GroupGuard {
+struct TreeGuard {
     pid: Option<i32>,
+    /// Whether `pid` is the exec shim.
+    shim: bool,
 }
 
-/// Longest wait in [`GroupGuard`]'s drop for the killed command to exit (a
-/// process in uninterruptible sleep, e.g. on a hung network file system,
-/// cannot die at once; the worker must not hang with it).
+/// Longest wait in [`TreeGuard`]'s drop for the stopped command (or its
+/// shim) to exit (a process in uninterruptible sleep, e.g. on a hung
+/// network file system, cannot die at once; the worker must not hang with
+/// it).
 const EXIT_WAIT: std::time::Duration = std::time::Duration::from_secs(1);
 
-impl Drop for GroupGuard {
+impl Drop for TreeGuard {
     fn drop(&mut self) {
         let Some(pid) = self.pid else {
             return;
         };
-        // SAFETY: plain syscall; a stale pid group is harmless (ESRCH).
-        unsafe {
-            libc::kill(-pid, libc::SIGKILL);
+        if self.shim {
+            // SAFETY: plain syscall to our own, not yet reaped child.
+            unsafe {
+                libc::kill(pid, EXEC_SHIM_STOP);
+            }
+        } else {
+            kill_descendants(pid);
         }
-        let started = std::time::Instant::now();
-        loop {
-            // SAFETY: waitid on our own child with WNOWAIT leaves it to be
-            // reaped by tokio; `info` is a valid out-parameter.
-            let exited = unsafe {
-                let mut info: libc::siginfo_t = std::mem::zeroed();
-                let r = libc::waitid(
-                    libc::P_PID,
-                    pid as libc::id_t,
-                    &mut info,
-                    libc::WEXITED | libc::WNOWAIT | libc::WNOHANG,
-                );
-                // r < 0: not our child any more (already reaped): gone.
-                r < 0 || info.si_pid() != 0
-            };
-            if exited {
-                return;
+        if wait_exited(pid, EXIT_WAIT) {
+            return;
+        }
+        if self.shim {
+            // A shim still waiting for a process that cannot die yet (or
+            // an older shim that `exec`ed the command and met a command
+            // ignoring SIGTERM): kill its group, which is the command's
+            // for an older one.
+            // SAFETY: plain syscall; our own child's group.
+            unsafe {
+                libc::kill(-pid, libc::SIGKILL);
             }
-            if started.elapsed() >= EXIT_WAIT {
-                tracing::warn!(
-                    pid,
-                    "an exec command killed with SIGKILL has not exited yet"
-                );
-                return;
+        }
+        tracing::warn!(
+            pid,
+            "an exec command killed with SIGKILL has not exited yet"
+        );
+    }
+}
+
+/// Wait (polling, at most `within`) until our child `pid` has exited,
+/// without reaping it; true if it did.
+fn wait_exited(pid: i32, within: std::time::Duration) -> bool {
+    let started = std::time::Instant::now();
+    loop {
+        // SAFETY: waitid on our own child with WNOWAIT leaves it to be
+        // reaped by tokio; `info` is a valid out-parameter.
+        let exited = unsafe {
+            let mut info: libc::siginfo_t = std::mem::zeroed();
+            let r = libc::waitid(
+                libc::P_PID,
+                pid as libc::id_t,
+                &mut info,
+                libc::WEXITED | libc::WNOWAIT | libc::WNOHANG,
+            );
+            // r < 0: not our child any more (already reaped): gone.
+            r < 0 || info.si_pid() != 0
+        };
+        if exited {
+            return true;
+        }
+        if started.elapsed() >= within {
+            return false;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(1));
+    }
+}
+
+/// Kill the process tree of the command `root` (our child, not yet reaped,
+/// the leader of its own process group) from outside, as the forking path
+/// can: stop (SIGSTOP) its group and every process descended from it,
+/// looking again in `/proc` until no new one appears (a stopped process
+/// can neither fork nor exit, so none slips away in between), then SIGKILL
+/// each with its group. A descendant whose parent had already died before
+/// (a double-forked daemon) was re-parented to init and is not found.
+fn kill_descendants(root: i32) {
+    let mut found = vec![root];
+    // SAFETY: plain syscall; `root` is our child's group.
+    unsafe {
+        libc::kill(-root, libc::SIGSTOP);
+    }
+    loop {
+        let mut more = false;
+        for p in shim::processes() {
+            if !found.contains(&p.pid) && (p.pgid == root || found.contains(&p.ppid)) {
+                // SAFETY: plain syscall; a process of the job, just seen.
+                unsafe {
+                    libc::kill(p.pid, libc::SIGSTOP);
+                }
+                found.push(p.pid);
+                more = true;
             }
-            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+        if !more {
+            break;
+        }
+    }
+    for pid in found {
+        // SAFETY: plain syscalls; processes of the job, stopped, and the
+        // groups they lead.
+        unsafe {
+            libc::kill(pid, libc::SIGKILL);
+            libc::kill(-pid, libc::SIGKILL);
         }
     }
 }
@@ -424,8 +507,9 @@ impl Handler for ExecHandler {
         };
         let mut child =
             spawned.map_err(|e| format!("cannot start {}: {e}", self.program.display()))?;
-        let mut guard = GroupGuard {
+        let mut guard = TreeGuard {
             pid: child.id().map(|p| p as i32),
+            shim: shim.is_some(),
         };
 
         let payload = job.payload_text.clone().into_bytes();

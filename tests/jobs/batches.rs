@@ -122,10 +122,10 @@ async fn lease_mode_a_nul_byte_in_a_failure_reason_fails_only_its_own_job() {
     a_nul_byte_in_a_failure_reason_fails_only_its_own_job(true).await;
 }
 
-/// Issue repro: one job whose command kills the worker (`kill -9 $PPID`)
-/// among good jobs, `max_attempts 3`, the worker restarted after each
-/// crash. The good jobs run once and end done; only the poison job is
-/// charged, and it ends dead.
+/// Issue repro: one job whose command kills the worker (`kill -9` of the
+/// exec shim's parent) among good jobs, `max_attempts 3`, the worker
+/// restarted after each crash. The good jobs run once and end done; only
+/// the poison job is charged, and it ends dead.
 async fn a_poison_job_is_charged_alone_never_its_batch(mode: &[&str]) {
     let db = migrated_db().await;
     let client = db.client().await;
@@ -164,9 +164,11 @@ async fn a_poison_job_is_charged_alone_never_its_batch(mode: &[&str]) {
     );
     // Usually lets the worker record its siblings' outcomes before it dies;
     // writes a line to the ledger first, so that the check below knows which
-    // runs came before a crash.
+    // runs came before a crash. The worker is the parent of the exec shim,
+    // the command's parent (or the command's own parent without the shim).
     let poison_cmd = format!(
-        "poison=exec:sh -c 'sleep 0.3; echo crash >> {}; kill -9 $PPID'",
+        "poison=exec:sh -c 'sleep 0.3; echo crash >> {}; p=$PPID; \
+         [ \"$(cat /proc/$p/comm)\" = pgwake ] || read -r _ _ _ p _ < /proc/$p/stat; kill -9 $p'",
         ledger.display()
     );
     let mut crashes = 0;

@@ -330,6 +330,23 @@ fn the_exec_shim_does_not_start_a_command_whose_worker_is_gone() {
     assert!(marker.exists(), "the command did not run");
 }
 
+/// The shim, which now stays as the command's parent, ends as its command
+/// did: the same exit status, or killed by the same signal (so
+/// `last_error` says "exit status 3" or "killed by signal 11" as before).
+#[test]
+fn the_exec_shim_ends_as_its_command_did() {
+    use std::os::unix::process::ExitStatusExt;
+    let me = std::process::id();
+    let exited = exec_shim(me, &["sh", "-c", "echo out; echo err >&2; exit 3"]);
+    assert_eq!(exited.status.code(), Some(3), "{exited:?}");
+    assert_eq!(String::from_utf8_lossy(&exited.stdout), "out\n");
+    assert_eq!(String::from_utf8_lossy(&exited.stderr), "err\n");
+    let killed = exec_shim(me, &["sh", "-c", "kill -SEGV $$"]);
+    assert_eq!(killed.status.signal(), Some(libc::SIGSEGV), "{killed:?}");
+    assert!(!killed.status.core_dumped(), "{killed:?}");
+    assert!(exec_shim(me, &["true"]).status.success());
+}
+
 /// A program the shim cannot `exec` ends it with status 127 and one line
 /// on stderr naming the program and the error, in the words the handler
 /// uses without the shim.

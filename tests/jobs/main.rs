@@ -20,6 +20,7 @@ mod lease;
 mod outcomes;
 mod payloads;
 mod prefetch;
+mod process_trees;
 mod put_back;
 mod shutdown;
 mod suite;
