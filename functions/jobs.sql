@@ -3,6 +3,10 @@
 --
 --   reason         detail (what and what ends it)                   until           blocking_job
 --   running        leased by worker W (lease mode) / in a tx claim  lease_until
+--   buffered       claimed ahead by worker W into its prefetch      lease_until
+--                  buffer, not started: starts when a slot frees
+--   locked         its row is locked by another session's open
+--                  transaction (pid, application, since): claims skip it
 --   scheduled      runs at T                                        run_at
 --   retry_backoff  attempt N failed (error); retried at T           run_at
 --   paused         queue Q is paused: pgwake queue resume Q
@@ -13,6 +17,7 @@
 --   key_rate_limit key K of Q started its limit of N per W           next admission
 --   no_worker      no live worker works queue Q
 --   no_handler     live workers work Q, none has a handler for T
+--   saturated      every slot of the workers that can run it is busy
 --   ready          nothing holds it: the next free worker takes it
 --   dead           in pgwake.dead_jobs: its last error (`cancelled`: cancelled)
 --   not_found      no waiting, running or dead job has this id
@@ -20,6 +25,23 @@
 -- Read-only and lock-free (no row or advisory lock is taken): what it says
 -- is what held a moment ago. Used by `pgwake explain`, `pgwake job show`
 -- and the console; anything else may call it too.
+-- Whether transaction `x` (a pgwake.jobs row's xmax) is a worker's tx-mode
+-- claim that holds the row: a granted transaction lock whose backend runs
+-- with a live worker's application_name, or a claim a tx batch mark names.
+-- Anything else holding the row (a producer's SELECT … FOR UPDATE in an
+-- open transaction) is not a run: the job waits, and claims skip it.
+CREATE OR REPLACE FUNCTION pgwake.held_by_claim(x xid) RETURNS boolean
+LANGUAGE sql STABLE AS $$
+    SELECT EXISTS (
+        SELECT 1 FROM pg_locks pl
+        WHERE pl.locktype = 'transactionid' AND pl.granted AND pl.transactionid = x
+          AND (EXISTS (SELECT 1 FROM pgwake.tx_batches b WHERE xid(b.xid) = x)
+               OR EXISTS (SELECT 1 FROM pg_stat_activity a
+                          WHERE a.pid = pl.pid
+                            AND a.application_name IN (SELECT w.application_name
+                                                       FROM pgwake.live_workers w))))
+$$;
+
 CREATE OR REPLACE FUNCTION pgwake.explain(job_id bigint)
 RETURNS TABLE (reason text, detail text, until timestamptz, blocking_job bigint)
 LANGUAGE plpgsql STABLE AS $$
@@ -35,9 +57,17 @@ DECLARE
     key_limit integer;
     found_reason boolean := false;
 BEGIN
-    SELECT lj.worker_id, lj.lease_until, lj.attempts, lj.queue
+    SELECT lj.worker_id, lj.lease_until, lj.attempts, lj.queue, lj.buffered, lj.leased_at
     INTO l FROM pgwake.leased_jobs lj WHERE lj.id = job_id;
-    IF FOUND THEN
+    IF FOUND AND l.buffered THEN
+        -- Claimed ahead of the worker's free slots (migration 0024); the
+        -- worker clears the mark, asynchronously, when the job starts.
+        RETURN QUERY SELECT 'buffered'::text,
+            format('lease mode, attempt %s, claimed ahead by worker %s into its prefetch buffer at %s, not started: it starts when one of that worker''s slots frees, or goes back to the queue, attempt refunded, if no slot frees for --prefetch-wait, the worker stops, or its queue is paused or limited',
+                   l.attempts, l.worker_id, l.leased_at),
+            l.lease_until, NULL::bigint;
+        RETURN;
+    ELSIF FOUND THEN
         RETURN QUERY SELECT 'running'::text,
             format('lease mode, attempt %s, leased by worker %s; its lease is renewed while it runs',
                    l.attempts, l.worker_id),
@@ -66,11 +96,24 @@ BEGIN
         RETURN;
     END IF;
 
-    IF j.in_tx THEN
+    IF j.in_tx AND pgwake.held_by_claim(j.xmax) THEN
         RETURN QUERY SELECT 'running'::text,
             format('tx mode, attempt %s: a worker''s claim transaction holds it until its handler ends', j.attempts + 1),
             NULL::timestamptz, NULL::bigint;
         RETURN;
+    ELSIF j.in_tx THEN
+        -- Another session holds the row: claims skip locked rows.
+        found_reason := true;
+        RETURN QUERY SELECT 'locked'::text,
+            coalesce((SELECT format('its row is locked by the open transaction of another session (pid %s, application %s, %s since %s): claims skip locked rows until that transaction ends',
+                                    a.pid, quote_literal(coalesce(a.application_name, '')),
+                                    coalesce(a.state, 'state unknown'), a.xact_start)
+                      FROM pg_locks pl JOIN pg_stat_activity a ON a.pid = pl.pid
+                      WHERE pl.locktype = 'transactionid' AND pl.granted
+                        AND pl.transactionid = j.xmax
+                      LIMIT 1),
+                     'its row is locked by the open transaction of another session: claims skip locked rows until that transaction ends'),
+            NULL::timestamptz, NULL::bigint;
     END IF;
 
     IF j.run_at > now() THEN
@@ -98,13 +141,15 @@ BEGIN
     END IF;
 
     IF j.ordering_key IS NOT NULL THEN
-        SELECT 'running (lease mode)' AS state, lj.id INTO b
+        SELECT CASE WHEN lj.buffered THEN 'buffered by worker ' || lj.worker_id
+                    ELSE 'running (lease mode)' END AS state, lj.id INTO b
         FROM pgwake.leased_jobs lj WHERE lj.ordering_key = j.ordering_key
         ORDER BY lj.id LIMIT 1;
         IF NOT FOUND THEN
             SELECT CASE
                        WHEN jb.xmax IN (SELECT pl.transactionid FROM pg_locks pl
                                         WHERE pl.locktype = 'transactionid' AND pl.granted)
+                            AND pgwake.held_by_claim(jb.xmax)
                            THEN 'running (tx mode)'
                        WHEN jb.run_at > now() AND jb.attempts > 0 THEN 'waiting to retry at ' || jb.run_at
                        WHEN jb.run_at > now() THEN 'scheduled for ' || jb.run_at
@@ -134,6 +179,7 @@ BEGIN
             WHERE jb.queue = j.queue
               AND jb.xmax IN (SELECT pl.transactionid FROM pg_locks pl
                               WHERE pl.locktype = 'transactionid' AND pl.granted)
+              AND pgwake.held_by_claim(jb.xmax)
         ) r;
         IF running_n >= q.max_running THEN
             found_reason := true;
@@ -174,6 +220,7 @@ BEGIN
             WHERE jb.queue = j.queue AND jb.limit_key = j.limit_key
               AND jb.xmax IN (SELECT pl.transactionid FROM pg_locks pl
                               WHERE pl.locktype = 'transactionid' AND pl.granted)
+              AND pgwake.held_by_claim(jb.xmax)
         ) r;
         IF key_limit IS NOT NULL AND running_n >= key_limit THEN
             found_reason := true;
@@ -227,6 +274,23 @@ BEGIN
     END IF;
 
     IF NOT found_reason THEN
+        -- Every slot of the live workers that can run it busy, as of their
+        -- last report (the registry, renewed every few seconds).
+        SELECT coalesce(sum(w.concurrency), 0) AS slots, coalesce(sum(w.running), 0) AS busy,
+               count(*) AS workers
+        INTO b FROM pgwake.live_workers w
+        WHERE (w.queues IS NULL OR j.queue = ANY(w.queues))
+          AND ('*' = ANY(w.tasks) OR j.task = ANY(w.tasks));
+        IF b.slots > 0 AND b.busy >= b.slots THEN
+            found_reason := true;
+            RETURN QUERY SELECT 'saturated'::text,
+                format('every slot of the %s live worker(s) that can run it is busy (%s of %s running, as of their last report): it starts when one frees; more workers or --concurrency add slots',
+                       b.workers, b.busy, b.slots),
+                NULL::timestamptz, NULL::bigint;
+        END IF;
+    END IF;
+
+    IF NOT found_reason THEN
         RETURN QUERY SELECT 'ready'::text,
             format('nothing holds it; the next free worker takes it (%s ready job(s) of queue %s ahead of it in claim order)',
                    (SELECT count(*) FROM (
@@ -243,7 +307,8 @@ $$;
 -- Jobs in every state, filtered, keyset-paginated by id: the rows behind
 -- `pgwake jobs list` and the console's Jobs page. `state`: waiting (ready
 -- now), scheduled (later, retries included), running (lease mode, and tx
--- mode: rows a claim transaction holds), dead, cancelled, finished
+-- mode: rows a claim transaction holds), buffered (lease mode: claimed
+-- ahead into a worker's prefetch buffer, not started), dead, cancelled, finished
 -- (history, when on), or NULL for every state but finished. Each filter
 -- NULL: any. `payload`: jobs whose payload contains it (`@>`). `since`: jobs
 -- enqueued (waiting, scheduled, running), failed or cancelled (dead,
@@ -273,15 +338,16 @@ DECLARE
     lim integer := least(greatest(coalesce(page, 100), 1), 1000);
 BEGIN
     IF state IS NOT NULL AND state NOT IN
-       ('waiting', 'scheduled', 'running', 'dead', 'cancelled', 'finished') THEN
-        RAISE EXCEPTION 'unknown job state %: use waiting, scheduled, running, dead, cancelled or finished', quote_literal(state)
+       ('waiting', 'scheduled', 'running', 'buffered', 'dead', 'cancelled', 'finished') THEN
+        RAISE EXCEPTION 'unknown job state %: use waiting, scheduled, running, buffered, dead, cancelled or finished', quote_literal(state)
             USING ERRCODE = '22023';
     END IF;
     RETURN QUERY
     SELECT * FROM (
         SELECT j.id,
                CASE WHEN j.xmax IN (SELECT pl.transactionid FROM pg_locks pl
-                                    WHERE pl.locktype = 'transactionid' AND pl.granted) THEN 'running'
+                                    WHERE pl.locktype = 'transactionid' AND pl.granted)
+                         AND pgwake.held_by_claim(j.xmax) THEN 'running'
                     WHEN j.run_at > now() THEN 'scheduled'
                     ELSE 'waiting' END AS s,
                j.queue, j.task, j.priority, j.attempts, j.max_attempts, j.run_at, j.created_at,
@@ -296,10 +362,11 @@ BEGIN
           AND (list_jobs.payload IS NULL OR j.payload @> list_jobs.payload)
           AND (list_jobs.since IS NULL OR j.created_at >= list_jobs.since)
         UNION ALL
-        SELECT l.id, 'running', l.queue, l.task, l.priority, l.attempts, l.max_attempts, l.run_at,
+        SELECT l.id, CASE WHEN l.buffered THEN 'buffered' ELSE 'running' END,
+               l.queue, l.task, l.priority, l.attempts, l.max_attempts, l.run_at,
                l.created_at, l.ordering_key, l.unique_key, l.worker_id, l.last_error, l.limit_key
         FROM pgwake.leased_jobs l
-        WHERE (state IS NULL OR state = 'running')
+        WHERE (state IS NULL OR state IN ('running', 'buffered'))
           AND l.id > coalesce(after_id, 0)
           AND (list_jobs.queue IS NULL OR l.queue = list_jobs.queue)
           AND (list_jobs.task IS NULL OR l.task = list_jobs.task)

@@ -512,6 +512,7 @@ impl Worker {
                 },
             }),
             completer,
+            start_marks: crate::claim::starts::StartMarks::spawn(self.pool.clone()),
             jobs: TaskTracker::new(),
             history: self.history.clone(),
             cancels,

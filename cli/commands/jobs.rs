@@ -13,7 +13,7 @@ use super::database::Db;
 /// `pgwake jobs …`.
 #[derive(Subcommand)]
 pub enum JobsAction {
-    /// List jobs in every state (waiting, scheduled, running, dead, cancelled; finished with
+    /// List jobs in every state (waiting, scheduled, running, buffered, dead, cancelled; finished with
     /// --state finished), oldest id first, a page at a time (--after the last id shown).
     List(ListArgs),
 }
@@ -23,7 +23,8 @@ pub enum JobsAction {
 pub struct ListArgs {
     #[command(flatten)]
     db: Db,
-    /// waiting, scheduled, running, dead, cancelled or finished (history); default: every
+    /// waiting, scheduled, running, buffered (claimed ahead into a worker's prefetch
+    /// buffer, not started), dead, cancelled or finished (history); default: every
     /// state but finished.
     #[arg(long)]
     state: Option<String>,

@@ -22,7 +22,8 @@ pub enum BulkAction {
     /// Dead jobs back into their queue ([`dead::retry`]); cancelled ones
     /// only when the filter names the cancelled state.
     Retry,
-    /// Waiting, scheduled and running jobs cancelled ([`crate::cancel()`]).
+    /// Waiting, scheduled, running and buffered jobs cancelled
+    /// ([`crate::cancel()`]).
     Cancel,
     /// Dead and cancelled jobs deleted for good ([`dead::purge`]).
     Delete,
@@ -42,7 +43,7 @@ impl BulkAction {
     pub fn states(self) -> &'static [&'static str] {
         match self {
             BulkAction::Retry | BulkAction::Delete => &["dead", "cancelled"],
-            BulkAction::Cancel => &["waiting", "scheduled", "running"],
+            BulkAction::Cancel => &["waiting", "scheduled", "running", "buffered"],
         }
     }
 

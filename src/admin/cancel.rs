@@ -14,7 +14,7 @@
 //!          Watcher  ── every cancel_poll_interval, after each       ├─▶ requests for the ids this
 //!                      listener (re)connect, and when prompted ─────┘   worker runs: the run's token
 //!                                                                        fires, handler stopped (exec:
-//!                                                                        process group killed),
+//!                                                                        process tree killed),
 //!                                                                        Resolution::Cancelled
 //!          tx: savepoint rolled back (statement cancelled), job buried 'cancelled' in the claim's commit
 //!          lease: bury fenced by token (a no-op when pgwake.cancel already did it)

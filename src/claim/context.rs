@@ -106,6 +106,8 @@ pub(crate) struct ClaimContext {
     pub completer: crate::claim::leases::CompleterHandle,
     /// Lease-mode jobs claimed ahead of the free slots (`prefetch.rs`).
     pub prefetch: crate::claim::prefetch::Prefetch,
+    /// Where a buffered job's start is reported (`starts.rs`).
+    pub start_marks: crate::claim::starts::StartMarks,
     /// Lease-mode job tasks, joined at shutdown.
     pub jobs: TaskTracker,
     /// Whether finished jobs are recorded (`crate::admin::history`).

@@ -255,6 +255,9 @@ pub(crate) fn spawn_run(ctx: Arc<ClaimContext>, mut next: Leased, permit: OwnedS
                 ..
             } = next;
             ctx.prefetch.started();
+            if claimed.buffered {
+                ctx.start_marks.started(claimed.token);
+            }
             let (resolution, result, duration) = run(&ctx, &claimed, &lost, watch).await;
             complete(
                 &ctx,

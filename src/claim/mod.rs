@@ -23,6 +23,7 @@ pub(crate) mod plan;
 pub(crate) mod prefetch;
 pub(crate) mod rate;
 pub(crate) mod results;
+pub(crate) mod starts;
 pub(crate) mod targets;
 pub(crate) mod turn;
 pub(crate) mod tx;

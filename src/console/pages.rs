@@ -640,6 +640,7 @@ const STATES: &[&str] = &[
     "waiting",
     "scheduled",
     "running",
+    "buffered",
     "dead",
     "cancelled",
     "finished",
@@ -740,7 +741,7 @@ pub(crate) async fn jobs(
                         (f.hidden())
                         select name="action" {
                             option value="retry" { "Retry (dead and cancelled jobs)" }
-                            option value="cancel" { "Cancel (waiting, scheduled, running jobs)" }
+                            option value="cancel" { "Cancel (waiting, scheduled, running, buffered jobs)" }
                             option value="delete" { "Delete (dead and cancelled jobs)" }
                         }
                         button type="submit" { "Review…" }
@@ -795,7 +796,7 @@ pub(crate) async fn job(
                             button.primary type="submit" name="op" value="retry" { "Retry" }
                         }
                     }
-                    @if state == "waiting" || state == "scheduled" || state == "running" {
+                    @if state == "waiting" || state == "scheduled" || state == "running" || state == "buffered" {
                         form.inline method="post" action="/actions/job" {
                             input type="hidden" name="csrf" value=(csrf);
                             input type="hidden" name="id" value=(id);

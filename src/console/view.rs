@@ -186,6 +186,7 @@ pub(crate) fn state_class(state: &str) -> &'static str {
         "waiting" => "badge b-info",
         "scheduled" => "badge b-muted",
         "running" => "badge b-ok",
+        "buffered" => "badge b-info",
         "done" => "badge b-ok",
         "dead" => "badge b-bad",
         "cancelled" => "badge b-warn",
@@ -197,8 +198,9 @@ pub(crate) fn state_class(state: &str) -> &'static str {
 pub(crate) fn reason_class(reason: &str) -> &'static str {
     match reason {
         "ready" | "running" => "badge b-ok",
-        "scheduled" | "retry_backoff" => "badge b-info",
-        "paused" | "max_running" | "rate_limit" | "ordering_key" | "cancelled" => "badge b-warn",
+        "scheduled" | "retry_backoff" | "buffered" => "badge b-info",
+        "paused" | "max_running" | "rate_limit" | "ordering_key" | "cancelled" | "saturated"
+        | "locked" => "badge b-warn",
         _ => "badge b-bad",
     }
 }

@@ -119,6 +119,7 @@ statements! {
     LEASE_DONE_HISTORY = "lease_done_history" [INT8_ARRAY, TEXT_ARRAY];
     LEASE_HEARTBEAT = "lease_heartbeat" [INT8_ARRAY, FLOAT8];
     LEASE_REQUEUE = "lease_requeue" [INT8_ARRAY, INT4_ARRAY, TEXT_ARRAY, FLOAT8_ARRAY];
+    LEASE_STARTED = "lease_started" [INT8_ARRAY];
     NEXT_RUN_AT_ALL = "next_run_at_all" [];
     NEXT_RUN_AT_QUEUES = "next_run_at_queues" [TEXT_ARRAY];
     REQUEUE = "requeue" [INT8_ARRAY, TEXT_ARRAY, TEXT_ARRAY, TEXT_ARRAY, INT4_ARRAY,

@@ -107,3 +107,177 @@ async fn a_new_max_running_takes_back_what_workers_prefetched() {
     assert_eq!(runs.len(), 5, "{runs:?}");
     assert!(runs.iter().all(|r| r.1 == 1 && !r.3), "{runs:?}");
 }
+
+/// `(reason, detail)` rows of `pgwake.explain(id)`.
+async fn explain(db: &TestDb, id: i64) -> Vec<(String, String)> {
+    db.client()
+        .await
+        .query("SELECT reason, detail FROM pgwake.explain($1)", &[&id])
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| (r.get(0), r.get(1)))
+        .collect()
+}
+
+/// `(id, state, worker)` of `pgwake.list_jobs(state)`.
+async fn listed(db: &TestDb, state: &str) -> Vec<(i64, String, Option<String>)> {
+    db.client()
+        .await
+        .query(
+            "SELECT id, job_state, worker FROM pgwake.list_jobs(state => $1)",
+            &[&state],
+        )
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| (r.get(0), r.get(1), r.get(2)))
+        .collect()
+}
+
+/// Prefetched jobs are shown as buffered, with the worker that holds them,
+/// not as running (issue 33, item 2: five "running" on a worker with
+/// `--concurrency 1`); a buffered job that starts shows as running. Fails
+/// without the claim's mark (all five running) and without the start mark
+/// (the started job stays buffered).
+#[tokio::test]
+async fn buffered_jobs_are_shown_as_buffered_by_their_worker_until_they_start() {
+    let db = migrated_db().await;
+    create_run_ledger(&db).await;
+    let gate = Gate::closed(&db).await;
+    let client = db.client().await;
+    let first = enqueue(&client, &NewJob::new("gated", serde_json::json!({})))
+        .await
+        .unwrap();
+    // Starts after the first and runs until the worker stops.
+    let second = enqueue(&client, &NewJob::new("block", serde_json::json!({})))
+        .await
+        .unwrap();
+    for _ in 0..3 {
+        enqueue(&client, &NewJob::new("gated", serde_json::json!({})))
+            .await
+            .unwrap();
+    }
+    let w = ChaosWorker::spawn(
+        &db,
+        &[
+            "--lease",
+            "--concurrency",
+            "1",
+            "--prefetch",
+            "4",
+            "--prefetch-wait-ms",
+            "3600000",
+        ],
+    );
+    wait_for("four jobs buffered", Duration::from_secs(60), async || {
+        let n = listed(&db, "buffered").await.len();
+        (n == 4).then_some(()).ok_or(format!("{n} buffered"))
+    })
+    .await;
+    let running = listed(&db, "running").await;
+    assert_eq!(
+        running.iter().map(|r| r.0).collect::<Vec<_>>(),
+        vec![first],
+        "one running on a one-slot worker"
+    );
+    let worker = running[0].2.clone().expect("the worker running it");
+    let buffered = listed(&db, "buffered").await;
+    assert!(
+        buffered.iter().all(|r| r.2.as_ref() == Some(&worker)),
+        "each buffered job names its worker: {buffered:?}"
+    );
+    let why = explain(&db, second).await;
+    assert_eq!(why.len(), 1, "{why:?}");
+    assert_eq!(why[0].0, "buffered", "{why:?}");
+    assert!(why[0].1.contains(&worker), "{why:?}");
+
+    gate.open().await;
+    // The first ends; the second starts from the buffer and blocks.
+    wait_for(
+        "the second job shown running",
+        Duration::from_secs(60),
+        async || {
+            let why = explain(&db, second).await;
+            (why.first().is_some_and(|r| r.0 == "running"))
+                .then_some(())
+                .ok_or(format!("{why:?}"))
+        },
+    )
+    .await;
+    assert!(listed(&db, "running")
+        .await
+        .iter()
+        .any(|r| r.0 == second && r.2.as_ref() == Some(&worker)));
+    drop(w);
+}
+
+/// A waiting job whose row a producer's open transaction has locked is not
+/// running (issue 33, item 2: it showed as "running: tx mode"): explain
+/// says a session's open transaction holds it, which one, and that claims
+/// skip it; the list shows it waiting.
+#[tokio::test]
+async fn a_job_locked_by_another_session_is_explained_as_locked_not_running() {
+    let db = migrated_db().await;
+    let client = db.client().await;
+    let id = enqueue(&client, &NewJob::new("t", serde_json::json!({})))
+        .await
+        .unwrap();
+    let producer = db.client().await;
+    producer
+        .batch_execute(&format!(
+            "SET application_name = 'billing-app'; BEGIN; SELECT 1 FROM pgwake.jobs WHERE id = {id} FOR UPDATE"
+        ))
+        .await
+        .unwrap();
+    let why = explain(&db, id).await;
+    assert_eq!(why[0].0, "locked", "{why:?}");
+    assert!(
+        why[0].1.contains("'billing-app'") && why[0].1.contains("idle in transaction"),
+        "{why:?}"
+    );
+    let listed = listed(&db, "waiting").await;
+    assert_eq!(listed.iter().map(|r| r.0).collect::<Vec<_>>(), vec![id]);
+    producer.batch_execute("ROLLBACK").await.unwrap();
+    let why = explain(&db, id).await;
+    assert!(why.iter().all(|r| r.0 != "locked"), "{why:?}");
+}
+
+/// A ready job whose workers are all busy is explained as waiting for a
+/// slot, with the count, not as "the next free worker takes it" (issue 33,
+/// item 4). Fails without the check (reason `ready`).
+#[tokio::test]
+async fn a_ready_job_behind_a_busy_fleet_is_explained_as_saturated() {
+    let db = migrated_db().await;
+    create_run_ledger(&db).await;
+    let gate = Gate::closed(&db).await;
+    let client = db.client().await;
+    enqueue(&client, &NewJob::new("gated", serde_json::json!({})))
+        .await
+        .unwrap();
+    let w = ChaosWorker::spawn(&db, &["--lease", "--concurrency", "1", "--prefetch", "0"]);
+    until_runs(&db, "the first run", Duration::from_secs(60), |r| {
+        r.len() == 1
+    })
+    .await;
+    let second = enqueue(&client, &NewJob::new("gated", serde_json::json!({})))
+        .await
+        .unwrap();
+    // The registry reports the running job at its next renewal.
+    let why = wait_for(
+        "the fleet reported busy",
+        Duration::from_secs(60),
+        async || {
+            let why = explain(&db, second).await;
+            why.iter()
+                .find(|r| r.0 == "saturated")
+                .cloned()
+                .ok_or(format!("{why:?}"))
+        },
+    )
+    .await;
+    assert!(why.1.contains("1 of 1 running"), "{why:?}");
+    gate.open().await;
+    until_drained(&db).await;
+    assert!(w.terminate().await.success());
+}
