@@ -145,6 +145,11 @@ pub const LISTENER_PING_TIMEOUT_DEFAULT: Duration = Duration::from_secs(5);
 pub const RECONNECT_MIN_DEFAULT: Duration = Duration::from_millis(100);
 /// Default cap of the reconnect delay.
 pub const RECONNECT_MAX_DEFAULT: Duration = Duration::from_secs(10);
+/// Longest pause between two start-up checks of a schema that waits for
+/// `pgwake migrate` (missing, older, or a migrate running): a check is one
+/// connection and a few catalogue reads, and a worker should start soon
+/// after the migration ends. The pauses start at `reconnect_min` and double.
+pub const SCHEMA_RECHECK_MAX: Duration = Duration::from_secs(2);
 /// Default database sampling interval for the queue/pressure gauges.
 pub const SAMPLE_INTERVAL_DEFAULT: Duration = Duration::from_secs(5);
 /// Default lease of a lease-mode job; a heartbeat renews it every third.
@@ -282,9 +287,12 @@ pub struct WorkerConfig {
     /// Default `Auto`: chosen at start.
     pub prepared_statements: PreparedStatements,
     /// End [`Worker::run`](crate::Worker::run) with the error when the
-    /// database cannot be reached at start, instead of waiting for it
-    /// (retrying with backoff from `reconnect_min` to `reconnect_max`,
-    /// not ready meanwhile). Default false: wait.
+    /// database cannot be reached at start, or its schema is missing,
+    /// older than this binary or being migrated, instead of waiting
+    /// (retrying with backoff from `reconnect_min` to `reconnect_max`, at
+    /// most [`SCHEMA_RECHECK_MAX`] between schema checks, not ready
+    /// meanwhile). A schema newer than the binary ends the start either
+    /// way. Default false: wait.
     pub fail_fast: bool,
     /// History of finished jobs and its retention (`crate::admin::history`).
     /// Default: leave the database's setting as it is (history is off

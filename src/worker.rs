@@ -35,6 +35,18 @@ use crate::services::sampler::Sampler;
 /// for claim tasks to hand their jobs back before it returns regardless.
 pub(crate) const HARD_DEADLINE: Duration = Duration::from_secs(5);
 
+/// While the schema's state does not change, how often the wait for it is
+/// logged again.
+const SCHEMA_WAIT_LOG_EVERY: Duration = Duration::from_secs(60);
+
+/// What the start-up check found.
+enum StartUp {
+    /// Everything is in place: how the claims go over the connection.
+    Ready(connect::Pooling),
+    /// The schema waits for `pgwake migrate`.
+    SchemaPending(crate::admin::schema::Pending),
+}
+
 /// Builds a [`Worker`].
 pub struct WorkerBuilder {
     db: connect::DbConfig,
@@ -386,14 +398,19 @@ impl Worker {
     /// the claims gets what it can carry (`connect::check_pooling`). Also
     /// applies `config.history.keep_finished` to the database and reads the
     /// history setting in force.
+    /// A schema that is missing, older, or being migrated is an
+    /// [`Error::Schema`] here; [`run`](Self::run) waits for it instead.
     pub async fn check(&self) -> Result<()> {
-        self.start_up_check().await.map(|_| ())
+        match self.start_up_check().await? {
+            StartUp::Ready(_) => Ok(()),
+            StartUp::SchemaPending(p) => Err(Error::Schema(p.to_string())),
+        }
     }
 
     /// [`check`](Self::check), returning how the claims go over the
     /// connection (the start-up check decides `--prepared-statements auto`
-    /// and whether LISTEN can work).
-    async fn start_up_check(&self) -> Result<connect::Pooling> {
+    /// and whether LISTEN can work), or what the schema waits for.
+    async fn start_up_check(&self) -> Result<StartUp> {
         let client = connect::connect(&self.db).await?;
         // One transaction: through a transaction-mode pooler its statements
         // (named ones among them) all run on one server connection.
@@ -401,7 +418,11 @@ impl Worker {
             .batch_execute("BEGIN")
             .await
             .map_err(Error::db("start-up check"))?;
-        crate::admin::schema::check(&client).await?;
+        // Dropping the connection on a pending schema rolls back (nothing
+        // was written); the migration lock, taken shared, goes with it.
+        if let Some(p) = crate::admin::schema::pending(&client).await? {
+            return Ok(StartUp::SchemaPending(p));
+        }
         let keep = crate::admin::history::apply(&client, self.config.history.keep_finished).await?;
         self.history.set(keep.is_some());
         for task in self.registry.tasks() {
@@ -426,28 +447,62 @@ impl Worker {
             self.config.poll_interval,
         )
         .await
+        .map(StartUp::Ready)
     }
 
     /// The start-up check, repeated while the database cannot be reached
-    /// (not started yet, restarting, a network still coming up), with
-    /// capped backoff (`reconnect_min` doubling to `reconnect_max`) and a
-    /// log line each time saying what it waits for; the worker reports not
-    /// ready meanwhile. Anything else (a setting, the schema, a handler, a
-    /// refused password) ends the start at once, as does any failure with
-    /// `fail_fast`. `None`: `stop` came first.
+    /// (not started yet, restarting, a network still coming up) and while
+    /// its schema waits for `pgwake migrate` (missing, older, or a migrate
+    /// running), with capped backoff (`reconnect_min` doubling to
+    /// `reconnect_max`; at most [`SCHEMA_RECHECK_MAX`](crate::config::SCHEMA_RECHECK_MAX) between schema
+    /// checks) and a log line saying what it waits for; the worker reports
+    /// not ready meanwhile. Anything else (a setting, a schema newer than
+    /// this binary, a handler, a refused password) ends the start at once,
+    /// as does any failure with `fail_fast`. `None`: `stop` came first.
     async fn wait_for_database(
         &self,
         stop: &CancellationToken,
     ) -> Result<Option<connect::Pooling>> {
         let mut delay = self.config.reconnect_min;
         let mut waited = false;
+        // The schema state last logged, and when: a line when it changes,
+        // and a reminder every SCHEMA_WAIT_LOG_EVERY while it does not.
+        let mut logged: Option<(crate::admin::schema::Pending, tokio::time::Instant)> = None;
         loop {
             let e = match self.start_up_check().await {
-                Ok(pooling) => {
+                Ok(StartUp::Ready(pooling)) => {
+                    self.health.set_schema_pending(None);
                     if waited {
-                        tracing::info!("the database answers; starting");
+                        tracing::info!("the database answers and its schema is current; starting");
                     }
                     return Ok(Some(pooling));
+                }
+                Ok(StartUp::SchemaPending(p)) => {
+                    if self.config.fail_fast {
+                        return Err(Error::Schema(p.to_string()));
+                    }
+                    self.health.set_db(true);
+                    self.health.set_schema_pending(Some(p.to_string()));
+                    let due = match logged {
+                        Some((q, at)) => q != p || at.elapsed() >= SCHEMA_WAIT_LOG_EVERY,
+                        None => true,
+                    };
+                    if due {
+                        tracing::warn!(
+                            "waiting for the schema: {p} (not ready until it is current; --fail-fast exits instead)"
+                        );
+                        logged = Some((p, tokio::time::Instant::now()));
+                    }
+                    waited = true;
+                    delay = delay.min(crate::config::SCHEMA_RECHECK_MAX);
+                    tokio::select! {
+                        _ = stop.cancelled() => return Ok(None),
+                        _ = tokio::time::sleep(delay) => {}
+                    }
+                    delay = (delay * 2)
+                        .min(self.config.reconnect_max)
+                        .min(crate::config::SCHEMA_RECHECK_MAX);
+                    continue;
                 }
                 Err(e) => e,
             };
@@ -455,6 +510,7 @@ impl Worker {
             if self.config.fail_fast || !unreachable {
                 return Err(e);
             }
+            self.health.set_db(false);
             tracing::warn!(
                 error = %e,
                 retry_in = ?delay,

@@ -198,8 +198,10 @@ pub struct RunArgs {
     /// would go through the pooler.
     #[arg(long)]
     pub no_listen: bool,
-    /// Exit 1 when the database cannot be reached at start, instead of waiting for it
-    /// (retrying with backoff up to 10 s, /ready answering 503 meanwhile).
+    /// Exit 1 when the database cannot be reached at start, or its schema is missing, older
+    /// than this pgwake or being migrated, instead of waiting (retrying with backoff up to 10 s,
+    /// every 2 s at most for the schema; /ready answering 503 meanwhile). A schema newer than
+    /// this pgwake exits 2 either way.
     #[arg(long, env = "PGWAKE_FAIL_FAST")]
     pub fail_fast: bool,
     /// Per-job timeout; a job running longer fails its attempt.
