@@ -100,12 +100,17 @@ impl WorkerBuilder {
             ));
         }
         let (events, _) = broadcast::channel(4096);
+        // Whether any claim is in tx mode: its running batches hold a
+        // claim connection each, so the default pool grows with the slots.
+        let tx = crate::claim::plan::build(&self.config, &self.registry)
+            .iter()
+            .any(|s| s.mode == crate::handler::Delivery::Tx);
         let app = &self.config.application_name;
         let db = connect::with_application_name(&self.db, app);
         // Pools connect lazily: building them does no I/O.
         // Slots are not connections: claim tasks, heartbeats and outcome
         // writes share these (config.rs: `connections`).
-        let pool = connect::pool(&db, self.config.connections())?;
+        let pool = connect::pool(&db, self.config.connections(tx))?;
         // Batch marks and crash charges (tx.rs): committed durably, on
         // connections outside any claim transaction.
         let ledger_db = connect::with_application_name(&self.db, &format!("{app}-ledger"));
@@ -121,6 +126,7 @@ impl WorkerBuilder {
             registry: self.registry,
             events,
             worker_id: worker_id(),
+            tx,
             wait_state: Arc::new(crate::claim::idle::WaitState::default()),
             history: Arc::default(),
         })
@@ -134,6 +140,8 @@ pub struct Worker {
     pool: deadpool_postgres::Pool,
     ledger_pool: deadpool_postgres::Pool,
     worker_id: String,
+    /// Whether the worker has tx-mode claims (see `WorkerConfig::connections`).
+    tx: bool,
     wait_state: Arc<crate::claim::idle::WaitState>,
     config: WorkerConfig,
     registry: Registry,
@@ -337,13 +345,14 @@ impl Worker {
         ));
 
         let mut claimers = JoinSet::new();
-        for _ in 0..self.config.claim_tasks() {
+        let tasks = self.config.claim_tasks(self.tx);
+        for _ in 0..tasks {
             claimers.spawn(crate::claim::claimer::run_task(ctx.clone()));
         }
         tracing::info!(
             database = %connect::describe(&self.db),
             concurrency = self.config.concurrency,
-            connections = self.config.connections(),
+            connections = self.config.connections(self.tx),
             prefetch = self.config.prefetch_jobs(),
             batch = self.config.batch,
             listen = self.config.listen,
@@ -351,6 +360,7 @@ impl Worker {
             modes = %crate::claim::plan::describe(&self.config, &self.registry),
             "worker started"
         );
+        self.say_tx_bound(tasks);
 
         stop.cancelled().await;
         tracing::info!(grace = ?self.config.grace_period, "shutting down: no new claims, waiting for running jobs");
@@ -525,6 +535,37 @@ impl Worker {
         }
     }
 
+    /// Say at start when tx-mode batches cannot use every slot: each holds
+    /// a claim connection while it runs, and the claim tasks (`tasks`) are
+    /// fewer than `--concurrency`. A warning when the default pool's cap
+    /// binds (the flags did not ask for it), a note when `--max-connections`
+    /// was set.
+    fn say_tx_bound(&self, tasks: usize) {
+        let slots = self.config.concurrency;
+        if !self.tx || tasks >= slots {
+            return;
+        }
+        let lease = if crate::claim::plan::build(&self.config, &self.registry)
+            .iter()
+            .any(|s| s.mode == crate::handler::Delivery::Lease)
+        {
+            "; lease-mode jobs still use every slot"
+        } else {
+            ""
+        };
+        match self.config.max_connections {
+            None => tracing::warn!(
+                "tx mode: at most {tasks} batches run at once, not --concurrency {slots}: each running tx batch holds a claim connection, and the claim pool opens at most {} by default ({tasks} for claims, {} for the services); set --max-connections {} to run {slots} at once (the server's max_connections must allow it){lease}",
+                crate::config::MAX_CONNECTIONS_TX_DEFAULT,
+                crate::config::SERVICE_CONNECTIONS,
+                slots + crate::config::SERVICE_CONNECTIONS,
+            ),
+            Some(n) => tracing::info!(
+                "tx mode: at most {tasks} batches run at once, below --concurrency {slots}: each running tx batch holds a claim connection, and --max-connections {n} leaves {tasks} for claims{lease}"
+            ),
+        }
+    }
+
     fn context(
         &self,
         cancels: Arc<crate::claim::cancels::CancelBook>,
@@ -553,7 +594,7 @@ impl Worker {
             ready_queues: Default::default(),
             lease_turn: crate::claim::turn::LeaseTurn::for_worker(
                 self.config.concurrency,
-                self.config.claim_tasks(),
+                self.config.claim_tasks(self.tx),
                 self.config.batch,
                 plan.iter().any(|s| s.mode == crate::handler::Delivery::Tx),
             ),
