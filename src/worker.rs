@@ -184,7 +184,7 @@ impl Worker {
     /// grace period. Returns `Ok` after a clean shutdown.
     pub async fn run(mut self, stop: CancellationToken, abort: CancellationToken) -> Result<()> {
         let Some(pooling) = self.wait_for_database(&stop).await? else {
-            tracing::info!("stopped before the database answered");
+            tracing::info!("stopped while waiting to start (for the database or its schema)");
             return Ok(());
         };
         self.config.prepared_statements = pooling.prepared;

@@ -841,6 +841,23 @@ async fn a_worker_started_before_its_schema_exists_waits_for_migrate_then_runs_t
     send_signal(worker.child(), libc::SIGTERM);
     let out = wait_exit(worker.take(), DEADLINE).await;
     assert!(out.status.success(), "{}", log.lock().unwrap());
+
+    // Stopped while it waits for the schema: a clean exit.
+    let db = empty_db().await;
+    let mut worker = KillOnDrop::new(spawn_pgwake_run(&db.url, &["--handler", "t=exec:true"]));
+    let log = tail_stderr(worker.child());
+    wait_for("the worker to wait again", DEADLINE, async || {
+        let log = log.lock().unwrap().clone();
+        if log.contains("waiting for the schema") {
+            Ok(())
+        } else {
+            Err(log)
+        }
+    })
+    .await;
+    send_signal(worker.child(), libc::SIGTERM);
+    let out = wait_exit(worker.take(), DEADLINE).await;
+    assert!(out.status.success(), "{}", log.lock().unwrap());
 }
 
 /// `pgwake run` started while a real `pgwake migrate` upgrades its schema
