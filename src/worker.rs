@@ -408,6 +408,7 @@ impl Worker {
     /// the claims gets what it can carry (`connect::check_pooling`). Also
     /// applies `config.history.keep_finished` to the database and reads the
     /// history setting in force.
+    ///
     /// A schema that is missing, older, or being migrated is an
     /// [`Error::Schema`] here; [`run`](Self::run) waits for it instead.
     pub async fn check(&self) -> Result<()> {
@@ -464,9 +465,10 @@ impl Worker {
     /// (not started yet, restarting, a network still coming up) and while
     /// its schema waits for `pgwake migrate` (missing, older, or a migrate
     /// running), with capped backoff (`reconnect_min` doubling to
-    /// `reconnect_max`; at most [`SCHEMA_RECHECK_MAX`](crate::config::SCHEMA_RECHECK_MAX) between schema
-    /// checks) and a log line saying what it waits for; the worker reports
-    /// not ready meanwhile. Anything else (a setting, a schema newer than
+    /// `reconnect_max`; at most
+    /// [`SCHEMA_RECHECK_MAX`](crate::config::SCHEMA_RECHECK_MAX) between
+    /// schema checks) and a log line saying what it waits for; the worker
+    /// reports not ready meanwhile. Anything else (a setting, a schema newer than
     /// this binary, a handler, a refused password) ends the start at once,
     /// as does any failure with `fail_fast`. `None`: `stop` came first.
     async fn wait_for_database(
