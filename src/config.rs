@@ -83,13 +83,22 @@ pub const METRICS_ADDR_DEFAULT: SocketAddr =
     SocketAddr::V4(SocketAddrV4::new(Ipv4Addr::LOCALHOST, 9187));
 /// Default job slots: jobs that may run at once (a tx batch takes one).
 pub const CONCURRENCY_DEFAULT: usize = 8;
-/// Connections the worker's claim pool opens at most by default: one per
-/// slot plus [`SERVICE_CONNECTIONS`], capped at this. In tx mode a running
-/// batch holds a connection, so up to 8 batches run at once (the default
-/// concurrency, as before the cap); in lease mode no job holds one, so a
-/// worker of hundreds of slots shares these between its claims, heartbeats
-/// and outcome writes. Tuned from measurements (issue 22).
+/// Connections a lease-only worker's claim pool opens at most by default:
+/// one per slot plus [`SERVICE_CONNECTIONS`], capped at this. In lease mode
+/// no running job holds a connection, so a worker of hundreds of slots
+/// shares these between its claims, heartbeats and outcome writes. Tuned
+/// from measurements (issue 22). A worker with tx-mode claims has its own
+/// cap, [`MAX_CONNECTIONS_TX_DEFAULT`].
 pub const MAX_CONNECTIONS_DEFAULT: usize = 10;
+/// Connections the claim pool of a worker with tx-mode claims opens at most
+/// by default: one per slot plus [`SERVICE_CONNECTIONS`], capped at this.
+/// A running tx batch holds its claim connection, so the pool must grow
+/// with `--concurrency` for the slots to run at once (with the lease cap
+/// of 10, `--concurrency 64` ran 8 batches: issue 33, item 16); the cap
+/// keeps one worker at most 64 tx batches (and 69 connections in all) of a
+/// server whose default `max_connections` is 100. Above it the worker says
+/// so at start and `--max-connections` raises it.
+pub const MAX_CONNECTIONS_TX_DEFAULT: usize = 66;
 /// Connections of the claim pool kept beside the claim tasks, for the
 /// services (lease heartbeats and outcome writes, the rescuer, the sampler,
 /// cancel checks, recurring jobs): claim tasks are `--max-connections`
@@ -145,6 +154,11 @@ pub const LISTENER_PING_TIMEOUT_DEFAULT: Duration = Duration::from_secs(5);
 pub const RECONNECT_MIN_DEFAULT: Duration = Duration::from_millis(100);
 /// Default cap of the reconnect delay.
 pub const RECONNECT_MAX_DEFAULT: Duration = Duration::from_secs(10);
+/// Longest pause between two start-up checks of a schema that waits for
+/// `pgwake migrate` (missing, older, or a migrate running): a check is one
+/// connection and a few catalogue reads, and a worker should start soon
+/// after the migration ends. The pauses start at `reconnect_min` and double.
+pub const SCHEMA_RECHECK_MAX: Duration = Duration::from_secs(2);
 /// Default database sampling interval for the queue/pressure gauges.
 pub const SAMPLE_INTERVAL_DEFAULT: Duration = Duration::from_secs(5);
 /// Default lease of a lease-mode job; a heartbeat renews it every third.
@@ -200,7 +214,9 @@ pub struct WorkerConfig {
     /// `concurrency`): in tx mode each running batch holds a connection, so
     /// this also bounds the batches running at once; in lease mode jobs hold
     /// none, so `concurrency` can be far above it. `None`: `concurrency` +
-    /// [`SERVICE_CONNECTIONS`], capped at [`MAX_CONNECTIONS_DEFAULT`].
+    /// [`SERVICE_CONNECTIONS`], capped at [`MAX_CONNECTIONS_TX_DEFAULT`]
+    /// when the worker claims in tx mode, at [`MAX_CONNECTIONS_DEFAULT`]
+    /// when it claims in lease mode only.
     pub max_connections: Option<usize>,
     /// Lease-mode jobs claimed ahead of the free slots (`--prefetch`), so a
     /// freed slot starts the next job without a round trip; 0 turns it off.
@@ -282,9 +298,12 @@ pub struct WorkerConfig {
     /// Default `Auto`: chosen at start.
     pub prepared_statements: PreparedStatements,
     /// End [`Worker::run`](crate::Worker::run) with the error when the
-    /// database cannot be reached at start, instead of waiting for it
-    /// (retrying with backoff from `reconnect_min` to `reconnect_max`,
-    /// not ready meanwhile). Default false: wait.
+    /// database cannot be reached at start, or its schema is missing,
+    /// older than this binary or being migrated, instead of waiting
+    /// (retrying with backoff from `reconnect_min` to `reconnect_max`, at
+    /// most [`SCHEMA_RECHECK_MAX`] between schema checks, not ready
+    /// meanwhile). A schema newer than the binary ends the start either
+    /// way. Default false: wait.
     pub fail_fast: bool,
     /// History of finished jobs and its retention (`crate::admin::history`).
     /// Default: leave the database's setting as it is (history is off
@@ -378,11 +397,18 @@ pub fn join_names<S: AsRef<str>>(names: &[S]) -> String {
 
 impl WorkerConfig {
     /// The claim pool's size: `max_connections`, or by default
-    /// `concurrency` + [`SERVICE_CONNECTIONS`] capped at
-    /// [`MAX_CONNECTIONS_DEFAULT`].
-    pub fn connections(&self) -> usize {
+    /// `concurrency` + [`SERVICE_CONNECTIONS`], capped at
+    /// [`MAX_CONNECTIONS_TX_DEFAULT`] when `tx` (the worker has tx-mode
+    /// claims, whose running batches hold a connection each) and at
+    /// [`MAX_CONNECTIONS_DEFAULT`] otherwise.
+    pub fn connections(&self, tx: bool) -> usize {
         self.max_connections.unwrap_or_else(|| {
-            (self.concurrency + SERVICE_CONNECTIONS).min(MAX_CONNECTIONS_DEFAULT)
+            let cap = if tx {
+                MAX_CONNECTIONS_TX_DEFAULT
+            } else {
+                MAX_CONNECTIONS_DEFAULT
+            };
+            (self.concurrency + SERVICE_CONNECTIONS).min(cap)
         })
     }
 
@@ -394,10 +420,11 @@ impl WorkerConfig {
     }
 
     /// Claim tasks: one per connection left beside the services' (a tx
-    /// batch holds its task's connection while it runs), never more than
-    /// the slots, at least one.
-    pub fn claim_tasks(&self) -> usize {
-        self.connections()
+    /// batch holds its task's connection while it runs, so these bound the
+    /// tx batches running at once), never more than the slots, at least
+    /// one. `tx`: as for [`connections`](Self::connections).
+    pub fn claim_tasks(&self, tx: bool) -> usize {
+        self.connections(tx)
             .saturating_sub(SERVICE_CONNECTIONS)
             .min(self.concurrency)
             .max(1)
@@ -419,7 +446,7 @@ impl WorkerConfig {
             let most = CONCURRENCY_MAX + SERVICE_CONNECTIONS;
             if !(MAX_CONNECTIONS_MIN..=most).contains(&n) {
                 return bad(format!(
-                    "--max-connections must be between {MAX_CONNECTIONS_MIN} (one for claims, one for heartbeats, outcomes and the other services) and {most} (got {n}); omit it for --concurrency + {SERVICE_CONNECTIONS}, at most {MAX_CONNECTIONS_DEFAULT}"
+                    "--max-connections must be between {MAX_CONNECTIONS_MIN} (one for claims, one for heartbeats, outcomes and the other services) and {most} (got {n}); omit it for --concurrency + {SERVICE_CONNECTIONS}, at most {MAX_CONNECTIONS_TX_DEFAULT} with tx-mode handlers and {MAX_CONNECTIONS_DEFAULT} without"
                 ));
             }
         }
@@ -825,29 +852,26 @@ mod tests {
             max_connections,
             ..WorkerConfig::default()
         };
-        // The defaults: one claim task per slot, two more connections.
+        let pool = |c: WorkerConfig, tx| (c.connections(tx), c.claim_tasks(tx));
+        for tx in [false, true] {
+            // The defaults: one claim task per slot, two more connections.
+            assert_eq!(pool(at(8, None), tx), (10, 8));
+            assert_eq!(pool(at(1, None), tx), (3, 1));
+            // Set: as set.
+            assert_eq!(pool(at(300, Some(4)), tx), (4, 2));
+            assert_eq!(at(300, Some(2)).claim_tasks(tx), 1);
+            assert_eq!(at(2, Some(50)).claim_tasks(tx), 2);
+        }
+        // Lease only: many slots, a few connections.
+        assert_eq!(pool(at(300, None), false), (10, 8));
+        assert_eq!(pool(at(64, None), false), (10, 8));
+        // tx: every slot can run a batch at once, up to the cap.
+        assert_eq!(pool(at(16, None), true), (18, 16));
+        assert_eq!(pool(at(64, None), true), (66, 64));
         assert_eq!(
-            (at(8, None).connections(), at(8, None).claim_tasks()),
-            (10, 8)
+            pool(at(300, None), true),
+            (MAX_CONNECTIONS_TX_DEFAULT, MAX_CONNECTIONS_TX_DEFAULT - 2)
         );
-        assert_eq!(
-            (at(1, None).connections(), at(1, None).claim_tasks()),
-            (3, 1)
-        );
-        // Many slots, a few connections.
-        assert_eq!(
-            (at(300, None).connections(), at(300, None).claim_tasks()),
-            (10, 8)
-        );
-        assert_eq!(
-            (
-                at(300, Some(4)).connections(),
-                at(300, Some(4)).claim_tasks()
-            ),
-            (4, 2)
-        );
-        assert_eq!(at(300, Some(2)).claim_tasks(), 1);
-        assert_eq!(at(2, Some(50)).claim_tasks(), 2);
     }
 
     #[test]

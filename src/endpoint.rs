@@ -1,8 +1,8 @@
 //! The HTTP endpoint: `/metrics` (Prometheus text format, scrape only),
 //! `/health` (the process is alive) and `/ready` (503 while the database or
-//! the listener is down). It binds exactly where `--metrics-addr` says;
-//! the default is loopback, so exposing it is a deliberate choice
-//! (`--metrics-addr 0.0.0.0:9187`).
+//! the listener is down, or the worker waits for its schema). It binds
+//! exactly where `--metrics-addr` says; the default is loopback, so
+//! exposing it is a deliberate choice (`--metrics-addr 0.0.0.0:9187`).
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -36,8 +36,12 @@ async fn alive() -> &'static str {
 }
 
 async fn ready(State(s): State<AppState>) -> (StatusCode, String) {
+    let schema = match s.health.schema_pending() {
+        Some(why) => format!("schema: waiting: {why}\n"),
+        None => String::new(),
+    };
     let body = format!(
-        "database: {}\nlistener: {}\n",
+        "database: {}\n{schema}listener: {}\n",
         if s.health.db_ok() { "up" } else { "down" },
         if s.health.listener_ok() { "up" } else { "down" }
     );

@@ -16,9 +16,19 @@ pub enum Error {
     /// it may carry a password).
     #[error("invalid database URL: {0}")]
     DatabaseUrl(String),
-    /// The pgwake schema is missing, older or newer than this binary.
+    /// The pgwake schema is missing or older than this binary (what
+    /// `pgwake migrate` fixes), or not usable as found.
     #[error("{0}")]
     Schema(String),
+    /// The pgwake schema is newer than this binary: only a newer pgwake
+    /// can use it (schemas never go back), so retrying cannot help.
+    #[error("the pgwake schema is at version {found}, newer than this pgwake knows ({known}); upgrade pgwake")]
+    SchemaNewer {
+        /// The schema's version.
+        found: i32,
+        /// The newest version this binary knows.
+        known: i32,
+    },
     /// A database operation failed.
     #[error("{context}: {}", PgDisplay(source))]
     Db {
@@ -260,9 +270,14 @@ impl Error {
     }
 
     /// Whether this is a usage error: invalid configuration or input, fixed
-    /// by changing what was asked for (the command line exits 2).
+    /// by changing what was asked for (the command line exits 2). A schema
+    /// newer than the binary counts: the fix is another binary, and a
+    /// restart of this one can only repeat the error.
     pub fn is_usage(&self) -> bool {
-        matches!(self, Error::Config(_) | Error::DatabaseUrl(_))
+        matches!(
+            self,
+            Error::Config(_) | Error::DatabaseUrl(_) | Error::SchemaNewer { .. }
+        )
     }
 
     /// Prefix the message of a configuration error with where it occurred

@@ -2,14 +2,18 @@
 //! and served on `/health` and `/ready`.
 
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Mutex;
 
-/// Readiness inputs. Ready = the database answers and, unless the worker
-/// runs with `--no-listen`, the listener is connected.
+/// Readiness inputs. Ready = the database answers, its schema is this
+/// binary's and, unless the worker runs with `--no-listen`, the listener is
+/// connected.
 #[derive(Debug)]
 pub struct Health {
     db_ok: AtomicBool,
     listener_ok: AtomicBool,
     listen: AtomicBool,
+    /// What the worker waits for in the schema at start (`None`: nothing).
+    schema_pending: Mutex<Option<String>>,
 }
 
 impl Health {
@@ -19,7 +23,27 @@ impl Health {
             db_ok: AtomicBool::new(false),
             listener_ok: AtomicBool::new(false),
             listen: AtomicBool::new(listen),
+            schema_pending: Mutex::new(None),
         }
+    }
+
+    /// Record what the worker waits for in the schema (`Some`: why it is
+    /// not ready, e.g. an older version until `pgwake migrate` has run), or
+    /// that it waits for nothing (`None`).
+    pub fn set_schema_pending(&self, why: Option<String>) {
+        *self
+            .schema_pending
+            .lock()
+            .unwrap_or_else(|e| e.into_inner()) = why;
+        self.publish();
+    }
+
+    /// What the worker waits for in the schema, if anything.
+    pub fn schema_pending(&self) -> Option<String> {
+        self.schema_pending
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
     }
 
     /// Say whether the listener counts after all (the worker turns LISTEN
@@ -56,7 +80,9 @@ impl Health {
 
     /// Whether the worker can do its job now.
     pub fn ready(&self) -> bool {
-        self.db_ok() && (!self.listen.load(Ordering::Relaxed) || self.listener_ok())
+        self.db_ok()
+            && self.schema_pending().is_none()
+            && (!self.listen.load(Ordering::Relaxed) || self.listener_ok())
     }
 
     fn publish(&self) {

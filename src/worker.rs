@@ -35,6 +35,18 @@ use crate::services::sampler::Sampler;
 /// for claim tasks to hand their jobs back before it returns regardless.
 pub(crate) const HARD_DEADLINE: Duration = Duration::from_secs(5);
 
+/// While the schema's state does not change, how often the wait for it is
+/// logged again.
+const SCHEMA_WAIT_LOG_EVERY: Duration = Duration::from_secs(60);
+
+/// What the start-up check found.
+enum StartUp {
+    /// Everything is in place: how the claims go over the connection.
+    Ready(connect::Pooling),
+    /// The schema waits for `pgwake migrate`.
+    SchemaPending(crate::admin::schema::Pending),
+}
+
 /// Builds a [`Worker`].
 pub struct WorkerBuilder {
     db: connect::DbConfig,
@@ -88,12 +100,17 @@ impl WorkerBuilder {
             ));
         }
         let (events, _) = broadcast::channel(4096);
+        // Whether any claim is in tx mode: its running batches hold a
+        // claim connection each, so the default pool grows with the slots.
+        let tx = crate::claim::plan::build(&self.config, &self.registry)
+            .iter()
+            .any(|s| s.mode == crate::handler::Delivery::Tx);
         let app = &self.config.application_name;
         let db = connect::with_application_name(&self.db, app);
         // Pools connect lazily: building them does no I/O.
         // Slots are not connections: claim tasks, heartbeats and outcome
         // writes share these (config.rs: `connections`).
-        let pool = connect::pool(&db, self.config.connections())?;
+        let pool = connect::pool(&db, self.config.connections(tx))?;
         // Batch marks and crash charges (tx.rs): committed durably, on
         // connections outside any claim transaction.
         let ledger_db = connect::with_application_name(&self.db, &format!("{app}-ledger"));
@@ -109,6 +126,7 @@ impl WorkerBuilder {
             registry: self.registry,
             events,
             worker_id: worker_id(),
+            tx,
             wait_state: Arc::new(crate::claim::idle::WaitState::default()),
             history: Arc::default(),
         })
@@ -122,6 +140,8 @@ pub struct Worker {
     pool: deadpool_postgres::Pool,
     ledger_pool: deadpool_postgres::Pool,
     worker_id: String,
+    /// Whether the worker has tx-mode claims (see `WorkerConfig::connections`).
+    tx: bool,
     wait_state: Arc<crate::claim::idle::WaitState>,
     config: WorkerConfig,
     registry: Registry,
@@ -164,7 +184,7 @@ impl Worker {
     /// grace period. Returns `Ok` after a clean shutdown.
     pub async fn run(mut self, stop: CancellationToken, abort: CancellationToken) -> Result<()> {
         let Some(pooling) = self.wait_for_database(&stop).await? else {
-            tracing::info!("stopped before the database answered");
+            tracing::info!("stopped while waiting to start (for the database or its schema)");
             return Ok(());
         };
         self.config.prepared_statements = pooling.prepared;
@@ -325,13 +345,14 @@ impl Worker {
         ));
 
         let mut claimers = JoinSet::new();
-        for _ in 0..self.config.claim_tasks() {
+        let tasks = self.config.claim_tasks(self.tx);
+        for _ in 0..tasks {
             claimers.spawn(crate::claim::claimer::run_task(ctx.clone()));
         }
         tracing::info!(
             database = %connect::describe(&self.db),
             concurrency = self.config.concurrency,
-            connections = self.config.connections(),
+            connections = self.config.connections(self.tx),
             prefetch = self.config.prefetch_jobs(),
             batch = self.config.batch,
             listen = self.config.listen,
@@ -339,6 +360,7 @@ impl Worker {
             modes = %crate::claim::plan::describe(&self.config, &self.registry),
             "worker started"
         );
+        self.say_tx_bound(tasks);
 
         stop.cancelled().await;
         tracing::info!(grace = ?self.config.grace_period, "shutting down: no new claims, waiting for running jobs");
@@ -386,14 +408,20 @@ impl Worker {
     /// the claims gets what it can carry (`connect::check_pooling`). Also
     /// applies `config.history.keep_finished` to the database and reads the
     /// history setting in force.
+    ///
+    /// A schema that is missing, older, or being migrated is an
+    /// [`Error::Schema`] here; [`run`](Self::run) waits for it instead.
     pub async fn check(&self) -> Result<()> {
-        self.start_up_check().await.map(|_| ())
+        match self.start_up_check().await? {
+            StartUp::Ready(_) => Ok(()),
+            StartUp::SchemaPending(p) => Err(Error::Schema(p.to_string())),
+        }
     }
 
     /// [`check`](Self::check), returning how the claims go over the
     /// connection (the start-up check decides `--prepared-statements auto`
-    /// and whether LISTEN can work).
-    async fn start_up_check(&self) -> Result<connect::Pooling> {
+    /// and whether LISTEN can work), or what the schema waits for.
+    async fn start_up_check(&self) -> Result<StartUp> {
         let client = connect::connect(&self.db).await?;
         // One transaction: through a transaction-mode pooler its statements
         // (named ones among them) all run on one server connection.
@@ -401,7 +429,11 @@ impl Worker {
             .batch_execute("BEGIN")
             .await
             .map_err(Error::db("start-up check"))?;
-        crate::admin::schema::check(&client).await?;
+        // Dropping the connection on a pending schema rolls back (nothing
+        // was written); the migration lock, taken shared, goes with it.
+        if let Some(p) = crate::admin::schema::pending(&client).await? {
+            return Ok(StartUp::SchemaPending(p));
+        }
         let keep = crate::admin::history::apply(&client, self.config.history.keep_finished).await?;
         self.history.set(keep.is_some());
         for task in self.registry.tasks() {
@@ -426,28 +458,63 @@ impl Worker {
             self.config.poll_interval,
         )
         .await
+        .map(StartUp::Ready)
     }
 
     /// The start-up check, repeated while the database cannot be reached
-    /// (not started yet, restarting, a network still coming up), with
-    /// capped backoff (`reconnect_min` doubling to `reconnect_max`) and a
-    /// log line each time saying what it waits for; the worker reports not
-    /// ready meanwhile. Anything else (a setting, the schema, a handler, a
-    /// refused password) ends the start at once, as does any failure with
-    /// `fail_fast`. `None`: `stop` came first.
+    /// (not started yet, restarting, a network still coming up) and while
+    /// its schema waits for `pgwake migrate` (missing, older, or a migrate
+    /// running), with capped backoff (`reconnect_min` doubling to
+    /// `reconnect_max`; at most
+    /// [`SCHEMA_RECHECK_MAX`](crate::config::SCHEMA_RECHECK_MAX) between
+    /// schema checks) and a log line saying what it waits for; the worker
+    /// reports not ready meanwhile. Anything else (a setting, a schema newer than
+    /// this binary, a handler, a refused password) ends the start at once,
+    /// as does any failure with `fail_fast`. `None`: `stop` came first.
     async fn wait_for_database(
         &self,
         stop: &CancellationToken,
     ) -> Result<Option<connect::Pooling>> {
         let mut delay = self.config.reconnect_min;
         let mut waited = false;
+        // The schema state last logged, and when: a line when it changes,
+        // and a reminder every SCHEMA_WAIT_LOG_EVERY while it does not.
+        let mut logged: Option<(crate::admin::schema::Pending, tokio::time::Instant)> = None;
         loop {
             let e = match self.start_up_check().await {
-                Ok(pooling) => {
+                Ok(StartUp::Ready(pooling)) => {
+                    self.health.set_schema_pending(None);
                     if waited {
-                        tracing::info!("the database answers; starting");
+                        tracing::info!("the database answers and its schema is current; starting");
                     }
                     return Ok(Some(pooling));
+                }
+                Ok(StartUp::SchemaPending(p)) => {
+                    if self.config.fail_fast {
+                        return Err(Error::Schema(p.to_string()));
+                    }
+                    self.health.set_db(true);
+                    self.health.set_schema_pending(Some(p.to_string()));
+                    let due = match logged {
+                        Some((q, at)) => q != p || at.elapsed() >= SCHEMA_WAIT_LOG_EVERY,
+                        None => true,
+                    };
+                    if due {
+                        tracing::warn!(
+                            "waiting for the schema: {p} (not ready until it is current; --fail-fast exits instead)"
+                        );
+                        logged = Some((p, tokio::time::Instant::now()));
+                    }
+                    waited = true;
+                    delay = delay.min(crate::config::SCHEMA_RECHECK_MAX);
+                    tokio::select! {
+                        _ = stop.cancelled() => return Ok(None),
+                        _ = tokio::time::sleep(delay) => {}
+                    }
+                    delay = (delay * 2)
+                        .min(self.config.reconnect_max)
+                        .min(crate::config::SCHEMA_RECHECK_MAX);
+                    continue;
                 }
                 Err(e) => e,
             };
@@ -455,6 +522,7 @@ impl Worker {
             if self.config.fail_fast || !unreachable {
                 return Err(e);
             }
+            self.health.set_db(false);
             tracing::warn!(
                 error = %e,
                 retry_in = ?delay,
@@ -466,6 +534,37 @@ impl Worker {
                 _ = tokio::time::sleep(delay) => {}
             }
             delay = (delay * 2).min(self.config.reconnect_max);
+        }
+    }
+
+    /// Say at start when tx-mode batches cannot use every slot: each holds
+    /// a claim connection while it runs, and the claim tasks (`tasks`) are
+    /// fewer than `--concurrency`. A warning when the default pool's cap
+    /// binds (the flags did not ask for it), a note when `--max-connections`
+    /// was set.
+    fn say_tx_bound(&self, tasks: usize) {
+        let slots = self.config.concurrency;
+        if !self.tx || tasks >= slots {
+            return;
+        }
+        let lease = if crate::claim::plan::build(&self.config, &self.registry)
+            .iter()
+            .any(|s| s.mode == crate::handler::Delivery::Lease)
+        {
+            "; lease-mode jobs still use every slot"
+        } else {
+            ""
+        };
+        match self.config.max_connections {
+            None => tracing::warn!(
+                "tx mode: at most {tasks} batches run at once, not --concurrency {slots}: each running tx batch holds a claim connection, and the claim pool opens at most {} by default ({tasks} for claims, {} for the services); set --max-connections {} to run {slots} at once (the server's max_connections must allow it){lease}",
+                crate::config::MAX_CONNECTIONS_TX_DEFAULT,
+                crate::config::SERVICE_CONNECTIONS,
+                slots + crate::config::SERVICE_CONNECTIONS,
+            ),
+            Some(n) => tracing::info!(
+                "tx mode: at most {tasks} batches run at once, below --concurrency {slots}: each running tx batch holds a claim connection, and --max-connections {n} leaves {tasks} for claims{lease}"
+            ),
         }
     }
 
@@ -497,7 +596,7 @@ impl Worker {
             ready_queues: Default::default(),
             lease_turn: crate::claim::turn::LeaseTurn::for_worker(
                 self.config.concurrency,
-                self.config.claim_tasks(),
+                self.config.claim_tasks(self.tx),
                 self.config.batch,
                 plan.iter().any(|s| s.mode == crate::handler::Delivery::Tx),
             ),

@@ -783,6 +783,219 @@ async fn a_worker_started_before_its_database_waits_for_it_then_runs_the_jobs() 
     assert!(out.status.success(), "{}", log.lock().unwrap());
 }
 
+/// `pgwake run` started on a database never migrated (a Deployment applied
+/// beside its migrate Job, a worker unit beside `pgwake-migrate.service`)
+/// waits for the schema: a log line says to run `pgwake migrate`, `/ready`
+/// answers 503 saying why, and once a real `pgwake migrate` has run it
+/// becomes ready and runs the jobs. Before issue 33 item 17 it exited 1 at
+/// once. `--fail-fast` still exits 1 (tests/cli/cli.rs).
+#[tokio::test]
+async fn a_worker_started_before_its_schema_exists_waits_for_migrate_then_runs_the_jobs() {
+    let db = empty_db().await;
+    let mut worker = KillOnDrop::new(spawn_pgwake_run(&db.url, &["--handler", "t=exec:true"]));
+    let log = tail_stderr(worker.child());
+    let addr = wait_for("the worker to wait for its schema", DEADLINE, async || {
+        let log = log.lock().unwrap().clone();
+        if let Some(status) = worker.exited() {
+            panic!("the worker exited ({status}) instead of waiting:\n{log}");
+        }
+        let says = log.lines().any(|l| {
+            l.contains("waiting for the schema")
+                && l.contains("schema is missing")
+                && l.contains("run `pgwake migrate`")
+        });
+        if !says {
+            return Err(log);
+        }
+        served_addr(&log).ok_or(log)
+    })
+    .await;
+    let (status, body) = http::http_get(addr, "/ready").await.unwrap();
+    assert_eq!(status, 503, "{body}");
+    assert!(
+        body.contains("database: up")
+            && body.contains("schema: waiting")
+            && body.contains("missing"),
+        "{body}"
+    );
+    assert_eq!(http::http_get(addr, "/health").await.unwrap().0, 200);
+
+    let out = run_pgwake(&["migrate"], Some(&db.url));
+    assert!(out.status.success(), "{}", stderr_of(&out));
+    insert_jobs(&db, "t", 3).await;
+    let client = db.client().await;
+    eventually("the jobs ran", DEADLINE, || async {
+        let left: i64 = client
+            .query_one("SELECT count(*) FROM pgwake.jobs", &[])
+            .await
+            .unwrap()
+            .get(0);
+        left == 0
+    })
+    .await;
+    let (status, body) = http::http_get(addr, "/ready").await.unwrap();
+    assert_eq!(
+        (status, body.as_str()),
+        (200, "database: up\nlistener: up\n")
+    );
+    send_signal(worker.child(), libc::SIGTERM);
+    let out = wait_exit(worker.take(), DEADLINE).await;
+    assert!(out.status.success(), "{}", log.lock().unwrap());
+
+    // Stopped while it waits for the schema: a clean exit.
+    let db = empty_db().await;
+    let mut worker = KillOnDrop::new(spawn_pgwake_run(&db.url, &["--handler", "t=exec:true"]));
+    let log = tail_stderr(worker.child());
+    wait_for("the worker to wait again", DEADLINE, async || {
+        let log = log.lock().unwrap().clone();
+        if log.contains("waiting for the schema") {
+            Ok(())
+        } else {
+            Err(log)
+        }
+    })
+    .await;
+    send_signal(worker.child(), libc::SIGTERM);
+    let out = wait_exit(worker.take(), DEADLINE).await;
+    assert!(out.status.success(), "{}", log.lock().unwrap());
+}
+
+/// `pgwake run` started while a real `pgwake migrate` upgrades its schema
+/// (here from version 16, the migrate held mid-way by its own lock, which
+/// the test takes first) waits for it, naming both versions, with `/ready`
+/// 503, then starts and runs the jobs once the migrate is done. Before
+/// issue 33 item 17 it exited 1 with "the pgwake schema is at version 16,
+/// this pgwake needs N".
+#[tokio::test]
+async fn a_worker_started_during_a_migration_waits_for_it_then_runs_the_jobs() {
+    let latest = pgwake::admin::schema::latest_version();
+    let db = schema_at(16).await;
+    let lock = db.client().await;
+    lock.execute(
+        "SELECT pg_advisory_lock($1)",
+        &[&pgwake::admin::schema::MIGRATE_LOCK_KEY],
+    )
+    .await
+    .unwrap();
+    let mut worker = KillOnDrop::new(spawn_pgwake_run(&db.url, &["--handler", "t=exec:true"]));
+    let log = tail_stderr(worker.child());
+    let versions = format!("at version 16, this pgwake needs {latest}");
+    let addr = wait_for(
+        "the worker to wait for the migration",
+        DEADLINE,
+        async || {
+            let log = log.lock().unwrap().clone();
+            if let Some(status) = worker.exited() {
+                panic!("the worker exited ({status}) instead of waiting:\n{log}");
+            }
+            let says = log.lines().any(|l| {
+                l.contains("waiting for the schema")
+                    && l.contains("`pgwake migrate` is running")
+                    && l.contains(&versions)
+            });
+            if !says {
+                return Err(log);
+            }
+            served_addr(&log).ok_or(log)
+        },
+    )
+    .await;
+    let (status, body) = http::http_get(addr, "/ready").await.unwrap();
+    assert_eq!(status, 503, "{body}");
+    assert!(body.contains(&versions), "{body}");
+
+    // The migrate starts and waits for its lock, as one started by a second
+    // deploy would behind the first.
+    let mut migrate = pgwake_cmd();
+    migrate
+        .env("DATABASE_URL", &db.url)
+        .arg("migrate")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped());
+    let mut migrate = KillOnDrop::new(migrate.spawn().unwrap());
+    let admin = db.client().await;
+    eventually("the migrate to queue for its lock", DEADLINE, || async {
+        let waiting: i64 = admin
+            .query_one(
+                "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted",
+                &[],
+            )
+            .await
+            .unwrap()
+            .get(0);
+        waiting == 1
+    })
+    .await;
+    // A few more checks of the worker's (100 ms doubling, 2 s at most).
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert!(migrate.exited().is_none(), "the migrate did not wait");
+    if let Some(status) = worker.exited() {
+        panic!(
+            "the worker exited ({status}) during the migration:\n{}",
+            log.lock().unwrap()
+        );
+    }
+    assert_eq!(http::http_get(addr, "/ready").await.unwrap().0, 503);
+
+    drop(lock);
+    let out = wait_exit(migrate.take(), DEADLINE).await;
+    assert!(out.status.success(), "{}", stderr_of(&out));
+    let version: i32 = db
+        .scalar("SELECT max(version) FROM pgwake.schema_migrations")
+        .await;
+    assert_eq!(version, latest);
+    insert_jobs(&db, "t", 3).await;
+    eventually("the jobs ran", DEADLINE, || async {
+        let left: i64 = admin
+            .query_one("SELECT count(*) FROM pgwake.jobs", &[])
+            .await
+            .unwrap()
+            .get(0);
+        left == 0
+    })
+    .await;
+    assert_eq!(http::http_get(addr, "/ready").await.unwrap().0, 200);
+    send_signal(worker.child(), libc::SIGTERM);
+    let out = wait_exit(worker.take(), DEADLINE).await;
+    assert!(out.status.success(), "{}", log.lock().unwrap());
+}
+
+/// A schema newer than the binary is the one schema a worker does not wait
+/// for: a newer pgwake migrated it, and only a newer pgwake can use it, so
+/// `pgwake run` exits 2 (the code the systemd unit does not restart on),
+/// naming both versions, with or without `--fail-fast`.
+#[tokio::test]
+async fn a_worker_on_a_schema_newer_than_itself_exits_2_naming_both_versions() {
+    let db = migrated_db().await;
+    db.client()
+        .await
+        .batch_execute(
+            "INSERT INTO pgwake.schema_migrations (version, name) VALUES (999, 'future.sql')",
+        )
+        .await
+        .unwrap();
+    let latest = pgwake::admin::schema::latest_version();
+    for extra in [&[][..], &["--fail-fast"][..]] {
+        let mut args = vec![
+            "run",
+            "--metrics-addr",
+            "127.0.0.1:0",
+            "--handler",
+            "t=exec:true",
+        ];
+        args.extend(extra);
+        let out = run_pgwake(&args, Some(&db.url));
+        let err = stderr_of(&out);
+        assert_eq!(out.status.code(), Some(2), "{extra:?}: {err}");
+        assert!(
+            err.contains(&format!(
+                "at version 999, newer than this pgwake knows ({latest}); upgrade pgwake"
+            )),
+            "{err}"
+        );
+    }
+}
+
 /// The address a `pgwake run` log says it serves `/metrics` on.
 fn served_addr(log: &str) -> Option<std::net::SocketAddr> {
     let line = log.lines().find(|l| l.contains("serving /metrics"))?;

@@ -162,13 +162,16 @@ pub struct RunArgs {
     /// written \, ('a\,b,c' is the queues "a,b" and "c").
     #[arg(long, value_name = "Q,…", value_parser = name_list)]
     pub queues: Option<Vec<NameList>>,
-    /// Job slots = jobs that may run at once (1–1000); a tx batch takes one slot.
+    /// Job slots = jobs that may run at once (1–1000). A tx batch takes one slot and holds a
+    /// claim connection while it runs, so with tx-mode handlers the claim pool's default grows
+    /// with this: up to 64 tx batches at once (above that the worker says so at start; raise
+    /// --max-connections). Lease-mode jobs hold no connection.
     #[arg(long, default_value_t = config::CONCURRENCY_DEFAULT, allow_negative_numbers = true)]
     pub concurrency: usize,
-    /// Most connections of the claim pool (default: --concurrency + 2, at most 10). Claim tasks
-    /// are this less 2 (kept for heartbeats, outcome writes and the other services), so in tx
-    /// mode it also bounds the batches running at once; lease-mode jobs hold no connection, so
-    /// --concurrency can be far above it.
+    /// Most connections of the claim pool (default: --concurrency + 2, at most 66 with tx-mode
+    /// handlers, at most 10 for a lease-only worker). Claim tasks are this less 2 (kept for
+    /// heartbeats, outcome writes and the other services), so in tx mode it bounds the batches
+    /// running at once; lease-mode jobs hold no connection, so --concurrency can be far above it.
     #[arg(long, env = "PGWAKE_MAX_CONNECTIONS", allow_negative_numbers = true)]
     pub max_connections: Option<usize>,
     /// Lease-mode jobs claimed ahead of the free slots (0–1000, 0: off; default: about 50 ms of
@@ -198,8 +201,10 @@ pub struct RunArgs {
     /// would go through the pooler.
     #[arg(long)]
     pub no_listen: bool,
-    /// Exit 1 when the database cannot be reached at start, instead of waiting for it
-    /// (retrying with backoff up to 10 s, /ready answering 503 meanwhile).
+    /// Exit 1 when the database cannot be reached at start, or its schema is missing, older
+    /// than this pgwake or being migrated, instead of waiting (retrying with backoff up to 10 s,
+    /// every 2 s at most for the schema; /ready answering 503 meanwhile). A schema newer than
+    /// this pgwake exits 2 either way.
     #[arg(long, env = "PGWAKE_FAIL_FAST")]
     pub fail_fast: bool,
     /// Per-job timeout; a job running longer fails its attempt.

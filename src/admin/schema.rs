@@ -185,9 +185,10 @@ pub fn latest_version() -> i32 {
     MIGRATIONS.last().map(|m| m.version).unwrap_or(0)
 }
 
-/// Advisory lock key that serialises migrations: `hashtext('pgwake.migrate')`
-/// computed once, as a constant, so every version of pgwake uses the same key.
-const MIGRATE_LOCK_KEY: i64 = 0x7067_7761_6b65_6d67; // "pgwakemg"
+/// Advisory lock key that serialises migrations, held by `pgwake migrate`
+/// while it runs: a constant, so every version of pgwake uses the same key.
+/// A starting worker waits while it is held (see [`pending`]).
+pub const MIGRATE_LOCK_KEY: i64 = 0x7067_7761_6b65_6d67; // "pgwakemg"
 
 /// How long one migration step may wait for a table lock before it steps
 /// out of the lock queue (letting producers and claims through) to retry.
@@ -445,24 +446,82 @@ pub async fn current_version(client: &Client) -> Result<Option<i32>> {
 }
 
 fn newer_schema(found: i32) -> Error {
-    Error::Schema(format!(
-        "the pgwake schema is at version {found}, newer than this pgwake knows ({}); upgrade pgwake",
-        latest_version()
-    ))
+    Error::SchemaNewer {
+        found,
+        known: latest_version(),
+    }
 }
 
-/// Check the schema a worker is about to use: present, and exactly the
+/// A schema not ready for this binary yet, in a way `pgwake migrate` ends:
+/// what a starting worker waits for (a schema newer than the binary is an
+/// error instead, [`Error::SchemaNewer`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Pending {
+    /// No pgwake schema in this database: never migrated.
+    Missing,
+    /// The schema is at this older version.
+    Older(i32),
+    /// A `pgwake migrate` holds the migration lock ([`MIGRATE_LOCK_KEY`]):
+    /// the schema, at this version if any, is being changed.
+    Migrating(Option<i32>),
+}
+
+impl std::fmt::Display for Pending {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let needs = latest_version();
+        match self {
+            Pending::Missing => write!(
+                f,
+                "the pgwake schema is missing from this database; run `pgwake migrate` first"
+            ),
+            Pending::Older(v) => write!(
+                f,
+                "the pgwake schema is at version {v}, this pgwake needs {needs}; run `pgwake migrate`"
+            ),
+            Pending::Migrating(None) => write!(
+                f,
+                "`pgwake migrate` is running (the pgwake schema is being created; this pgwake needs version {needs})"
+            ),
+            Pending::Migrating(Some(v)) => write!(
+                f,
+                "`pgwake migrate` is running (the pgwake schema is at version {v}, this pgwake needs {needs})"
+            ),
+        }
+    }
+}
+
+/// Where the schema stands for a worker about to start: `None` when it is
+/// this binary's version and no migrate is running, the [`Pending`] state
+/// when a migrate will (or does) bring it there, [`Error::SchemaNewer`]
+/// when it is newer than this binary. Inside a transaction, a migrate that
+/// starts after this call waits for its end (the migration lock is taken
+/// shared for the transaction), so the answer holds until then.
+pub async fn pending(client: &Client) -> Result<Option<Pending>> {
+    let free: bool = client
+        .query_typed_one(
+            "SELECT pg_try_advisory_xact_lock_shared($1)",
+            &[(&MIGRATE_LOCK_KEY, tokio_postgres::types::Type::INT8)],
+        )
+        .await
+        .map_err(Error::db("cannot check for a running migrate"))?
+        .get(0);
+    let version = current_version(client).await?;
+    Ok(match version {
+        Some(v) if v > latest_version() => return Err(newer_schema(v)),
+        _ if !free => Some(Pending::Migrating(version)),
+        None => Some(Pending::Missing),
+        Some(v) if v < latest_version() => Some(Pending::Older(v)),
+        Some(_) => None,
+    })
+}
+
+/// Check the schema a command is about to use: present, and exactly the
 /// version this binary knows. The error is one line that says what to run.
 pub async fn check(client: &Client) -> Result<()> {
     match current_version(client).await? {
-        None => Err(Error::Schema(
-            "the pgwake schema is missing from this database; run `pgwake migrate` first".into(),
-        )),
+        None => Err(Error::Schema(Pending::Missing.to_string())),
         Some(v) if v > latest_version() => Err(newer_schema(v)),
-        Some(v) if v < latest_version() => Err(Error::Schema(format!(
-            "the pgwake schema is at version {v}, this pgwake needs {}; run `pgwake migrate`",
-            latest_version()
-        ))),
+        Some(v) if v < latest_version() => Err(Error::Schema(Pending::Older(v).to_string())),
         Some(_) => Ok(()),
     }
 }

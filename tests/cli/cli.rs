@@ -50,9 +50,12 @@ fn no_database_url_at_all_exits_2() {
 #[tokio::test]
 async fn a_missing_schema_says_to_run_migrate() {
     let db = empty_db().await;
+    // --fail-fast: without it the worker waits for the migration
+    // (tests/observability.rs).
     let o = run(
         &[
             "run",
+            "--fail-fast",
             "--handler",
             "t=exec:true",
             "--metrics-addr",

@@ -123,6 +123,36 @@ pub async fn migrated_db() -> TestDb {
     db
 }
 
+/// A fresh database with the pgwake schema at `version`, as a `pgwake
+/// migrate` of that version left it (its migrations applied, not the
+/// `functions/` files of this binary).
+pub async fn schema_at(version: i32) -> TestDb {
+    let db = empty_db().await;
+    let c = db.client().await;
+    c.batch_execute(
+        "CREATE SCHEMA pgwake;
+         CREATE TABLE pgwake.schema_migrations (version integer PRIMARY KEY, name text NOT NULL,
+                                                applied_at timestamptz NOT NULL DEFAULT now());
+         CREATE TABLE pgwake.schema_definitions (name text PRIMARY KEY, sql text NOT NULL,
+                                                 applied_at timestamptz NOT NULL DEFAULT now());",
+    )
+    .await
+    .unwrap();
+    for m in pgwake::admin::schema::MIGRATIONS
+        .iter()
+        .filter(|m| m.version <= version)
+    {
+        c.batch_execute(m.sql).await.unwrap();
+        c.execute(
+            "INSERT INTO pgwake.schema_migrations (version, name) VALUES ($1, $2)",
+            &[&m.version, &m.name],
+        )
+        .await
+        .unwrap();
+    }
+    db
+}
+
 /// Enqueue `n` jobs of `task` with a plain multi-row INSERT; returns ids.
 pub async fn insert_jobs(db: &TestDb, task: &str, n: usize) -> Vec<i64> {
     let client = db.client().await;

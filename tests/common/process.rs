@@ -82,7 +82,31 @@ pub fn send_signal(child: &Child, sig: i32) {
 }
 
 /// A child that is killed and reaped if the test fails while it runs.
-struct KillOnDrop(Option<Child>);
+/// A child killed (and reaped) when dropped: a failing test leaves no
+/// process behind.
+pub struct KillOnDrop(pub Option<Child>);
+
+impl KillOnDrop {
+    /// Guard `child`.
+    pub fn new(child: Child) -> KillOnDrop {
+        KillOnDrop(Some(child))
+    }
+
+    /// The child.
+    pub fn child(&mut self) -> &mut Child {
+        self.0.as_mut().expect("a guarded child")
+    }
+
+    /// Its exit status, if it has exited.
+    pub fn exited(&mut self) -> Option<std::process::ExitStatus> {
+        self.child().try_wait().unwrap()
+    }
+
+    /// The child, no longer guarded.
+    pub fn take(mut self) -> Child {
+        self.0.take().expect("a guarded child")
+    }
+}
 
 impl Drop for KillOnDrop {
     fn drop(&mut self) {

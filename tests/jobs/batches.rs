@@ -550,3 +550,100 @@ async fn a_batch_commits_in_the_same_transaction_that_clears_its_mark() {
     assert_eq!(marks, 0);
     running.shutdown().await;
 }
+
+/// `--concurrency` means what it says in tx mode at the defaults (issue 33,
+/// item 16): a worker of 16 slots with a `sql` handler (tx mode, each
+/// running batch holding its claim connection) runs 16 jobs at once. Each
+/// job waits for an advisory lock the test holds, so every job the worker
+/// runs stays running until released. Before, the claim pool's default
+/// stopped at 10 connections, so 8 batches ran and 8 slots stayed idle
+/// without a word. Above the pool's cap the worker says so at start.
+#[tokio::test]
+async fn a_tx_worker_runs_as_many_jobs_at_once_as_its_concurrency_says() {
+    const HOLD: i64 = 0x6865_6c64; // "held"
+    let db = migrated_db().await;
+    let gate = db.client().await;
+    gate.batch_execute(&format!(
+        "CREATE FUNCTION public.held(payload jsonb) RETURNS void LANGUAGE sql
+           AS $$ SELECT pg_advisory_lock_shared({HOLD}); SELECT pg_advisory_unlock_shared({HOLD}) $$;
+         SELECT pg_advisory_lock({HOLD});"
+    ))
+    .await
+    .unwrap();
+    insert_jobs(&db, "held", 24).await;
+    let mut worker = KillOnDrop::new(spawn_pgwake_run(
+        &db.url,
+        &["--concurrency", "16", "--handler", "held=sql:public.held"],
+    ));
+    let log = tail_stderr(worker.child());
+    let waiting = async || -> i64 {
+        gate.query_one(
+            "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted
+               AND objid = $1::bigint::oid AND database = (SELECT oid FROM pg_database WHERE datname = current_database())",
+            &[&HOLD],
+        )
+        .await
+        .unwrap()
+        .get(0)
+    };
+    wait_for(
+        "16 jobs running at once",
+        Duration::from_secs(60),
+        async || {
+            if let Some(status) = worker.exited() {
+                panic!("the worker exited ({status}): {}", log.lock().unwrap());
+            }
+            match waiting().await {
+                16 => Ok(()),
+                n => Err(format!("{n} running")),
+            }
+        },
+    )
+    .await;
+    // Not more: the slots bound them.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(waiting().await, 16);
+    assert!(
+        !log.lock().unwrap().contains("batches run at once"),
+        "{}",
+        log.lock().unwrap()
+    );
+    gate.execute("SELECT pg_advisory_unlock($1)", &[&HOLD])
+        .await
+        .unwrap();
+    eventually("every job ran", Duration::from_secs(60), || async {
+        remaining(&db).await == 0
+    })
+    .await;
+    send_signal(worker.child(), libc::SIGTERM);
+    let out = wait_exit(worker.take(), Duration::from_secs(30)).await;
+    assert!(out.status.success(), "{}", log.lock().unwrap());
+
+    // Beyond the cap: said at start, with the flag that lifts it.
+    let mut worker = KillOnDrop::new(spawn_pgwake_run(
+        &db.url,
+        &["--concurrency", "100", "--handler", "held=sql:public.held"],
+    ));
+    let log = tail_stderr(worker.child());
+    wait_for(
+        "the start-up line on the cap",
+        Duration::from_secs(60),
+        async || {
+            let log = log.lock().unwrap().clone();
+            let said = log.lines().any(|l| {
+                l.contains("WARN")
+                    && l.contains("at most 64 batches run at once, not --concurrency 100")
+                    && l.contains("--max-connections 102")
+            });
+            if said {
+                Ok(())
+            } else {
+                Err(log)
+            }
+        },
+    )
+    .await;
+    send_signal(worker.child(), libc::SIGTERM);
+    let out = wait_exit(worker.take(), Duration::from_secs(30)).await;
+    assert!(out.status.success(), "{}", log.lock().unwrap());
+}

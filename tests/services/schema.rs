@@ -57,10 +57,13 @@ async fn migrate_twice_is_a_no_op() {
 }
 
 #[tokio::test]
-async fn worker_refuses_a_missing_schema_with_a_hint() {
+async fn with_fail_fast_a_worker_refuses_a_missing_schema_with_a_hint() {
     let db = empty_db().await;
     let worker = pgwake::Worker::builder(db.config())
-        .config(test_config())
+        .config(pgwake::WorkerConfig {
+            fail_fast: true,
+            ..test_config()
+        })
         .handler("t", ok_handler(&Ledger::default()))
         .build()
         .unwrap();
@@ -309,4 +312,27 @@ async fn migrate_that_must_lock_the_table_steps_aside_for_producers_and_finishes
         .scalar("SELECT count(*) FROM pg_trigger WHERE tgname = 'jobs_notify'")
         .await;
     assert_eq!(triggers, 1);
+}
+
+/// A starting worker waits while `pgwake migrate` holds its lock, even on a
+/// schema already at this binary's version (the migrate may still be
+/// re-applying `functions/`), and not once the lock is free.
+#[tokio::test]
+async fn a_running_migrate_keeps_the_schema_pending_even_at_the_current_version() {
+    use pgwake::admin::schema::{latest_version, pending, Pending, MIGRATE_LOCK_KEY};
+    let db = migrated_db().await;
+    let c = db.client().await;
+    assert_eq!(pending(&c).await.unwrap(), None);
+    let lock = db.client().await;
+    lock.execute("SELECT pg_advisory_lock($1)", &[&MIGRATE_LOCK_KEY])
+        .await
+        .unwrap();
+    assert_eq!(
+        pending(&c).await.unwrap(),
+        Some(Pending::Migrating(Some(latest_version())))
+    );
+    lock.execute("SELECT pg_advisory_unlock($1)", &[&MIGRATE_LOCK_KEY])
+        .await
+        .unwrap();
+    assert_eq!(pending(&c).await.unwrap(), None);
 }
