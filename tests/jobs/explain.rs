@@ -149,8 +149,13 @@ async fn running_jobs_say_where_they_run_in_both_modes() {
     );
 
     let in_tx = job(&c, "SELECT pgwake.enqueue('t')").await;
+    // A claim transaction as a worker's connection holds it: under the
+    // worker's application_name (another session's lock is `locked`).
     let claimer = db.client().await;
-    claimer.batch_execute("BEGIN").await.unwrap();
+    claimer
+        .batch_execute("SET application_name = 'pgwake'; BEGIN")
+        .await
+        .unwrap();
     assert_eq!(claim_tx_all(&claimer).await.len(), 1);
     let w = why(&c, in_tx).await;
     assert_eq!(reasons(&w), ["running"]);
