@@ -210,6 +210,8 @@ pub(crate) struct Inner {
     sessions: auth::Sessions,
     secrets: auth::Secrets,
     limiter: auth::Limiter,
+    /// The overview's last sample, shared by every tab (`pages::overview_body`).
+    overview: pages::SharedOverview,
 }
 
 type App = Arc<Inner>;
@@ -234,6 +236,7 @@ pub fn serve_on(
         sessions: auth::Sessions::default(),
         secrets: auth::Secrets::default(),
         limiter: auth::Limiter::default(),
+        overview: pages::SharedOverview::default(),
     });
     let router = Router::new()
         .route("/", get(pages::overview))

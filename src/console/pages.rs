@@ -154,9 +154,34 @@ fn notice(did: &Did) -> Markup {
 
 // ─── Overview ────────────────────────────────────────────────────────────
 
+/// The overview's last rendering, with when it was sampled: every tab and
+/// request within the refresh interval gets it, and requests that arrive
+/// while it is being sampled wait for that one sample (issue 33, item 7:
+/// with 2,020 (queue, priority) pairs a sample took 0.8–1.6 s, every open
+/// tab repeated it every 3 s, and 12 requests at once took 8 s).
+#[derive(Default)]
+pub(crate) struct SharedOverview(tokio::sync::Mutex<Option<(std::time::Instant, String)>>);
+
+/// Most queues the overview lists (the Queues page has every one).
+pub(crate) const OVERVIEW_QUEUES_MAX: usize = 200;
+
+/// The overview's body: the shared sample if it is fresher than the
+/// refresh interval, else a new one.
+async fn overview_shared(app: &App) -> Result<Markup, PageError> {
+    let mut last = app.overview.0.lock().await;
+    if let Some((at, body)) = last.as_ref() {
+        if at.elapsed() < app.config.refresh {
+            return Ok(maud::PreEscaped(body.clone()));
+        }
+    }
+    let body = overview_body(app).await?.into_string();
+    *last = Some((std::time::Instant::now(), body.clone()));
+    Ok(maud::PreEscaped(body))
+}
+
 /// `GET /`.
 pub(crate) async fn overview(State(app): State<App>, headers: HeaderMap) -> PageResult {
-    let body = overview_body(&app).await?;
+    let body = overview_shared(&app).await?;
     let csrf = auth::session(&app, &headers);
     let every = app.config.refresh.as_millis().to_string();
     Ok(html_page(page(
@@ -171,7 +196,7 @@ pub(crate) async fn overview(State(app): State<App>, headers: HeaderMap) -> Page
 
 /// `GET /fragment/overview`: the overview's body alone, for its refresh.
 pub(crate) async fn overview_fragment(State(app): State<App>) -> PageResult {
-    Ok(html_page(overview_body(&app).await?))
+    Ok(html_page(overview_shared(&app).await?))
 }
 
 /// One queue's line of the overview.
@@ -254,7 +279,12 @@ async fn overview_body(app: &App) -> Result<Markup, PageError> {
     let total_running: i64 = activity.iter().map(|a| a.leased + a.tx_running).sum();
     let total_dead: i64 = sample.queues.iter().map(|q| q.dead).sum();
     let notify = sample.notification_queue_usage * 100.0;
+    let sampled = chrono::Utc::now();
+    let more_queues = lines.len().saturating_sub(OVERVIEW_QUEUES_MAX);
     Ok(html! {
+        p.muted.sampled data-sampled=(sampled.timestamp_millis()) {
+            "Sampled " (at(Some(sampled))) "; every open tab shares one sample per refresh."
+        }
         div.cards {
             div.card { div.label { "Ready" } div.value { (capped(total_ready)) }
                 @if let Some(t) = estimate("jobs").filter(|t| t.estimated_rows > 0) { div.note { "≈ " (count(t.estimated_rows)) " rows in pgwake.jobs" } } }
@@ -280,7 +310,7 @@ async fn overview_body(app: &App) -> Result<Markup, PageError> {
                         @if finished.is_some() { th.num title="finished in the last minute, from the history" { "Jobs/s (1 min)" } }
                     } }
                     tbody {
-                        @for (name, l) in &lines {
+                        @for (name, l) in lines.iter().take(OVERVIEW_QUEUES_MAX) {
                             tr {
                                 td { a href={ "/jobs?queue=" (encode(name)) } { (name) } }
                                 td { @if l.paused { span.badge.b-warn { "paused" } } @else { span.badge.b-ok { "running" } } }
@@ -304,6 +334,9 @@ async fn overview_body(app: &App) -> Result<Markup, PageError> {
                             }
                         }
                     }
+                }
+                @if more_queues > 0 {
+                    p.muted { "And " (count(more_queues as i64)) " more queues: " a href="/queues" { "the Queues page" } " lists every one." }
                 }
                 @if finished.is_none() {
                     p.muted { "Jobs/s needs the history (pgwake run --keep-finished); it is off." }

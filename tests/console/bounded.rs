@@ -94,3 +94,44 @@ async fn a_job_with_thousands_of_errors_has_a_small_page_and_pages_of_errors() {
     let r = get(&console, "/jobs/999999/errors").await;
     assert_eq!(r.status, 404, "{}", r.body);
 }
+
+/// The overview is sampled once per refresh interval and shared: twelve
+/// requests at once (twelve open tabs) get one sample, not twelve (issue
+/// 33, item 7: twelve concurrent requests over 2,020 (queue, priority)
+/// pairs took 8 s). It lists at most 200 queues and says how many more.
+/// Fails without the shared sample (twelve sample times).
+#[tokio::test]
+async fn open_tabs_share_one_overview_sample_and_it_lists_a_bounded_number_of_queues() {
+    let db = migrated_db().await;
+    let c = db.client().await;
+    c.batch_execute(
+        "INSERT INTO pgwake.jobs (task, queue, priority)
+         SELECT 't', 'q' || lpad(i::text, 4, '0'), p
+         FROM generate_series(1, 205) i, generate_series(1, 3) p",
+    )
+    .await
+    .unwrap();
+    let console = Console::start(&db, false).await;
+    let pages =
+        futures::future::join_all((0..12).map(|_| get(&console, "/fragment/overview"))).await;
+    let sampled: std::collections::BTreeSet<String> = pages
+        .iter()
+        .map(|p| {
+            assert_eq!(p.status, 200, "{}", &p.body[..p.body.len().min(500)]);
+            let at = p.body.find("data-sampled=\"").expect("the sample time") + 14;
+            p.body[at..at + p.body[at..].find('"').unwrap()].to_string()
+        })
+        .collect();
+    assert_eq!(
+        sampled.len(),
+        1,
+        "one sample for twelve requests: {sampled:?}"
+    );
+    let body = &pages[0].body;
+    assert_eq!(
+        body.matches("href=\"/jobs?queue=").count(),
+        200,
+        "200 queues listed"
+    );
+    assert!(body.contains("And 5 more queues"), "{body}");
+}
