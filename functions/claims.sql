@@ -183,33 +183,33 @@ SET enable_seqscan = off
 SET jit = off
 AS $$
 #variable_conflict use_column
+DECLARE
+    picked tid[];
 BEGIN
+    -- In claim order (the index walk's): the first `run_now` go to free
+    -- slots, the rest to the buffer.
+    picked := ARRAY(
+        SELECT ctid FROM pgwake.jobs
+        WHERE run_at <= now() AND queue <> ALL(skip_queues)
+          AND queue NOT IN (SELECT name FROM pgwake.queues
+                            WHERE paused OR max_running IS NOT NULL OR rate_count IS NOT NULL
+                               OR fair_keys OR key_limits OR key_rate_count IS NOT NULL)
+          AND (only_tasks IS NULL OR task = ANY(only_tasks)) AND task <> ALL(never_tasks)
+          AND (run_now > 0 OR NOT suspect)
+          AND NOT held
+          AND CASE WHEN ordering_key IS NULL THEN true
+                   ELSE pgwake.ordering_free(ordering_key, priority, coalesce(ordering_at, run_at), id) END
+        ORDER BY priority, run_at, id
+        LIMIT claim_limit
+        FOR UPDATE SKIP LOCKED);
     RETURN QUERY
-    WITH picked AS (
-        -- In claim order (the index walk's): the first `run_now` go to
-        -- free slots, the rest to the buffer.
-        SELECT p.ctid, p.n > run_now AS in_buffer
-        FROM unnest(ARRAY(
-            SELECT ctid FROM pgwake.jobs
-            WHERE run_at <= now() AND queue <> ALL(skip_queues)
-              AND queue NOT IN (SELECT name FROM pgwake.queues
-                                WHERE paused OR max_running IS NOT NULL OR rate_count IS NOT NULL
-                                   OR fair_keys OR key_limits OR key_rate_count IS NOT NULL)
-              AND (only_tasks IS NULL OR task = ANY(only_tasks)) AND task <> ALL(never_tasks)
-              AND (run_now > 0 OR NOT suspect)
-              AND NOT held
-              AND CASE WHEN ordering_key IS NULL THEN true
-                       ELSE pgwake.ordering_free(ordering_key, priority, coalesce(ordering_at, run_at), id) END
-            ORDER BY priority, run_at, id
-            LIMIT claim_limit
-            FOR UPDATE SKIP LOCKED)) WITH ORDINALITY AS p(ctid, n)
-    ),
-    r AS (
+    WITH r AS (
         -- A suspect is never buffered: one past the free slots stays
-        -- (locked until this statement ends, then claimable again).
-        DELETE FROM pgwake.jobs j USING picked p
-        WHERE j.ctid = p.ctid AND (NOT p.in_buffer OR NOT j.suspect)
-        RETURNING j.*, p.in_buffer
+        -- (locked until this transaction ends, then claimable again).
+        DELETE FROM pgwake.jobs j
+        WHERE j.ctid = ANY(picked)
+          AND (NOT j.suspect OR j.ctid = ANY(picked[1:run_now]))
+        RETURNING j.*, NOT (j.ctid = ANY(picked[1:run_now])) AS in_buffer
     )
     INSERT INTO pgwake.leased_jobs AS l
         (id, queue, task, payload, priority, run_at, attempts, max_attempts, last_error,
@@ -245,27 +245,31 @@ SET enable_seqscan = off
 SET jit = off
 AS $$
 #variable_conflict use_column
+DECLARE
+    picked tid[];
 BEGIN
+    -- In claim order (the index walk's): the first `run_now` go to free
+    -- slots, the rest to the buffer.
+    picked := ARRAY(
+        SELECT ctid FROM pgwake.jobs
+        WHERE queue >= claim_queue AND queue <= claim_queue AND run_at <= now()
+          AND pgwake.queue_claimable(claim_queue)
+          AND (only_tasks IS NULL OR task = ANY(only_tasks)) AND task <> ALL(never_tasks)
+          AND (run_now > 0 OR NOT suspect)
+          AND NOT held
+          AND CASE WHEN ordering_key IS NULL THEN true
+                   ELSE pgwake.ordering_free(ordering_key, priority, coalesce(ordering_at, run_at), id) END
+        ORDER BY queue, priority, run_at, id
+        LIMIT claim_limit
+        FOR UPDATE SKIP LOCKED);
     RETURN QUERY
-    WITH picked AS (
-        SELECT p.ctid, p.n > run_now AS in_buffer
-        FROM unnest(ARRAY(
-            SELECT ctid FROM pgwake.jobs
-            WHERE queue >= claim_queue AND queue <= claim_queue AND run_at <= now()
-              AND pgwake.queue_claimable(claim_queue)
-              AND (only_tasks IS NULL OR task = ANY(only_tasks)) AND task <> ALL(never_tasks)
-              AND (run_now > 0 OR NOT suspect)
-              AND NOT held
-              AND CASE WHEN ordering_key IS NULL THEN true
-                       ELSE pgwake.ordering_free(ordering_key, priority, coalesce(ordering_at, run_at), id) END
-            ORDER BY queue, priority, run_at, id
-            LIMIT claim_limit
-            FOR UPDATE SKIP LOCKED)) WITH ORDINALITY AS p(ctid, n)
-    ),
-    r AS (
-        DELETE FROM pgwake.jobs j USING picked p
-        WHERE j.ctid = p.ctid AND (NOT p.in_buffer OR NOT j.suspect)
-        RETURNING j.*, p.in_buffer
+    WITH r AS (
+        -- A suspect is never buffered: one past the free slots stays
+        -- (locked until this transaction ends, then claimable again).
+        DELETE FROM pgwake.jobs j
+        WHERE j.ctid = ANY(picked)
+          AND (NOT j.suspect OR j.ctid = ANY(picked[1:run_now]))
+        RETURNING j.*, NOT (j.ctid = ANY(picked[1:run_now])) AS in_buffer
     )
     INSERT INTO pgwake.leased_jobs AS l
         (id, queue, task, payload, priority, run_at, attempts, max_attempts, last_error,
