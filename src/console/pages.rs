@@ -127,7 +127,28 @@ fn html_page(markup: Markup) -> Response {
 pub(crate) struct Did {
     did: Option<String>,
     n: Option<i64>,
+    /// The page of a paged list (`/queues`), from 1.
+    #[serde(default)]
+    page: String,
 }
+
+/// The page number of `?page=N` (1 when absent); 400 for anything else.
+fn page_number(page: &str) -> Result<usize, PageError> {
+    match page.trim() {
+        "" => Ok(1),
+        s => s
+            .parse::<u32>()
+            .ok()
+            .filter(|n| *n >= 1)
+            .map(|n| n as usize)
+            .ok_or_else(|| {
+                PageError::BadRequest(format!("page {s:?}: write a page number from 1"))
+            }),
+    }
+}
+
+/// Queues listed on one page of `/queues`.
+pub(crate) const QUEUES_PAGE: usize = 200;
 
 fn notice(did: &Did) -> Markup {
     let n = did.n.unwrap_or(0);
@@ -985,11 +1006,15 @@ pub(crate) async fn queues(
     headers: HeaderMap,
     Query(did): Query<Did>,
 ) -> PageResult {
+    let n = page_number(&did.page)?;
     let mut conn = conn(&app).await?;
     let tx = read_tx(&app, &mut conn).await?;
-    let list = queues::list(tx.client()).await?;
+    let all = queues::list(tx.client()).await?;
     let activity = activity::queues(tx.client()).await?;
     tx.commit().await.map_err(Error::db("console: commit"))?;
+    let pages = all.len().div_ceil(QUEUES_PAGE).max(1);
+    let start = (n - 1).saturating_mul(QUEUES_PAGE).min(all.len());
+    let list = &all[start..(start + QUEUES_PAGE).min(all.len())];
     let csrf = auth::session(&app, &headers);
     Ok(html_page(page(
         "Queues",
@@ -1003,7 +1028,7 @@ pub(crate) async fn queues(
                 table {
                     thead { tr { th { "Queue" } th { "State" } th.num { "Running" } th { "Max running" } th { "Rate" }
                         @if csrf.is_some() { th { "Change" } } } }
-                    tbody { @for q in &list {
+                    tbody { @for q in list {
                         @let a = activity.iter().find(|a| a.queue == q.queue);
                         tr data-queue=(q.queue) {
                             td { a href={ "/jobs?queue=" (encode(&q.queue)) } { (q.queue) } }
@@ -1040,6 +1065,13 @@ pub(crate) async fn queues(
                         }
                     } }
                 } }
+                @if pages > 1 {
+                    p.muted { (count(all.len() as i64)) " queues, " (QUEUES_PAGE) " a page; page " (n) " of " (pages) "." }
+                    div.pager {
+                        @if n > 1 { a #prev href={ "/queues?page=" (n - 1) } { "« previous page" } }
+                        @if n < pages { a #next href={ "/queues?page=" (n + 1) } { "next page »" } }
+                    }
+                }
                 p.muted { "Workers read these settings at every claim: a change needs no restart. Pausing stops no running job." }
             }
         },

@@ -135,3 +135,28 @@ async fn open_tabs_share_one_overview_sample_and_it_lists_a_bounded_number_of_qu
     );
     assert!(body.contains("And 5 more queues"), "{body}");
 }
+
+/// The Queues page lists 200 queues a page, with links to the others; a
+/// page number that is not one is a 400 page.
+#[tokio::test]
+async fn the_queues_page_lists_a_page_at_a_time() {
+    let db = migrated_db().await;
+    let c = db.client().await;
+    c.batch_execute(
+        "SELECT pgwake.pause_queue('q' || lpad(i::text, 4, '0')) FROM generate_series(1, 450) i",
+    )
+    .await
+    .unwrap();
+    let console = Console::start(&db, false).await;
+    let rows = |body: &str| body.matches("data-queue=").count();
+    let first = get(&console, "/queues").await;
+    assert_eq!(first.status, 200);
+    assert_eq!(rows(&first.body), 200, "one page of queues");
+    assert!(first.body.contains("page 1 of 3"), "{}", first.body);
+    assert!(first.body.contains("/queues?page=2"));
+    let last = get(&console, "/queues?page=3").await;
+    assert_eq!(rows(&last.body), 50);
+    assert!(last.body.contains("q0450") && !last.body.contains("q0001\""));
+    let bad = get(&console, "/queues?page=zero").await;
+    assert_eq!(bad.status, 400, "{}", bad.body);
+}
