@@ -6,6 +6,12 @@
 --   SELECT pgwake.grant_monitor('grafana');      -- `pgwake stats`, `pgwake dead list`, dashboards
 --
 -- Idempotent; run them again after a `pgwake migrate` that added tables.
+--
+-- EXECUTE on the schema's functions is never left to PUBLIC: `pgwake
+-- migrate` revokes it after every change (ARCHITECTURE.md, "Least
+-- privilege"), so each role below is granted exactly the functions it
+-- calls. Trigger functions need no grant: PostgreSQL checks EXECUTE on a
+-- trigger function only when the trigger is created, never when it fires.
 -- Seeing other roles' sessions in the idle-in-transaction gauges also needs
 -- `GRANT pg_monitor TO <worker or monitor role>` (a superuser grants that).
 
@@ -23,6 +29,9 @@ BEGIN
     -- `pgwake enqueue` checks the schema version first.
     EXECUTE format('GRANT SELECT ON pgwake.schema_migrations TO %s', role);
     EXECUTE format('GRANT EXECUTE ON FUNCTION pgwake.enqueue(text, jsonb, text, timestamptz, integer, integer, interval, text, text, boolean, text), pgwake.enqueue_unique(text, jsonb, text, timestamptz, integer, integer, interval, text, text, boolean, text) TO %s', role);
+    -- What enqueue and the insert triggers that run as the inserting role
+    -- (not SECURITY DEFINER) call: the unique key's lock number.
+    EXECUTE format('GRANT EXECUTE ON FUNCTION pgwake.unique_key_lock(text) TO %s', role);
 END
 $$;
 
@@ -30,6 +39,7 @@ CREATE OR REPLACE FUNCTION pgwake.grant_worker(role regrole) RETURNS void
 LANGUAGE plpgsql AS $$
 DECLARE
     t text;
+    f regprocedure;
 BEGIN
     EXECUTE format('GRANT USAGE ON SCHEMA pgwake TO %s', role);
     -- Queue tables: claims delete, outcomes insert and update, registrations
@@ -43,14 +53,18 @@ BEGIN
     -- Recurring jobs: `pgwake schedule …` and the view of them.
     EXECUTE format('GRANT SELECT ON pgwake.schedule_list TO %s', role);
     EXECUTE format('GRANT USAGE, SELECT ON ALL SEQUENCES IN SCHEMA pgwake TO %s', role);
-    EXECUTE format('GRANT EXECUTE ON FUNCTION pgwake.enqueue(text, jsonb, text, timestamptz, integer, integer, interval, text, text, boolean, text), pgwake.enqueue_unique(text, jsonb, text, timestamptz, integer, integer, interval, text, text, boolean, text) TO %s', role);
-    -- History: partitions are created ahead and dropped by the worker.
-    EXECUTE format('GRANT EXECUTE ON FUNCTION pgwake.history_partition(date) TO %s', role);
-    EXECUTE format('GRANT EXECUTE ON FUNCTION pgwake.history_maintain(interval, integer, interval) TO %s', role);
-    -- `pgwake cancel`: an operator's action, like `pgwake dead retry`.
-    EXECUTE format('GRANT EXECUTE ON FUNCTION pgwake.cancel(bigint), pgwake.request_cancel(bigint) TO %s', role);
-    -- `pgwake queue pause|resume|set`: an operator's action.
-    EXECUTE format('GRANT EXECUTE ON FUNCTION pgwake.pause_queue(text), pgwake.resume_queue(text), pgwake.set_queue_max_running(text, integer), pgwake.set_queue_rate(text, integer, interval), pgwake.set_queue_rate_per_key(text, integer, interval), pgwake.set_queue_limit_key_path(text, text), pgwake.set_queue_fair_keys(text, boolean), pgwake.set_queue_max_running_per_key(text, integer), pgwake.set_queue_key_max_running(text, text, integer) TO %s', role);
+    -- Every function of the schema but these grants: claims, rescues,
+    -- enqueue (retries, schedules), history partitions (created ahead and
+    -- dropped by the worker), and the operator's actions `pgwake cancel`,
+    -- `pgwake queue pause|resume|set`, `pgwake schedule add|remove`.
+    FOR f IN SELECT p.oid::regprocedure FROM pg_proc p
+             WHERE p.pronamespace = 'pgwake'::regnamespace
+               AND p.prokind = 'f'
+               AND p.proname NOT LIKE 'grant\_%'
+               AND p.prorettype <> 'trigger'::regtype
+    LOOP
+        EXECUTE format('GRANT EXECUTE ON FUNCTION %s TO %s', f, role);
+    END LOOP;
 END
 $$;
 
@@ -59,5 +73,8 @@ LANGUAGE plpgsql AS $$
 BEGIN
     EXECUTE format('GRANT USAGE ON SCHEMA pgwake TO %s', role);
     EXECUTE format('GRANT SELECT ON ALL TABLES IN SCHEMA pgwake TO %s', role);
+    -- The read-only functions of `pgwake explain`, `pgwake jobs list`, the
+    -- fleet's unserved jobs and the console's pages.
+    EXECUTE format('GRANT EXECUTE ON FUNCTION pgwake.explain(bigint), pgwake.list_jobs(text, text, text, text, text, jsonb, bigint, integer, timestamptz), pgwake.unserved_jobs(integer, integer), pgwake.unslotted_running(text), pgwake.unslotted_key_running(text, text) TO %s', role);
 END
 $$;

@@ -225,6 +225,10 @@ pub struct MigrateReport {
     /// `functions/` files (re)applied because their text changed (empty when
     /// nothing changed).
     pub definitions: Vec<&'static str>,
+    /// Functions of the schema whose EXECUTE this run took from PUBLIC:
+    /// the ones created by this run (a new function is executable by every
+    /// role by default) or left so by an older pgwake.
+    pub revoked_public: Vec<String>,
     /// The schema version afterwards.
     pub version: i32,
 }
@@ -232,9 +236,18 @@ pub struct MigrateReport {
 impl MigrateReport {
     /// Whether the run changed nothing.
     pub fn unchanged(&self) -> bool {
-        self.applied.is_empty() && self.definitions.is_empty()
+        self.applied.is_empty() && self.definitions.is_empty() && self.revoked_public.is_empty()
     }
 }
+
+/// The schema's functions that PUBLIC (every role) may execute: the default
+/// ACL of a function, which `CREATE FUNCTION` gives and `CREATE OR REPLACE`
+/// keeps.
+const PUBLIC_FUNCTIONS: &str = "SELECT p.oid::regprocedure::text
+     FROM pg_proc p, aclexplode(coalesce(p.proacl, acldefault('f', p.proowner))) a
+     WHERE p.pronamespace = 'pgwake'::regnamespace
+       AND a.grantee = 0 AND a.privilege_type = 'EXECUTE'
+     ORDER BY 1";
 
 /// Apply every pending migration and every changed `functions/` file, under
 /// the migrate advisory lock, with the default lock waits. Refuses a schema
@@ -349,9 +362,38 @@ async fn migrate_locked(client: &mut Client, opts: &MigrateOptions) -> Result<Mi
         tracing::debug!(file = name, "applied definition");
         definitions.push(*name);
     }
+    // No function of the schema stays executable by PUBLIC: a function a
+    // migration or a definition created has the default ACL (EXECUTE to
+    // PUBLIC), and several run as their owner (SECURITY DEFINER). The roles
+    // get what they need from `pgwake.grant_*` (`functions/roles.sql`).
+    // Per-schema default privileges cannot do this: `ALTER DEFAULT
+    // PRIVILEGES IN SCHEMA … REVOKE … FROM PUBLIC` only removes what was
+    // granted per schema, never the global default. Reading the catalog
+    // takes no lock; REVOKE locks no table.
+    let revoked_public: Vec<String> = client
+        .query(PUBLIC_FUNCTIONS, &[])
+        .await
+        .map_err(Error::db("cannot read the functions' privileges"))?
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    if !revoked_public.is_empty() {
+        with_lock_retries(client, opts, "privileges", |tx| {
+            Box::pin(async move {
+                tx.batch_execute("REVOKE EXECUTE ON ALL FUNCTIONS IN SCHEMA pgwake FROM PUBLIC")
+                    .await
+            })
+        })
+        .await?;
+        tracing::debug!(
+            functions = revoked_public.len(),
+            "revoked EXECUTE from PUBLIC"
+        );
+    }
     Ok(MigrateReport {
         applied,
         definitions,
+        revoked_public,
         version: latest_version().max(current),
     })
 }

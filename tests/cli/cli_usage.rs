@@ -184,6 +184,7 @@ async fn migrate_says_each_step_once() {
     let err = stderr(&o);
     assert!(out.contains("applied migrations"), "{out}");
     assert!(out.contains("schema at version"), "{out}");
+    assert!(out.contains("revoked EXECUTE from PUBLIC"), "{out}");
     for step in ["applied migration", "applied definition"] {
         assert!(
             !err.contains(step),
