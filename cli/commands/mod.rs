@@ -89,6 +89,14 @@ async fn migrate(db: Db) -> Result<(), Error> {
                 report.revoked_public.len()
             );
         }
+        if !report.grants.is_empty() {
+            let roles: Vec<String> = report
+                .grants
+                .iter()
+                .map(|g| format!("{} ({})", g.role, g.kind))
+                .collect();
+            println!("re-applied the grants of {}", roles.join(", "));
+        }
         println!("schema at version {}", report.version);
     }
     Ok(())

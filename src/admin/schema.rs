@@ -159,6 +159,11 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "0025_task_printable.sql",
         sql: include_str!("../../migrations/0025_task_printable.sql"),
     },
+    Migration {
+        version: 26,
+        name: "0026_role_grants.sql",
+        sql: include_str!("../../migrations/0026_role_grants.sql"),
+    },
 ];
 
 /// The functions and triggers of `functions/`, re-applied by every migrate
@@ -229,6 +234,10 @@ pub struct MigrateReport {
     /// the ones created by this run (a new function is executable by every
     /// role by default) or left so by an older pgwake.
     pub revoked_public: Vec<String>,
+    /// The roles whose grants this run re-applied (every role recorded in
+    /// `pgwake.role_grants` by `pgwake.grant_*`, after any change), so that
+    /// tables and functions an upgrade added are theirs too.
+    pub grants: Vec<RoleGrant>,
     /// The schema version afterwards.
     pub version: i32,
 }
@@ -238,6 +247,15 @@ impl MigrateReport {
     pub fn unchanged(&self) -> bool {
         self.applied.is_empty() && self.definitions.is_empty() && self.revoked_public.is_empty()
     }
+}
+
+/// A role given pgwake's grants, as recorded in `pgwake.role_grants`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RoleGrant {
+    /// The role's name.
+    pub role: String,
+    /// `producer`, `worker` or `monitor`: which `pgwake.grant_*` it got.
+    pub kind: String,
 }
 
 /// The schema's functions that PUBLIC (every role) may execute: the default
@@ -258,11 +276,24 @@ pub async fn migrate(client: &mut Client) -> Result<MigrateReport> {
 
 /// [`migrate`] with explicit lock waits.
 pub async fn migrate_with(client: &mut Client, opts: &MigrateOptions) -> Result<MigrateReport> {
+    migrate_list(client, opts, MIGRATIONS).await
+}
+
+/// [`migrate_with`] with `migrations` in place of [`MIGRATIONS`] (sorted by
+/// version): an upgrade to a version this binary does not ship, or only up
+/// to an older one, for tests and benchmarks of the runner. The
+/// `functions/` of this binary are applied all the same.
+#[doc(hidden)]
+pub async fn migrate_list(
+    client: &mut Client,
+    opts: &MigrateOptions,
+    migrations: &[Migration],
+) -> Result<MigrateReport> {
     client
         .execute("SELECT pg_advisory_lock($1)", &[&MIGRATE_LOCK_KEY])
         .await
         .map_err(Error::db("cannot take the migration lock"))?;
-    let result = migrate_locked(client, opts).await;
+    let result = migrate_locked(client, opts, migrations).await;
     // Unlock even when a migration failed; a lost connection drops it anyway.
     let _ = client
         .execute("SELECT pg_advisory_unlock($1)", &[&MIGRATE_LOCK_KEY])
@@ -270,7 +301,12 @@ pub async fn migrate_with(client: &mut Client, opts: &MigrateOptions) -> Result<
     result
 }
 
-async fn migrate_locked(client: &mut Client, opts: &MigrateOptions) -> Result<MigrateReport> {
+async fn migrate_locked(
+    client: &mut Client,
+    opts: &MigrateOptions,
+    migrations: &[Migration],
+) -> Result<MigrateReport> {
+    let latest = migrations.last().map(|m| m.version).unwrap_or(0);
     // Only when missing: CREATE … IF NOT EXISTS on an existing object still
     // needs the CREATE privilege on the database.
     let bootstrapped: bool = client
@@ -312,12 +348,12 @@ async fn migrate_locked(client: &mut Client, opts: &MigrateOptions) -> Result<Mi
         }
     }
     let current = current_version(client).await?.unwrap_or(0);
-    if current > latest_version() {
+    if current > latest {
         return Err(newer_schema(current));
     }
     let mut applied = Vec::new();
-    for m in MIGRATIONS.iter().filter(|m| m.version > current) {
-        with_lock_retries(client, opts, m.name, |tx| {
+    for &m in migrations.iter().filter(|m| m.version > current) {
+        with_lock_retries(client, opts, m.name, move |tx| {
             Box::pin(async move {
                 tx.batch_execute(m.sql).await?;
                 tx.execute(
@@ -365,11 +401,15 @@ async fn migrate_locked(client: &mut Client, opts: &MigrateOptions) -> Result<Mi
     // No function of the schema stays executable by PUBLIC: a function a
     // migration or a definition created has the default ACL (EXECUTE to
     // PUBLIC), and several run as their owner (SECURITY DEFINER). The roles
-    // get what they need from `pgwake.grant_*` (`functions/roles.sql`).
-    // Per-schema default privileges cannot do this: `ALTER DEFAULT
+    // get what they need from `pgwake.grant_*` (`functions/roles.sql`),
+    // re-applied here for every role recorded in `pgwake.role_grants`, so
+    // an upgrade that added a table or a function leaves none without its
+    // grants. Per-schema default privileges cannot do this: `ALTER DEFAULT
     // PRIVILEGES IN SCHEMA … REVOKE … FROM PUBLIC` only removes what was
     // granted per schema, never the global default. Reading the catalog
-    // takes no lock; REVOKE locks no table.
+    // takes no lock; REVOKE and GRANT lock no table. One transaction, so a
+    // recorded role never misses a function it had (the first upgrade to
+    // this rule takes PUBLIC's EXECUTE and gives each role its own at once).
     let revoked_public: Vec<String> = client
         .query(PUBLIC_FUNCTIONS, &[])
         .await
@@ -377,24 +417,45 @@ async fn migrate_locked(client: &mut Client, opts: &MigrateOptions) -> Result<Mi
         .iter()
         .map(|r| r.get(0))
         .collect();
-    if !revoked_public.is_empty() {
+    let mut grants = Vec::new();
+    if !revoked_public.is_empty() || !applied.is_empty() || !definitions.is_empty() {
+        let granted = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
         with_lock_retries(client, opts, "privileges", |tx| {
+            let granted = granted.clone();
             Box::pin(async move {
                 tx.batch_execute("REVOKE EXECUTE ON ALL FUNCTIONS IN SCHEMA pgwake FROM PUBLIC")
-                    .await
+                    .await?;
+                let rows = tx
+                    .query(
+                        "SELECT role_name::text, kind FROM pgwake.apply_grants()
+                         WHERE to_regprocedure('pgwake.apply_grants()') IS NOT NULL",
+                        &[],
+                    )
+                    .await?;
+                *granted.lock().unwrap() = rows
+                    .iter()
+                    .map(|r| RoleGrant {
+                        role: r.get(0),
+                        kind: r.get(1),
+                    })
+                    .collect();
+                Ok(())
             })
         })
         .await?;
+        grants = std::mem::take(&mut *granted.lock().unwrap());
         tracing::debug!(
-            functions = revoked_public.len(),
-            "revoked EXECUTE from PUBLIC"
+            revoked = revoked_public.len(),
+            roles = grants.len(),
+            "revoked EXECUTE from PUBLIC, re-applied the recorded roles' grants"
         );
     }
     Ok(MigrateReport {
         applied,
         definitions,
         revoked_public,
-        version: latest_version().max(current),
+        grants,
+        version: latest.max(current),
     })
 }
 

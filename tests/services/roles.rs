@@ -387,3 +387,144 @@ async fn no_pgwake_function_is_executable_by_public() {
     pgwake::admin::schema::migrate(&mut c).await.unwrap();
     check("after a migrate that re-created the functions").await;
 }
+
+/// Issue 33, item 13: an upgrade that adds a table (and a function) leaves
+/// the roles given pgwake's grants with what their kind gets, without
+/// running the grants again: migrate re-applies every recorded role's.
+#[tokio::test]
+async fn grants_survive_an_upgrade_that_adds_a_table_and_a_function() {
+    let db = roles_db().await;
+    let mut upgrade = pgwake::admin::schema::MIGRATIONS.to_vec();
+    upgrade.push(pgwake::admin::schema::Migration {
+        version: 9001,
+        name: "9001_upgrade_notes.sql",
+        sql: "CREATE TABLE pgwake.upgrade_notes (id bigserial PRIMARY KEY, note text NOT NULL);
+              CREATE FUNCTION pgwake.upgrade_probe() RETURNS integer LANGUAGE sql AS 'SELECT 1';",
+    });
+    let mut c = db.client().await;
+    let report = pgwake::admin::schema::migrate_list(&mut c, &Default::default(), &upgrade)
+        .await
+        .unwrap();
+    assert_eq!(report.applied, vec![9001]);
+    let mut grants: Vec<(String, String)> = report
+        .grants
+        .iter()
+        .map(|g| (g.role.clone(), g.kind.clone()))
+        .collect();
+    grants.sort();
+    assert_eq!(
+        grants,
+        vec![
+            ("rl_monitor".into(), "monitor".into()),
+            ("rl_producer".into(), "producer".into()),
+            ("rl_worker".into(), "worker".into()),
+        ]
+    );
+
+    let (_, worker_cfg) = as_role(&db, "rl_worker");
+    let worker = pgwake::connect::connect(&worker_cfg).await.unwrap();
+    worker
+        .batch_execute(
+            "INSERT INTO pgwake.upgrade_notes (note) VALUES ('after the upgrade');
+             SELECT pgwake.upgrade_probe();",
+        )
+        .await
+        .unwrap();
+    let (_, monitor_cfg) = as_role(&db, "rl_monitor");
+    let monitor = pgwake::connect::connect(&monitor_cfg).await.unwrap();
+    monitor
+        .batch_execute("SELECT * FROM pgwake.upgrade_notes")
+        .await
+        .unwrap();
+    let e = monitor
+        .batch_execute("INSERT INTO pgwake.upgrade_notes (note) VALUES ('no')")
+        .await
+        .unwrap_err();
+    assert!(denied(&e), "a monitor must not write: {e:?}");
+    // A new function is not everyone's: the producer was not given it.
+    let (_, producer_cfg) = as_role(&db, "rl_producer");
+    let producer = pgwake::connect::connect(&producer_cfg).await.unwrap();
+    let e = producer
+        .batch_execute("SELECT pgwake.upgrade_probe()")
+        .await
+        .unwrap_err();
+    assert!(denied(&e), "a new function is executable by PUBLIC: {e:?}");
+    producer
+        .batch_execute("SELECT pgwake.enqueue('t')")
+        .await
+        .unwrap();
+
+    // Nothing changed: the next migrate grants nothing again.
+    let report = pgwake::admin::schema::migrate_list(&mut c, &Default::default(), &upgrade)
+        .await
+        .unwrap();
+    assert!(report.unchanged() && report.grants.is_empty(), "{report:?}");
+}
+
+/// Issue 33, items 10 and 13: roles granted by a pgwake that neither
+/// recorded them nor revoked PUBLIC's EXECUTE (schema version 25) keep
+/// working across the upgrade that does both: the migration recognises
+/// them by their table grants, and migrate gives each its functions in the
+/// transaction that takes PUBLIC's away.
+#[tokio::test]
+async fn roles_granted_before_grants_were_recorded_keep_working_after_the_upgrade() {
+    let db = roles_db().await;
+    // Back to what version 25 left: no record, every function PUBLIC's,
+    // the roles with table grants only.
+    db.client()
+        .await
+        .batch_execute(
+            "DROP TABLE pgwake.role_grants;
+             DELETE FROM pgwake.schema_migrations WHERE version >= 26;
+             GRANT EXECUTE ON ALL FUNCTIONS IN SCHEMA pgwake TO PUBLIC;
+             REVOKE EXECUTE ON ALL FUNCTIONS IN SCHEMA pgwake FROM rl_producer, rl_worker, rl_monitor;",
+        )
+        .await
+        .unwrap();
+    let mut c = db.client().await;
+    let report = pgwake::admin::schema::migrate(&mut c).await.unwrap();
+    assert!(report.applied.contains(&26), "{report:?}");
+    assert!(!report.revoked_public.is_empty(), "{report:?}");
+    let mut kinds: Vec<String> = report
+        .grants
+        .iter()
+        .map(|g| format!("{} {}", g.role, g.kind))
+        .collect();
+    kinds.sort();
+    assert_eq!(
+        kinds,
+        [
+            "rl_monitor monitor",
+            "rl_producer producer",
+            "rl_worker worker"
+        ]
+    );
+
+    let (_, producer_cfg) = as_role(&db, "rl_producer");
+    let producer = pgwake::connect::connect(&producer_cfg).await.unwrap();
+    producer
+        .batch_execute("SELECT pgwake.enqueue('t', unique_key => 'u')")
+        .await
+        .unwrap();
+    let e = producer
+        .batch_execute("SELECT pgwake.set_queue_limit_key_path('default', 'tenant')")
+        .await
+        .unwrap_err();
+    assert!(denied(&e), "{e:?}");
+    let (_, worker_cfg) = as_role(&db, "rl_worker");
+    let worker = pgwake::connect::connect(&worker_cfg).await.unwrap();
+    // The claim functions were PUBLIC's before: now the worker's own.
+    worker
+        .query(
+            "SELECT * FROM pgwake.claim_tx_all(10, NULL, NULL, NULL)",
+            &[],
+        )
+        .await
+        .unwrap();
+    let (_, monitor_cfg) = as_role(&db, "rl_monitor");
+    let monitor = pgwake::connect::connect(&monitor_cfg).await.unwrap();
+    monitor
+        .batch_execute("SELECT * FROM pgwake.explain(1)")
+        .await
+        .unwrap();
+}
