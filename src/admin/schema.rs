@@ -353,18 +353,23 @@ async fn migrate_locked(
     }
     let mut applied = Vec::new();
     for &m in migrations.iter().filter(|m| m.version > current) {
-        with_lock_retries(client, opts, m.name, move |tx| {
-            Box::pin(async move {
-                tx.batch_execute(m.sql).await?;
-                tx.execute(
-                    "INSERT INTO pgwake.schema_migrations (version, name) VALUES ($1, $2)",
-                    &[&m.version, &m.name],
-                )
-                .await?;
-                Ok(())
+        let steps = steps(m)?;
+        if steps.len() == 1 {
+            with_lock_retries(client, opts, m.name, move |tx| {
+                Box::pin(async move {
+                    tx.batch_execute(m.sql).await?;
+                    tx.execute(
+                        "INSERT INTO pgwake.schema_migrations (version, name) VALUES ($1, $2)",
+                        &[&m.version, &m.name],
+                    )
+                    .await?;
+                    Ok(())
+                })
             })
-        })
-        .await?;
+            .await?;
+        } else {
+            apply_steps(client, opts, m, &steps).await?;
+        }
         // Debug: the caller reports the steps (`pgwake migrate` prints the
         // returned report), so an info line here would say each one twice.
         tracing::debug!(version = m.version, name = m.name, "applied migration");
@@ -457,6 +462,257 @@ async fn migrate_locked(
         grants,
         version: latest.max(current),
     })
+}
+
+/// The marker that starts a step of a migration: `-- pgwake:step` (a
+/// step in a transaction of its own) or `-- pgwake:step no-transaction`
+/// (one statement run outside any transaction, for `CREATE INDEX
+/// CONCURRENTLY`). See "Writing migrations" in ARCHITECTURE.md.
+pub const STEP_MARKER: &str = "-- pgwake:step";
+
+/// One step of a migration.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Step {
+    /// The step's SQL.
+    pub sql: &'static str,
+    /// Whether it runs in a transaction (with `lock_timeout` and retry).
+    pub transaction: bool,
+}
+
+/// A migration's steps: the text between [`STEP_MARKER`] lines (text
+/// before the first marker is a transaction step; a chunk of only comments
+/// is none). A file without markers is one transaction step.
+pub fn steps(m: Migration) -> Result<Vec<Step>> {
+    let mut out = Vec::new();
+    let mut start = 0;
+    let mut transaction = true;
+    let mut offset = 0;
+    let sql = m.sql;
+    let push = |chunk: &'static str, transaction: bool, out: &mut Vec<Step>| {
+        let has_sql = chunk
+            .lines()
+            .map(str::trim)
+            .any(|l| !l.is_empty() && !l.starts_with("--"));
+        if has_sql {
+            out.push(Step {
+                sql: chunk,
+                transaction,
+            });
+        }
+    };
+    for line in sql.split_inclusive('\n') {
+        let trimmed = line.trim();
+        if let Some(kind) = trimmed.strip_prefix(STEP_MARKER) {
+            push(&sql[start..offset], transaction, &mut out);
+            transaction = match kind.trim() {
+                "" => true,
+                "no-transaction" => false,
+                other => {
+                    return Err(Error::Schema(format!(
+                        "migration {}: unknown step kind {other:?} (`{STEP_MARKER}` or `{STEP_MARKER} no-transaction`)",
+                        m.name
+                    )))
+                }
+            };
+            start = offset + line.len();
+        }
+        offset += line.len();
+    }
+    push(&sql[start..], transaction, &mut out);
+    for s in out.iter().filter(|s| !s.transaction) {
+        let upper = s.sql.to_ascii_uppercase();
+        if upper.contains("CONCURRENTLY")
+            && upper.contains("CREATE")
+            && !upper.contains("IF NOT EXISTS")
+        {
+            return Err(Error::Schema(format!(
+                "migration {}: a CREATE INDEX CONCURRENTLY step must say IF NOT EXISTS (a step runs again after a crash)",
+                m.name
+            )));
+        }
+    }
+    Ok(out)
+}
+
+/// The index a no-transaction step creates concurrently, if it does:
+/// the name after `CREATE [UNIQUE] INDEX CONCURRENTLY IF NOT EXISTS`.
+fn concurrent_index(sql: &str) -> Option<String> {
+    let words: Vec<String> = sql
+        .lines()
+        .filter(|l| !l.trim_start().starts_with("--"))
+        .flat_map(str::split_whitespace)
+        .map(str::to_string)
+        .collect();
+    let at = words.windows(3).position(|w| {
+        w[0].eq_ignore_ascii_case("IF")
+            && w[1].eq_ignore_ascii_case("NOT")
+            && w[2].eq_ignore_ascii_case("EXISTS")
+    })?;
+    if !words[..at]
+        .iter()
+        .any(|w| w.eq_ignore_ascii_case("CONCURRENTLY"))
+    {
+        return None;
+    }
+    let name = words.get(at + 3)?;
+    let name = name.rsplit('.').next().unwrap_or(name);
+    Some(name.trim_matches('"').to_string())
+}
+
+/// Apply a migration of several steps, each recorded in
+/// `pgwake.schema_migration_steps` as it ends, so that a run that stopped
+/// between steps (a crash, a failed step) resumes after the last one done.
+async fn apply_steps(
+    client: &mut Client,
+    opts: &MigrateOptions,
+    m: Migration,
+    steps: &[Step],
+) -> Result<()> {
+    let exists: bool = client
+        .query_one(
+            "SELECT to_regclass('pgwake.schema_migration_steps') IS NOT NULL",
+            &[],
+        )
+        .await
+        .map_err(Error::db("cannot read the migration steps"))?
+        .get(0);
+    if !exists {
+        client
+            .batch_execute(
+                "CREATE TABLE IF NOT EXISTS pgwake.schema_migration_steps (
+                     version    integer NOT NULL,
+                     step       integer NOT NULL,
+                     applied_at timestamptz NOT NULL DEFAULT now(),
+                     PRIMARY KEY (version, step)
+                 )",
+            )
+            .await
+            .map_err(Error::db("cannot create pgwake.schema_migration_steps"))?;
+    }
+    let done: Vec<i32> = client
+        .query(
+            "SELECT step FROM pgwake.schema_migration_steps WHERE version = $1",
+            &[&m.version],
+        )
+        .await
+        .map_err(Error::db("cannot read the migration steps"))?
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    for (i, &step) in steps.iter().enumerate() {
+        let i = i as i32;
+        if done.contains(&i) {
+            tracing::info!(
+                name = m.name,
+                step = i,
+                "step done by an earlier run; resuming after it"
+            );
+            continue;
+        }
+        let label = format!("{} step {i}", m.name);
+        if step.transaction {
+            with_lock_retries(client, opts, &label, move |tx| {
+                Box::pin(async move {
+                    tx.batch_execute(step.sql).await?;
+                    tx.execute(
+                        "INSERT INTO pgwake.schema_migration_steps (version, step) VALUES ($1, $2)",
+                        &[&m.version, &i],
+                    )
+                    .await?;
+                    Ok(())
+                })
+            })
+            .await?;
+        } else {
+            run_outside_transaction(client, &label, step.sql).await?;
+            client
+                .execute(
+                    "INSERT INTO pgwake.schema_migration_steps (version, step) VALUES ($1, $2)",
+                    &[&m.version, &i],
+                )
+                .await
+                .map_err(Error::db("cannot record a migration step"))?;
+        }
+        tracing::debug!(
+            name = m.name,
+            step = i,
+            transaction = step.transaction,
+            "applied step"
+        );
+    }
+    with_lock_retries(client, opts, m.name, move |tx| {
+        Box::pin(async move {
+            tx.execute(
+                "INSERT INTO pgwake.schema_migrations (version, name) VALUES ($1, $2)",
+                &[&m.version, &m.name],
+            )
+            .await?;
+            tx.execute(
+                "DELETE FROM pgwake.schema_migration_steps WHERE version = $1",
+                &[&m.version],
+            )
+            .await?;
+            Ok(())
+        })
+    })
+    .await
+}
+
+/// Run one statement outside any transaction. What such a step may do
+/// takes no lock that stops inserts or claims (`CREATE INDEX CONCURRENTLY`,
+/// `DROP INDEX CONCURRENTLY`, `VALIDATE CONSTRAINT`: SHARE UPDATE
+/// EXCLUSIVE), so it waits for its lock and for older transactions as long
+/// as they take (`lock_timeout = 0`): stepping aside would only leave an
+/// invalid index to build again. An index that an earlier, interrupted
+/// build left INVALID is dropped (concurrently) and built again; `IF NOT
+/// EXISTS` alone would keep it, unused and updated by every insert.
+async fn run_outside_transaction(client: &Client, label: &str, sql: &str) -> Result<()> {
+    client
+        .batch_execute("SET lock_timeout = 0; SET client_min_messages = warning")
+        .await
+        .map_err(Error::db("cannot set lock_timeout"))?;
+    let result = async {
+        if let Some(index) = concurrent_index(sql) {
+            let invalid: bool = client
+                .query_one(
+                    "SELECT EXISTS (SELECT 1 FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid
+                                    WHERE c.relnamespace = 'pgwake'::regnamespace
+                                      AND c.relname = $1 AND NOT i.indisvalid)",
+                    &[&index],
+                )
+                .await?
+                .get(0);
+            if invalid {
+                tracing::warn!(
+                    step = label,
+                    index,
+                    "an earlier build left the index invalid; dropping it to build it again"
+                );
+                client
+                    .batch_execute(&format!(
+                        "DROP INDEX CONCURRENTLY IF EXISTS pgwake.{}",
+                        quote_ident(&index)
+                    ))
+                    .await?;
+            }
+        }
+        client.batch_execute(sql).await
+    }
+    .await;
+    let _ = client
+        .batch_execute("RESET lock_timeout; RESET client_min_messages")
+        .await;
+    result.map_err(|source| {
+        tracing::error!(step = label, "migration step failed");
+        Error::Db {
+            context: "migration failed",
+            source,
+        }
+    })
+}
+
+fn quote_ident(name: &str) -> String {
+    format!("\"{}\"", name.replace('"', "\"\""))
 }
 
 type StepFuture<'a> = std::pin::Pin<

@@ -310,3 +310,136 @@ async fn migrate_that_must_lock_the_table_steps_aside_for_producers_and_finishes
         .await;
     assert_eq!(triggers, 1);
 }
+
+/// The schema at the latest version plus `extra`, a test-only migration.
+async fn migrate_with_extra(
+    db: &TestDb,
+    extra: &[pgwake::admin::schema::Migration],
+) -> pgwake::error::Result<pgwake::admin::schema::MigrateReport> {
+    let mut list = pgwake::admin::schema::MIGRATIONS.to_vec();
+    list.extend_from_slice(extra);
+    let mut c = db.client().await;
+    pgwake::admin::schema::migrate_list(&mut c, &Default::default(), &list).await
+}
+
+async fn index_valid(db: &TestDb, name: &str) -> Option<bool> {
+    db.client()
+        .await
+        .query_opt(
+            "SELECT i.indisvalid FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid
+             WHERE c.relnamespace = 'pgwake'::regnamespace AND c.relname = $1",
+            &[&name],
+        )
+        .await
+        .unwrap()
+        .map(|r| r.get(0))
+}
+
+/// Issue 33, item 15: a `-- pgwake:step no-transaction` step runs outside
+/// any transaction (CREATE INDEX CONCURRENTLY refuses to run in one), and
+/// a run stopped between steps resumes after the last one done: the first
+/// step (a CREATE TABLE without IF NOT EXISTS) is not run again.
+#[tokio::test]
+async fn a_migration_in_steps_builds_its_index_concurrently_and_resumes_after_a_failed_step() {
+    let db = migrated_db().await;
+    let online = pgwake::admin::schema::Migration {
+        version: 9001,
+        name: "9001_online.sql",
+        sql: "-- A sample online migration.
+CREATE TABLE pgwake.online_t (id bigint PRIMARY KEY, x integer);
+INSERT INTO pgwake.online_t SELECT g, g % 7 FROM generate_series(1, 1000) g;
+-- pgwake:step no-transaction
+CREATE INDEX CONCURRENTLY IF NOT EXISTS online_t_x ON pgwake.online_t (x);
+-- pgwake:step
+INSERT INTO pgwake.online_t_later (note) VALUES ('after the index');
+",
+    };
+    let steps = pgwake::admin::schema::steps(online).unwrap();
+    assert_eq!(
+        steps.iter().map(|s| s.transaction).collect::<Vec<_>>(),
+        [true, false, true]
+    );
+    // The third step fails (its table is missing): the first two stay done.
+    let err = migrate_with_extra(&db, &[online]).await.unwrap_err();
+    assert!(format!("{err:?}").contains("online_t_later"), "{err:?}");
+    assert_eq!(index_valid(&db, "online_t_x").await, Some(true));
+    let done: String = db
+        .scalar("SELECT string_agg(step::text, ',' ORDER BY step) FROM pgwake.schema_migration_steps WHERE version = 9001")
+        .await;
+    assert_eq!(done, "0,1");
+    let version: i32 = db
+        .scalar("SELECT max(version) FROM pgwake.schema_migrations")
+        .await;
+    assert!(version < 9001);
+
+    // Fixed, the next run resumes at the third step.
+    db.client()
+        .await
+        .batch_execute("CREATE TABLE pgwake.online_t_later (note text)")
+        .await
+        .unwrap();
+    let report = migrate_with_extra(&db, &[online]).await.unwrap();
+    assert_eq!(report.applied, vec![9001]);
+    let rows: i64 = db.scalar("SELECT count(*) FROM pgwake.online_t").await;
+    assert_eq!(rows, 1000, "the first step ran once");
+    let notes: i64 = db
+        .scalar("SELECT count(*) FROM pgwake.online_t_later")
+        .await;
+    assert_eq!(notes, 1);
+    let left: i64 = db
+        .scalar("SELECT count(*) FROM pgwake.schema_migration_steps")
+        .await;
+    assert_eq!(left, 0, "a finished migration leaves no step rows");
+}
+
+/// Issue 33, item 15: a concurrent build that failed leaves an INVALID
+/// index, which `IF NOT EXISTS` would keep (never used, yet updated by every
+/// insert); the next run drops it and builds it again.
+#[tokio::test]
+async fn an_invalid_index_left_by_a_failed_concurrent_build_is_built_again() {
+    let db = migrated_db().await;
+    db.client()
+        .await
+        .batch_execute(
+            "CREATE TABLE pgwake.online_u (id bigint PRIMARY KEY, x integer);
+             INSERT INTO pgwake.online_u VALUES (1, 1), (2, 1);",
+        )
+        .await
+        .unwrap();
+    let online = pgwake::admin::schema::Migration {
+        version: 9001,
+        name: "9001_online_unique.sql",
+        sql: "-- pgwake:step no-transaction
+CREATE UNIQUE INDEX CONCURRENTLY IF NOT EXISTS online_u_x ON pgwake.online_u (x);
+-- pgwake:step
+ALTER TABLE pgwake.online_u ADD COLUMN y integer;
+",
+    };
+    // The duplicate makes the build fail halfway: the index is left invalid.
+    migrate_with_extra(&db, &[online]).await.unwrap_err();
+    assert_eq!(index_valid(&db, "online_u_x").await, Some(false));
+    db.client()
+        .await
+        .batch_execute("DELETE FROM pgwake.online_u WHERE id = 2")
+        .await
+        .unwrap();
+    let report = migrate_with_extra(&db, &[online]).await.unwrap();
+    assert_eq!(report.applied, vec![9001]);
+    assert_eq!(index_valid(&db, "online_u_x").await, Some(true));
+}
+
+#[test]
+fn a_concurrent_index_step_must_say_if_not_exists() {
+    let m = pgwake::admin::schema::Migration {
+        version: 9001,
+        name: "9001_bad.sql",
+        sql:
+            "-- pgwake:step no-transaction\nCREATE INDEX CONCURRENTLY bad ON pgwake.jobs (task);\n",
+    };
+    let err = pgwake::admin::schema::steps(m).unwrap_err().to_string();
+    assert!(err.contains("IF NOT EXISTS"), "{err}");
+    // Every shipped migration parses.
+    for m in pgwake::admin::schema::MIGRATIONS {
+        pgwake::admin::schema::steps(*m).unwrap();
+    }
+}
