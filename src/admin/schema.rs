@@ -354,7 +354,7 @@ async fn migrate_locked(
     let mut applied = Vec::new();
     for &m in migrations.iter().filter(|m| m.version > current) {
         let steps = steps(m)?;
-        if steps.len() == 1 {
+        if steps.len() <= 1 && steps.iter().all(|s| s.transaction) {
             with_lock_retries(client, opts, m.name, move |tx| {
                 Box::pin(async move {
                     tx.batch_execute(m.sql).await?;

@@ -428,6 +428,24 @@ ALTER TABLE pgwake.online_u ADD COLUMN y integer;
     assert_eq!(index_valid(&db, "online_u_x").await, Some(true));
 }
 
+/// A migration that is one no-transaction step (after comments) is not
+/// run in a transaction either.
+#[tokio::test]
+async fn a_migration_of_one_no_transaction_step_runs_outside_a_transaction() {
+    let db = migrated_db().await;
+    let online = pgwake::admin::schema::Migration {
+        version: 9001,
+        name: "9001_one_step.sql",
+        sql: "-- An index, online.
+-- pgwake:step no-transaction
+CREATE INDEX CONCURRENTLY IF NOT EXISTS jobs_one_step ON pgwake.jobs (created_at);
+",
+    };
+    let report = migrate_with_extra(&db, &[online]).await.unwrap();
+    assert_eq!(report.applied, vec![9001]);
+    assert_eq!(index_valid(&db, "jobs_one_step").await, Some(true));
+}
+
 #[test]
 fn a_concurrent_index_step_must_say_if_not_exists() {
     let m = pgwake::admin::schema::Migration {
