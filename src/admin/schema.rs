@@ -258,6 +258,9 @@ pub struct RoleGrant {
     pub kind: String,
 }
 
+/// Take EXECUTE on every function of the schema from PUBLIC.
+const REVOKE_PUBLIC: &str = "REVOKE EXECUTE ON ALL FUNCTIONS IN SCHEMA pgwake FROM PUBLIC";
+
 /// The schema's functions that PUBLIC (every role) may execute: the default
 /// ACL of a function, which `CREATE FUNCTION` gives and `CREATE OR REPLACE`
 /// keeps.
@@ -351,6 +354,22 @@ async fn migrate_locked(
     if current > latest {
         return Err(newer_schema(current));
     }
+    // A schema that already keeps its functions from PUBLIC (and records
+    // its roles) stays so at every commit of this run: each step revokes
+    // PUBLIC's EXECUTE from what it created, in its own transaction, so a
+    // run that stops halfway leaves no function every role may call. On the
+    // upgrade to this rule the revoke waits for the last step, which gives
+    // the recorded roles their functions in the same transaction.
+    let hardened: bool = client
+        .query_one(
+            &format!(
+                "SELECT to_regclass('pgwake.role_grants') IS NOT NULL AND NOT EXISTS ({PUBLIC_FUNCTIONS})"
+            ),
+            &[],
+        )
+        .await
+        .map_err(Error::db("cannot read the functions' privileges"))?
+        .get(0);
     let mut applied = Vec::new();
     for &m in migrations.iter().filter(|m| m.version > current) {
         let steps = steps(m)?;
@@ -358,6 +377,9 @@ async fn migrate_locked(
             with_lock_retries(client, opts, m.name, move |tx| {
                 Box::pin(async move {
                     tx.batch_execute(m.sql).await?;
+                    if hardened {
+                        tx.batch_execute(REVOKE_PUBLIC).await?;
+                    }
                     tx.execute(
                         "INSERT INTO pgwake.schema_migrations (version, name) VALUES ($1, $2)",
                         &[&m.version, &m.name],
@@ -368,7 +390,7 @@ async fn migrate_locked(
             })
             .await?;
         } else {
-            apply_steps(client, opts, m, &steps).await?;
+            apply_steps(client, opts, m, &steps, hardened).await?;
         }
         // Debug: the caller reports the steps (`pgwake migrate` prints the
         // returned report), so an info line here would say each one twice.
@@ -390,6 +412,9 @@ async fn migrate_locked(
         with_lock_retries(client, opts, name, |tx| {
             Box::pin(async move {
                 tx.batch_execute(sql).await?;
+                if hardened {
+                    tx.batch_execute(REVOKE_PUBLIC).await?;
+                }
                 tx.execute(
                     "INSERT INTO pgwake.schema_definitions (name, sql) VALUES ($1, $2)
                      ON CONFLICT (name) DO UPDATE SET sql = excluded.sql, applied_at = now()",
@@ -428,8 +453,7 @@ async fn migrate_locked(
         with_lock_retries(client, opts, "privileges", |tx| {
             let granted = granted.clone();
             Box::pin(async move {
-                tx.batch_execute("REVOKE EXECUTE ON ALL FUNCTIONS IN SCHEMA pgwake FROM PUBLIC")
-                    .await?;
+                tx.batch_execute(REVOKE_PUBLIC).await?;
                 let rows = tx
                     .query(
                         "SELECT role_name::text, kind FROM pgwake.apply_grants()
@@ -567,6 +591,7 @@ async fn apply_steps(
     opts: &MigrateOptions,
     m: Migration,
     steps: &[Step],
+    hardened: bool,
 ) -> Result<()> {
     let exists: bool = client
         .query_one(
@@ -614,6 +639,9 @@ async fn apply_steps(
             with_lock_retries(client, opts, &label, move |tx| {
                 Box::pin(async move {
                     tx.batch_execute(step.sql).await?;
+                    if hardened {
+                        tx.batch_execute(REVOKE_PUBLIC).await?;
+                    }
                     tx.execute(
                         "INSERT INTO pgwake.schema_migration_steps (version, step) VALUES ($1, $2)",
                         &[&m.version, &i],

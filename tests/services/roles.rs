@@ -528,3 +528,35 @@ async fn roles_granted_before_grants_were_recorded_keep_working_after_the_upgrad
         .await
         .unwrap();
 }
+
+/// A migrate that stops halfway (a later migration fails) leaves no
+/// function it created executable by PUBLIC: each step revokes it in its
+/// own transaction on a schema that already keeps its functions from
+/// PUBLIC.
+#[tokio::test]
+async fn a_migrate_that_stops_halfway_leaves_no_function_to_public() {
+    let db = migrated_db().await;
+    let mut list = pgwake::admin::schema::MIGRATIONS.to_vec();
+    list.push(pgwake::admin::schema::Migration {
+        version: 9001,
+        name: "9001_probe.sql",
+        sql: "CREATE FUNCTION pgwake.halfway_probe() RETURNS integer LANGUAGE sql AS 'SELECT 1';",
+    });
+    list.push(pgwake::admin::schema::Migration {
+        version: 9002,
+        name: "9002_fails.sql",
+        sql: "SELECT 1 / 0;",
+    });
+    let mut c = db.client().await;
+    pgwake::admin::schema::migrate_list(&mut c, &Default::default(), &list)
+        .await
+        .unwrap_err();
+    let version: i32 = db
+        .scalar("SELECT max(version) FROM pgwake.schema_migrations")
+        .await;
+    assert_eq!(version, 9001);
+    let public: bool = db
+        .scalar("SELECT has_function_privilege('public', 'pgwake.halfway_probe()', 'EXECUTE')")
+        .await;
+    assert!(!public, "a function of a half-done migrate is PUBLIC's");
+}
