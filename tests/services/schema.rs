@@ -446,6 +446,47 @@ CREATE INDEX CONCURRENTLY IF NOT EXISTS jobs_one_step ON pgwake.jobs (created_at
     assert_eq!(index_valid(&db, "jobs_one_step").await, Some(true));
 }
 
+/// A backfill in batches: a no-transaction step calls a procedure that
+/// commits after each batch (a transaction step could not).
+#[tokio::test]
+async fn a_no_transaction_step_backfills_in_committed_batches() {
+    let db = migrated_db().await;
+    let online = pgwake::admin::schema::Migration {
+        version: 9001,
+        name: "9001_backfill.sql",
+        sql: "CREATE TABLE pgwake.online_b (id bigint PRIMARY KEY, y integer);
+INSERT INTO pgwake.online_b SELECT g, NULL FROM generate_series(1, 25000) g;
+CREATE TABLE pgwake.online_b_batches (at timestamptz NOT NULL DEFAULT clock_timestamp(), xid xid8 NOT NULL);
+CREATE PROCEDURE pgwake.online_b_backfill() LANGUAGE plpgsql AS $$
+DECLARE n bigint;
+BEGIN
+    LOOP
+        UPDATE pgwake.online_b SET y = id % 10
+        WHERE id IN (SELECT id FROM pgwake.online_b WHERE y IS NULL ORDER BY id LIMIT 10000);
+        GET DIAGNOSTICS n = ROW_COUNT;
+        EXIT WHEN n = 0;
+        INSERT INTO pgwake.online_b_batches (xid) VALUES (pg_current_xact_id());
+        COMMIT;
+    END LOOP;
+END
+$$;
+-- pgwake:step no-transaction
+CALL pgwake.online_b_backfill();
+-- pgwake:step
+DROP PROCEDURE pgwake.online_b_backfill();
+",
+    };
+    migrate_with_extra(&db, &[online]).await.unwrap();
+    let missing: i64 = db
+        .scalar("SELECT count(*) FROM pgwake.online_b WHERE y IS NULL")
+        .await;
+    assert_eq!(missing, 0);
+    let transactions: i64 = db
+        .scalar("SELECT count(DISTINCT xid) FROM pgwake.online_b_batches")
+        .await;
+    assert_eq!(transactions, 3, "three batches, each committed on its own");
+}
+
 #[test]
 fn a_concurrent_index_step_must_say_if_not_exists() {
     let m = pgwake::admin::schema::Migration {
