@@ -5,7 +5,16 @@
 --   SELECT pgwake.grant_worker('pgwake_worker'); -- run `pgwake run`, `pgwake dead retry|purge`, `pgwake cancel`
 --   SELECT pgwake.grant_monitor('grafana');      -- `pgwake stats`, `pgwake dead list`, dashboards
 --
--- Idempotent; run them again after a `pgwake migrate` that added tables.
+-- Idempotent. Each records the role in `pgwake.role_grants`, and every
+-- `pgwake migrate` that changed something re-applies the recorded grants
+-- (`pgwake.apply_grants()`), so an upgrade that adds tables or functions
+-- needs no step of its own.
+--
+-- EXECUTE on the schema's functions is never left to PUBLIC: `pgwake
+-- migrate` revokes it after every change (ARCHITECTURE.md, "Least
+-- privilege"), so each role below is granted exactly the functions it
+-- calls. Trigger functions need no grant: PostgreSQL checks EXECUTE on a
+-- trigger function only when the trigger is created, never when it fires.
 -- Seeing other roles' sessions in the idle-in-transaction gauges also needs
 -- `GRANT pg_monitor TO <worker or monitor role>` (a superuser grants that).
 
@@ -23,6 +32,10 @@ BEGIN
     -- `pgwake enqueue` checks the schema version first.
     EXECUTE format('GRANT SELECT ON pgwake.schema_migrations TO %s', role);
     EXECUTE format('GRANT EXECUTE ON FUNCTION pgwake.enqueue(text, jsonb, text, timestamptz, integer, integer, interval, text, text, boolean, text), pgwake.enqueue_unique(text, jsonb, text, timestamptz, integer, integer, interval, text, text, boolean, text) TO %s', role);
+    -- What enqueue and the insert triggers that run as the inserting role
+    -- (not SECURITY DEFINER) call: the unique key's lock number.
+    EXECUTE format('GRANT EXECUTE ON FUNCTION pgwake.unique_key_lock(text) TO %s', role);
+    INSERT INTO pgwake.role_grants (role, kind) VALUES (role, 'producer') ON CONFLICT DO NOTHING;
 END
 $$;
 
@@ -30,12 +43,14 @@ CREATE OR REPLACE FUNCTION pgwake.grant_worker(role regrole) RETURNS void
 LANGUAGE plpgsql AS $$
 DECLARE
     t text;
+    f regprocedure;
 BEGIN
     EXECUTE format('GRANT USAGE ON SCHEMA pgwake TO %s', role);
     -- Queue tables: claims delete, outcomes insert and update, registrations
     -- come and go. The bookkeeping of migrations is read-only.
     FOR t IN SELECT tablename FROM pg_tables
              WHERE schemaname = 'pgwake' AND tablename NOT LIKE 'schema\_%'
+               AND tablename <> 'role_grants'
     LOOP
         EXECUTE format('GRANT SELECT, INSERT, UPDATE, DELETE ON pgwake.%I TO %s', t, role);
     END LOOP;
@@ -43,14 +58,20 @@ BEGIN
     -- Recurring jobs: `pgwake schedule …` and the view of them.
     EXECUTE format('GRANT SELECT ON pgwake.schedule_list TO %s', role);
     EXECUTE format('GRANT USAGE, SELECT ON ALL SEQUENCES IN SCHEMA pgwake TO %s', role);
-    EXECUTE format('GRANT EXECUTE ON FUNCTION pgwake.enqueue(text, jsonb, text, timestamptz, integer, integer, interval, text, text, boolean, text), pgwake.enqueue_unique(text, jsonb, text, timestamptz, integer, integer, interval, text, text, boolean, text) TO %s', role);
-    -- History: partitions are created ahead and dropped by the worker.
-    EXECUTE format('GRANT EXECUTE ON FUNCTION pgwake.history_partition(date) TO %s', role);
-    EXECUTE format('GRANT EXECUTE ON FUNCTION pgwake.history_maintain(interval, integer, interval) TO %s', role);
-    -- `pgwake cancel`: an operator's action, like `pgwake dead retry`.
-    EXECUTE format('GRANT EXECUTE ON FUNCTION pgwake.cancel(bigint), pgwake.request_cancel(bigint) TO %s', role);
-    -- `pgwake queue pause|resume|set`: an operator's action.
-    EXECUTE format('GRANT EXECUTE ON FUNCTION pgwake.pause_queue(text), pgwake.resume_queue(text), pgwake.set_queue_max_running(text, integer), pgwake.set_queue_rate(text, integer, interval), pgwake.set_queue_rate_per_key(text, integer, interval), pgwake.set_queue_limit_key_path(text, text), pgwake.set_queue_fair_keys(text, boolean), pgwake.set_queue_max_running_per_key(text, integer), pgwake.set_queue_key_max_running(text, text, integer) TO %s', role);
+    -- Every function of the schema but these grants (and apply_grants):
+    -- claims, rescues,
+    -- enqueue (retries, schedules), history partitions (created ahead and
+    -- dropped by the worker), and the operator's actions `pgwake cancel`,
+    -- `pgwake queue pause|resume|set`, `pgwake schedule add|remove`.
+    FOR f IN SELECT p.oid::regprocedure FROM pg_proc p
+             WHERE p.pronamespace = 'pgwake'::regnamespace
+               AND p.prokind = 'f'
+               AND p.proname NOT LIKE 'grant\_%' AND p.proname <> 'apply_grants'
+               AND p.prorettype <> 'trigger'::regtype
+    LOOP
+        EXECUTE format('GRANT EXECUTE ON FUNCTION %s TO %s', f, role);
+    END LOOP;
+    INSERT INTO pgwake.role_grants (role, kind) VALUES (role, 'worker') ON CONFLICT DO NOTHING;
 END
 $$;
 
@@ -59,5 +80,29 @@ LANGUAGE plpgsql AS $$
 BEGIN
     EXECUTE format('GRANT USAGE ON SCHEMA pgwake TO %s', role);
     EXECUTE format('GRANT SELECT ON ALL TABLES IN SCHEMA pgwake TO %s', role);
+    -- The read-only functions of `pgwake explain`, `pgwake jobs list`, the
+    -- fleet's unserved jobs and the console's pages.
+    EXECUTE format('GRANT EXECUTE ON FUNCTION pgwake.explain(bigint), pgwake.list_jobs(text, text, text, text, text, jsonb, bigint, integer, timestamptz), pgwake.unserved_jobs(integer, integer), pgwake.unslotted_running(text), pgwake.unslotted_key_running(text, text) TO %s', role);
+    INSERT INTO pgwake.role_grants (role, kind) VALUES (role, 'monitor') ON CONFLICT DO NOTHING;
+END
+$$;
+
+-- Every recorded role's grants again, as they are now (new tables, new
+-- functions): `pgwake migrate` calls it after each run that changed
+-- something. Roles dropped since are forgotten. Returns what it granted.
+CREATE OR REPLACE FUNCTION pgwake.apply_grants() RETURNS TABLE (role_name name, kind text)
+LANGUAGE plpgsql AS $$
+DECLARE
+    g record;
+BEGIN
+    DELETE FROM pgwake.role_grants rg WHERE NOT EXISTS (SELECT 1 FROM pg_roles r WHERE r.oid = rg.role);
+    FOR g IN SELECT r.rolname, rg.kind FROM pgwake.role_grants rg JOIN pg_roles r ON r.oid = rg.role
+             ORDER BY rg.kind, r.rolname
+    LOOP
+        EXECUTE format('SELECT pgwake.grant_%s(%L::regrole)', g.kind, quote_ident(g.rolname));
+        role_name := g.rolname;
+        kind := g.kind;
+        RETURN NEXT;
+    END LOOP;
 END
 $$;

@@ -83,6 +83,20 @@ async fn migrate(db: Db) -> Result<(), Error> {
         if !report.definitions.is_empty() {
             println!("applied definitions {}", report.definitions.join(", "));
         }
+        if !report.revoked_public.is_empty() {
+            println!(
+                "revoked EXECUTE from PUBLIC on {} functions of the schema (roles get theirs from pgwake.grant_producer|worker|monitor)",
+                report.revoked_public.len()
+            );
+        }
+        if !report.grants.is_empty() {
+            let roles: Vec<String> = report
+                .grants
+                .iter()
+                .map(|g| format!("{} ({})", g.role, g.kind))
+                .collect();
+            println!("re-applied the grants of {}", roles.join(", "));
+        }
         println!("schema at version {}", report.version);
     }
     Ok(())

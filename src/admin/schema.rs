@@ -159,6 +159,11 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "0025_task_printable.sql",
         sql: include_str!("../../migrations/0025_task_printable.sql"),
     },
+    Migration {
+        version: 26,
+        name: "0026_role_grants.sql",
+        sql: include_str!("../../migrations/0026_role_grants.sql"),
+    },
 ];
 
 /// The functions and triggers of `functions/`, re-applied by every migrate
@@ -226,6 +231,14 @@ pub struct MigrateReport {
     /// `functions/` files (re)applied because their text changed (empty when
     /// nothing changed).
     pub definitions: Vec<&'static str>,
+    /// Functions of the schema whose EXECUTE this run took from PUBLIC:
+    /// the ones created by this run (a new function is executable by every
+    /// role by default) or left so by an older pgwake.
+    pub revoked_public: Vec<String>,
+    /// The roles whose grants this run re-applied (every role recorded in
+    /// `pgwake.role_grants` by `pgwake.grant_*`, after any change), so that
+    /// tables and functions an upgrade added are theirs too.
+    pub grants: Vec<RoleGrant>,
     /// The schema version afterwards.
     pub version: i32,
 }
@@ -233,9 +246,30 @@ pub struct MigrateReport {
 impl MigrateReport {
     /// Whether the run changed nothing.
     pub fn unchanged(&self) -> bool {
-        self.applied.is_empty() && self.definitions.is_empty()
+        self.applied.is_empty() && self.definitions.is_empty() && self.revoked_public.is_empty()
     }
 }
+
+/// A role given pgwake's grants, as recorded in `pgwake.role_grants`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RoleGrant {
+    /// The role's name.
+    pub role: String,
+    /// `producer`, `worker` or `monitor`: which `pgwake.grant_*` it got.
+    pub kind: String,
+}
+
+/// Take EXECUTE on every function of the schema from PUBLIC.
+const REVOKE_PUBLIC: &str = "REVOKE EXECUTE ON ALL FUNCTIONS IN SCHEMA pgwake FROM PUBLIC";
+
+/// The schema's functions that PUBLIC (every role) may execute: the default
+/// ACL of a function, which `CREATE FUNCTION` gives and `CREATE OR REPLACE`
+/// keeps.
+const PUBLIC_FUNCTIONS: &str = "SELECT p.oid::regprocedure::text
+     FROM pg_proc p, aclexplode(coalesce(p.proacl, acldefault('f', p.proowner))) a
+     WHERE p.pronamespace = 'pgwake'::regnamespace
+       AND a.grantee = 0 AND a.privilege_type = 'EXECUTE'
+     ORDER BY 1";
 
 /// Apply every pending migration and every changed `functions/` file, under
 /// the migrate advisory lock, with the default lock waits. Refuses a schema
@@ -246,11 +280,24 @@ pub async fn migrate(client: &mut Client) -> Result<MigrateReport> {
 
 /// [`migrate`] with explicit lock waits.
 pub async fn migrate_with(client: &mut Client, opts: &MigrateOptions) -> Result<MigrateReport> {
+    migrate_list(client, opts, MIGRATIONS).await
+}
+
+/// [`migrate_with`] with `migrations` in place of [`MIGRATIONS`] (sorted by
+/// version): an upgrade to a version this binary does not ship, or only up
+/// to an older one, for tests and benchmarks of the runner. The
+/// `functions/` of this binary are applied all the same.
+#[doc(hidden)]
+pub async fn migrate_list(
+    client: &mut Client,
+    opts: &MigrateOptions,
+    migrations: &[Migration],
+) -> Result<MigrateReport> {
     client
         .execute("SELECT pg_advisory_lock($1)", &[&MIGRATE_LOCK_KEY])
         .await
         .map_err(Error::db("cannot take the migration lock"))?;
-    let result = migrate_locked(client, opts).await;
+    let result = migrate_locked(client, opts, migrations).await;
     // Unlock even when a migration failed; a lost connection drops it anyway.
     let _ = client
         .execute("SELECT pg_advisory_unlock($1)", &[&MIGRATE_LOCK_KEY])
@@ -258,7 +305,12 @@ pub async fn migrate_with(client: &mut Client, opts: &MigrateOptions) -> Result<
     result
 }
 
-async fn migrate_locked(client: &mut Client, opts: &MigrateOptions) -> Result<MigrateReport> {
+async fn migrate_locked(
+    client: &mut Client,
+    opts: &MigrateOptions,
+    migrations: &[Migration],
+) -> Result<MigrateReport> {
+    let latest = migrations.last().map(|m| m.version).unwrap_or(0);
     // Only when missing: CREATE … IF NOT EXISTS on an existing object still
     // needs the CREATE privilege on the database.
     let bootstrapped: bool = client
@@ -300,23 +352,47 @@ async fn migrate_locked(client: &mut Client, opts: &MigrateOptions) -> Result<Mi
         }
     }
     let current = current_version(client).await?.unwrap_or(0);
-    if current > latest_version() {
+    if current > latest {
         return Err(newer_schema(current));
     }
+    // A schema that already keeps its functions from PUBLIC (and records
+    // its roles) stays so at every commit of this run: each step revokes
+    // PUBLIC's EXECUTE from what it created, in its own transaction, so a
+    // run that stops halfway leaves no function every role may call. On the
+    // upgrade to this rule the revoke waits for the last step, which gives
+    // the recorded roles their functions in the same transaction.
+    let hardened: bool = client
+        .query_one(
+            &format!(
+                "SELECT to_regclass('pgwake.role_grants') IS NOT NULL AND NOT EXISTS ({PUBLIC_FUNCTIONS})"
+            ),
+            &[],
+        )
+        .await
+        .map_err(Error::db("cannot read the functions' privileges"))?
+        .get(0);
     let mut applied = Vec::new();
-    for m in MIGRATIONS.iter().filter(|m| m.version > current) {
-        with_lock_retries(client, opts, m.name, |tx| {
-            Box::pin(async move {
-                tx.batch_execute(m.sql).await?;
-                tx.execute(
-                    "INSERT INTO pgwake.schema_migrations (version, name) VALUES ($1, $2)",
-                    &[&m.version, &m.name],
-                )
-                .await?;
-                Ok(())
+    for &m in migrations.iter().filter(|m| m.version > current) {
+        let steps = steps(m)?;
+        if steps.len() <= 1 && steps.iter().all(|s| s.transaction) {
+            with_lock_retries(client, opts, m.name, move |tx| {
+                Box::pin(async move {
+                    tx.batch_execute(m.sql).await?;
+                    if hardened {
+                        tx.batch_execute(REVOKE_PUBLIC).await?;
+                    }
+                    tx.execute(
+                        "INSERT INTO pgwake.schema_migrations (version, name) VALUES ($1, $2)",
+                        &[&m.version, &m.name],
+                    )
+                    .await?;
+                    Ok(())
+                })
             })
-        })
-        .await?;
+            .await?;
+        } else {
+            apply_steps(client, opts, m, &steps, hardened).await?;
+        }
         // Debug: the caller reports the steps (`pgwake migrate` prints the
         // returned report), so an info line here would say each one twice.
         tracing::debug!(version = m.version, name = m.name, "applied migration");
@@ -337,6 +413,9 @@ async fn migrate_locked(client: &mut Client, opts: &MigrateOptions) -> Result<Mi
         with_lock_retries(client, opts, name, |tx| {
             Box::pin(async move {
                 tx.batch_execute(sql).await?;
+                if hardened {
+                    tx.batch_execute(REVOKE_PUBLIC).await?;
+                }
                 tx.execute(
                     "INSERT INTO pgwake.schema_definitions (name, sql) VALUES ($1, $2)
                      ON CONFLICT (name) DO UPDATE SET sql = excluded.sql, applied_at = now()",
@@ -350,11 +429,319 @@ async fn migrate_locked(client: &mut Client, opts: &MigrateOptions) -> Result<Mi
         tracing::debug!(file = name, "applied definition");
         definitions.push(*name);
     }
+    // No function of the schema stays executable by PUBLIC: a function a
+    // migration or a definition created has the default ACL (EXECUTE to
+    // PUBLIC), and several run as their owner (SECURITY DEFINER). The roles
+    // get what they need from `pgwake.grant_*` (`functions/roles.sql`),
+    // re-applied here for every role recorded in `pgwake.role_grants`, so
+    // an upgrade that added a table or a function leaves none without its
+    // grants. Per-schema default privileges cannot do this: `ALTER DEFAULT
+    // PRIVILEGES IN SCHEMA … REVOKE … FROM PUBLIC` only removes what was
+    // granted per schema, never the global default. Reading the catalog
+    // takes no lock; REVOKE and GRANT lock no table. One transaction, so a
+    // recorded role never misses a function it had (the first upgrade to
+    // this rule takes PUBLIC's EXECUTE and gives each role its own at once).
+    let revoked_public: Vec<String> = client
+        .query(PUBLIC_FUNCTIONS, &[])
+        .await
+        .map_err(Error::db("cannot read the functions' privileges"))?
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    let mut grants = Vec::new();
+    if !revoked_public.is_empty() || !applied.is_empty() || !definitions.is_empty() {
+        let granted = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        with_lock_retries(client, opts, "privileges", |tx| {
+            let granted = granted.clone();
+            Box::pin(async move {
+                tx.batch_execute(REVOKE_PUBLIC).await?;
+                let rows = tx
+                    .query(
+                        "SELECT role_name::text, kind FROM pgwake.apply_grants()
+                         WHERE to_regprocedure('pgwake.apply_grants()') IS NOT NULL",
+                        &[],
+                    )
+                    .await?;
+                *granted.lock().unwrap() = rows
+                    .iter()
+                    .map(|r| RoleGrant {
+                        role: r.get(0),
+                        kind: r.get(1),
+                    })
+                    .collect();
+                Ok(())
+            })
+        })
+        .await?;
+        grants = std::mem::take(&mut *granted.lock().unwrap());
+        tracing::debug!(
+            revoked = revoked_public.len(),
+            roles = grants.len(),
+            "revoked EXECUTE from PUBLIC, re-applied the recorded roles' grants"
+        );
+    }
     Ok(MigrateReport {
         applied,
         definitions,
-        version: latest_version().max(current),
+        revoked_public,
+        grants,
+        version: latest.max(current),
     })
+}
+
+/// The marker that starts a step of a migration: `-- pgwake:step` (a
+/// step in a transaction of its own) or `-- pgwake:step no-transaction`
+/// (one statement run outside any transaction, for `CREATE INDEX
+/// CONCURRENTLY`). See "Writing migrations" in ARCHITECTURE.md.
+pub const STEP_MARKER: &str = "-- pgwake:step";
+
+/// One step of a migration.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Step {
+    /// The step's SQL.
+    pub sql: &'static str,
+    /// Whether it runs in a transaction (with `lock_timeout` and retry).
+    pub transaction: bool,
+}
+
+/// A migration's steps: the text between [`STEP_MARKER`] lines (text
+/// before the first marker is a transaction step; a chunk of only comments
+/// is none). A file without markers is one transaction step.
+pub fn steps(m: Migration) -> Result<Vec<Step>> {
+    let mut out = Vec::new();
+    let mut start = 0;
+    let mut transaction = true;
+    let mut offset = 0;
+    let sql = m.sql;
+    let push = |chunk: &'static str, transaction: bool, out: &mut Vec<Step>| {
+        let has_sql = chunk
+            .lines()
+            .map(str::trim)
+            .any(|l| !l.is_empty() && !l.starts_with("--"));
+        if has_sql {
+            out.push(Step {
+                sql: chunk,
+                transaction,
+            });
+        }
+    };
+    for line in sql.split_inclusive('\n') {
+        let trimmed = line.trim();
+        if let Some(kind) = trimmed.strip_prefix(STEP_MARKER) {
+            push(&sql[start..offset], transaction, &mut out);
+            transaction = match kind.trim() {
+                "" => true,
+                "no-transaction" => false,
+                other => {
+                    return Err(Error::Schema(format!(
+                        "migration {}: unknown step kind {other:?} (`{STEP_MARKER}` or `{STEP_MARKER} no-transaction`)",
+                        m.name
+                    )))
+                }
+            };
+            start = offset + line.len();
+        }
+        offset += line.len();
+    }
+    push(&sql[start..], transaction, &mut out);
+    for s in out.iter().filter(|s| !s.transaction) {
+        let upper = s.sql.to_ascii_uppercase();
+        if upper.contains("CONCURRENTLY")
+            && upper.contains("CREATE")
+            && !upper.contains("IF NOT EXISTS")
+        {
+            return Err(Error::Schema(format!(
+                "migration {}: a CREATE INDEX CONCURRENTLY step must say IF NOT EXISTS (a step runs again after a crash)",
+                m.name
+            )));
+        }
+    }
+    Ok(out)
+}
+
+/// The index a no-transaction step creates concurrently, if it does:
+/// the name after `CREATE [UNIQUE] INDEX CONCURRENTLY IF NOT EXISTS`.
+fn concurrent_index(sql: &str) -> Option<String> {
+    let words: Vec<String> = sql
+        .lines()
+        .filter(|l| !l.trim_start().starts_with("--"))
+        .flat_map(str::split_whitespace)
+        .map(str::to_string)
+        .collect();
+    let at = words.windows(3).position(|w| {
+        w[0].eq_ignore_ascii_case("IF")
+            && w[1].eq_ignore_ascii_case("NOT")
+            && w[2].eq_ignore_ascii_case("EXISTS")
+    })?;
+    if !words[..at]
+        .iter()
+        .any(|w| w.eq_ignore_ascii_case("CONCURRENTLY"))
+    {
+        return None;
+    }
+    let name = words.get(at + 3)?;
+    let name = name.rsplit('.').next().unwrap_or(name);
+    Some(name.trim_matches('"').to_string())
+}
+
+/// Apply a migration of several steps, each recorded in
+/// `pgwake.schema_migration_steps` as it ends, so that a run that stopped
+/// between steps (a crash, a failed step) resumes after the last one done.
+async fn apply_steps(
+    client: &mut Client,
+    opts: &MigrateOptions,
+    m: Migration,
+    steps: &[Step],
+    hardened: bool,
+) -> Result<()> {
+    let exists: bool = client
+        .query_one(
+            "SELECT to_regclass('pgwake.schema_migration_steps') IS NOT NULL",
+            &[],
+        )
+        .await
+        .map_err(Error::db("cannot read the migration steps"))?
+        .get(0);
+    if !exists {
+        client
+            .batch_execute(
+                "CREATE TABLE IF NOT EXISTS pgwake.schema_migration_steps (
+                     version    integer NOT NULL,
+                     step       integer NOT NULL,
+                     applied_at timestamptz NOT NULL DEFAULT now(),
+                     PRIMARY KEY (version, step)
+                 )",
+            )
+            .await
+            .map_err(Error::db("cannot create pgwake.schema_migration_steps"))?;
+    }
+    let done: Vec<i32> = client
+        .query(
+            "SELECT step FROM pgwake.schema_migration_steps WHERE version = $1",
+            &[&m.version],
+        )
+        .await
+        .map_err(Error::db("cannot read the migration steps"))?
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    for (i, &step) in steps.iter().enumerate() {
+        let i = i as i32;
+        if done.contains(&i) {
+            tracing::info!(
+                name = m.name,
+                step = i,
+                "step done by an earlier run; resuming after it"
+            );
+            continue;
+        }
+        let label = format!("{} step {i}", m.name);
+        if step.transaction {
+            with_lock_retries(client, opts, &label, move |tx| {
+                Box::pin(async move {
+                    tx.batch_execute(step.sql).await?;
+                    if hardened {
+                        tx.batch_execute(REVOKE_PUBLIC).await?;
+                    }
+                    tx.execute(
+                        "INSERT INTO pgwake.schema_migration_steps (version, step) VALUES ($1, $2)",
+                        &[&m.version, &i],
+                    )
+                    .await?;
+                    Ok(())
+                })
+            })
+            .await?;
+        } else {
+            run_outside_transaction(client, &label, step.sql).await?;
+            client
+                .execute(
+                    "INSERT INTO pgwake.schema_migration_steps (version, step) VALUES ($1, $2)",
+                    &[&m.version, &i],
+                )
+                .await
+                .map_err(Error::db("cannot record a migration step"))?;
+        }
+        tracing::debug!(
+            name = m.name,
+            step = i,
+            transaction = step.transaction,
+            "applied step"
+        );
+    }
+    with_lock_retries(client, opts, m.name, move |tx| {
+        Box::pin(async move {
+            tx.execute(
+                "INSERT INTO pgwake.schema_migrations (version, name) VALUES ($1, $2)",
+                &[&m.version, &m.name],
+            )
+            .await?;
+            tx.execute(
+                "DELETE FROM pgwake.schema_migration_steps WHERE version = $1",
+                &[&m.version],
+            )
+            .await?;
+            Ok(())
+        })
+    })
+    .await
+}
+
+/// Run one statement outside any transaction. What such a step may do
+/// takes no lock that stops inserts or claims (`CREATE INDEX CONCURRENTLY`,
+/// `DROP INDEX CONCURRENTLY`, `VALIDATE CONSTRAINT`: SHARE UPDATE
+/// EXCLUSIVE), so it waits for its lock and for older transactions as long
+/// as they take (`lock_timeout = 0`): stepping aside would only leave an
+/// invalid index to build again. An index that an earlier, interrupted
+/// build left INVALID is dropped (concurrently) and built again; `IF NOT
+/// EXISTS` alone would keep it, unused and updated by every insert.
+async fn run_outside_transaction(client: &Client, label: &str, sql: &str) -> Result<()> {
+    client
+        .batch_execute("SET lock_timeout = 0; SET client_min_messages = warning")
+        .await
+        .map_err(Error::db("cannot set lock_timeout"))?;
+    let result = async {
+        if let Some(index) = concurrent_index(sql) {
+            let invalid: bool = client
+                .query_one(
+                    "SELECT EXISTS (SELECT 1 FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid
+                                    WHERE c.relnamespace = 'pgwake'::regnamespace
+                                      AND c.relname = $1 AND NOT i.indisvalid)",
+                    &[&index],
+                )
+                .await?
+                .get(0);
+            if invalid {
+                tracing::warn!(
+                    step = label,
+                    index,
+                    "an earlier build left the index invalid; dropping it to build it again"
+                );
+                client
+                    .batch_execute(&format!(
+                        "DROP INDEX CONCURRENTLY IF EXISTS pgwake.{}",
+                        quote_ident(&index)
+                    ))
+                    .await?;
+            }
+        }
+        client.batch_execute(sql).await
+    }
+    .await;
+    let _ = client
+        .batch_execute("RESET lock_timeout; RESET client_min_messages")
+        .await;
+    result.map_err(|source| {
+        tracing::error!(step = label, "migration step failed");
+        Error::Db {
+            context: "migration failed",
+            source,
+        }
+    })
+}
+
+fn quote_ident(name: &str) -> String {
+    format!("\"{}\"", name.replace('"', "\"\""))
 }
 
 type StepFuture<'a> = std::pin::Pin<

@@ -184,12 +184,44 @@ async fn migrate_says_each_step_once() {
     let err = stderr(&o);
     assert!(out.contains("applied migrations"), "{out}");
     assert!(out.contains("schema at version"), "{out}");
+    assert!(out.contains("revoked EXECUTE from PUBLIC"), "{out}");
     for step in ["applied migration", "applied definition"] {
         assert!(
             !err.contains(step),
             "{step:?} said on stdout and again on stderr: {err}"
         );
     }
+}
+
+/// An upgrade says whose grants it re-applied (issue 33, item 13); a
+/// migrate that changes nothing grants nothing.
+#[tokio::test]
+async fn migrate_says_whose_grants_it_reapplied() {
+    let db = migrated_db().await;
+    db.client()
+        .await
+        .batch_execute(
+            "DO $$ BEGIN
+                 IF NOT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = 'cli_grantee') THEN
+                     CREATE ROLE cli_grantee;
+                 END IF;
+             END $$;
+             SELECT pgwake.grant_producer('cli_grantee');
+             DELETE FROM pgwake.schema_definitions WHERE name = 'enqueue.sql';",
+        )
+        .await
+        .unwrap();
+    let o = run(&["migrate"], Some(&db.url));
+    assert!(o.status.success(), "{}", stderr(&o));
+    let out = String::from_utf8_lossy(&o.stdout).to_string();
+    assert!(
+        out.contains("re-applied the grants of cli_grantee (producer)"),
+        "{out}"
+    );
+    let o = run(&["migrate"], Some(&db.url));
+    let out = String::from_utf8_lossy(&o.stdout).to_string();
+    assert!(out.contains("nothing changed"), "{out}");
+    assert!(!out.contains("grants"), "{out}");
 }
 
 #[tokio::test]

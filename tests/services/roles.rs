@@ -159,7 +159,14 @@ async fn producer_worker_and_monitor_roles_work_with_the_documented_grants() {
 
     // Monitor: stats and dead list; no writes.
     let (monitor_url, monitor_cfg) = as_role(&db, "rl_monitor");
-    for args in [vec!["stats", "--json"], vec!["dead", "list", "--json"]] {
+    let dead_id: i64 = db.scalar("SELECT min(id) FROM pgwake.dead_jobs").await;
+    let dead_id = dead_id.to_string();
+    for args in [
+        vec!["stats", "--json"],
+        vec!["dead", "list", "--json"],
+        vec!["jobs", "list", "--state", "dead"],
+        vec!["explain", &dead_id],
+    ] {
         let out = pgwake_cmd()
             .env("DATABASE_URL", &monitor_url)
             .args(&args)
@@ -257,4 +264,299 @@ async fn demo_refuses_leftover_demo_jobs_and_touches_none() {
         ))
         .await;
     assert_eq!(still, 1);
+}
+
+/// Issue 33, item 10: `set_queue_limit_key_path` ran as its owner (SECURITY
+/// DEFINER) with EXECUTE left to PUBLIC, so any producer could re-key a
+/// queue's tenants. A producer now calls only what it was granted, and
+/// still inserts and enqueues (keys, unique jobs, limit keys included).
+#[tokio::test]
+async fn a_producer_cannot_change_queue_settings_or_call_operator_functions() {
+    let db = roles_db().await;
+    let (_, producer_cfg) = as_role(&db, "rl_producer");
+    let producer = pgwake::connect::connect(&producer_cfg).await.unwrap();
+    for call in [
+        "SELECT pgwake.set_queue_limit_key_path('victim', 'tenant')",
+        "SELECT pgwake.set_queue_max_running('victim', 1)",
+        "SELECT pgwake.set_queue_rate('victim', 1, '1 hour')",
+        "SELECT pgwake.set_queue_rate_per_key('victim', 1, '1 hour')",
+        "SELECT pgwake.set_queue_fair_keys('victim', false)",
+        "SELECT pgwake.set_queue_max_running_per_key('victim', 1)",
+        "SELECT pgwake.set_queue_key_max_running('victim', 'k', 1)",
+        "SELECT pgwake.pause_queue('victim')",
+        "SELECT pgwake.resume_queue('victim')",
+        "SELECT pgwake.cancel(1)",
+        "SELECT pgwake.request_cancel(1)",
+        "SELECT pgwake.schedule_add('s', '* * * * *', 't')",
+        "SELECT pgwake.schedule_remove('s')",
+        "SELECT pgwake.rescue(10)",
+        "SELECT pgwake.history_partition(current_date)",
+        "SELECT pgwake.grant_worker('rl_producer')",
+        "SELECT * FROM pgwake.claim_tx_all(1, NULL, NULL, NULL)",
+        "SELECT * FROM pgwake.explain(1)",
+    ] {
+        let e = producer.batch_execute(call).await.unwrap_err();
+        let msg = e.as_db_error().map(|d| d.message().to_string());
+        assert!(
+            denied(&e)
+                && msg
+                    .as_deref()
+                    .is_some_and(|m| m.starts_with("permission denied for function")),
+            "a producer ran {call}: {e:?}"
+        );
+    }
+    let queues: i64 = db.scalar("SELECT count(*) FROM pgwake.queues").await;
+    assert_eq!(queues, 0, "a producer created or changed queue rows");
+
+    // What a producer does still works, with a queue that has a limit key
+    // path (the insert trigger fills the key as the table's owner).
+    db.client()
+        .await
+        .batch_execute("SELECT pgwake.set_queue_limit_key_path('tenants', 'tenant')")
+        .await
+        .unwrap();
+    producer
+        .batch_execute(
+            "INSERT INTO pgwake.jobs (task) VALUES ('plain');
+             INSERT INTO pgwake.jobs (task, queue, payload) VALUES ('t', 'tenants', '{\"tenant\": \"a\"}');
+             SELECT pgwake.enqueue('t', queue => 'tenants', payload => '{\"tenant\": \"b\"}');
+             SELECT pgwake.enqueue('t', ordering_key => 'ok1');
+             SELECT pgwake.enqueue('t', ordering_key => 'ok1');
+             SELECT pgwake.enqueue('t', unique_key => 'u1');
+             SELECT pgwake.enqueue('t', unique_key => 'u1', unique_running => true);
+             SELECT * FROM pgwake.enqueue_unique('t', unique_key => 'u2');
+             SELECT pgwake.enqueue('t', limit_key => 'l1');",
+        )
+        .await
+        .unwrap();
+    let keys: String = db
+        .scalar(
+            "SELECT string_agg(limit_key, ',' ORDER BY limit_key) FROM pgwake.jobs WHERE queue = 'tenants'",
+        )
+        .await;
+    assert_eq!(keys, "a,b");
+    let jobs: i64 = db.scalar("SELECT count(*) FROM pgwake.jobs").await;
+    assert_eq!(jobs, 8, "one unique duplicate folded");
+}
+
+/// Issue 33, item 10: no function of the schema is left executable by
+/// PUBLIC (every role), and none that runs as its owner keeps the default
+/// ACL, after a migrate from scratch and after a migrate that re-created
+/// the functions.
+#[tokio::test]
+async fn no_pgwake_function_is_executable_by_public() {
+    let db = migrated_db().await;
+    let check = |when: &'static str| {
+        let db = &db;
+        async move {
+            let public: Option<String> = db
+                .scalar(
+                    "SELECT string_agg(p.oid::regprocedure::text, ', ' ORDER BY 1)
+                     FROM pg_proc p, aclexplode(coalesce(p.proacl, acldefault('f', p.proowner))) a
+                     WHERE p.pronamespace = 'pgwake'::regnamespace
+                       AND a.grantee = 0 AND a.privilege_type = 'EXECUTE'",
+                )
+                .await;
+            assert_eq!(public, None, "executable by PUBLIC {when}");
+            let definers: Option<String> = db
+                .scalar(
+                    "SELECT string_agg(p.oid::regprocedure::text, ', ' ORDER BY 1)
+                     FROM pg_proc p
+                     WHERE p.pronamespace = 'pgwake'::regnamespace
+                       AND p.prosecdef AND p.proacl IS NULL",
+                )
+                .await;
+            assert_eq!(
+                definers, None,
+                "SECURITY DEFINER with the default ACL {when}"
+            );
+        }
+    };
+    check("after the first migrate").await;
+    // An upgrade that re-creates every function (new ones get PUBLIC
+    // EXECUTE by default).
+    db.client()
+        .await
+        .batch_execute(
+            "DROP FUNCTION pgwake.set_queue_limit_key_path(text, text);
+             DELETE FROM pgwake.schema_definitions;",
+        )
+        .await
+        .unwrap();
+    let mut c = db.client().await;
+    pgwake::admin::schema::migrate(&mut c).await.unwrap();
+    check("after a migrate that re-created the functions").await;
+}
+
+/// Issue 33, item 13: an upgrade that adds a table (and a function) leaves
+/// the roles given pgwake's grants with what their kind gets, without
+/// running the grants again: migrate re-applies every recorded role's.
+#[tokio::test]
+async fn grants_survive_an_upgrade_that_adds_a_table_and_a_function() {
+    let db = roles_db().await;
+    let mut upgrade = pgwake::admin::schema::MIGRATIONS.to_vec();
+    upgrade.push(pgwake::admin::schema::Migration {
+        version: 9001,
+        name: "9001_upgrade_notes.sql",
+        sql: "CREATE TABLE pgwake.upgrade_notes (id bigserial PRIMARY KEY, note text NOT NULL);
+              CREATE FUNCTION pgwake.upgrade_probe() RETURNS integer LANGUAGE sql AS 'SELECT 1';",
+    });
+    let mut c = db.client().await;
+    let report = pgwake::admin::schema::migrate_list(&mut c, &Default::default(), &upgrade)
+        .await
+        .unwrap();
+    assert_eq!(report.applied, vec![9001]);
+    let mut grants: Vec<(String, String)> = report
+        .grants
+        .iter()
+        .map(|g| (g.role.clone(), g.kind.clone()))
+        .collect();
+    grants.sort();
+    assert_eq!(
+        grants,
+        vec![
+            ("rl_monitor".into(), "monitor".into()),
+            ("rl_producer".into(), "producer".into()),
+            ("rl_worker".into(), "worker".into()),
+        ]
+    );
+
+    let (_, worker_cfg) = as_role(&db, "rl_worker");
+    let worker = pgwake::connect::connect(&worker_cfg).await.unwrap();
+    worker
+        .batch_execute(
+            "INSERT INTO pgwake.upgrade_notes (note) VALUES ('after the upgrade');
+             SELECT pgwake.upgrade_probe();",
+        )
+        .await
+        .unwrap();
+    let (_, monitor_cfg) = as_role(&db, "rl_monitor");
+    let monitor = pgwake::connect::connect(&monitor_cfg).await.unwrap();
+    monitor
+        .batch_execute("SELECT * FROM pgwake.upgrade_notes")
+        .await
+        .unwrap();
+    let e = monitor
+        .batch_execute("INSERT INTO pgwake.upgrade_notes (note) VALUES ('no')")
+        .await
+        .unwrap_err();
+    assert!(denied(&e), "a monitor must not write: {e:?}");
+    // A new function is not everyone's: the producer was not given it.
+    let (_, producer_cfg) = as_role(&db, "rl_producer");
+    let producer = pgwake::connect::connect(&producer_cfg).await.unwrap();
+    let e = producer
+        .batch_execute("SELECT pgwake.upgrade_probe()")
+        .await
+        .unwrap_err();
+    assert!(denied(&e), "a new function is executable by PUBLIC: {e:?}");
+    producer
+        .batch_execute("SELECT pgwake.enqueue('t')")
+        .await
+        .unwrap();
+
+    // Nothing changed: the next migrate grants nothing again.
+    let report = pgwake::admin::schema::migrate_list(&mut c, &Default::default(), &upgrade)
+        .await
+        .unwrap();
+    assert!(report.unchanged() && report.grants.is_empty(), "{report:?}");
+}
+
+/// Issue 33, items 10 and 13: roles granted by a pgwake that neither
+/// recorded them nor revoked PUBLIC's EXECUTE (schema version 25) keep
+/// working across the upgrade that does both: the migration recognises
+/// them by their table grants, and migrate gives each its functions in the
+/// transaction that takes PUBLIC's away.
+#[tokio::test]
+async fn roles_granted_before_grants_were_recorded_keep_working_after_the_upgrade() {
+    let db = roles_db().await;
+    // Back to what version 25 left: no record, every function PUBLIC's,
+    // the roles with table grants only.
+    db.client()
+        .await
+        .batch_execute(
+            "DROP TABLE pgwake.role_grants;
+             DELETE FROM pgwake.schema_migrations WHERE version >= 26;
+             GRANT EXECUTE ON ALL FUNCTIONS IN SCHEMA pgwake TO PUBLIC;
+             REVOKE EXECUTE ON ALL FUNCTIONS IN SCHEMA pgwake FROM rl_producer, rl_worker, rl_monitor;",
+        )
+        .await
+        .unwrap();
+    let mut c = db.client().await;
+    let report = pgwake::admin::schema::migrate(&mut c).await.unwrap();
+    assert!(report.applied.contains(&26), "{report:?}");
+    assert!(!report.revoked_public.is_empty(), "{report:?}");
+    let mut kinds: Vec<String> = report
+        .grants
+        .iter()
+        .map(|g| format!("{} {}", g.role, g.kind))
+        .collect();
+    kinds.sort();
+    assert_eq!(
+        kinds,
+        [
+            "rl_monitor monitor",
+            "rl_producer producer",
+            "rl_worker worker"
+        ]
+    );
+
+    let (_, producer_cfg) = as_role(&db, "rl_producer");
+    let producer = pgwake::connect::connect(&producer_cfg).await.unwrap();
+    producer
+        .batch_execute("SELECT pgwake.enqueue('t', unique_key => 'u')")
+        .await
+        .unwrap();
+    let e = producer
+        .batch_execute("SELECT pgwake.set_queue_limit_key_path('default', 'tenant')")
+        .await
+        .unwrap_err();
+    assert!(denied(&e), "{e:?}");
+    let (_, worker_cfg) = as_role(&db, "rl_worker");
+    let worker = pgwake::connect::connect(&worker_cfg).await.unwrap();
+    // The claim functions were PUBLIC's before: now the worker's own.
+    worker
+        .query(
+            "SELECT * FROM pgwake.claim_tx_all(10, NULL, NULL, NULL)",
+            &[],
+        )
+        .await
+        .unwrap();
+    let (_, monitor_cfg) = as_role(&db, "rl_monitor");
+    let monitor = pgwake::connect::connect(&monitor_cfg).await.unwrap();
+    monitor
+        .batch_execute("SELECT * FROM pgwake.explain(1)")
+        .await
+        .unwrap();
+}
+
+/// A migrate that stops halfway (a later migration fails) leaves no
+/// function it created executable by PUBLIC: each step revokes it in its
+/// own transaction on a schema that already keeps its functions from
+/// PUBLIC.
+#[tokio::test]
+async fn a_migrate_that_stops_halfway_leaves_no_function_to_public() {
+    let db = migrated_db().await;
+    let mut list = pgwake::admin::schema::MIGRATIONS.to_vec();
+    list.push(pgwake::admin::schema::Migration {
+        version: 9001,
+        name: "9001_probe.sql",
+        sql: "CREATE FUNCTION pgwake.halfway_probe() RETURNS integer LANGUAGE sql AS 'SELECT 1';",
+    });
+    list.push(pgwake::admin::schema::Migration {
+        version: 9002,
+        name: "9002_fails.sql",
+        sql: "SELECT 1 / 0;",
+    });
+    let mut c = db.client().await;
+    pgwake::admin::schema::migrate_list(&mut c, &Default::default(), &list)
+        .await
+        .unwrap_err();
+    let version: i32 = db
+        .scalar("SELECT max(version) FROM pgwake.schema_migrations")
+        .await;
+    assert_eq!(version, 9001);
+    let public: bool = db
+        .scalar("SELECT has_function_privilege('public', 'pgwake.halfway_probe()', 'EXECUTE')")
+        .await;
+    assert!(!public, "a function of a half-done migrate is PUBLIC's");
 }

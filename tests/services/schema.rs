@@ -336,3 +336,195 @@ async fn a_running_migrate_keeps_the_schema_pending_even_at_the_current_version(
         .unwrap();
     assert_eq!(pending(&c).await.unwrap(), None);
 }
+
+/// The schema at the latest version plus `extra`, a test-only migration.
+async fn migrate_with_extra(
+    db: &TestDb,
+    extra: &[pgwake::admin::schema::Migration],
+) -> pgwake::error::Result<pgwake::admin::schema::MigrateReport> {
+    let mut list = pgwake::admin::schema::MIGRATIONS.to_vec();
+    list.extend_from_slice(extra);
+    let mut c = db.client().await;
+    pgwake::admin::schema::migrate_list(&mut c, &Default::default(), &list).await
+}
+
+async fn index_valid(db: &TestDb, name: &str) -> Option<bool> {
+    db.client()
+        .await
+        .query_opt(
+            "SELECT i.indisvalid FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid
+             WHERE c.relnamespace = 'pgwake'::regnamespace AND c.relname = $1",
+            &[&name],
+        )
+        .await
+        .unwrap()
+        .map(|r| r.get(0))
+}
+
+/// Issue 33, item 15: a `-- pgwake:step no-transaction` step runs outside
+/// any transaction (CREATE INDEX CONCURRENTLY refuses to run in one), and
+/// a run stopped between steps resumes after the last one done: the first
+/// step (a CREATE TABLE without IF NOT EXISTS) is not run again.
+#[tokio::test]
+async fn a_migration_in_steps_builds_its_index_concurrently_and_resumes_after_a_failed_step() {
+    let db = migrated_db().await;
+    let online = pgwake::admin::schema::Migration {
+        version: 9001,
+        name: "9001_online.sql",
+        sql: "-- A sample online migration.
+CREATE TABLE pgwake.online_t (id bigint PRIMARY KEY, x integer);
+INSERT INTO pgwake.online_t SELECT g, g % 7 FROM generate_series(1, 1000) g;
+-- pgwake:step no-transaction
+CREATE INDEX CONCURRENTLY IF NOT EXISTS online_t_x ON pgwake.online_t (x);
+-- pgwake:step
+INSERT INTO pgwake.online_t_later (note) VALUES ('after the index');
+",
+    };
+    let steps = pgwake::admin::schema::steps(online).unwrap();
+    assert_eq!(
+        steps.iter().map(|s| s.transaction).collect::<Vec<_>>(),
+        [true, false, true]
+    );
+    // The third step fails (its table is missing): the first two stay done.
+    let err = migrate_with_extra(&db, &[online]).await.unwrap_err();
+    assert!(format!("{err:?}").contains("online_t_later"), "{err:?}");
+    assert_eq!(index_valid(&db, "online_t_x").await, Some(true));
+    let done: String = db
+        .scalar("SELECT string_agg(step::text, ',' ORDER BY step) FROM pgwake.schema_migration_steps WHERE version = 9001")
+        .await;
+    assert_eq!(done, "0,1");
+    let version: i32 = db
+        .scalar("SELECT max(version) FROM pgwake.schema_migrations")
+        .await;
+    assert!(version < 9001);
+
+    // Fixed, the next run resumes at the third step.
+    db.client()
+        .await
+        .batch_execute("CREATE TABLE pgwake.online_t_later (note text)")
+        .await
+        .unwrap();
+    let report = migrate_with_extra(&db, &[online]).await.unwrap();
+    assert_eq!(report.applied, vec![9001]);
+    let rows: i64 = db.scalar("SELECT count(*) FROM pgwake.online_t").await;
+    assert_eq!(rows, 1000, "the first step ran once");
+    let notes: i64 = db
+        .scalar("SELECT count(*) FROM pgwake.online_t_later")
+        .await;
+    assert_eq!(notes, 1);
+    let left: i64 = db
+        .scalar("SELECT count(*) FROM pgwake.schema_migration_steps")
+        .await;
+    assert_eq!(left, 0, "a finished migration leaves no step rows");
+}
+
+/// Issue 33, item 15: a concurrent build that failed leaves an INVALID
+/// index, which `IF NOT EXISTS` would keep (never used, yet updated by every
+/// insert); the next run drops it and builds it again.
+#[tokio::test]
+async fn an_invalid_index_left_by_a_failed_concurrent_build_is_built_again() {
+    let db = migrated_db().await;
+    db.client()
+        .await
+        .batch_execute(
+            "CREATE TABLE pgwake.online_u (id bigint PRIMARY KEY, x integer);
+             INSERT INTO pgwake.online_u VALUES (1, 1), (2, 1);",
+        )
+        .await
+        .unwrap();
+    let online = pgwake::admin::schema::Migration {
+        version: 9001,
+        name: "9001_online_unique.sql",
+        sql: "-- pgwake:step no-transaction
+CREATE UNIQUE INDEX CONCURRENTLY IF NOT EXISTS online_u_x ON pgwake.online_u (x);
+-- pgwake:step
+ALTER TABLE pgwake.online_u ADD COLUMN y integer;
+",
+    };
+    // The duplicate makes the build fail halfway: the index is left invalid.
+    migrate_with_extra(&db, &[online]).await.unwrap_err();
+    assert_eq!(index_valid(&db, "online_u_x").await, Some(false));
+    db.client()
+        .await
+        .batch_execute("DELETE FROM pgwake.online_u WHERE id = 2")
+        .await
+        .unwrap();
+    let report = migrate_with_extra(&db, &[online]).await.unwrap();
+    assert_eq!(report.applied, vec![9001]);
+    assert_eq!(index_valid(&db, "online_u_x").await, Some(true));
+}
+
+/// A migration that is one no-transaction step (after comments) is not
+/// run in a transaction either.
+#[tokio::test]
+async fn a_migration_of_one_no_transaction_step_runs_outside_a_transaction() {
+    let db = migrated_db().await;
+    let online = pgwake::admin::schema::Migration {
+        version: 9001,
+        name: "9001_one_step.sql",
+        sql: "-- An index, online.
+-- pgwake:step no-transaction
+CREATE INDEX CONCURRENTLY IF NOT EXISTS jobs_one_step ON pgwake.jobs (created_at);
+",
+    };
+    let report = migrate_with_extra(&db, &[online]).await.unwrap();
+    assert_eq!(report.applied, vec![9001]);
+    assert_eq!(index_valid(&db, "jobs_one_step").await, Some(true));
+}
+
+/// A backfill in batches: a no-transaction step calls a procedure that
+/// commits after each batch (a transaction step could not).
+#[tokio::test]
+async fn a_no_transaction_step_backfills_in_committed_batches() {
+    let db = migrated_db().await;
+    let online = pgwake::admin::schema::Migration {
+        version: 9001,
+        name: "9001_backfill.sql",
+        sql: "CREATE TABLE pgwake.online_b (id bigint PRIMARY KEY, y integer);
+INSERT INTO pgwake.online_b SELECT g, NULL FROM generate_series(1, 25000) g;
+CREATE TABLE pgwake.online_b_batches (at timestamptz NOT NULL DEFAULT clock_timestamp(), xid xid8 NOT NULL);
+CREATE PROCEDURE pgwake.online_b_backfill() LANGUAGE plpgsql AS $$
+DECLARE n bigint;
+BEGIN
+    LOOP
+        UPDATE pgwake.online_b SET y = id % 10
+        WHERE id IN (SELECT id FROM pgwake.online_b WHERE y IS NULL ORDER BY id LIMIT 10000);
+        GET DIAGNOSTICS n = ROW_COUNT;
+        EXIT WHEN n = 0;
+        INSERT INTO pgwake.online_b_batches (xid) VALUES (pg_current_xact_id());
+        COMMIT;
+    END LOOP;
+END
+$$;
+-- pgwake:step no-transaction
+CALL pgwake.online_b_backfill();
+-- pgwake:step
+DROP PROCEDURE pgwake.online_b_backfill();
+",
+    };
+    migrate_with_extra(&db, &[online]).await.unwrap();
+    let missing: i64 = db
+        .scalar("SELECT count(*) FROM pgwake.online_b WHERE y IS NULL")
+        .await;
+    assert_eq!(missing, 0);
+    let transactions: i64 = db
+        .scalar("SELECT count(DISTINCT xid) FROM pgwake.online_b_batches")
+        .await;
+    assert_eq!(transactions, 3, "three batches, each committed on its own");
+}
+
+#[test]
+fn a_concurrent_index_step_must_say_if_not_exists() {
+    let m = pgwake::admin::schema::Migration {
+        version: 9001,
+        name: "9001_bad.sql",
+        sql:
+            "-- pgwake:step no-transaction\nCREATE INDEX CONCURRENTLY bad ON pgwake.jobs (task);\n",
+    };
+    let err = pgwake::admin::schema::steps(m).unwrap_err().to_string();
+    assert!(err.contains("IF NOT EXISTS"), "{err}");
+    // Every shipped migration parses.
+    for m in pgwake::admin::schema::MIGRATIONS {
+        pgwake::admin::schema::steps(*m).unwrap();
+    }
+}
