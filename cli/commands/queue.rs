@@ -150,8 +150,20 @@ pub async fn command(action: QueueAction) -> Result<(), Error> {
             no_rate_per_key,
             key,
         } => {
-            let client = connect::connect(&db.config()?).await?;
+            let mut client = connect::connect(&db.config()?).await?;
             schema::check(&client).await?;
+            // Every flag in one transaction: no moment with half the
+            // settings (a per-key limit missing while its path is set),
+            // and a refused flag changes nothing. What was set is said
+            // once it is committed.
+            let tx = client
+                .transaction()
+                .await
+                .map_err(Error::db("queue set: begin"))?;
+            let mut said: Vec<String> = Vec::new();
+            macro_rules! say {
+                ($($t:tt)*) => { said.push(format!($($t)*)) };
+            }
             if let Some(key) = &key {
                 if max_running.is_none() && !no_max_running {
                     return Err(Error::Config(
@@ -159,71 +171,73 @@ pub async fn command(action: QueueAction) -> Result<(), Error> {
                             .into(),
                     ));
                 }
-                queues::set_key_max_running(&client, &queue, key, max_running).await?;
+                queues::set_key_max_running(&tx, &queue, key, max_running).await?;
                 match max_running {
-                    Some(n) => println!(
+                    Some(n) => say!(
                         "{queue}: at most {n} jobs of key {key:?} running at once, across every worker"
                     ),
-                    None => println!("{queue}: key {key:?} back to the queue's per-key limit"),
+                    None => say!("{queue}: key {key:?} back to the queue's per-key limit"),
                 }
             } else if max_running.is_some() || no_max_running {
-                queues::set_max_running(&client, &queue, max_running).await?;
+                queues::set_max_running(&tx, &queue, max_running).await?;
                 match max_running {
                     Some(n) => {
-                        println!("{queue}: at most {n} running at once, across every worker")
+                        say!("{queue}: at most {n} running at once, across every worker")
                     }
-                    None => println!("{queue}: no max-running limit"),
+                    None => say!("{queue}: no max-running limit"),
                 }
             }
             if rate.is_some() || no_rate {
-                queues::set_rate(&client, &queue, rate).await?;
+                queues::set_rate(&tx, &queue, rate).await?;
                 match rate {
-                    Some(r) => println!(
+                    Some(r) => say!(
                         "{queue}: at most {} started in any {} (rate {r}), across every worker",
                         r.count,
                         humantime::format_duration(r.per)
                     ),
-                    None => println!("{queue}: no rate limit"),
+                    None => say!("{queue}: no rate limit"),
                 }
             }
             if limit_key_path.is_some() || no_limit_key_path {
-                queues::set_limit_key_path(&client, &queue, limit_key_path.as_deref()).await?;
+                queues::set_limit_key_path(&tx, &queue, limit_key_path.as_deref()).await?;
                 match limit_key_path {
-                    Some(p) => println!(
+                    Some(p) => say!(
                         "{queue}: jobs enqueued without a limit key take the payload's {p:?} field as their key"
                     ),
-                    None => println!("{queue}: no limit key path"),
+                    None => say!("{queue}: no limit key path"),
                 }
             }
             if max_running_per_key.is_some() || no_max_running_per_key {
-                queues::set_max_running_per_key(&client, &queue, max_running_per_key).await?;
+                queues::set_max_running_per_key(&tx, &queue, max_running_per_key).await?;
                 match max_running_per_key {
-                    Some(n) => println!(
+                    Some(n) => say!(
                         "{queue}: at most {n} jobs of any one limit key running at once, across every worker"
                     ),
-                    None => println!("{queue}: no per-key running limit"),
+                    None => say!("{queue}: no per-key running limit"),
                 }
             }
             if rate_per_key.is_some() || no_rate_per_key {
-                queues::set_rate_per_key(&client, &queue, rate_per_key).await?;
+                queues::set_rate_per_key(&tx, &queue, rate_per_key).await?;
                 match rate_per_key {
-                    Some(r) => println!(
+                    Some(r) => say!(
                         "{queue}: at most {} jobs of any one limit key started in any {} (rate {r} per key), across every worker",
                         r.count,
                         humantime::format_duration(r.per)
                     ),
-                    None => println!("{queue}: no per-key rate limit"),
+                    None => say!("{queue}: no per-key rate limit"),
                 }
             }
             if fair_keys || no_fair_keys {
-                queues::set_fair_keys(&client, &queue, fair_keys).await?;
+                queues::set_fair_keys(&tx, &queue, fair_keys).await?;
                 if fair_keys {
-                    println!("{queue}: ready jobs are taken in rotation between limit keys");
+                    say!("{queue}: ready jobs are taken in rotation between limit keys");
                 } else {
-                    println!(
-                        "{queue}: ready jobs are taken in claim order (no rotation between keys)"
-                    );
+                    say!("{queue}: ready jobs are taken in claim order (no rotation between keys)");
                 }
+            }
+            tx.commit().await.map_err(Error::db("queue set: commit"))?;
+            for line in said {
+                println!("{line}");
             }
         }
         QueueAction::Resume { db, queue } => {

@@ -327,3 +327,51 @@ async fn every_way_out_records_the_limit_key_in_the_history_tx() {
 async fn every_way_out_records_the_limit_key_in_the_history_lease() {
     every_way_out_records_the_limit_key_in_the_history(&["--lease-handler"]).await;
 }
+
+/// `pgwake queue set` with several flags sets them in one transaction
+/// (issue 33, item 11): when a later one is refused by the server, none is
+/// set. Here the first limit-key path needs an insert trigger, which a
+/// producer's open transaction holds back past its 5 s wait; before, the
+/// `--max-running 3` given with it was committed on its own all the same.
+#[tokio::test]
+async fn queue_set_changes_every_setting_or_none() {
+    let db = migrated_db().await;
+    let producer = db.client().await;
+    producer
+        .batch_execute("BEGIN; INSERT INTO pgwake.jobs (task, queue) VALUES ('t', 'other')")
+        .await
+        .unwrap();
+    let url = db.url.clone();
+    let out = tokio::task::spawn_blocking(move || {
+        process::run_pgwake(
+            &[
+                "queue",
+                "set",
+                "q",
+                "--max-running",
+                "3",
+                "--limit-key-path",
+                "customer",
+            ],
+            Some(&url),
+        )
+    })
+    .await
+    .unwrap();
+    assert!(!out.status.success(), "{}", process::stderr_of(&out));
+    assert!(
+        process::stderr_of(&out).contains("try again"),
+        "{}",
+        process::stderr_of(&out)
+    );
+    assert!(
+        out.stdout.is_empty(),
+        "nothing said set: {}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    let set: i64 = db
+        .scalar("SELECT count(*) FROM pgwake.queues WHERE name = 'q'")
+        .await;
+    assert_eq!(set, 0, "--max-running was not set on its own");
+    producer.batch_execute("ROLLBACK").await.unwrap();
+}
