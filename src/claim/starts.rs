@@ -15,8 +15,6 @@
 //! shown buffered a while longer and, if its worker dies, refunded rather
 //! than charged — never charged for a run that did not start.
 
-use std::sync::Arc;
-
 use tokio::sync::mpsc;
 
 use crate::db::connect::PooledConn;
@@ -37,7 +35,7 @@ impl StartMarks {
     /// ends when every handle is dropped (after writing what it has).
     pub(crate) fn spawn(pool: deadpool_postgres::Pool) -> StartMarks {
         let (tx, rx) = mpsc::unbounded_channel();
-        tokio::spawn(run(Arc::new(pool), rx));
+        tokio::spawn(run(pool, rx));
         StartMarks { tx }
     }
 
@@ -47,7 +45,7 @@ impl StartMarks {
     }
 }
 
-async fn run(pool: Arc<deadpool_postgres::Pool>, mut rx: mpsc::UnboundedReceiver<i64>) {
+async fn run(pool: deadpool_postgres::Pool, mut rx: mpsc::UnboundedReceiver<i64>) {
     while let Some(first) = rx.recv().await {
         let mut tokens = vec![first];
         while tokens.len() < MARK_MAX {

@@ -9,6 +9,18 @@ use std::time::Duration;
 use common::*;
 use pgwake::client::{enqueue, NewJob};
 
+/// A lease worker with one slot and a buffer of four. Nothing starts while
+/// the first run holds the slot: no stall hand-back either.
+const ONE_SLOT_FOUR_BUFFERED: &[&str] = &[
+    "--lease",
+    "--concurrency",
+    "1",
+    "--prefetch",
+    "4",
+    "--prefetch-wait-ms",
+    "3600000",
+];
+
 /// Five gated jobs on a one-slot lease worker with a buffer of four: the
 /// first runs and holds the slot, four wait in the buffer. Then `restrict`
 /// (run by an operator's session): the four go back, unstarted, attempt
@@ -23,20 +35,7 @@ async fn four_buffered_then(restrict: &str) -> (TestDb, Gate, ChaosWorker) {
             .await
             .unwrap();
     }
-    let w = ChaosWorker::spawn(
-        &db,
-        &[
-            "--lease",
-            "--concurrency",
-            "1",
-            "--prefetch",
-            "4",
-            // Nothing starts while the first run holds the slot: no stall
-            // hand-back either.
-            "--prefetch-wait-ms",
-            "3600000",
-        ],
-    );
+    let w = ChaosWorker::spawn(&db, ONE_SLOT_FOUR_BUFFERED);
     until_runs(&db, "the first run", Duration::from_secs(60), |r| {
         r.len() == 1
     })
@@ -158,18 +157,7 @@ async fn buffered_jobs_are_shown_as_buffered_by_their_worker_until_they_start() 
             .await
             .unwrap();
     }
-    let w = ChaosWorker::spawn(
-        &db,
-        &[
-            "--lease",
-            "--concurrency",
-            "1",
-            "--prefetch",
-            "4",
-            "--prefetch-wait-ms",
-            "3600000",
-        ],
-    );
+    let w = ChaosWorker::spawn(&db, ONE_SLOT_FOUR_BUFFERED);
     wait_for("four jobs buffered", Duration::from_secs(60), async || {
         let n = listed(&db, "buffered").await.len();
         (n == 4).then_some(()).ok_or(format!("{n} buffered"))
