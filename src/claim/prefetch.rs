@@ -250,12 +250,7 @@ impl Prefetch {
 
     /// The buffered jobs whose cancel came, out of the buffer.
     pub(crate) fn take_cancelled(&self) -> Vec<Leased> {
-        let mut state = self.state();
-        let (cancelled, kept): (Vec<_>, Vec<_>) = std::mem::take(&mut state.jobs)
-            .into_iter()
-            .partition(|(_, j)| j.watch.cancelled());
-        state.jobs = kept.into();
-        cancelled.into_iter().map(|(_, j)| j).collect()
+        self.take_where(|_, j| j.watch.cancelled())
     }
 
     /// The buffered jobs whose queue `restricted` says became paused or
@@ -264,12 +259,18 @@ impl Prefetch {
         &self,
         restricted: impl Fn(&str, Instant) -> bool,
     ) -> Vec<Leased> {
+        self.take_where(|at, j| restricted(&j.claimed.job.queue, at))
+    }
+
+    /// The buffered jobs `take` picks (given when each was buffered), out
+    /// of the buffer, in claim order.
+    fn take_where(&self, take: impl Fn(Instant, &Leased) -> bool) -> Vec<Leased> {
         let mut state = self.state();
-        let (gone, kept): (Vec<_>, Vec<_>) = std::mem::take(&mut state.jobs)
+        let (taken, kept): (Vec<_>, Vec<_>) = std::mem::take(&mut state.jobs)
             .into_iter()
-            .partition(|(at, j)| restricted(&j.claimed.job.queue, *at));
+            .partition(|(at, j)| take(*at, j));
         state.jobs = kept.into();
-        gone.into_iter().map(|(_, j)| j).collect()
+        taken.into_iter().map(|(_, j)| j).collect()
     }
 
     /// Every buffered job, emptying the buffer (shutdown: they go back).
