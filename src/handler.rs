@@ -254,6 +254,11 @@ pub trait Handler: Send + Sync + 'static {
     async fn check(&self, _db: &Client) -> Result<(), BoxError> {
         Ok(())
     }
+
+    /// Called once when the worker stops, after its jobs have ended (or
+    /// been interrupted): release what the handler keeps running (the
+    /// processes of a `persistent` handler). Default: nothing.
+    async fn shutdown(&self) {}
 }
 
 /// Handlers by task name, with an optional catch-all (`*`).

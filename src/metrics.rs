@@ -17,6 +17,19 @@ pub(crate) const JOBS: &str = "pgwake_jobs_total";
 /// Counter: running jobs this worker stopped on a cancel request, label
 /// `queue`.
 pub(crate) const JOBS_CANCELLED: &str = "pgwake_jobs_cancelled_total";
+/// Gauge: live persistent handler processes, label `handler` (the
+/// command).
+pub(crate) const PERSISTENT_PROCESSES: &str = "pgwake_persistent_processes";
+/// Gauge: jobs in flight on persistent handler processes, label `handler`.
+pub(crate) const PERSISTENT_IN_FLIGHT: &str = "pgwake_persistent_in_flight";
+/// Counter: persistent handler processes replaced, labels `handler`,
+/// `cause` (exited, killed, unresponsive, protocol_error, cancel_grace,
+/// recycled, start_failed).
+pub(crate) const PERSISTENT_RESTARTS: &str = "pgwake_persistent_restarts_total";
+/// Counter: protocol errors of persistent handler processes, labels
+/// `handler`, `kind` (fatal: the process was replaced; stale_token: a
+/// late reply, ignored).
+pub(crate) const PERSISTENT_PROTOCOL_ERRORS: &str = "pgwake_persistent_protocol_errors_total";
 /// Gauge: jobs this worker is running, label `queue`.
 pub(crate) const JOBS_IN_FLIGHT: &str = "pgwake_jobs_in_flight";
 /// Counter: claim queries, labels `trigger`, `result`.
@@ -306,6 +319,22 @@ pub(crate) fn describe() {
         "Running jobs this worker stopped because of a cancel request (pgwake cancel), by queue; cancels of waiting jobs need no worker and show in pgwake_dead_jobs"
     );
     describe_gauge!(JOBS_IN_FLIGHT, "Jobs this worker is running now, by queue");
+    describe_gauge!(
+        PERSISTENT_PROCESSES,
+        "Live persistent handler processes (their hello done), by handler command"
+    );
+    describe_gauge!(
+        PERSISTENT_IN_FLIGHT,
+        "Jobs in flight on persistent handler processes, by handler command"
+    );
+    describe_counter!(
+        PERSISTENT_RESTARTS,
+        "Persistent handler processes replaced, by handler command and cause (exited, killed, unresponsive, protocol_error, cancel_grace, recycled, start_failed)"
+    );
+    describe_counter!(
+        PERSISTENT_PROTOCOL_ERRORS,
+        "Protocol errors of persistent handler processes, by handler command and kind (fatal: the process was replaced; stale_token: a late reply, ignored)"
+    );
     describe_counter!(
         CLAIMS,
         "Claim queries by what woke them (notify, poll, drain, reconnect) and result (hit, empty)"

@@ -392,6 +392,15 @@ impl Worker {
         }
         // Claim tasks aborted at the hard deadline may have buffered more.
         crate::claim::lease::hand_back(&ctx);
+        // What handlers keep running (persistent processes) stops now that
+        // no job needs it.
+        let handlers: Vec<_> = self
+            .registry
+            .named()
+            .map(|(_, h)| h.clone())
+            .chain(self.registry.catch_all().cloned())
+            .collect();
+        futures::future::join_all(handlers.iter().map(|h| h.shutdown())).await;
         completer_done.cancel();
         lease_stop.cancel();
         join_all(&mut lease_services).await;

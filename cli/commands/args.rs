@@ -274,6 +274,35 @@ pub struct RunArgs {
         value_delimiter = ','
     )]
     pub exec_env: Vec<String>,
+    /// Tasks whose jobs run in tx mode, whatever their handler declares (comma-separated,
+    /// repeatable): a persistent or exec handler then runs inside the claim transaction, and a
+    /// persistent handler may send SQL that commits with its job.
+    #[arg(long, value_name = "TASK,…", value_parser = name_list)]
+    pub tx_tasks: Vec<NameList>,
+    /// Processes started per persistent handler command. Default: --concurrency.
+    #[arg(long, value_name = "N")]
+    pub processes: Option<usize>,
+    /// Replace a persistent handler process after it served this many jobs (drained first).
+    #[arg(long, value_name = "N")]
+    pub max_jobs_per_process: Option<u64>,
+    /// Replace a persistent handler process whose resident memory passes this many MiB
+    /// (drained first).
+    #[arg(long, value_name = "MIB")]
+    pub max_process_memory: Option<u64>,
+    /// Kill a persistent handler process that answers nothing (not even pings) this long.
+    #[arg(long, value_parser = duration, default_value = "30s")]
+    pub process_timeout: HumanDuration,
+    /// A persistent handler process must say hello within this after it starts.
+    #[arg(long, value_parser = duration, default_value = "60s")]
+    pub process_start_timeout: HumanDuration,
+    /// After a cancel or timeout, a persistent handler process must answer for the job within
+    /// this, or it is killed (its other jobs run again, uncharged).
+    #[arg(long, value_parser = duration, default_value = "10s")]
+    pub cancel_grace: HumanDuration,
+    /// Longest line, in bytes, a persistent handler process may write on its protocol
+    /// descriptor.
+    #[arg(long, value_name = "BYTES", default_value_t = pgwake::handlers::persistent::LINE_MAX_DEFAULT)]
+    pub protocol_line_max: usize,
 }
 
 fn keep_finished(s: &str) -> Result<pgwake::config::KeepFinished, String> {

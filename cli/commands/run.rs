@@ -68,11 +68,31 @@ type TaskHandler = (String, Arc<dyn Handler>);
 fn handlers(args: &RunArgs) -> Result<Vec<TaskHandler>, Error> {
     // Refused even without an exec handler: a worker is never to be started with them.
     pgwake::handlers::exec::check_passed_env(&args.exec_env)?;
+    let persistent = pgwake::handlers::persistent::Options {
+        processes: args.processes.unwrap_or(args.concurrency),
+        max_jobs_per_process: args.max_jobs_per_process,
+        max_memory: args
+            .max_process_memory
+            .map(|mib| mib.saturating_mul(1024 * 1024)),
+        process_timeout: args.process_timeout.into(),
+        start_timeout: args.process_start_timeout.into(),
+        cancel_grace: args.cancel_grace.into(),
+        line_max: args.protocol_line_max,
+        passed_env: args.exec_env.clone(),
+        ..Default::default()
+    };
+    let mut parser =
+        pgwake::handlers::Parser::new(args.exec_stdout_max, &args.exec_env, persistent);
+    let tx_tasks = names(&args.tx_tasks);
     let mut seen: HashMap<String, &str> = HashMap::new();
     let mut out = Vec::with_capacity(args.handlers.len());
     for flag in &args.handlers {
-        let (task, handler) =
-            pgwake::handlers::parse_flag_with_env(flag, args.exec_stdout_max, &args.exec_env)?;
+        let (task, handler) = parser.parse(flag)?;
+        let handler = if tx_tasks.contains(&task) {
+            pgwake::handlers::with_delivery(handler, pgwake::Delivery::Tx)
+        } else {
+            handler
+        };
         if let Some(first) = seen.insert(task.clone(), flag) {
             return Err(Error::Config(format!(
                 "--handler {flag:?}: task {task:?} already has a handler (--handler {first:?}); \
@@ -80,6 +100,11 @@ fn handlers(args: &RunArgs) -> Result<Vec<TaskHandler>, Error> {
             )));
         }
         out.push((task, handler));
+    }
+    if let Some(task) = tx_tasks.iter().find(|t| !seen.contains_key(*t)) {
+        return Err(Error::Config(format!(
+            "--tx-tasks {task:?}: no --handler for this task; give it one, or remove it from --tx-tasks"
+        )));
     }
     let execs = args.handlers.iter().any(|f| {
         f.split_once('=')

@@ -101,7 +101,7 @@ pub const EXEC_ENV_VAR: &str = "PGWAKE_PASS_ENV";
 /// have (commands will not see it). `pgwake run` calls this once, with or
 /// without exec handlers.
 pub fn check_passed_env(names: &[String]) -> Result<()> {
-    refuse_passed_env(names)?;
+    check_names(names)?;
     for name in names {
         if std::env::var_os(name).is_none() {
             tracing::warn!(
@@ -118,7 +118,7 @@ pub fn check_passed_env(names: &[String]) -> Result<()> {
 /// connection and password, which an exec command never sees by accident.
 /// A variable of such a name can still be given on purpose as
 /// `PGWAKE_EXEC_<NAME>`.
-fn refuse_passed_env(names: &[String]) -> Result<()> {
+pub(crate) fn check_names(names: &[String]) -> Result<()> {
     let refuse = |name: &str, why: String| {
         Err(Error::Config(format!(
             "--exec-env {name:?} (the flag or {EXEC_ENV_VAR}): {why}"
@@ -170,7 +170,7 @@ fn refuse_passed_env(names: &[String]) -> Result<()> {
 /// `PGWAKE_EXEC_*` with the prefix removed, which wins over a passed
 /// variable of the same name) instead of the worker's whole environment.
 /// The job's `PGWAKE_*` variables are added by the caller.
-fn explicit_env(cmd: &mut Command, passed: &[String]) {
+pub(crate) fn explicit_env(cmd: &mut std::process::Command, passed: &[String]) {
     cmd.env_clear();
     for (key, value) in std::env::vars_os() {
         let Some(name) = key.to_str() else { continue };
@@ -212,7 +212,7 @@ pub struct ExecHandler {
 }
 
 /// Resolve `program` like `execvp` would, so a typo fails at start-up.
-fn resolve(program: &str) -> Option<PathBuf> {
+pub(crate) fn resolve(program: &str) -> Option<PathBuf> {
     let is_executable = |p: &Path| {
         use std::os::unix::fs::PermissionsExt;
         p.metadata()
@@ -258,7 +258,7 @@ impl ExecHandler {
     /// a command never sees by accident (`PGWAKE_EXEC_<NAME>` still gives a
     /// command such a variable on purpose).
     pub fn with_passed_env(mut self, names: &[String]) -> Result<ExecHandler> {
-        refuse_passed_env(names)?;
+        check_names(names)?;
         self.passed_env = names.to_vec();
         Ok(self)
     }
@@ -305,7 +305,7 @@ impl ExecHandler {
                 cmd
             }
         };
-        explicit_env(&mut cmd, &self.passed_env);
+        explicit_env(cmd.as_std_mut(), &self.passed_env);
         cmd.args(&self.args)
             .env("PGWAKE_JOB_ID", job.id.to_string())
             .env("PGWAKE_TASK", &job.task)
