@@ -249,11 +249,13 @@ impl Pool {
                     if isolate {
                         proc.isolated.store(true, Ordering::Release);
                     }
-                    if inflight.len() == 1 {
+                    let alone = inflight.len() == 1;
+                    if alone {
                         // The stderr an error message quotes is what the
                         // process wrote since it last became busy.
                         proc.stderr_tail.lock().expect("tail").clear();
                     }
+                    *proc.alone.lock().expect("alone") = alone.then(|| (id, task.to_owned()));
                 }
                 self.publish();
                 proc.send(line(&token));

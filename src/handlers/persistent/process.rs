@@ -79,6 +79,10 @@ pub(super) struct Proc {
     /// Tasks it serves (its hello).
     pub(super) tasks: Vec<String>,
     pub(super) inflight: Mutex<HashMap<i64, InFlight>>,
+    /// The last job it was given while it had nothing else in flight, until
+    /// it is given another beside it: what it prints after answering is
+    /// still tagged with that job.
+    pub(super) alone: Mutex<Option<(i64, String)>>,
     /// Replies already given, recently (for duplicates), and the tokens
     /// of jobs that went elsewhere (stale replies), bounded.
     pub(super) answered: Mutex<std::collections::VecDeque<(i64, String)>>,
@@ -162,14 +166,14 @@ impl Proc {
         Some(kb * 1024)
     }
 
-    /// The job the process is running, when it runs exactly one: the tag
-    /// of what it prints.
+    /// The job the process is running, when it runs exactly one (or last
+    /// ran alone, when it runs none): the tag of what it prints.
     fn only_job(&self) -> Option<(i64, String)> {
         let inflight = self.inflight.lock().expect("inflight");
-        if inflight.len() == 1 {
-            inflight.iter().next().map(|(id, f)| (*id, f.task.clone()))
-        } else {
-            None
+        match inflight.len() {
+            1 => inflight.iter().next().map(|(id, f)| (*id, f.task.clone())),
+            0 => self.alone.lock().expect("alone").clone(),
+            _ => None,
         }
     }
 
@@ -203,6 +207,8 @@ pub(super) struct Started {
     pub(super) lines: Lines,
     pub(super) out: mpsc::UnboundedSender<String>,
     pub(super) stderr_tail: Arc<Mutex<Vec<u8>>>,
+    /// Cancelled once its stderr is closed (all of it is in the tail).
+    stderr_closed: tokio_util::sync::CancellationToken,
     /// Who the stdout/stderr lines are tagged with, once known.
     pub(super) tag: Arc<Mutex<Option<std::sync::Weak<Proc>>>>,
 }
@@ -280,6 +286,7 @@ pub(super) fn start(spec: &Spec, index: usize) -> std::io::Result<Started> {
 
     let tag: Arc<Mutex<Option<std::sync::Weak<Proc>>>> = Arc::new(Mutex::new(None));
     let stderr_tail = Arc::new(Mutex::new(Vec::new()));
+    let stderr_closed = tokio_util::sync::CancellationToken::new();
     if let Some(stdout) = child.stdout.take() {
         tokio::spawn(log_output(
             stdout,
@@ -291,14 +298,21 @@ pub(super) fn start(spec: &Spec, index: usize) -> std::io::Result<Started> {
         ));
     }
     if let Some(stderr) = child.stderr.take() {
-        tokio::spawn(log_output(
+        let logged = log_output(
             stderr,
             "stderr",
             spec.label.clone(),
             index,
             tag.clone(),
             Some(stderr_tail.clone()),
-        ));
+        );
+        let closed = stderr_closed.clone();
+        tokio::spawn(async move {
+            logged.await;
+            closed.cancel();
+        });
+    } else {
+        stderr_closed.cancel();
     }
 
     nonblocking(&to_child_w)?;
@@ -335,6 +349,7 @@ pub(super) fn start(spec: &Spec, index: usize) -> std::io::Result<Started> {
         lines,
         out,
         stderr_tail,
+        stderr_closed,
         tag,
     })
 }
@@ -353,6 +368,7 @@ impl Started {
             capacity,
             tasks,
             inflight: Mutex::new(HashMap::new()),
+            alone: Mutex::new(None),
             answered: Mutex::new(Default::default()),
             out: self.out,
             heard: Mutex::new(Instant::now()),
@@ -370,6 +386,26 @@ impl Started {
     /// Its stderr tail, escaped, for an error message.
     pub(super) fn stderr_tail(&self) -> String {
         tail_text(&self.stderr_tail)
+    }
+
+    /// Why it exited before its hello: its exit status and the end of its
+    /// stderr (read to its end first, for at most a second).
+    async fn exited_early(&self, status: std::io::Result<std::process::ExitStatus>) -> String {
+        let _ = tokio::time::timeout(
+            std::time::Duration::from_secs(1),
+            self.stderr_closed.cancelled(),
+        )
+        .await;
+        let status = match status {
+            Ok(s) => describe_status(s),
+            Err(e) => format!("could not be waited for ({e})"),
+        };
+        let tail = self.stderr_tail();
+        if tail.is_empty() {
+            format!("exited before its hello: {status}")
+        } else {
+            format!("exited before its hello: {status}; stderr: {tail}")
+        }
     }
 }
 
@@ -485,29 +521,27 @@ pub(super) async fn hello(
                 humantime::format_duration(within)
             ))
         }
-        Ok(Err(status)) => {
-            // Let its stderr reach the tail.
-            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-            let status = match status {
-                Ok(s) => describe_status(s),
-                Err(e) => format!("could not be waited for ({e})"),
-            };
-            let tail = started.stderr_tail();
-            return Err(if tail.is_empty() {
-                format!("exited before its hello: {status}")
-            } else {
-                format!("exited before its hello: {status}; stderr: {tail}")
-            });
-        }
+        Ok(Err(status)) => return Err(started.exited_early(status).await),
         Ok(Ok(None)) | Ok(Ok(Some(Err(ReadError::Closed)))) => {
-            return Err(format!(
-                "closed fd {PROCESS_OUT_FD} before its hello (does it write its messages to the descriptor in PGWAKE_PROTOCOL_OUT?)"
-            ))
+            // Closed fd 4, most often by exiting: its exit says why.
+            return match tokio::time::timeout(
+                std::time::Duration::from_secs(2),
+                started.child.wait(),
+            )
+            .await
+            {
+                Ok(status) => Err(started.exited_early(status).await),
+                Err(_) => Err(format!(
+                    "closed fd {PROCESS_OUT_FD} before its hello (does it write its messages to the descriptor in PGWAKE_PROTOCOL_OUT?)"
+                )),
+            };
         }
         Ok(Ok(Some(Err(ReadError::TooLong(max))))) => {
             return Err(format!("its first line is longer than {max} bytes"))
         }
-        Ok(Ok(Some(Err(ReadError::Io(e))))) => return Err(format!("reading its hello failed: {e}")),
+        Ok(Ok(Some(Err(ReadError::Io(e))))) => {
+            return Err(format!("reading its hello failed: {e}"))
+        }
         Ok(Ok(Some(Ok(line)))) => line,
     };
     match protocol::parse(&line)? {

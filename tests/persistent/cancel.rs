@@ -1,0 +1,163 @@
+//! Cancel and timeouts reach the process as a cancel message; a process
+//! that does not stop the job within the grace period is killed, and the
+//! other jobs it had in flight run again, uncharged. Recycling replaces a
+//! process after its jobs without losing one.
+
+use crate::common::*;
+use crate::support::*;
+
+use pgwake::client::{enqueue, NewJob};
+use serde_json::json;
+
+#[tokio::test]
+async fn pgwake_cancel_stops_the_job_in_its_process_which_lives_on() {
+    let db = migrated_db().await;
+    let client = db.client().await;
+    let id = enqueue(&client, &NewJob::new("sleep", json!({"secs": 600})))
+        .await
+        .unwrap();
+    let mut w = Running::start(worker(
+        &db,
+        &python_worker(""),
+        &["sleep", "echo"],
+        &[],
+        options(1),
+        history_config(),
+    ));
+    until_running(&db, id).await;
+    let before = children("worker.py");
+    pgwake::cancel(&client, id).await.unwrap();
+    let ev = w.next_events(1, WAIT, |e| e.id == id).await;
+    assert_eq!(ev[0].outcome(), "cancelled");
+    // The process answered the cancel: the next job runs on it, not on a
+    // replacement started after a kill at the end of the grace period.
+    let next = enqueue(&client, &NewJob::new("echo", json!({})))
+        .await
+        .unwrap();
+    w.next_events(1, WAIT, |e| e.id == next).await;
+    assert_eq!(children("worker.py"), before, "the same process");
+    w.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_timeout_cancels_the_job_in_its_process() {
+    let db = migrated_db().await;
+    let client = db.client().await;
+    let id = enqueue(
+        &client,
+        &NewJob::new("sleep", json!({"secs": 600}))
+            .timeout(std::time::Duration::from_millis(500))
+            .max_attempts(1),
+    )
+    .await
+    .unwrap();
+    let mut w = Running::start(worker(
+        &db,
+        &python_worker(""),
+        &["sleep", "echo"],
+        &[],
+        options(1),
+        history_config(),
+    ));
+    until_running(&db, id).await;
+    let before = children("worker.py");
+    let ev = w.next_events(1, WAIT, |e| e.id == id).await;
+    assert_eq!(ev[0].outcome(), "dead");
+    assert!(ev[0].error().unwrap().contains("timed out"), "{ev:?}");
+    // The process stopped the job on the cancel message: the next job runs
+    // on it, not on a replacement started after a kill at the grace's end.
+    let next = enqueue(&client, &NewJob::new("echo", json!({})))
+        .await
+        .unwrap();
+    w.next_events(1, WAIT, |e| e.id == next && e.outcome() == "done")
+        .await;
+    assert_eq!(children("worker.py"), before, "the same process");
+    w.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_process_ignoring_a_cancel_is_killed_after_the_grace_and_its_other_job_is_not_charged() {
+    let db = migrated_db().await;
+    let client = db.client().await;
+    let stuck = enqueue(
+        &client,
+        &NewJob::new("sleep", json!({"secs": 600}))
+            .timeout(std::time::Duration::from_millis(300))
+            .max_attempts(1),
+    )
+    .await
+    .unwrap();
+    let beside = enqueue(
+        &client,
+        &NewJob::new("sleep", json!({"secs": 4})).max_attempts(1),
+    )
+    .await
+    .unwrap();
+    let mut config = history_config();
+    config.concurrency = 2;
+    let mut w = Running::start(worker(
+        &db,
+        &quirky("--inflight 2"),
+        &["sleep"],
+        &[],
+        options(1),
+        config,
+    ));
+    let ev = w.next_events(2, WAIT, |_| true).await;
+    w.shutdown().await;
+    let by_id = |i| ev.iter().find(|e| e.id == i).unwrap();
+    assert_eq!(by_id(stuck).outcome(), "dead", "{ev:?}");
+    let (outcome, attempts, _, error) = finished(&db, beside).await;
+    assert_eq!(
+        (outcome.as_str(), attempts),
+        ("done", 1),
+        "the job beside the stuck one ran again, uncharged: {error:?}"
+    );
+}
+
+#[tokio::test]
+async fn recycled_processes_finish_their_jobs_and_are_replaced() {
+    let db = migrated_db().await;
+    let client = db.client().await;
+    let mut ids = Vec::new();
+    for _ in 0..12 {
+        ids.push(
+            enqueue(&client, &NewJob::new("pid", json!({})))
+                .await
+                .unwrap(),
+        );
+    }
+    let mut opts = options(2);
+    opts.max_jobs_per_process = Some(3);
+    let mut w = Running::start(worker(
+        &db,
+        &quirky(""),
+        &["pid"],
+        &[],
+        opts,
+        history_config(),
+    ));
+    let ev = w.next_events(12, WAIT, |_| true).await;
+    w.shutdown().await;
+    assert!(
+        ev.iter().all(|e| e.outcome() == "done" && e.attempt == 1),
+        "{ev:?}"
+    );
+    let pids: std::collections::HashMap<i64, usize> = {
+        let rows = client
+            .query(
+                "SELECT (result->>'pid')::int8, count(*) FROM pgwake.finished_jobs GROUP BY 1",
+                &[],
+            )
+            .await
+            .unwrap();
+        rows.iter()
+            .map(|r| (r.get(0), r.get::<_, i64>(1) as usize))
+            .collect()
+    };
+    assert!(
+        pids.values().all(|&n| n <= 3),
+        "no process served more than 3: {pids:?}"
+    );
+    assert!(pids.len() >= 4, "12 jobs, at most 3 each: {pids:?}");
+}

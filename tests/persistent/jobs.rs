@@ -1,0 +1,202 @@
+//! Ordinary jobs through the reference workers: results exactly as the
+//! process gave them, failures for good and retries after a delay, what a
+//! process prints, and SQL in the claim transaction.
+
+use crate::common::*;
+use crate::support::*;
+
+use pgwake::client::{enqueue, NewJob};
+use serde_json::json;
+
+/// Payloads with what breaks naive code: odd bytes, deep-ish nesting,
+/// quotes and newlines, and (`big`) an integer past 2^64, which Python
+/// keeps exactly and JavaScript's `JSON.parse` rounds (the process's
+/// language decides; pgwake passes every digit).
+fn odd_payloads(big: bool) -> Vec<serde_json::Value> {
+    let mut v = vec![
+        json!({"n": 1, "max": 9007199254740991_i64}),
+        json!({"s": "quote \" backslash \\ newline \n tab \t nul-ish \u{1} bidi \u{202e} emoji 🦀"}),
+        json!([[[[[[[[[[{"deep": true}]]]]]]]]]]),
+        json!("just a string"),
+    ];
+    if big {
+        v.push(serde_json::from_str(r#"{"big": 123456789012345678901234567890}"#).unwrap());
+    }
+    v
+}
+
+async fn results_come_back_exactly(command: String, big: bool) {
+    let db = migrated_db().await;
+    let client = db.client().await;
+    let mut ids = Vec::new();
+    for p in odd_payloads(big) {
+        ids.push(enqueue(&client, &NewJob::new("echo", p)).await.unwrap());
+    }
+    let mut w = Running::start(worker(
+        &db,
+        &command,
+        &["echo"],
+        &[],
+        options(2),
+        history_config(),
+    ));
+    let ev = w.next_events(ids.len(), WAIT, |_| true).await;
+    w.shutdown().await;
+    assert!(ev.iter().all(|e| e.outcome() == "done"), "{ev:?}");
+    for (id, payload) in ids.iter().zip(odd_payloads(big)) {
+        let (outcome, attempts, result, _) = finished(&db, *id).await;
+        assert_eq!((outcome.as_str(), attempts), ("done", 1));
+        // jsonb round trip: compare as PostgreSQL stores the payload.
+        let stored: String = db
+            .scalar(&format!(
+                "SELECT (payload)::text FROM pgwake.finished_jobs WHERE id = {id}"
+            ))
+            .await;
+        let result_text: String = db
+            .scalar(&format!(
+                "SELECT (result)::text FROM pgwake.finished_jobs WHERE id = {id}"
+            ))
+            .await;
+        assert_eq!(
+            result_text, stored,
+            "payload {payload} came back changed: {result:?}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn python_results_come_back_exactly_as_the_payload_went() {
+    results_come_back_exactly(python_worker(""), true).await;
+}
+
+#[tokio::test]
+async fn node_results_come_back_exactly_as_the_payload_went() {
+    results_come_back_exactly(node_worker(""), false).await;
+}
+
+#[tokio::test]
+async fn fail_for_good_is_dead_at_once_and_retry_after_waits_the_given_delay() {
+    let db = migrated_db().await;
+    let client = db.client().await;
+    let dead = enqueue(
+        &client,
+        &NewJob::new("fail", json!({"error": "no such image", "for_good": true})),
+    )
+    .await
+    .unwrap();
+    let later = enqueue(
+        &client,
+        &NewJob::new(
+            "fail",
+            json!({"error": "rate limited", "retry_after": 3600}),
+        ),
+    )
+    .await
+    .unwrap();
+    let mut w = Running::start(worker(
+        &db,
+        &python_worker(""),
+        &["fail"],
+        &[],
+        options(1),
+        history_config(),
+    ));
+    let ev = w.next_events(2, WAIT, |_| true).await;
+    w.shutdown().await;
+    let by_id = |id| ev.iter().find(|e| e.id == id).unwrap().outcome();
+    assert_eq!((by_id(dead), by_id(later)), ("dead", "retry"), "{ev:?}");
+    assert_eq!(dead_reason(&client, dead).await, "no such image");
+    let row = client
+        .query_one(
+            "SELECT extract(epoch FROM run_at - now())::float8, attempts, last_error FROM pgwake.jobs WHERE id = $1",
+            &[&later],
+        )
+        .await
+        .unwrap();
+    let (delay, attempts, error): (f64, i32, String) = (row.get(0), row.get(1), row.get(2));
+    assert!(delay > 3000.0 && delay <= 3600.0, "due in {delay} s");
+    assert_eq!((attempts, error.as_str()), (1, "rate limited"));
+}
+
+#[tokio::test]
+async fn sql_from_the_process_commits_with_its_job_and_rolls_back_with_its_failure() {
+    let db = migrated_db().await;
+    let client = db.client().await;
+    client
+        .batch_execute("CREATE TABLE public.orders (id int PRIMARY KEY, note text)")
+        .await
+        .unwrap();
+    let insert = |id: i64, fail: bool| {
+        NewJob::new(
+            "sql",
+            json!({
+                "statements": [
+                    {"sql": "INSERT INTO public.orders VALUES ($1, $2) RETURNING id, note", "params": [id, "n-" .to_string() + &id.to_string()]},
+                    {"sql": "SELECT count(*)::int AS n FROM public.orders WHERE id = $1", "params": [id]}
+                ],
+                "fail": fail
+            }),
+        )
+        .max_attempts(1)
+    };
+    let good = enqueue(&client, &insert(1, false)).await.unwrap();
+    let bad = enqueue(&client, &insert(2, true)).await.unwrap();
+    let mut w = Running::start(worker(
+        &db,
+        &python_worker(""),
+        &["sql"],
+        &["sql"],
+        options(1),
+        history_config(),
+    ));
+    let ev = w.next_events(2, WAIT, |_| true).await;
+    w.shutdown().await;
+    let by_id = |id| ev.iter().find(|e| e.id == id).unwrap().outcome();
+    assert_eq!((by_id(good), by_id(bad)), ("done", "dead"), "{ev:?}");
+    let rows: Vec<i32> = client
+        .query("SELECT id FROM public.orders ORDER BY id", &[])
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    assert_eq!(
+        rows,
+        vec![1],
+        "the failed job's insert is rolled back with it"
+    );
+    let (_, _, result, _) = finished(&db, good).await;
+    assert_eq!(
+        result.unwrap(),
+        json!([
+            {"rows": [{"id": 1, "note": "n-1"}], "rows_affected": 1},
+            {"rows": [{"n": 1}], "rows_affected": 1}
+        ]),
+        "the process saw its own insert inside the transaction"
+    );
+}
+
+#[tokio::test]
+async fn sql_for_a_lease_job_is_refused_with_a_reason() {
+    let db = migrated_db().await;
+    let client = db.client().await;
+    let id = enqueue(
+        &client,
+        &NewJob::new("sql", json!({"statements": [{"sql": "SELECT 1 AS one"}]})).max_attempts(1),
+    )
+    .await
+    .unwrap();
+    let mut w = Running::start(worker(
+        &db,
+        &python_worker(""),
+        &["sql"],
+        &[],
+        options(1),
+        test_config(),
+    ));
+    let ev = w.next_events(1, WAIT, |_| true).await;
+    w.shutdown().await;
+    assert_eq!(ev[0].outcome(), "dead");
+    let reason = dead_reason(&client, id).await;
+    assert!(reason.contains("tx mode"), "{reason}");
+}
