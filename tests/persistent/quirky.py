@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """A persistent handler that misbehaves on purpose, for pgwake's tests: each
 --mode breaks one rule of the protocol (docs/src/protocol.md). Task `pid`
-answers done with its process id; with no mode it behaves."""
+answers done with its process id (so does `grow`, after keeping `mib` MiB);
+with no mode it behaves."""
 import json, os, sys, threading, time
 
 args = sys.argv[1:]
@@ -28,8 +29,13 @@ first = flag is not None and not os.path.exists(flag)
 if first:
     open(flag, "w").close()
 
+hoard = []  # what task `grow` keeps
+threads = []
+
 def answer(msg):
     payload = msg["payload"]
+    if msg["task"] == "grow":
+        hoard.append(bytearray(payload["mib"] * 1024 * 1024))
     if msg["task"] == "sleep" or (isinstance(payload, dict) and "secs" in payload):
         time.sleep(payload["secs"])
     send({"type": "done", "id": msg["id"], "token": msg["token"], "result": {"pid": os.getpid()}})
@@ -41,8 +47,11 @@ for line in inp:
         if mode != "silent":
             send({"type": "pong", "seq": msg["seq"]})
         continue
-    if kind == "drain":
-        sys.exit(0)
+    if kind == "drain":  # finish the jobs in flight, then exit
+        for t in threads:
+            t.join()
+        out.flush()
+        os._exit(0)
     if kind == "cancel":
         continue  # a stubborn process: it never answers a cancel
     if kind != "job":
@@ -72,4 +81,6 @@ for line in inp:
     if mode == "silent" and first:
         first = False
         continue  # never answers this job, nor pings: pgwake must kill it
-    threading.Thread(target=answer, args=(msg,), daemon=True).start()
+    t = threading.Thread(target=answer, args=(msg,), daemon=True)
+    t.start()
+    threads.append(t)

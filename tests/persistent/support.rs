@@ -118,12 +118,23 @@ pub async fn until_running(db: &TestDb, id: i64) {
     .await;
 }
 
-/// A finished job's outcome, attempts, result and error from the history.
+/// A finished job's outcome, attempts, result and error from the history
+/// (waiting for its row).
 pub async fn finished(
     db: &TestDb,
     id: i64,
 ) -> (String, i32, Option<serde_json::Value>, Option<String>) {
     let client = db.client().await;
+    // The event may come before the outcome's write commits.
+    eventually("the job is in the history", WAIT, || async {
+        let n: i64 = db
+            .scalar(&format!(
+                "SELECT count(*) FROM pgwake.finished_jobs WHERE id = {id}"
+            ))
+            .await;
+        n == 1
+    })
+    .await;
     let row = client
         .query_one(
             "SELECT outcome, attempts, result, error FROM pgwake.finished_jobs WHERE id = $1",

@@ -256,9 +256,11 @@ impl Pool {
                         proc.stderr_tail.lock().expect("tail").clear();
                     }
                     *proc.alone.lock().expect("alone") = alone.then(|| (id, task.to_owned()));
+                    // Sent under the lock: a drain (sent under it too) is
+                    // never queued ahead of a job given before it.
+                    proc.send(line(&token));
                 }
                 self.publish();
-                proc.send(line(&token));
                 let given = proc.given.fetch_add(1, Ordering::AcqRel) + 1;
                 if self
                     .opts
@@ -293,8 +295,14 @@ impl Pool {
 
     /// Stop `proc` taking jobs, ask it to drain, and start its replacement.
     fn recycle(self: &Arc<Self>, proc: &Arc<Proc>, why: &str) {
-        if proc.closed.swap(true, Ordering::AcqRel) {
-            return;
+        {
+            // Closed and drained under the lock a dispatch gives jobs
+            // under: no job is given after the drain.
+            let _inflight = proc.inflight.lock().expect("inflight");
+            if proc.closed.swap(true, Ordering::AcqRel) {
+                return;
+            }
+            proc.send(protocol::drain());
         }
         tracing::info!(
             target: LOG_TARGET,
@@ -305,7 +313,6 @@ impl Pool {
         );
         metrics::counter!(m::PERSISTENT_RESTARTS, "handler" => self.spec.label.to_string(), "cause" => "recycled")
             .increment(1);
-        proc.send(protocol::drain());
         let generation = {
             let mut slots = self.slots.lock().expect("slots");
             let slot = &mut slots[proc.index];
@@ -450,6 +457,19 @@ impl Pool {
                 }
             }
         };
+        // What it wrote before it exited still counts (an answer, then its
+        // exit after a drain): read the rest, for a moment at most (a
+        // descendant may hold the pipe open).
+        if lines_open {
+            let rest = async {
+                while let Some(Ok(bytes)) = lines.recv().await {
+                    if let Err(Event::ProtocolError(why)) = self.route(&proc, &bytes) {
+                        self.protocol_error(&proc, &why);
+                    }
+                }
+            };
+            let _ = tokio::time::timeout(EXIT_AFTER_CLOSE, rest).await;
+        }
         self.ended(proc, status, generation).await;
     }
 
@@ -710,6 +730,7 @@ impl Pool {
             slots.iter().filter_map(|s| s.proc.clone()).collect()
         };
         for p in &procs {
+            let _inflight = p.inflight.lock().expect("inflight");
             if !p.closed.swap(true, Ordering::AcqRel) {
                 p.send(protocol::drain());
             }
