@@ -64,8 +64,7 @@ async fn refuses_bad_page_numbers(console: &Console, path: &str) {
         let r = get(console, &format!("{path}?page={bad}")).await;
         assert_eq!(r.status, 400, "{path}?page={bad}: {}", r.body);
         assert!(
-            r.body.contains("page number from 1 to 10000")
-                || r.body.contains("control character"),
+            r.body.contains("page number from 1 to 10000") || r.body.contains("control character"),
             "{path}?page={bad}: {}",
             r.body
         );
@@ -108,13 +107,21 @@ async fn the_workers_page_lists_200_workers_a_page() {
     let all: Vec<String> = (1..=450).map(|i| format!("wk-host-{i:04}")).collect();
     assert_eq!(seen, all, "every live worker once, in order");
     assert_eq!(
-        get(&console, "/workers").await.body.matches("<td>wk-host-").count(),
+        get(&console, "/workers")
+            .await
+            .body
+            .matches("<td>wk-host-")
+            .count(),
         200,
         "no page number: the first page"
     );
     let past = get(&console, "/workers?page=9").await;
     assert_eq!(past.status, 200);
-    assert!(past.body.contains("No live worker on page 9"), "{}", past.body);
+    assert!(
+        past.body.contains("No live worker on page 9"),
+        "{}",
+        past.body
+    );
     assert!(past.body.contains("/workers?page=1"), "a way back");
     refuses_bad_page_numbers(&console, "/workers").await;
 }
@@ -184,13 +191,10 @@ async fn a_page_reads_only_the_rows_up_to_it() {
         .await
         .unwrap();
     let with = |file: &str| {
-        std::fs::read_to_string(format!(
-            "{}/src/db/sql/{file}",
-            env!("CARGO_MANIFEST_DIR")
-        ))
-        .unwrap_or_else(|e| format!("-- {file}: {e}"))
-        .replace("$1", "201")
-        .replace("$2", "200")
+        std::fs::read_to_string(format!("{}/src/db/sql/{file}", env!("CARGO_MANIFEST_DIR")))
+            .unwrap_or_else(|e| format!("-- {file}: {e}"))
+            .replace("$1", "201")
+            .replace("$2", "200")
     };
     let read = rows_read(&c, &with("workers_page.sql"), "workers").await;
     assert!(read <= 401, "the workers page read {read} rows of 5,000");
@@ -226,7 +230,12 @@ async fn an_operator_pages_through_workers_and_schedules_in_a_browser() {
             .await
             .unwrap();
         until(&format!("{path}: page 2"), 20, || async {
-            b.client.current_url().await.unwrap().as_str().ends_with("?page=2")
+            b.client
+                .current_url()
+                .await
+                .unwrap()
+                .as_str()
+                .ends_with("?page=2")
         })
         .await;
         assert_eq!(count(rows).await, 50, "{path}: the second page");
@@ -238,7 +247,12 @@ async fn an_operator_pages_through_workers_and_schedules_in_a_browser() {
             .await
             .unwrap();
         until(&format!("{path}: back on page 1"), 20, || async {
-            b.client.current_url().await.unwrap().as_str().ends_with("?page=1")
+            b.client
+                .current_url()
+                .await
+                .unwrap()
+                .as_str()
+                .ends_with("?page=1")
         })
         .await;
         assert_eq!(count(rows).await, 200, "{path}: the first page again");
