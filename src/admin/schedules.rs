@@ -133,6 +133,7 @@ impl Field {
             "name" => Field::Name,
             "task" => Field::Task,
             "queue" => Field::Queue,
+            "payload" => Field::Payload,
             "tz" => Field::Tz,
             "catch_up" => Field::CatchUp,
             _ => Field::Cron,

@@ -126,8 +126,9 @@ async fn a_huge_task_name_or_payload_is_refused_by_every_producer_naming_the_lim
 
 /// The payload bound is a row of `pgwake.producer_limits`: lowered, a
 /// payload above it is refused (the CLI says so too, exit 2) and one below
-/// taken; raised, a bigger one is taken; a setting outside 64 KiB–256 MiB
-/// is refused by the table.
+/// taken; raised, a bigger one is taken; a schedule's payload is held to
+/// it, and it cannot be lowered below one; a setting outside 64 KiB–256
+/// MiB is refused by the table.
 #[tokio::test]
 async fn the_payload_bound_is_a_setting() {
     let db = migrated_db().await;
@@ -145,6 +146,26 @@ async fn the_payload_bound_is_a_setting() {
     .await;
     assert_eq!(code, "54000");
     assert!(message.contains("at most 65536 bytes"), "{message}");
+    // What the trigger's cheap test (the datum over 8 KiB, or compressed)
+    // must not miss: a payload whose text is six times its binary form
+    // (12,000 control characters, 72,009 bytes as JSON text), and one
+    // copied compressed from another table (100,000 x's: about 1 KiB).
+    c.batch_execute(
+        "CREATE TABLE src (p jsonb);
+         INSERT INTO src SELECT jsonb_build_object('b', repeat('x', 100000));",
+    )
+    .await
+    .unwrap();
+    let stored: i32 = db.scalar("SELECT pg_column_size(p) FROM src").await;
+    assert!(stored < 8192, "compressed in src: {stored} bytes");
+    for sql in [
+        "SELECT pgwake.enqueue('t', jsonb_build_object('b', repeat(chr(1), 12000)))",
+        "INSERT INTO pgwake.jobs (task, payload) SELECT 't', p FROM src",
+    ] {
+        let (code, message, _) = refusal(&c, sql).await;
+        assert_eq!(code, "54000", "{sql}: {message}");
+        assert!(message.contains("at most 65536 bytes"), "{sql}: {message}");
+    }
     let url = db.url.clone();
     let payload = serde_json::json!({ "b": "x".repeat(70_000) }).to_string();
     let cli = tokio::task::spawn_blocking(move || {
@@ -179,6 +200,32 @@ async fn the_payload_bound_is_a_setting() {
     )
     .await
     .unwrap();
+    // Every tick of a schedule enqueues its payload: schedule_add refuses
+    // one over the bound, and the bound cannot go below a schedule's.
+    c.execute(
+        "SELECT pgwake.schedule_add('nightly', '0 3 * * *', 't', jsonb_build_object('b', repeat('x', 3000000)))",
+        &[],
+    )
+    .await
+    .unwrap();
+    let (code, message, hint) = refusal(
+        &c,
+        "UPDATE pgwake.producer_limits SET payload_max_bytes = 1048576",
+    )
+    .await;
+    assert_eq!(code, "54000", "{message}");
+    assert!(message.contains("\"nightly\""), "{message}");
+    assert!(hint.contains("smaller payload"), "{hint}");
+    let (code, message, _) = refusal(
+        &c,
+        "SELECT pgwake.schedule_add('huge', '0 3 * * *', 't', jsonb_build_object('b', repeat('x', 5000000)))",
+    )
+    .await;
+    assert_eq!(code, "22023", "{message}");
+    assert!(
+        message.starts_with("payload:") && message.contains("at most 4194304 bytes"),
+        "{message}"
+    );
     for bad in ["1000", "1073741824"] {
         let e = c
             .execute(
@@ -256,16 +303,18 @@ async fn jobs_stored_before_the_bound_still_migrate_run_and_retry() {
         .build()
         .unwrap();
     let mut w = Running::start(worker);
+    let events = w
+        .next_events(4, Duration::from_secs(120), |e| ids.contains(&e.id))
+        .await;
     for id in ids {
-        let events = w
-            .next_events(2, Duration::from_secs(120), |e| e.id == id)
-            .await;
+        let mine: Vec<_> = events.iter().filter(|e| e.id == id).collect();
+        assert_eq!(mine.len(), 2, "job {id}: {events:?}");
         assert!(
-            matches!(events[0].resolution, pgwake::Resolution::Retry { .. }),
+            matches!(mine[0].resolution, pgwake::Resolution::Retry { .. }),
             "job {id}: {:?}",
-            events[0].resolution
+            mine[0].resolution
         );
-        assert_eq!(events[1].resolution, pgwake::Resolution::Done, "job {id}");
+        assert_eq!(mine[1].resolution, pgwake::Resolution::Done, "job {id}");
     }
     w.shutdown().await;
     let dead: i64 = db.scalar("SELECT count(*) FROM pgwake.dead_jobs").await;
