@@ -45,3 +45,41 @@ BEGIN
     RETURN r.id;
 END
 $$;
+
+-- The insert trigger jobs_bounds (migration 0027, BEFORE INSERT on
+-- pgwake.jobs): the SQL API's own bounds on a new job, whichever way it is
+-- inserted (a plain INSERT, COPY, pgwake.enqueue, the Rust client, `pgwake
+-- enqueue`, a schedule's tick). The trigger's WHEN clause calls this only
+-- for a new job (created_at not before this transaction: a job put back by
+-- a worker keeps its payload) whose task name is over 256 bytes or whose
+-- payload's datum is over 8 KiB or compressed: a payload whose JSON text
+-- is over 64 KiB, the least the setting allows, always is, since the text
+-- is at most six times the binary form (a control character: 1 byte, and
+-- 6 as \u0001). So nearly every insert pays the WHEN clause alone.
+-- SQLSTATE 54000 (program_limit_exceeded): the client and the CLI show the
+-- message and hint as a usage error.
+CREATE OR REPLACE FUNCTION pgwake.check_job_bounds() RETURNS trigger
+LANGUAGE plpgsql AS $$
+DECLARE
+    max_bytes integer;
+    bytes     integer;
+BEGIN
+    IF octet_length(NEW.task) > 256 THEN
+        RAISE EXCEPTION 'pgwake: a task name of % bytes: at most 256 bytes are allowed',
+            octet_length(NEW.task)
+            USING ERRCODE = 'program_limit_exceeded',
+                  HINT = 'A task name names the handler that runs the job (pgwake run --handler TASK=...): put the data in the payload.';
+    END IF;
+    SELECT l.payload_max_bytes INTO max_bytes FROM pgwake.producer_limits l;
+    max_bytes := coalesce(max_bytes, 1048576);
+    bytes := octet_length(NEW.payload::text);
+    IF bytes > max_bytes THEN
+        -- The task as JSON: quoted, any control character escaped.
+        RAISE EXCEPTION 'pgwake: the payload of a job of task % is % bytes as JSON text: at most % bytes are allowed',
+            to_jsonb(left(NEW.task, 64))::text, bytes, max_bytes
+            USING ERRCODE = 'program_limit_exceeded',
+                  HINT = 'Keep large data elsewhere (a table, object storage) and put its key in the payload, or raise the limit: UPDATE pgwake.producer_limits SET payload_max_bytes = N (65536 to 268435456).';
+    END IF;
+    RETURN NEW;
+END
+$$;

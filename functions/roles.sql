@@ -31,6 +31,8 @@ BEGIN
     EXECUTE format('GRANT SELECT ON pgwake.waiting_workers TO %s', role);
     -- `pgwake enqueue` checks the schema version first.
     EXECUTE format('GRANT SELECT ON pgwake.schema_migrations TO %s', role);
+    -- The insert trigger jobs_bounds reads the payload bound (migration 0027).
+    EXECUTE format('GRANT SELECT ON pgwake.producer_limits TO %s', role);
     EXECUTE format('GRANT EXECUTE ON FUNCTION pgwake.enqueue(text, jsonb, text, timestamptz, integer, integer, interval, text, text, boolean, text), pgwake.enqueue_unique(text, jsonb, text, timestamptz, integer, integer, interval, text, text, boolean, text) TO %s', role);
     -- What enqueue and the insert triggers that run as the inserting role
     -- (not SECURITY DEFINER) call: the unique key's lock number.

@@ -107,6 +107,15 @@ BEGIN
         RAISE EXCEPTION 'queue: must be 1-128 bytes without control characters'
             USING ERRCODE = 'invalid_parameter_value';
     END IF;
+    -- Every tick inserts a job with this payload: the jobs' bound
+    -- (pgwake.producer_limits, migration 0027) holds for it too.
+    IF octet_length(coalesce(payload, '{}'::jsonb)::text)
+       > coalesce((SELECT l.payload_max_bytes FROM pgwake.producer_limits l), 1048576) THEN
+        RAISE EXCEPTION 'payload: % bytes as JSON text: at most % bytes are allowed (pgwake.producer_limits.payload_max_bytes)',
+            octet_length(payload::text),
+            coalesce((SELECT l.payload_max_bytes FROM pgwake.producer_limits l), 1048576)
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
     IF tz IS NULL OR NOT EXISTS (SELECT 1 FROM pg_timezone_names z WHERE z.name = tz) THEN
         RAISE EXCEPTION 'tz: unknown time zone %; use an IANA name such as UTC or Europe/Berlin', quote_literal(tz)
             USING ERRCODE = 'invalid_parameter_value';

@@ -333,10 +333,7 @@ pub async fn enqueue_many_detailed<C: GenericClient>(
             ],
         )
         .await
-        .map_err(|source| Error::Db {
-            context: "enqueue failed",
-            source,
-        })?;
+        .map_err(Error::db_insert("enqueue failed"))?;
     Ok(rows
         .iter()
         .map(|r| Enqueued {

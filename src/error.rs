@@ -183,6 +183,21 @@ impl Error {
         move |source| Error::Db { context, source }
     }
 
+    /// Wrap a driver error of a producer's insert with what pgwake was
+    /// doing: a bound of the SQL API on a new job (SQLSTATE 54000,
+    /// program_limit_exceeded, from the insert trigger `jobs_bounds`) is a
+    /// usage error, [`Error::Config`], with the server's message and hint
+    /// (the limit and the fix); anything else as [`Error::db`].
+    pub fn db_insert(context: &'static str) -> impl FnOnce(tokio_postgres::Error) -> Error {
+        move |source| match source.as_db_error() {
+            Some(db) if db.code().code() == "54000" => Error::Config(match db.hint() {
+                Some(hint) => format!("{context}: {} ({hint})", db.message()),
+                None => format!("{context}: {}", db.message()),
+            }),
+            _ => Error::Db { context, source },
+        }
+    }
+
     /// Wrap a pool error with what pgwake was doing.
     pub fn pool(context: &'static str) -> impl FnOnce(deadpool_postgres::PoolError) -> Error {
         move |source| Error::Pool { context, source }

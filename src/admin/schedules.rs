@@ -133,6 +133,7 @@ impl Field {
             "name" => Field::Name,
             "task" => Field::Task,
             "queue" => Field::Queue,
+            "payload" => Field::Payload,
             "tz" => Field::Tz,
             "catch_up" => Field::CatchUp,
             _ => Field::Cron,
@@ -454,8 +455,27 @@ pub struct ScheduleInfo {
 
 /// Every schedule, by name.
 pub async fn list<C: GenericClient>(client: &C) -> Result<Vec<ScheduleInfo>, ScheduleError> {
+    read(client, &sql::SCHEDULE_LIST, &[]).await
+}
+
+/// Schedules by name, at most `limit` from the `offset`-th: one page of the
+/// console's Schedules page. Reads the rows up to the page, not every
+/// schedule.
+pub async fn page<C: GenericClient>(
+    client: &C,
+    offset: i64,
+    limit: i64,
+) -> Result<Vec<ScheduleInfo>, ScheduleError> {
+    read(client, &sql::SCHEDULE_PAGE, &[&limit, &offset]).await
+}
+
+async fn read<C: GenericClient>(
+    client: &C,
+    statement: &sql::Sql,
+    params: &[&(dyn tokio_postgres::types::ToSql + Sync)],
+) -> Result<Vec<ScheduleInfo>, ScheduleError> {
     let rows = Db::unnamed(client.client())
-        .query(&sql::SCHEDULE_LIST, &[])
+        .query(statement, params)
         .await
         .map_err(Error::db("schedule list failed"))?;
     Ok(rows

@@ -164,6 +164,11 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "0026_role_grants.sql",
         sql: include_str!("../../migrations/0026_role_grants.sql"),
     },
+    Migration {
+        version: 27,
+        name: "0027_producer_bounds.sql",
+        sql: include_str!("../../migrations/0027_producer_bounds.sql"),
+    },
 ];
 
 /// The functions and triggers of `functions/`, re-applied by every migrate

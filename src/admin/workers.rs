@@ -85,10 +85,37 @@ pub struct WorkerInfo {
 }
 
 /// Every worker in the registry: the live ones, then those gone within the
-/// last hour without removing their row, newest first.
+/// last hour without removing their row, newest first (at most 1,000).
 pub async fn list(client: &tokio_postgres::Client) -> crate::error::Result<Vec<WorkerInfo>> {
+    read(client, &sql::WORKERS_LIST, &[]).await
+}
+
+/// Live workers by id, at most `limit` from the `offset`-th: one page of the
+/// console's Workers page. Reads the rows up to the page, not the registry.
+pub async fn live_page(
+    client: &tokio_postgres::Client,
+    offset: i64,
+    limit: i64,
+) -> crate::error::Result<Vec<WorkerInfo>> {
+    read(client, &sql::WORKERS_PAGE, &[&limit, &offset]).await
+}
+
+/// Workers gone within the last hour without removing their row, newest
+/// first, at most `limit`.
+pub async fn gone(
+    client: &tokio_postgres::Client,
+    limit: i64,
+) -> crate::error::Result<Vec<WorkerInfo>> {
+    read(client, &sql::WORKERS_GONE, &[&limit]).await
+}
+
+async fn read(
+    client: &tokio_postgres::Client,
+    statement: &sql::Sql,
+    params: &[&(dyn tokio_postgres::types::ToSql + Sync)],
+) -> crate::error::Result<Vec<WorkerInfo>> {
     let rows = Db::unnamed(client)
-        .query(&sql::WORKERS_LIST, &[])
+        .query(statement, params)
         .await
         .map_err(crate::error::Error::db("reading the worker registry"))?;
     Ok(rows

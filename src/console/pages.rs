@@ -132,23 +132,64 @@ pub(crate) struct Did {
     page: String,
 }
 
-/// The page number of `?page=N` (1 when absent); 400 for anything else.
+/// The highest page number a paged list takes: with 200 rows a page, two
+/// million rows in. A page reads the rows before it too (an offset), so
+/// the number is bounded like every other input.
+pub(crate) const PAGE_NUMBER_MAX: u32 = 10_000;
+
+/// The page number of `?page=N` (1 when absent), from 1 to
+/// [`PAGE_NUMBER_MAX`]; 400 for anything else.
 fn page_number(page: &str) -> Result<usize, PageError> {
     match page.trim() {
         "" => Ok(1),
         s => s
             .parse::<u32>()
             .ok()
-            .filter(|n| *n >= 1)
+            .filter(|n| (1..=PAGE_NUMBER_MAX).contains(n))
             .map(|n| n as usize)
             .ok_or_else(|| {
-                PageError::BadRequest(format!("page {s:?}: write a page number from 1"))
+                PageError::BadRequest(format!(
+                    "page {s:?}: write a page number from 1 to {PAGE_NUMBER_MAX}"
+                ))
             }),
+    }
+}
+
+/// The `?page=N` of a paged list without actions (`/workers`).
+#[derive(Deserialize, Default)]
+pub(crate) struct PageQuery {
+    #[serde(default)]
+    page: String,
+}
+
+/// The rows of page `n` (from 1) of `size` a page: the offset of its first
+/// row, and how many rows to ask for (one more than a page, to know
+/// whether there is a next one).
+fn window(n: usize, size: usize) -> (i64, i64) {
+    ((n as i64 - 1) * size as i64, size as i64 + 1)
+}
+
+/// The previous and next links of page `n` of a list at `path`.
+fn pager(path: &str, n: usize, more: bool) -> Markup {
+    html! {
+        div.pager {
+            @if n > 1 { a #prev href={ (path) "?page=" (n - 1) } { "« previous page" } }
+            @if more { a #next href={ (path) "?page=" (n + 1) } { "next page »" } }
+        }
     }
 }
 
 /// Queues listed on one page of `/queues`.
 pub(crate) const QUEUES_PAGE: usize = 200;
+
+/// Live workers listed on one page of `/workers`.
+pub(crate) const WORKERS_PAGE: usize = 200;
+
+/// Gone workers `/workers` lists (the latest; every page shows them).
+pub(crate) const GONE_WORKERS_SHOWN: usize = 200;
+
+/// Schedules listed on one page of `/schedules`.
+pub(crate) const SCHEDULES_PAGE: usize = 200;
 
 fn notice(did: &Did) -> Markup {
     let n = did.n.unwrap_or(0);
@@ -419,19 +460,29 @@ async fn overview_body(app: &App) -> Result<Markup, PageError> {
 
 // ─── Workers ─────────────────────────────────────────────────────────────
 
-/// `GET /workers`.
-pub(crate) async fn workers(State(app): State<App>, headers: HeaderMap) -> PageResult {
+/// `GET /workers?page=N`: the live workers, [`WORKERS_PAGE`] a page by
+/// id, and the latest [`GONE_WORKERS_SHOWN`] gone ones (issue 33, item 7:
+/// thousands of workers were one page).
+pub(crate) async fn workers(
+    State(app): State<App>,
+    headers: HeaderMap,
+    Query(q): Query<PageQuery>,
+) -> PageResult {
+    let n = page_number(&q.page)?;
+    let (offset, rows) = window(n, WORKERS_PAGE);
     let mut conn = conn(&app).await?;
     let tx = read_tx(&app, &mut conn).await?;
-    let list = workers::list(tx.client()).await?;
+    let mut live = workers::live_page(tx.client(), offset, rows).await?;
+    let gone = workers::gone(tx.client(), GONE_WORKERS_SHOWN as i64).await?;
     tx.commit().await.map_err(Error::db("console: commit"))?;
-    let (live, gone): (Vec<_>, Vec<_>) = list.into_iter().partition(|w| w.live);
+    let more = live.len() > WORKERS_PAGE;
+    live.truncate(WORKERS_PAGE);
     let table = |ws: &[workers::WorkerInfo]| {
         html! {
             table {
                 thead { tr { th { "Host" } th.num { "PID" } th { "Version" } th { "Application" }
                     th { "Queues" } th { "Handlers" } th.num { "Running" } th { "Started" } th { "Last heartbeat" } } }
-                tbody { @for w in ws { tr {
+                tbody { @for w in ws { tr data-worker=(w.id) {
                     td { (w.host) } td.num { (w.pid) } td { (w.version) } td { (w.application_name) }
                     td { @match &w.queues { Some(q) => (q.join(", ")), None => span.muted { "every queue" } } }
                     td { (handlers(&w.handlers, &w.tasks)) }
@@ -450,14 +501,25 @@ pub(crate) async fn workers(State(app): State<App>, headers: HeaderMap) -> PageR
         html! {
             h1 { "Workers" }
             div.panel {
-                @if live.is_empty() {
+                @if live.is_empty() && n == 1 {
                     p { "No live worker. Start one with " code { "pgwake run" } "." }
+                } @else if live.is_empty() {
+                    p { "No live worker on page " (n) ". " a href="/workers?page=1" { "The first page" } }
                 } @else { (table(&live)) }
+                @if n > 1 || more {
+                    p.muted { "Live workers by id, " (WORKERS_PAGE) " a page; page " (n) "." }
+                    (pager("/workers", n, more))
+                }
                 p.muted { "Each worker renews its row every 10 s; one that stops renewing (killed, host lost) leaves this list 30 s after its last heartbeat." }
             }
             @if !gone.is_empty() {
                 h2 { "Gone in the last hour (stopped without deregistering)" }
-                div.panel { (table(&gone)) }
+                div.panel {
+                    (table(&gone))
+                    @if gone.len() >= GONE_WORKERS_SHOWN {
+                        p.muted { "The latest " (GONE_WORKERS_SHOWN) " shown." }
+                    }
+                }
             }
         },
     )))
@@ -1067,10 +1129,7 @@ pub(crate) async fn queues(
                 } }
                 @if pages > 1 {
                     p.muted { (count(all.len() as i64)) " queues, " (QUEUES_PAGE) " a page; page " (n) " of " (pages) "." }
-                    div.pager {
-                        @if n > 1 { a #prev href={ "/queues?page=" (n - 1) } { "« previous page" } }
-                        @if n < pages { a #next href={ "/queues?page=" (n + 1) } { "next page »" } }
-                    }
+                    (pager("/queues", n, n < pages))
                 }
                 p.muted { "Workers read these settings at every claim: a change needs no restart. Pausing stops no running job." }
             }
@@ -1080,12 +1139,21 @@ pub(crate) async fn queues(
 
 // ─── Schedules ───────────────────────────────────────────────────────────
 
-/// `GET /schedules`.
-pub(crate) async fn schedules(State(app): State<App>, headers: HeaderMap) -> PageResult {
+/// `GET /schedules?page=N`: the schedules, [`SCHEDULES_PAGE`] a page by
+/// name (issue 33, item 7: thousands of schedules were one page).
+pub(crate) async fn schedules(
+    State(app): State<App>,
+    headers: HeaderMap,
+    Query(q): Query<PageQuery>,
+) -> PageResult {
+    let n = page_number(&q.page)?;
+    let (offset, rows) = window(n, SCHEDULES_PAGE);
     let mut conn = conn(&app).await?;
     let tx = read_tx(&app, &mut conn).await?;
-    let list = schedules::list(tx.client()).await?;
+    let mut list = schedules::page(tx.client(), offset, rows).await?;
     tx.commit().await.map_err(Error::db("console: commit"))?;
+    let more = list.len() > SCHEDULES_PAGE;
+    list.truncate(SCHEDULES_PAGE);
     let csrf = auth::session(&app, &headers);
     Ok(html_page(page(
         "Schedules",
@@ -1094,14 +1162,16 @@ pub(crate) async fn schedules(State(app): State<App>, headers: HeaderMap) -> Pag
         html! {
             h1 { "Schedules" }
             div.panel {
-                @if list.is_empty() {
+                @if list.is_empty() && n == 1 {
                     p.muted { "No schedule. Add one with " code { "pgwake schedule add" } "." }
+                } @else if list.is_empty() {
+                    p.muted { "No schedule on page " (n) ". " a href="/schedules?page=1" { "The first page" } }
                 } @else {
                 table {
                     thead { tr { th { "Name" } th { "Cron" } th { "Task" } th { "Queue" } th { "Next tick" } th { "Last tick" }
                         th.num { "Enqueued" } th.num { "Missed" } th.num { "Skipped (still waiting)" } th { "Problem" }
                         @if csrf.is_some() { th {} } } }
-                    tbody { @for s in &list { tr {
+                    tbody { @for s in &list { tr data-schedule=(s.name) {
                         td { (s.name) }
                         td { code { (s.cron) } " " span.muted { (s.tz) } }
                         td { code { (s.task) } }
@@ -1130,6 +1200,10 @@ pub(crate) async fn schedules(State(app): State<App>, headers: HeaderMap) -> Pag
                         }
                     } } }
                 } }
+                @if n > 1 || more {
+                    p.muted { "Schedules by name, " (SCHEDULES_PAGE) " a page; page " (n) "." }
+                    (pager("/schedules", n, more))
+                }
             }
         },
     )))

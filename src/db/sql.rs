@@ -158,6 +158,7 @@ statements! {
     SCHEDULE_INVALID = "schedule_invalid" [TEXT_ARRAY, TEXT_ARRAY];
     SCHEDULE_LIST = "schedule_list" [];
     SCHEDULE_NEXT = "schedule_next" [];
+    SCHEDULE_PAGE = "schedule_page" [INT8, INT8];
     SCHEDULE_NOW = "schedule_now" [];
     SCHEDULE_PREVIOUS_WAITING = "schedule_previous_waiting" [INT8_ARRAY];
     SCHEDULE_REMOVE = "schedule_remove" [TEXT];
@@ -173,7 +174,9 @@ statements! {
     WORKER_REGISTER = "worker_register" [TEXT, TEXT, INT4, TEXT, TEXT, TEXT_ARRAY, TEXT_ARRAY,
         TEXT, INT4, INT4, FLOAT8];
     WORKER_UNREGISTER = "worker_unregister" [TEXT];
+    WORKERS_GONE = "workers_gone" [INT8];
     WORKERS_LIST = "workers_list" [];
+    WORKERS_PAGE = "workers_page" [INT8, INT8];
     UNSERVED_JOBS = "unserved_jobs" [INT4, INT4];
 }
 

@@ -21,7 +21,7 @@ use crate::support::*;
 const ROUTES: &[(&str, &str, &[&str])] = &[
     ("GET", "/", &[]),
     ("GET", "/fragment/overview", &[]),
-    ("GET", "/workers", &[]),
+    ("GET", "/workers", &["page"]),
     (
         "GET",
         "/jobs",
@@ -39,8 +39,8 @@ const ROUTES: &[(&str, &str, &[&str])] = &[
     ),
     ("GET", "/jobs/{id}", &["did", "n"]),
     ("GET", "/jobs/{id}/errors", &["page"]),
-    ("GET", "/queues", &["did", "n"]),
-    ("GET", "/schedules", &[]),
+    ("GET", "/queues", &["did", "n", "page"]),
+    ("GET", "/schedules", &["page"]),
     ("GET", "/login", &["next"]),
     ("GET", "/assets/console.css", &[]),
     ("GET", "/assets/console.js", &[]),

@@ -13,4 +13,5 @@ mod bounded;
 mod browser;
 mod fuzz;
 mod http;
+mod paged;
 mod support;

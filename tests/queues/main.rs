@@ -15,6 +15,7 @@ mod key_walk;
 mod limit_keys;
 mod many_queues;
 mod ordering;
+mod payload_bounds;
 mod plans;
 mod queues;
 mod rate;

@@ -453,6 +453,12 @@ async fn grants_survive_an_upgrade_that_adds_a_table_and_a_function() {
         .batch_execute("SELECT pgwake.enqueue('t')")
         .await
         .unwrap();
+    // A payload over 64 KiB: the insert trigger reads the bound
+    // (pgwake.producer_limits, migration 0027) as the producer.
+    producer
+        .batch_execute("SELECT pgwake.enqueue('t', jsonb_build_object('b', repeat('x', 100000)))")
+        .await
+        .unwrap();
 
     // Nothing changed: the next migrate grants nothing again.
     let report = pgwake::admin::schema::migrate_list(&mut c, &Default::default(), &upgrade)
@@ -475,6 +481,9 @@ async fn roles_granted_before_grants_were_recorded_keep_working_after_the_upgrad
         .await
         .batch_execute(
             "DROP TABLE pgwake.role_grants;
+             DROP TRIGGER jobs_bounds ON pgwake.jobs;
+             DROP TABLE pgwake.producer_limits;
+             DROP FUNCTION pgwake.producer_limits_fit_schedules(), pgwake.check_job_bounds();
              DELETE FROM pgwake.schema_migrations WHERE version >= 26;
              GRANT EXECUTE ON ALL FUNCTIONS IN SCHEMA pgwake TO PUBLIC;
              REVOKE EXECUTE ON ALL FUNCTIONS IN SCHEMA pgwake FROM rl_producer, rl_worker, rl_monitor;",
