@@ -256,3 +256,71 @@ async fn jobs_survive_a_database_restart() {
     w.shutdown().await;
     assert_eq!(remaining(&db).await, 0);
 }
+
+#[tokio::test]
+async fn a_process_in_a_crash_loop_is_restarted_with_growing_delays_and_counted() {
+    let db = migrated_db().await;
+    let client = db.client().await;
+    let marker = tempfile::tempdir().unwrap();
+    let handler = format!(
+        "pid=persistent:env MARKER={} {}",
+        marker.path().join("once").display(),
+        quirky("--mode crash-loop")
+    );
+    // The first process starts well; its first job kills it (a plain exit
+    // after the job arrives is enough: every later start dies at once).
+    let id = enqueue(&client, &NewJob::new("pid", json!({"secs": 600})))
+        .await
+        .unwrap();
+    let mut run = KillOnDrop::new(spawn_pgwake_run(
+        &db.url,
+        &["--handler", &handler, "--processes", "1"],
+    ));
+    let log = tail_stderr(run.child());
+    until_running(&db, id).await;
+    let first = children_of(run.child().id() as i32);
+    assert_eq!(first.len(), 1, "{first:?}");
+    // SAFETY: kill(2) on the handler process of the worker this test runs.
+    unsafe {
+        libc::kill(first[0], libc::SIGKILL);
+    }
+    // Each restart dies after its hello: the delays double, visibly.
+    eventually("three restarts, backing off", WAIT, || {
+        let log = log.clone();
+        async move {
+            log.lock()
+                .unwrap()
+                .contains("restarting process 0 in 400ms")
+        }
+    })
+    .await;
+    send_signal(run.child(), libc::SIGTERM);
+    let _ = run.child().wait();
+    let log = log.lock().unwrap().clone();
+    let delays: Vec<&str> = log
+        .lines()
+        .filter_map(|l| l.split("restarting process 0 in ").nth(1))
+        .filter_map(|rest| rest.split_whitespace().next())
+        .collect();
+    assert_eq!(&delays[..3], ["100ms", "200ms", "400ms"], "{log}");
+}
+
+/// The live child processes of `pid`.
+fn children_of(pid: i32) -> Vec<i32> {
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .filter_map(|e| e.file_name().to_string_lossy().parse::<i32>().ok())
+        .filter(|p| {
+            std::fs::read_to_string(format!("/proc/{p}/stat"))
+                .ok()
+                .and_then(|s| {
+                    s.rsplit_once(')').map(|(_, r)| {
+                        let f: Vec<&str> = r.split_whitespace().collect();
+                        f.first() != Some(&"Z") && f.get(1) == Some(&pid.to_string().as_str())
+                    })
+                })
+                .unwrap_or(false)
+        })
+        .collect()
+}

@@ -28,6 +28,8 @@ flag = os.environ.get("MARKER")  # a file created once, so that a mode misbehave
 first = flag is not None and not os.path.exists(flag)
 if first:
     open(flag, "w").close()
+if mode == "crash-loop" and not first:
+    sys.exit(1)  # every start after the first dies right after its hello
 
 hoard = []  # what task `grow` keeps
 threads = []
