@@ -164,6 +164,12 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "0026_role_grants.sql",
         sql: include_str!("../../migrations/0026_role_grants.sql"),
     },
+    // 27 and 28 are other branches' (numbers taken before this one).
+    Migration {
+        version: 29,
+        name: "0029_worker_processes.sql",
+        sql: include_str!("../../migrations/0029_worker_processes.sql"),
+    },
 ];
 
 /// The functions and triggers of `functions/`, re-applied by every migrate
