@@ -16,9 +16,11 @@
 -- writes far less: at most 32 pools and 16 tasks each).
 --
 -- Cost of this migration: a column with a constant default (no rewrite)
--- on the small registry table.
+-- and its CHECK, verified over the registry's few rows under a brief lock.
+-- IF NOT EXISTS: applying it again changes nothing (a test that winds the
+-- recorded version back to 25 replays it).
 ALTER TABLE pgwake.workers
-    ADD COLUMN processes jsonb NOT NULL DEFAULT '[]'
+    ADD COLUMN IF NOT EXISTS processes jsonb NOT NULL DEFAULT '[]'
         CONSTRAINT workers_processes_bounded
         CHECK (jsonb_typeof(processes) = 'array' AND jsonb_array_length(processes) <= 64
                AND octet_length(processes::text) <= 65536);
