@@ -3,6 +3,9 @@
 --
 --   reason         detail (what and what ends it)                   until           blocking_job
 --   running        leased by worker W (lease mode) / in a tx claim  lease_until
+--   process_wait   (after running) its worker's persistent handler
+--                  had jobs waiting for a free process: it may be
+--                  one, started but not yet on a process
 --   buffered       claimed ahead by worker W into its prefetch      lease_until
 --                  buffer, not started: starts when a slot frees
 --   locked         its row is locked by another session's open
@@ -42,6 +45,29 @@ LANGUAGE sql STABLE AS $$
                                                        FROM pgwake.live_workers w))))
 $$;
 
+-- A running job of `job_task` on one of `worker_ids` (registry ids) may
+-- still wait for a persistent handler process with room (issue 34, item 8):
+-- one row per pool of those workers that serves the task and had jobs
+-- waiting at the worker's last renewal (`pgwake.workers.processes`,
+-- migration 0029). The task's pool is the one listing it, else the
+-- catch-all's (`*`) when the worker has no handler of its own for it.
+CREATE OR REPLACE FUNCTION pgwake.explain_process_wait(job_task text, worker_ids text[])
+RETURNS TABLE (reason text, detail text, until timestamptz, blocking_job bigint)
+LANGUAGE sql STABLE AS $$
+    SELECT 'process_wait'::text,
+           format('worker %s''s persistent handler %s had %s job(s) waiting for a free process at its last report (%s), with %s of %s processes live and %s of %s in-flight places taken: this job may be one of them, started but not yet handed to a process; it goes to one when a place frees. More room: raise --processes, or the in-flight limit each process says in its hello (--inflight of the reference workers)',
+                  w.id, quote_literal(p->>'command'), p->>'waiting', w.seen_at,
+                  p->>'live', p->>'processes', p->>'in_flight', p->>'capacity'),
+           NULL::timestamptz, NULL::bigint
+    FROM pgwake.live_workers w
+    CROSS JOIN LATERAL jsonb_array_elements(w.processes) p
+    WHERE w.id = ANY(worker_ids)
+      AND jsonb_typeof(p->'tasks') = 'array'
+      AND (p->'tasks' ? job_task OR (p->'tasks' ? '*' AND NOT job_task = ANY(w.tasks)))
+      AND jsonb_typeof(p->'waiting') = 'number' AND (p->>'waiting')::numeric > 0
+    ORDER BY w.id, p->>'command'
+$$;
+
 CREATE OR REPLACE FUNCTION pgwake.explain(job_id bigint)
 RETURNS TABLE (reason text, detail text, until timestamptz, blocking_job bigint)
 LANGUAGE plpgsql STABLE AS $$
@@ -57,7 +83,7 @@ DECLARE
     key_limit integer;
     found_reason boolean := false;
 BEGIN
-    SELECT lj.worker_id, lj.lease_until, lj.attempts, lj.queue, lj.buffered, lj.leased_at
+    SELECT lj.worker_id, lj.lease_until, lj.attempts, lj.queue, lj.buffered, lj.leased_at, lj.task
     INTO l FROM pgwake.leased_jobs lj WHERE lj.id = job_id;
     IF FOUND AND l.buffered THEN
         -- Claimed ahead of the worker's free slots (migration 0024); the
@@ -72,6 +98,7 @@ BEGIN
             format('lease mode, attempt %s, leased by worker %s; its lease is renewed while it runs',
                    l.attempts, l.worker_id),
             l.lease_until, NULL::bigint;
+        RETURN QUERY SELECT * FROM pgwake.explain_process_wait(l.task, ARRAY[l.worker_id]);
         RETURN;
     END IF;
 
@@ -100,6 +127,14 @@ BEGIN
         RETURN QUERY SELECT 'running'::text,
             format('tx mode, attempt %s: a worker''s claim transaction holds it until its handler ends', j.attempts + 1),
             NULL::timestamptz, NULL::bigint;
+        -- Its worker: the batch's mark names it; before the mark, the
+        -- workers of the holding backend's application_name.
+        RETURN QUERY SELECT * FROM pgwake.explain_process_wait(j.task, coalesce(
+            nullif(ARRAY(SELECT b2.worker_id FROM pgwake.tx_batches b2 WHERE xid(b2.xid) = j.xmax), '{}'),
+            ARRAY(SELECT w.id FROM pg_locks pl
+                  JOIN pg_stat_activity a ON a.pid = pl.pid
+                  JOIN pgwake.live_workers w ON w.application_name = a.application_name
+                  WHERE pl.locktype = 'transactionid' AND pl.granted AND pl.transactionid = j.xmax)));
         RETURN;
     ELSIF j.in_tx THEN
         -- Another session holds the row: claims skip locked rows.

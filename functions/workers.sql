@@ -1,9 +1,10 @@
 -- The worker registry's readers (migration 0016: pgwake.workers).
 
--- Workers alive now: renewed within their time to live (30 s).
+-- Workers alive now: renewed within their time to live (30 s). (Columns
+-- are only ever added at the end: CREATE OR REPLACE VIEW keeps the others.)
 CREATE OR REPLACE VIEW pgwake.live_workers AS
 SELECT id, host, pid, version, application_name, queues, tasks, handlers,
-       concurrency, running, started_at, seen_at
+       concurrency, running, started_at, seen_at, processes
 FROM pgwake.workers
 WHERE expires_at > now();
 

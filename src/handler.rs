@@ -259,6 +259,42 @@ pub trait Handler: Send + Sync + 'static {
     /// been interrupted): release what the handler keeps running (the
     /// processes of a `persistent` handler). Default: nothing.
     async fn shutdown(&self) {}
+
+    /// The processes this handler keeps, as they are now (a `persistent`
+    /// handler's pool), for the worker registry, the console and
+    /// `pgwake explain`. Default `None`: it keeps none.
+    fn processes(&self) -> Option<HandlerProcesses> {
+        None
+    }
+}
+
+/// What a handler that keeps processes reports about them
+/// ([`Handler::processes`]): one pool of processes, which several tasks'
+/// handlers may share.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct HandlerProcesses {
+    /// The same for every handler sharing the pool (the worker lists a
+    /// pool once, with all its tasks).
+    pub(crate) pool: usize,
+    /// The command, as logs and metrics name it (escaped, at most 80
+    /// characters).
+    pub command: String,
+    /// Processes running and past their hello.
+    pub live: usize,
+    /// Processes configured (`--processes`).
+    pub configured: usize,
+    /// Jobs in flight on the live processes.
+    pub in_flight: usize,
+    /// Jobs the live processes take at once (the sum of their hellos'
+    /// `inflight`).
+    pub capacity: usize,
+    /// Processes restarted so far, of every cause (crashes, kills,
+    /// recycling, failed starts).
+    pub restarts: u64,
+    /// Jobs this worker started whose handler waits for a process with
+    /// room: the pool is the bottleneck while this is above 0.
+    pub waiting: usize,
 }
 
 /// Handlers by task name, with an optional catch-all (`*`).

@@ -158,4 +158,8 @@ impl Handler for WithDelivery {
     async fn shutdown(&self) {
         self.handler.shutdown().await
     }
+
+    fn processes(&self) -> Option<crate::handler::HandlerProcesses> {
+        self.handler.processes()
+    }
 }

@@ -93,7 +93,7 @@ pub use claim::context::JobEvent;
 pub use claim::tx::TX_BATCH_TARGET;
 pub use config::WorkerConfig;
 pub use error::{Error, Result};
-pub use handler::{BoxError, ClaimClient, Delivery, Handler, JobContext};
+pub use handler::{BoxError, ClaimClient, Delivery, Handler, HandlerProcesses, JobContext};
 pub use health::Health;
 pub use job::{Job, Outcome, Resolution, PAYLOAD_DEPTH_LIMIT};
 pub use worker::{Worker, WorkerBuilder};

@@ -297,6 +297,13 @@ impl Worker {
         };
         services.spawn(
             crate::services::fleet::Membership::new(pool.clone(), member, ctx.slots.clone())
+                .with_handlers(
+                    self.registry
+                        .tasks()
+                        .into_iter()
+                        .filter_map(|t| self.registry.get(&t).map(|h| (t, h.clone())))
+                        .collect(),
+                )
                 .run(service_stop.clone()),
         );
         let rescuer = Rescuer::new(

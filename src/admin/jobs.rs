@@ -11,9 +11,12 @@ use crate::error::{Error, Result};
 /// One reason a job is not running, and what ends it.
 #[derive(Debug, Clone, Serialize, PartialEq)]
 pub struct Reason {
-    /// `running`, `scheduled`, `retry_backoff`, `paused`, `ordering_key`,
-    /// `max_running`, `rate_limit`, `no_worker`, `no_handler`, `ready`,
-    /// `dead`, `cancelled` or `not_found` (`docs/src/sql.md`).
+    /// `running` (then, maybe, `process_wait`: its worker's persistent
+    /// handler had jobs waiting for a free process), `buffered`, `locked`,
+    /// `scheduled`, `retry_backoff`, `paused`, `ordering_key`,
+    /// `max_running`, `rate_limit`, `key_max_running`, `key_rate_limit`,
+    /// `no_worker`, `no_handler`, `saturated`, `ready`, `dead`,
+    /// `cancelled` or `not_found` (`docs/src/sql.md`).
     pub reason: String,
     /// What holds it and what will end it, in words.
     pub detail: String,

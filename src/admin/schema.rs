@@ -169,6 +169,12 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "0027_producer_bounds.sql",
         sql: include_str!("../../migrations/0027_producer_bounds.sql"),
     },
+    // 28 is another branch's (numbers taken before this one).
+    Migration {
+        version: 29,
+        name: "0029_worker_processes.sql",
+        sql: include_str!("../../migrations/0029_worker_processes.sql"),
+    },
 ];
 
 /// The functions and triggers of `functions/`, re-applied by every migrate

@@ -3,7 +3,7 @@
 //! live worker can run. Workers keep their rows up to date
 //! (`services::fleet`).
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use crate::db::sql::{self, Db};
 
@@ -82,6 +82,41 @@ pub struct WorkerInfo {
     /// Whether it is alive (renewed within its time to live); a worker that
     /// died without removing its row shows as gone for an hour.
     pub live: bool,
+    /// Its persistent handlers' processes at its last renewal (migration
+    /// 0029; empty for a worker without any).
+    pub processes: Vec<ProcessPool>,
+}
+
+/// One pool of a worker's persistent handler processes, as it wrote it to
+/// the registry (`pgwake.workers.processes`, migration 0029).
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq, Default)]
+#[serde(default)]
+#[non_exhaustive]
+pub struct ProcessPool {
+    /// The command, as logs and metrics name it (escaped, at most 80
+    /// characters).
+    pub command: String,
+    /// The tasks the worker routes to it (`*`: the catch-all).
+    pub tasks: Vec<String>,
+    /// Processes running and past their hello.
+    pub live: u64,
+    /// Processes configured (`--processes`).
+    pub processes: u64,
+    /// Jobs in flight on the live processes.
+    pub in_flight: u64,
+    /// Jobs the live processes take at once (the sum of their hellos'
+    /// `inflight`).
+    pub capacity: u64,
+    /// Restarts so far (crashes, kills, recycling, failed starts).
+    pub restarts: u64,
+    /// Jobs the worker started that wait for a process with room.
+    pub waiting: u64,
+}
+
+/// A registry row's `processes` JSON; what does not parse (a row written
+/// by hand) reads as none.
+fn pools(json: &str) -> Vec<ProcessPool> {
+    serde_json::from_str(json).unwrap_or_default()
 }
 
 /// Every worker in the registry: the live ones, then those gone within the
@@ -134,6 +169,7 @@ async fn read(
             started_at: r.get(10),
             seen_at: r.get(11),
             live: r.get(12),
+            processes: pools(r.get(13)),
         })
         .collect())
 }

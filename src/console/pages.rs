@@ -481,12 +481,13 @@ pub(crate) async fn workers(
         html! {
             table {
                 thead { tr { th { "Host" } th.num { "PID" } th { "Version" } th { "Application" }
-                    th { "Queues" } th { "Handlers" } th.num { "Running" } th { "Started" } th { "Last heartbeat" } } }
+                    th { "Queues" } th { "Handlers" } th.num { "Running" } th { "Processes" } th { "Started" } th { "Last heartbeat" } } }
                 tbody { @for w in ws { tr data-worker=(w.id) {
                     td { (w.host) } td.num { (w.pid) } td { (w.version) } td { (w.application_name) }
                     td { @match &w.queues { Some(q) => (q.join(", ")), None => span.muted { "every queue" } } }
                     td { (handlers(&w.handlers, &w.tasks)) }
                     td.num { (w.running) " / " (w.concurrency) }
+                    td { (processes(&w.processes)) }
                     td { (at(Some(w.started_at))) }
                     td { (at(Some(w.seen_at))) }
                 } } }
@@ -511,6 +512,7 @@ pub(crate) async fn workers(
                     (pager("/workers", n, more))
                 }
                 p.muted { "Each worker renews its row every 10 s; one that stops renewing (killed, host lost) leaves this list 30 s after its last heartbeat." }
+                p.muted { "Processes: each persistent handler command's processes live of configured (--processes), jobs in flight of the room their hellos give, restarts so far, and jobs waiting for a free process (more --processes or a higher in-flight limit add room), as of the last heartbeat." }
             }
             @if !gone.is_empty() {
                 h2 { "Gone in the last hour (stopped without deregistering)" }
@@ -523,6 +525,32 @@ pub(crate) async fn workers(
             }
         },
     )))
+}
+
+/// A worker's persistent handler processes, one line per command.
+fn processes(pools: &[workers::ProcessPool]) -> Markup {
+    html! {
+        @if pools.is_empty() {
+            span.muted { "none" }
+        }
+        @for (i, p) in pools.iter().enumerate() {
+            @if i > 0 { br; }
+            code { (p.command) } " "
+            span.muted { "(" (p.tasks.join(", ")) ")" } " "
+            @if p.live < p.processes {
+                span.badge.b-warn title="processes live of configured" { (p.live) " / " (p.processes) " live" }
+            } @else {
+                span { (p.live) " / " (p.processes) " live" }
+            }
+            ", " (p.in_flight) " / " (p.capacity) " in flight, "
+            (p.restarts) " restart" @if p.restarts != 1 { "s" }
+            @if p.waiting > 0 {
+                ", " span.badge.b-warn title="jobs started, waiting for a free process: raise --processes or the processes' in-flight limit" {
+                    (p.waiting) " waiting for a process"
+                }
+            }
+        }
+    }
 }
 
 /// A worker's handlers as `task (mode)`, from its registry JSON.

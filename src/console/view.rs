@@ -200,7 +200,7 @@ pub(crate) fn reason_class(reason: &str) -> &'static str {
         "ready" | "running" => "badge b-ok",
         "scheduled" | "retry_backoff" | "buffered" => "badge b-info",
         "paused" | "max_running" | "rate_limit" | "ordering_key" | "cancelled" | "saturated"
-        | "locked" => "badge b-warn",
+        | "locked" | "process_wait" => "badge b-warn",
         _ => "badge b-bad",
     }
 }

@@ -172,7 +172,7 @@ statements! {
     WAITING_SNAPSHOT = "waiting_snapshot" [];
     WAITING_UNREGISTER = "waiting_unregister" [TEXT];
     WORKER_REGISTER = "worker_register" [TEXT, TEXT, INT4, TEXT, TEXT, TEXT_ARRAY, TEXT_ARRAY,
-        TEXT, INT4, INT4, FLOAT8];
+        TEXT, INT4, INT4, FLOAT8, TEXT];
     WORKER_UNREGISTER = "worker_unregister" [TEXT];
     WORKERS_GONE = "workers_gone" [INT8];
     WORKERS_LIST = "workers_list" [];

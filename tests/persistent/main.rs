@@ -11,4 +11,5 @@ mod bad_input;
 mod cancel;
 mod crashes;
 mod jobs;
+mod observability;
 mod support;

@@ -30,7 +30,7 @@ use std::time::{Duration, Instant};
 use async_trait::async_trait;
 
 use crate::error::{Error, Result};
-use crate::handler::{BoxError, Delivery, Handler, JobContext};
+use crate::handler::{BoxError, Delivery, Handler, HandlerProcesses, JobContext};
 use crate::job::{Job, Outcome};
 use pool::Pool;
 use process::Reply;
@@ -443,5 +443,19 @@ impl Handler for PersistentHandler {
 
     async fn shutdown(&self) {
         self.pool.shutdown(self.pool.opts.cancel_grace).await;
+    }
+
+    fn processes(&self) -> Option<HandlerProcesses> {
+        let s = self.pool.snapshot();
+        Some(HandlerProcesses {
+            pool: Arc::as_ptr(&self.pool) as usize,
+            command: self.pool.spec.label.to_string(),
+            live: s.live,
+            configured: self.pool.opts.processes,
+            in_flight: s.in_flight,
+            capacity: s.capacity,
+            restarts: s.restarts,
+            waiting: s.waiting,
+        })
     }
 }

@@ -2,7 +2,7 @@
 //! fed jobs within each one's in-flight limit, watched (pings, memory,
 //! exits), restarted with backoff, recycled, and stopped.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -50,6 +50,38 @@ pub(super) struct Pool {
     tokens: AtomicU64,
     /// Jobs waiting to run alone (`isolating`).
     isolating: std::sync::atomic::AtomicIsize,
+    /// Restarts so far, of every cause (as `pgwake_persistent_restarts_total`).
+    restarts: AtomicU64,
+    /// Jobs in [`Pool::dispatch`] that found no process with room and wait
+    /// for one (the registry and `pgwake explain` show them).
+    waiting: AtomicUsize,
+}
+
+/// The pool as the worker registry shows it (`Handler::processes`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct Snapshot {
+    pub(super) live: usize,
+    pub(super) in_flight: usize,
+    pub(super) capacity: usize,
+    pub(super) restarts: u64,
+    pub(super) waiting: usize,
+}
+
+/// Counts a job of [`Pool::dispatch`] waiting for a process with room,
+/// until it gets one or its handler is dropped (cancel, timeout, stop).
+struct Waiting<'a>(&'a Pool);
+
+impl<'a> Waiting<'a> {
+    fn new(pool: &'a Pool) -> Waiting<'a> {
+        pool.waiting.fetch_add(1, Ordering::AcqRel);
+        Waiting(pool)
+    }
+}
+
+impl Drop for Waiting<'_> {
+    fn drop(&mut self) {
+        self.0.waiting.fetch_sub(1, Ordering::AcqRel);
+    }
 }
 
 impl std::fmt::Debug for Pool {
@@ -75,6 +107,8 @@ impl Pool {
             token_prefix: rand::random(),
             tokens: AtomicU64::new(0),
             isolating: std::sync::atomic::AtomicIsize::new(0),
+            restarts: AtomicU64::new(0),
+            waiting: AtomicUsize::new(0),
         })
     }
 
@@ -207,6 +241,7 @@ impl Pool {
         isolate: bool,
         line: impl Fn(&str) -> String,
     ) -> (Arc<Proc>, String, mpsc::UnboundedReceiver<Reply>) {
+        let mut waiting = None;
         loop {
             let notified = self.changed.notified();
             tokio::pin!(notified);
@@ -274,6 +309,7 @@ impl Pool {
                 }
                 return (proc, token, rx);
             }
+            waiting.get_or_insert_with(|| Waiting::new(self));
             notified.await;
         }
     }
@@ -283,6 +319,14 @@ impl Pool {
         proc.isolated.store(false, Ordering::Release);
         self.publish();
         self.changed.notify_waiters();
+    }
+
+    /// Count a restart of `cause` (a `pgwake_persistent_restarts_total`
+    /// label).
+    fn restarted(&self, cause: &'static str) {
+        self.restarts.fetch_add(1, Ordering::Relaxed);
+        metrics::counter!(m::PERSISTENT_RESTARTS, "handler" => self.spec.label.to_string(), "cause" => cause)
+            .increment(1);
     }
 
     /// Set the gauges of live processes and jobs in flight.
@@ -311,8 +355,7 @@ impl Pool {
             pid = proc.pid,
             "recycling the process: it {why}; it finishes its jobs while a new one starts"
         );
-        metrics::counter!(m::PERSISTENT_RESTARTS, "handler" => self.spec.label.to_string(), "cause" => "recycled")
-            .increment(1);
+        self.restarted("recycled");
         let generation = {
             let mut slots = self.slots.lock().expect("slots");
             let slot = &mut slots[proc.index];
@@ -353,8 +396,7 @@ impl Pool {
                             slot.failures += 1;
                             slot.failures
                         };
-                        metrics::counter!(m::PERSISTENT_RESTARTS, "handler" => self.spec.label.to_string(), "cause" => "start_failed")
-                        .increment(1);
+                        self.restarted("start_failed");
                         delay = backoff(failures);
                         tracing::error!(
                             target: LOG_TARGET,
@@ -707,8 +749,7 @@ impl Pool {
             } else {
                 "exited"
             };
-            metrics::counter!(m::PERSISTENT_RESTARTS, "handler" => self.spec.label.to_string(), "cause" => label_cause)
-                .increment(1);
+            self.restarted(label_cause);
             tracing::info!(
                 target: LOG_TARGET,
                 handler = %self.spec.label,
@@ -751,6 +792,20 @@ impl Pool {
         let slots = self.slots.lock().expect("slots");
         let live: Vec<&Arc<Proc>> = slots.iter().filter_map(|s| s.proc.as_ref()).collect();
         (live.len(), live.iter().map(|p| p.load()).sum())
+    }
+
+    /// Live processes, their jobs in flight and room (the sum of their
+    /// hellos' `inflight`), restarts so far, and jobs waiting for room.
+    pub(super) fn snapshot(&self) -> Snapshot {
+        let slots = self.slots.lock().expect("slots");
+        let live: Vec<&Arc<Proc>> = slots.iter().filter_map(|s| s.proc.as_ref()).collect();
+        Snapshot {
+            live: live.len(),
+            in_flight: live.iter().map(|p| p.load()).sum(),
+            capacity: live.iter().map(|p| p.capacity).sum(),
+            restarts: self.restarts.load(Ordering::Relaxed),
+            waiting: self.waiting.load(Ordering::Acquire),
+        }
     }
 
     /// Mark `id`'s delivery `token` on `proc` cancelled and ask the process
