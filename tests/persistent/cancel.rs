@@ -18,14 +18,14 @@ async fn pgwake_cancel_stops_the_job_in_its_process_which_lives_on() {
         .unwrap();
     let mut w = Running::start(worker(
         &db,
-        &python_worker(""),
+        &tag("cancel-lives-on", &python_worker("")),
         &["sleep", "echo"],
         &[],
         options(1),
         history_config(),
     ));
     until_running(&db, id).await;
-    let before = children("worker.py");
+    let before = tagged("cancel-lives-on");
     pgwake::cancel(&client, id).await.unwrap();
     let ev = w.next_events(1, WAIT, |e| e.id == id).await;
     assert_eq!(ev[0].outcome(), "cancelled");
@@ -35,7 +35,7 @@ async fn pgwake_cancel_stops_the_job_in_its_process_which_lives_on() {
         .await
         .unwrap();
     w.next_events(1, WAIT, |e| e.id == next).await;
-    assert_eq!(children("worker.py"), before, "the same process");
+    assert_eq!(tagged("cancel-lives-on"), before, "the same process");
     w.shutdown().await;
 }
 
@@ -53,14 +53,14 @@ async fn a_timeout_cancels_the_job_in_its_process() {
     .unwrap();
     let mut w = Running::start(worker(
         &db,
-        &python_worker(""),
+        &tag("timeout-cancels", &python_worker("")),
         &["sleep", "echo"],
         &[],
         options(1),
         history_config(),
     ));
     until_running(&db, id).await;
-    let before = children("worker.py");
+    let before = tagged("timeout-cancels");
     let ev = w.next_events(1, WAIT, |e| e.id == id).await;
     assert_eq!(ev[0].outcome(), "dead");
     assert!(ev[0].error().unwrap().contains("timed out"), "{ev:?}");
@@ -71,7 +71,7 @@ async fn a_timeout_cancels_the_job_in_its_process() {
         .unwrap();
     w.next_events(1, WAIT, |e| e.id == next && e.outcome() == "done")
         .await;
-    assert_eq!(children("worker.py"), before, "the same process");
+    assert_eq!(tagged("timeout-cancels"), before, "the same process");
     w.shutdown().await;
 }
 

@@ -80,14 +80,14 @@ async fn a_handler_process_killed_mid_job_charges_that_job_and_is_replaced() {
     .unwrap();
     let mut w = Running::start(worker(
         &db,
-        &python_worker(""),
+        &tag("killed-mid-job", &python_worker("")),
         &["sleep", "echo"],
         &[],
         options(1),
         history_config(),
     ));
     until_running(&db, id).await;
-    let before = children("worker.py");
+    let before = tagged("killed-mid-job");
     assert_eq!(before.len(), 1, "{before:?}");
     // SAFETY: kill(2) on a process this test started.
     unsafe {
@@ -106,12 +106,12 @@ async fn a_handler_process_killed_mid_job_charges_that_job_and_is_replaced() {
         .unwrap();
     let ev = w.next_events(1, WAIT, |e| e.id == next).await;
     assert_eq!(ev[0].outcome(), "done");
-    let after = children("worker.py");
+    let after = tagged("killed-mid-job");
     assert_eq!(after.len(), 1);
     assert_ne!(after, before, "a new process");
     w.shutdown().await;
     assert!(
-        children("worker.py").is_empty(),
+        tagged("killed-mid-job").is_empty(),
         "the processes stop with the worker"
     );
 }

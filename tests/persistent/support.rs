@@ -75,6 +75,29 @@ pub fn worker(
     b.build().unwrap()
 }
 
+/// `command` run with `PGWAKE_TEST_TAG=tag` in its environment, so that
+/// [`tagged`] finds this test's processes and no other's (the tests of this
+/// binary run side by side in one process).
+pub fn tag(tag: &str, command: &str) -> String {
+    format!("env PGWAKE_TEST_TAG={tag} {command}")
+}
+
+/// The live processes this test process started that run with
+/// `PGWAKE_TEST_TAG=tag` (see [`tag`]).
+pub fn tagged(tag: &str) -> Vec<i32> {
+    let needle = format!("PGWAKE_TEST_TAG={tag}\0");
+    let mut out: Vec<i32> = children("")
+        .into_iter()
+        .filter(|pid| {
+            let env = std::fs::read(format!("/proc/{pid}/environ")).unwrap_or_default();
+            let env = String::from_utf8_lossy(&env).into_owned() + "\0";
+            env.contains(&needle)
+        })
+        .collect();
+    out.sort();
+    out
+}
+
 /// The live processes this test process started whose command line
 /// contains `needle`.
 pub fn children(needle: &str) -> Vec<i32> {
