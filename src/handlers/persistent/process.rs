@@ -371,6 +371,18 @@ impl Started {
     pub(super) fn stderr_tail(&self) -> String {
         tail_text(&self.stderr_tail)
     }
+
+    /// Kill its process group (it leads one), before any `Proc` exists.
+    pub(super) fn kill(&self) {
+        if self.pid > 0 {
+            // SAFETY: plain syscalls; the child is not reaped before its
+            // `Child` is waited for or dropped, so the pid is still ours.
+            unsafe {
+                libc::kill(-self.pid, libc::SIGKILL);
+                libc::kill(self.pid, libc::SIGKILL);
+            }
+        }
+    }
 }
 
 /// The end of what a process wrote on stderr, escaped.
