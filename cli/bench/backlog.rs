@@ -114,7 +114,7 @@ async fn one_run(bench: &Bench<'_>, waiting: u64, half_future: bool, drained: u6
                 jobs: waiting,
                 queue: QUEUE,
                 half_future,
-                notify: true,
+                ..Load::ready(waiting)
             })
             .await?;
         let t0 = Instant::now();

@@ -60,6 +60,8 @@ pub(crate) struct Load {
     /// Let the trigger NOTIFY (one notification for the whole statement);
     /// `false` loads with `SET LOCAL pgwake.notify = off`.
     pub notify: bool,
+    /// Their task ([`TASK`] but for a handler that serves only its own).
+    pub task: &'static str,
 }
 
 impl Load {
@@ -70,6 +72,7 @@ impl Load {
             queue: QUEUE,
             half_future: false,
             notify: true,
+            task: TASK,
         }
     }
 }
@@ -195,7 +198,7 @@ impl BenchDb {
     pub async fn load(&self, load: Load) -> Result<()> {
         let jobs = i64::try_from(load.jobs).map_err(|_| Error::Config("too many jobs".into()))?;
         let params: [&(dyn tokio_postgres::types::ToSql + Sync); 4] =
-            [&jobs, &load.queue, &TASK, &load.half_future];
+            [&jobs, &load.queue, &load.task, &load.half_future];
         if load.notify {
             self.control
                 .execute(LOAD, &params)

@@ -9,6 +9,13 @@
 //! forced into lease mode, a `sql` no-op function (tx, batched), and
 //! `exec:true` (lease). The clock runs from the load's COMMIT to the last
 //! committed outcome, as in the burn-down.
+//!
+//! Then the persistent handler (issue 34): the reference Python worker's
+//! `echo` through the protocol (lease, `pgwake run`'s default of C
+//! processes of one job each), against the same no-op as one `python3` per
+//! job (`exec`), and against the Rust no-op on a lease queue of the same
+//! run. Without `python3` or the reference worker these rows are left out,
+//! with a note saying why.
 
 use std::process::Stdio;
 use std::time::Instant;
@@ -50,8 +57,19 @@ const KINDS: [(&str, HandlerKind, bool); 4] = [
 /// Most `exec:true` jobs per run: each one is a process.
 const EXEC_JOBS: (u64, u64) = (3000, 200);
 
+/// Most Python `exec` jobs per run: each starts an interpreter (about
+/// 55 ms of CPU here), some 30 a second on two idle cores, a few while
+/// other builds load them; the drain timeout is two minutes.
+const EXEC_PYTHON_JOBS: (u64, u64) = (200, 10);
+
+/// The persistent handler's rows.
+pub(crate) const PERSISTENT_KIND: &str = "python3 persistent (echo)";
+
+/// What phase 0 measured, and the notes on what it skipped.
+pub(crate) type Kinds = (Vec<KindRun>, Vec<String>);
+
 /// Run phase 0.
-pub(crate) async fn run(bench: &Bench<'_>) -> Result<Vec<KindRun>> {
+pub(crate) async fn run(bench: &Bench<'_>) -> Result<Kinds> {
     let plan = bench.plan;
     bench
         .db
@@ -65,11 +83,24 @@ pub(crate) async fn run(bench: &Bench<'_>) -> Result<Vec<KindRun>> {
     let mut raw = Vec::new();
     let mut by_kind = vec![Vec::new(); KINDS.len()];
     let (mut exec, mut xargs) = (Vec::new(), Vec::new());
+    let python = super::persistent::commands();
+    let python_exec_jobs = if plan.quick {
+        EXEC_PYTHON_JOBS.1
+    } else {
+        EXEC_PYTHON_JOBS.0
+    }
+    .min(jobs);
+    let (mut python_exec, mut persistent) = (Vec::new(), Vec::new());
     for run in 1..=plan.runs {
         bench.progress(&format!(
-            "handler kinds {run}/{}: raw claim loop, {} kinds, exec:true vs xargs",
+            "handler kinds {run}/{}: raw claim loop, {} kinds, exec:true vs xargs{}",
             plan.runs,
-            KINDS.len()
+            KINDS.len(),
+            if python.is_ok() {
+                ", python3 persistent vs exec"
+            } else {
+                ""
+            }
         ));
         raw.push(raw_run(bench, jobs).await?);
         for (i, (_, handler, lease)) in KINDS.iter().enumerate() {
@@ -77,7 +108,14 @@ pub(crate) async fn run(bench: &Bench<'_>) -> Result<Vec<KindRun>> {
         }
         exec.push(worker_run(bench, HandlerKind::ExecTrue, false, exec_jobs).await?);
         xargs.push(xargs_run(plan.concurrency, exec_jobs).await?);
+        if python.is_ok() {
+            python_exec
+                .push(worker_run(bench, HandlerKind::ExecPython, false, python_exec_jobs).await?);
+            persistent.push(worker_run(bench, HandlerKind::Persistent, false, jobs).await?);
+        }
     }
+    let lease = KINDS.iter().position(|k| k.2).expect("a lease kind");
+    let lease_runs = by_kind[lease].clone();
     let mut out: Vec<KindRun> = KINDS
         .iter()
         .zip(by_kind)
@@ -103,7 +141,32 @@ pub(crate) async fn run(bench: &Bench<'_>) -> Result<Vec<KindRun>> {
         baseline: "xargs",
         baseline_jobs_per_s: Measure::of(xargs),
     });
-    Ok(out)
+    let notes = match python {
+        Err(why) => vec![why],
+        Ok(_) => {
+            let versus = |baseline, runs: Vec<f64>| KindRun {
+                kind: PERSISTENT_KIND,
+                jobs,
+                ratio: Measure::of(
+                    persistent
+                        .iter()
+                        .zip(&runs)
+                        .map(|(p, b)| ratio(*p, *b))
+                        .collect(),
+                ),
+                jobs_per_s: Measure::of(persistent.clone()),
+                baseline,
+                baseline_jobs_per_s: Measure::of(runs),
+            };
+            out.push(versus("exec py", python_exec));
+            out.push(versus("lease", lease_runs));
+            vec![format!(
+                "{PERSISTENT_KIND}: lease mode, {} processes of one job each; \"exec py\" runs {python_exec_jobs} jobs, one python3 each",
+                plan.concurrency
+            )]
+        }
+    };
+    Ok((out, notes))
 }
 
 async fn raw_run(bench: &Bench<'_>, jobs: u64) -> Result<f64> {
@@ -139,7 +202,11 @@ async fn worker_run(
         handler,
     };
     let worker = RunningWorker::start(&db.config, &spec, Probe::default()).await?;
-    db.load(Load::ready(jobs)).await?;
+    db.load(Load {
+        task: handler.task(),
+        ..Load::ready(jobs)
+    })
+    .await?;
     let t0 = Instant::now();
     let t1 = worker.wait_committed(jobs, drain_timeout(jobs)).await?;
     worker.stop().await?;

@@ -90,6 +90,22 @@ pub(crate) enum HandlerKind {
     Sql,
     /// `--handler noop=exec:true`.
     ExecTrue,
+    /// A `python3` per job that reads its stdin and exits 0
+    /// ([`super::persistent::Commands::exec_flag`]).
+    ExecPython,
+    /// The reference persistent worker in Python, task `echo`, with
+    /// `pgwake run`'s default of one process per claim task.
+    Persistent,
+}
+
+impl HandlerKind {
+    /// The task of the jobs this handler serves.
+    pub(crate) fn task(self) -> &'static str {
+        match self {
+            HandlerKind::Persistent => super::persistent::TASK,
+            _ => TASK,
+        }
+    }
 }
 
 #[async_trait]
@@ -177,6 +193,27 @@ impl RunningWorker {
             ),
             HandlerKind::ExecTrue => {
                 builder.handler_arc(TASK, pgwake::handlers::parse_flag("noop=exec:true")?.1)
+            }
+            HandlerKind::ExecPython => {
+                let python = super::persistent::commands().map_err(Error::Config)?;
+                builder.handler_arc(TASK, pgwake::handlers::parse_flag(&python.exec_flag)?.1)
+            }
+            HandlerKind::Persistent => {
+                let command = super::persistent::commands()
+                    .map_err(Error::Config)?
+                    .persistent;
+                let opts = pgwake::handlers::persistent::Options {
+                    processes: spec.concurrency,
+                    ..Default::default()
+                };
+                builder.handler(
+                    super::persistent::TASK,
+                    pgwake::handlers::persistent::PersistentHandler::new(
+                        super::persistent::TASK,
+                        &command,
+                        &opts,
+                    )?,
+                )
             }
         };
         let worker = builder.build()?;

@@ -4,7 +4,8 @@
 //!
 //! ```text
 //!  database: throwaway durable cluster | fresh pgwake_bench_<random> on --database-url
-//!   ├─ 0     handler kinds at batch B vs the raw ceiling (exec:true vs xargs)  handlers.rs
+//!   ├─ 0     handler kinds at batch B vs the raw ceiling (exec:true vs xargs,  handlers.rs
+//!            a persistent Python no-op vs exec Python and the lease no-op)  persistent.rs
 //!   └─ per delivery mode (Mode)
 //!       1+2  raw claim loop vs Worker burn-down, batch 1 and B   burn.rs, raw.rs
 //!       7    costs of those burn-downs (WAL, dead tuples, CPU)   burn.rs, resources.rs
@@ -28,6 +29,7 @@ mod drain;
 mod handlers;
 mod harness;
 mod mode;
+mod persistent;
 mod pickup;
 mod producers;
 mod raw;
@@ -90,8 +92,9 @@ pub struct BenchArgs {
     /// the full sizes on two cores).
     #[arg(long, value_enum, value_delimiter = ',', default_value = "tx")]
     pub mode: Vec<Mode>,
-    /// Measure only the handler kinds (phase 0: Rust, `sql` and `exec`
-    /// handlers against their baselines), not the delivery modes' phases.
+    /// Measure only the handler kinds (phase 0: Rust, `sql`, `exec` and
+    /// persistent handlers against their baselines), not the delivery
+    /// modes' phases.
     #[arg(long)]
     pub handlers_only: bool,
 }
@@ -268,9 +271,9 @@ pub async fn run(args: BenchArgs) -> Result<()> {
     };
     let server = db.server.clone();
     let removed = db.remove().await;
-    let (kinds, modes) = outcome?;
+    let ((kinds, notes), modes) = outcome?;
     removed?;
-    let report = Report::new(&plan, server, kinds, modes, started.elapsed())?;
+    let report = Report::new(&plan, server, (kinds, notes), modes, started.elapsed())?;
     if args.json {
         println!("{}", report.to_json()?);
     } else {
@@ -285,7 +288,7 @@ async fn run_all(
     db: &BenchDb,
     plan: &Plan,
     started: Instant,
-) -> Result<(Vec<handlers::KindRun>, Vec<ModeReport>)> {
+) -> Result<(handlers::Kinds, Vec<ModeReport>)> {
     let kinds = handlers::run(&Bench {
         db,
         plan,

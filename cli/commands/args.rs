@@ -76,6 +76,11 @@ pub enum Command {
     /// Serve the operator console: web pages of queues, jobs (and why they wait), workers and
     /// schedules; read-only unless --ui-actions.
     Ui(super::ui::UiArgs),
+    /// Check that a persistent handler command follows the line protocol (docs/src/protocol.md).
+    Protocol {
+        #[command(subcommand)]
+        action: super::protocol::ProtocolAction,
+    },
     /// Measure throughput, pickup latency and producer cost against the raw-SQL ceiling.
     Bench(crate::bench::BenchArgs),
     /// Run a demo on a throwaway PostgreSQL (or --database-url), then keep it up to look
@@ -129,7 +134,7 @@ pub fn names(lists: &[NameList]) -> Vec<String> {
     lists.iter().flat_map(|l| l.0.iter().cloned()).collect()
 }
 
-fn duration(s: &str) -> Result<HumanDuration, String> {
+pub(crate) fn duration(s: &str) -> Result<HumanDuration, String> {
     s.parse::<HumanDuration>()
         .map_err(|e| format!("{e} (examples: 500ms, 2s, 1m)"))
 }

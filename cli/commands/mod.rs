@@ -2,7 +2,8 @@
 //! [`logging`], [`explain`] (error messages and exit codes), [`run`] (the
 //! worker's wiring), [`enqueue`] and [`ndjson`] (producing), [`dead`] (dead
 //! jobs), [`schedule`] (recurring jobs), [`cancel`] (cancelling jobs),
-//! [`queue`] (queue settings), [`history`] (finished jobs), [`ui`] (the console), [`shell`]
+//! [`queue`] (queue settings), [`protocol`] (the persistent
+//! handler protocol's conformance check), [`history`] (finished jobs), [`ui`] (the console), [`shell`]
 //! (quoting the names in the commands it suggests), and here the dispatch and
 //! the small commands.
 
@@ -16,6 +17,7 @@ pub mod history;
 pub mod jobs;
 pub mod logging;
 pub mod ndjson;
+pub mod protocol;
 pub mod queue;
 pub mod run;
 pub mod schedule;
@@ -36,6 +38,9 @@ pub fn default_log_level(command: &Command) -> &'static str {
         // The bench starts dozens of in-process workers; their start/stop
         // lines would bury its progress.
         Command::Bench(_) => "warn",
+        // What the candidate prints would bury the check's lines
+        // (RUST_LOG=pgwake::persistent=info shows it).
+        Command::Protocol { .. } => "warn",
         _ => "info",
     }
 }
@@ -56,6 +61,7 @@ pub async fn dispatch(command: Command) -> Result<(), Error> {
         Command::Job { action } => jobs::job_command(action).await,
         Command::Explain(args) => jobs::explain_command(args).await,
         Command::Ui(args) => ui::command(args).await,
+        Command::Protocol { action } => protocol::command(action).await,
         Command::Bench(args) => crate::bench::run(args).await,
         Command::Demo(args) => {
             crate::demo::run(crate::demo::DemoOptions {

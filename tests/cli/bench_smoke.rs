@@ -61,9 +61,11 @@ fn quick_bench_reports_every_phase_and_target_as_finite_numbers() {
         }
     }
     check_target(targets, "peak_rss", None);
-    // Phase 0: each handler kind against its baseline, in the same run.
+    // Phase 0: each handler kind against its baseline, in the same run;
+    // the persistent Python worker twice (against exec Python and the
+    // lease no-op: the tests need python3, and run in the checkout).
     let kinds = array(&report, "/handler_kinds");
-    assert_eq!(kinds.len(), 5, "{kinds:#?}");
+    assert_eq!(kinds.len(), 7, "{kinds:#?}");
     for k in kinds {
         for f in [
             "/jobs",
@@ -80,6 +82,8 @@ fn quick_bench_reports_every_phase_and_target_as_finite_numbers() {
         "rust_noop_lease_vs_raw",
         "sql_noop_vs_raw",
         "exec_true_vs_xargs",
+        "persistent_python_vs_exec_python",
+        "persistent_python_vs_rust_lease",
     ] {
         check_target(targets, name, None);
     }

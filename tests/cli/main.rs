@@ -11,3 +11,4 @@ mod cli;
 mod cli_usage;
 mod clients;
 mod demo;
+mod protocol_check;

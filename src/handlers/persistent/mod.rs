@@ -19,6 +19,7 @@
 //! that were merely in flight beside others on a process that died are
 //! not: each runs again alone ("isolated") until the culprit is known.
 
+pub mod check;
 mod pool;
 mod process;
 pub mod protocol;

@@ -522,7 +522,7 @@ impl Pool {
             Some((id, token)) => (id, token.to_owned()),
             None => {
                 return match msg {
-                    Incoming::Pong => Ok(()),
+                    Incoming::Pong { .. } => Ok(()),
                     Incoming::Hello { .. } => {
                         Err(Event::ProtocolError("sent a second hello".into()))
                     }

@@ -407,6 +407,18 @@ impl Started {
             format!("exited before its hello: {status}; stderr: {tail}")
         }
     }
+
+    /// Kill its process group (it leads one), before any `Proc` exists.
+    pub(super) fn kill(&self) {
+        if self.pid > 0 {
+            // SAFETY: plain syscalls; the child is not reaped before its
+            // `Child` is waited for or dropped, so the pid is still ours.
+            unsafe {
+                libc::kill(-self.pid, libc::SIGKILL);
+                libc::kill(self.pid, libc::SIGKILL);
+            }
+        }
+    }
 }
 
 /// The end of what a process wrote on stderr, escaped.

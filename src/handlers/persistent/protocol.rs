@@ -1,6 +1,11 @@
 //! The line protocol between pgwake and a persistent handler process
 //! (docs/src/protocol.md): one JSON object per line, `"type"` naming the
 //! message. pgwake writes on the process's fd 3 and reads its fd 4.
+//!
+//! Public so that the conformance check ([`super::check`]) and other tools
+//! build and read lines exactly as the pool does: [`parse`] a process's
+//! line, [`job`], [`cancel`], [`ping`] and [`drain`] lines to send, and
+//! [`read_line`] with the line limit.
 
 use serde::Deserialize;
 use serde_json::value::RawValue;
@@ -59,7 +64,10 @@ pub enum Incoming {
         retry_after: Option<f64>,
     },
     /// An answer to a ping.
-    Pong,
+    Pong {
+        /// The ping's `seq` (absent: a process that does not echo it).
+        seq: Option<u64>,
+    },
     /// A statement to run in a tx-mode job's claim transaction.
     Sql {
         /// The job.
@@ -173,7 +181,7 @@ pub fn parse(line: &[u8]) -> Result<Incoming, String> {
                 retry_after: raw.retry_after,
             }
         }
-        "pong" => Incoming::Pong,
+        "pong" => Incoming::Pong { seq: raw.seq },
         "sql" => {
             let (id, token) = job(&raw)?;
             Incoming::Sql {
