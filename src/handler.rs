@@ -136,6 +136,7 @@ pub struct JobContext<'a> {
     pub(crate) cancel: CancellationToken,
     pub(crate) deadline: &'a Deadline,
     pub(crate) admitted_at: Option<SystemTime>,
+    pub(crate) keys: &'a crate::claim::claimed::Keys,
 }
 
 impl<'a> JobContext<'a> {
@@ -166,6 +167,22 @@ impl<'a> JobContext<'a> {
     /// between them).
     pub fn admitted_at(&self) -> Option<SystemTime> {
         self.admitted_at
+    }
+
+    /// The job's ordering key (`ordering_key`), if it has one.
+    pub fn ordering_key(&self) -> Option<&'a str> {
+        self.keys.ordering_key.as_deref()
+    }
+
+    /// The job's unique key (`unique_key`), if it has one.
+    pub fn unique_key(&self) -> Option<&'a str> {
+        self.keys.unique_key.as_deref()
+    }
+
+    /// The job's limit key (`limit_key`: who it is for, for per-key limits,
+    /// rates and fair keys), if it has one.
+    pub fn limit_key(&self) -> Option<&'a str> {
+        self.keys.limit_key.as_deref()
     }
 
     /// The worker's pool, for work that must not be part of the claim

@@ -440,6 +440,7 @@ async fn run(
         cancel: watch.token().child_token(),
         deadline: &deadline,
         admitted_at: claimed.admitted_at,
+        keys: &claimed.keys,
     };
     let (ended, _, duration) = execute(handler.as_ref(), job, job_ctx, watch.token()).await;
     gauge.decrement(1.0);

@@ -200,3 +200,41 @@ async fn sql_for_a_lease_job_is_refused_with_a_reason() {
     let reason = dead_reason(&client, id).await;
     assert!(reason.contains("tx mode"), "{reason}");
 }
+
+#[tokio::test]
+async fn the_job_message_carries_the_jobs_keys() {
+    let db = migrated_db().await;
+    let client = db.client().await;
+    let keyed = enqueue(
+        &client,
+        &NewJob::new("pid", json!({}))
+            .ordering_key("customer:42")
+            .unique_key("invoice \"7\"")
+            .limit_key("tenant-ü"),
+    )
+    .await
+    .unwrap();
+    let bare = enqueue(&client, &NewJob::new("pid", json!({})))
+        .await
+        .unwrap();
+    let mut w = Running::start(worker(
+        &db,
+        &quirky(""),
+        &["pid"],
+        &[],
+        options(1),
+        history_config(),
+    ));
+    w.next_events(2, WAIT, |_| true).await;
+    w.shutdown().await;
+    let (_, _, result, _) = finished(&db, keyed).await;
+    assert_eq!(
+        result.unwrap()["keys"],
+        json!({"ordering": "customer:42", "unique": "invoice \"7\"", "limit": "tenant-ü"})
+    );
+    let (_, _, result, _) = finished(&db, bare).await;
+    assert_eq!(
+        result.unwrap()["keys"],
+        json!({"ordering": null, "unique": null, "limit": null})
+    );
+}

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """A persistent handler that misbehaves on purpose, for pgwake's tests: each
 --mode breaks one rule of the protocol (docs/src/protocol.md). Task `pid`
-answers done with its process id (so does `grow`, after keeping `mib` MiB);
+answers done with its process id and the job's keys (so does `grow`, after keeping `mib` MiB);
 with no mode it behaves."""
 import json, os, sys, threading, time
 
@@ -40,7 +40,8 @@ def answer(msg):
         hoard.append(bytearray(payload["mib"] * 1024 * 1024))
     if msg["task"] == "sleep" or (isinstance(payload, dict) and "secs" in payload):
         time.sleep(payload["secs"])
-    send({"type": "done", "id": msg["id"], "token": msg["token"], "result": {"pid": os.getpid()}})
+    send({"type": "done", "id": msg["id"], "token": msg["token"],
+          "result": {"pid": os.getpid(), "keys": msg.get("keys")}})
 
 for line in inp:
     msg = json.loads(line)

@@ -317,6 +317,7 @@ pub(super) async fn run_one<'c>(
         cancel: interrupt.child_token(),
         deadline: &deadline,
         admitted_at: claimed.admitted_at,
+        keys: &claimed.keys,
     };
     let run = execute(handler.as_ref(), job, job_ctx, interrupt);
     // If the claim connection dies under a running handler (server restart,

@@ -483,6 +483,7 @@ impl Checker {
             max_attempts: 1,
             deadline: chrono::Utc::now() + chrono::Duration::hours(1),
             tx: false,
+            keys: [None, None, None],
         });
         (id, token, line)
     }

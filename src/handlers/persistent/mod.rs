@@ -303,6 +303,7 @@ impl Handler for PersistentHandler {
     ) -> std::result::Result<Outcome, BoxError> {
         self.pool.ensure_started().await?;
         let tx = ctx.transaction.is_some();
+        let keys = [ctx.ordering_key(), ctx.unique_key(), ctx.limit_key()];
         let deadline_at = ctx.deadline.at();
         let wall_deadline = chrono::Utc::now()
             + chrono::Duration::from_std(deadline_at.saturating_duration_since(Instant::now()))
@@ -329,6 +330,7 @@ impl Handler for PersistentHandler {
                         max_attempts: job.max_attempts,
                         deadline: wall_deadline,
                         tx,
+                        keys,
                     })
                 })
                 .await;

@@ -233,6 +233,8 @@ pub struct JobLine<'a> {
     pub deadline: chrono::DateTime<chrono::Utc>,
     /// Whether it runs in tx mode.
     pub tx: bool,
+    /// Its ordering, unique and limit keys.
+    pub keys: [Option<&'a str>; 3],
 }
 
 /// The `job` line: the payload goes in exactly as stored (a JSON value
@@ -250,7 +252,7 @@ pub fn job(j: &JobLine<'_>) -> String {
         j.payload.into()
     };
     format!(
-        "{{\"type\":\"job\",\"id\":{},\"token\":{},\"task\":{},\"queue\":{},\"payload\":{},\"attempt\":{},\"max_attempts\":{},\"deadline\":{},\"tx\":{}}}\n",
+        "{{\"type\":\"job\",\"id\":{},\"token\":{},\"task\":{},\"queue\":{},\"payload\":{},\"attempt\":{},\"max_attempts\":{},\"deadline\":{},\"tx\":{},\"keys\":{{\"ordering\":{},\"unique\":{},\"limit\":{}}}}}\n",
         j.id,
         quote(j.token),
         quote(j.task),
@@ -259,8 +261,16 @@ pub fn job(j: &JobLine<'_>) -> String {
         j.attempt,
         j.max_attempts,
         quote(&j.deadline.to_rfc3339_opts(chrono::SecondsFormat::Millis, true)),
-        j.tx
+        j.tx,
+        key(j.keys[0]),
+        key(j.keys[1]),
+        key(j.keys[2]),
     )
+}
+
+/// A key as JSON: a string, or `null`.
+fn key(k: Option<&str>) -> String {
+    k.map(quote).unwrap_or_else(|| "null".into())
 }
 
 /// The `cancel` line.
@@ -389,6 +399,7 @@ mod tests {
             max_attempts: 3,
             deadline: chrono::DateTime::from_timestamp(0, 0).unwrap(),
             tx: false,
+            keys: [Some("customer:42"), None, Some("tenant\"7")],
         });
         assert!(line.ends_with('\n') && !line[..line.len() - 1].contains('\n'));
         assert!(line.contains("12345678901234567890123"), "{line}");
@@ -397,6 +408,10 @@ mod tests {
         assert_eq!(v["task"], "t\n");
         assert_eq!(v["payload"]["s"], "x\ny");
         assert_eq!(v["deadline"], "1970-01-01T00:00:00.000Z");
+        assert_eq!(
+            v["keys"],
+            serde_json::json!({"ordering": "customer:42", "unique": null, "limit": "tenant\"7"})
+        );
     }
 
     #[tokio::test]
