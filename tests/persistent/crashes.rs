@@ -177,24 +177,7 @@ async fn a_worker_killed_with_sigkill_takes_its_processes_and_another_worker_fin
     ));
     until_running(&db, id).await;
     let pid = first.child().id() as i32;
-    let workers_children = || -> Vec<i32> {
-        std::fs::read_dir("/proc")
-            .unwrap()
-            .flatten()
-            .filter_map(|e| e.file_name().to_string_lossy().parse::<i32>().ok())
-            .filter(|p| {
-                std::fs::read_to_string(format!("/proc/{p}/stat"))
-                    .ok()
-                    .and_then(|s| {
-                        s.rsplit_once(')')
-                            .map(|(_, r)| r.split_whitespace().nth(1).map(str::to_owned))
-                    })
-                    .flatten()
-                    .is_some_and(|pp| pp == pid.to_string())
-            })
-            .collect()
-    };
-    let processes = workers_children();
+    let processes = children_of(pid);
     assert_eq!(processes.len(), 1, "{processes:?}");
     send_signal(first.child(), libc::SIGKILL);
     first.child().wait().unwrap();

@@ -10,7 +10,7 @@ use tokio::process::Child;
 use tokio::sync::{mpsc, Notify};
 use tokio_util::sync::CancellationToken;
 
-use super::process::{self, Event, Gone, InFlight, Proc, Reply, Spec, LOG_TARGET};
+use super::process::{self, Event, Gone, InFlight, Kill, Proc, Reply, Spec, LOG_TARGET};
 use super::protocol::{self, Incoming, ReadError, PROTOCOL_VERSION};
 use super::Options;
 use crate::handlers::exec::escape_line;
@@ -196,7 +196,7 @@ impl Pool {
             keep
         };
         if !keep {
-            proc.kill("the pool is stopping");
+            proc.kill(Kill::Stopping, "the pool is stopping");
         }
         self.publish();
         self.changed.notify_waiters();
@@ -209,7 +209,7 @@ impl Pool {
         let slots = self.slots.lock().expect("slots");
         for s in slots.iter() {
             if let Some(p) = &s.proc {
-                p.kill(cause);
+                p.kill(Kill::Stopping, cause);
             }
         }
     }
@@ -454,7 +454,7 @@ impl Pool {
                         // longer be heard, so it must go.
                         match tokio::time::timeout(EXIT_AFTER_CLOSE, child.wait()).await {
                             Ok(status) => break status,
-                            Err(_) => proc.kill(&format!(
+                            Err(_) => proc.kill(Kill::Other, &format!(
                                 "closed its protocol descriptor (fd {}) and went on running",
                                 protocol::PROCESS_OUT_FD
                             )),
@@ -464,7 +464,7 @@ impl Pool {
                 _ = tick.tick() => {
                     let silent = proc.heard.lock().expect("heard").elapsed();
                     if silent >= self.opts.process_timeout {
-                        proc.kill(&format!(
+                        proc.kill(Kill::Unresponsive, &format!(
                             "answered nothing for {} (no pong to pings; --process-timeout)",
                             humantime::format_duration(Duration::from_secs(silent.as_secs()))
                         ));
@@ -491,7 +491,7 @@ impl Pool {
                     if proc.closed.load(Ordering::Acquire) && proc.load() == 0 {
                         let since = *empty_since.get_or_insert_with(Instant::now);
                         if since.elapsed() >= self.opts.cancel_grace {
-                            proc.kill("did not exit after its drain (--cancel-grace)");
+                            proc.kill(Kill::Other, "did not exit after its drain (--cancel-grace)");
                         }
                     } else {
                         empty_since = None;
@@ -628,7 +628,7 @@ impl Pool {
             tasks = ?tasks,
             "protocol error: the process {why}; replacing it (its jobs go back to run again)"
         );
-        proc.kill(&format!("broke the protocol: it {why}"));
+        proc.kill(Kill::Protocol, &format!("broke the protocol: it {why}"));
     }
 
     /// `proc` ended: tell its jobs, count it, restart its slot.
@@ -649,23 +649,21 @@ impl Pool {
             Ok(s) => process::describe_status(*s),
             Err(e) => format!("could not be waited for ({e})"),
         };
-        let (cause, kind) = match &killed {
-            Some(why) => (format!("was killed: it {why}"), "killed"),
+        let cause = match &killed {
+            Some((_, why)) => format!("was killed: it {why}"),
             None => {
                 let tail = process::tail_text(&proc.stderr_tail);
                 if tail.is_empty() {
-                    (format!("exited ({status_text})"), "exited")
+                    format!("exited ({status_text})")
                 } else {
-                    (format!("exited ({status_text}); stderr: {tail}"), "exited")
+                    format!("exited ({status_text}); stderr: {tail}")
                 }
             }
         };
         // Who is to blame: a job alone in flight when its process crashed
         // or stopped answering. A kill for a cancel not honoured blames
         // none of the others.
-        let blame = !killed.as_deref().is_some_and(|k| {
-            k.starts_with("did not stop job") || k.starts_with("the pool is stopping")
-        });
+        let blame = killed.as_ref().is_none_or(|(kind, _)| kind.blames());
         let jobs: Vec<(i64, InFlight)> = proc.inflight.lock().expect("inflight").drain().collect();
         let live: Vec<&(i64, InFlight)> = jobs.iter().filter(|(_, f)| !f.cancelled).collect();
         let culprit = blame && live.len() == 1;
@@ -727,28 +725,7 @@ impl Pool {
         self.publish();
         self.changed.notify_waiters();
         if let Some((generation, delay)) = restart {
-            let label_cause = if kind == "killed" {
-                if killed
-                    .as_deref()
-                    .is_some_and(|k| k.starts_with("broke the protocol"))
-                {
-                    "protocol_error"
-                } else if killed
-                    .as_deref()
-                    .is_some_and(|k| k.starts_with("answered nothing"))
-                {
-                    "unresponsive"
-                } else if killed
-                    .as_deref()
-                    .is_some_and(|k| k.starts_with("did not stop job"))
-                {
-                    "cancel_grace"
-                } else {
-                    "killed"
-                }
-            } else {
-                "exited"
-            };
+            let label_cause = killed.as_ref().map_or("exited", |(kind, _)| kind.label());
             self.restarted(label_cause);
             tracing::info!(
                 target: LOG_TARGET,
@@ -782,7 +759,10 @@ impl Pool {
                 tokio::time::sleep(Duration::from_millis(20)).await;
             }
             if process_alive(p.pid) {
-                p.kill("the pool is stopping and it did not exit after its drain");
+                p.kill(
+                    Kill::Stopping,
+                    "the pool is stopping and it did not exit after its drain",
+                );
             }
         }
     }
@@ -832,10 +812,13 @@ impl Pool {
                 .get(&id)
                 .is_some_and(|f| f.token == token);
             if still {
-                proc.kill(&format!(
-                    "did not stop job {id} within {} of its cancel (--cancel-grace)",
-                    humantime::format_duration(grace)
-                ));
+                proc.kill(
+                    Kill::CancelGrace,
+                    &format!(
+                        "did not stop job {id} within {} of its cancel (--cancel-grace)",
+                        humantime::format_duration(grace)
+                    ),
+                );
             }
         });
     }

@@ -97,10 +97,44 @@ pub(super) struct Proc {
     /// Jobs given to it so far.
     pub(super) given: AtomicU64,
     /// Why it is being killed (set before the kill).
-    pub(super) kill_cause: Mutex<Option<String>>,
+    pub(super) kill_cause: Mutex<Option<(Kill, String)>>,
     /// The end of its stderr.
     pub(super) stderr_tail: Arc<Mutex<Vec<u8>>>,
     pub(super) started: Instant,
+}
+
+/// Why pgwake kills a process: the restart metric's `cause`, and whether
+/// the jobs in flight on it may be blamed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Kill {
+    /// It broke the protocol.
+    Protocol,
+    /// It answered nothing, not even pings.
+    Unresponsive,
+    /// It did not stop a cancelled job within the grace period.
+    CancelGrace,
+    /// The pool is stopping.
+    Stopping,
+    /// Anything else (a closed descriptor, a drain not followed by an exit).
+    Other,
+}
+
+impl Kill {
+    /// The `cause` label of `pgwake_persistent_restarts_total`.
+    pub(super) fn label(self) -> &'static str {
+        match self {
+            Kill::Protocol => "protocol_error",
+            Kill::Unresponsive => "unresponsive",
+            Kill::CancelGrace => "cancel_grace",
+            Kill::Stopping | Kill::Other => "killed",
+        }
+    }
+
+    /// Whether a job alone on the process may be blamed for its end: not
+    /// when it was killed for another job's cancel, or by a stop.
+    pub(super) fn blames(self) -> bool {
+        !matches!(self, Kill::CancelGrace | Kill::Stopping)
+    }
 }
 
 /// What the pool hears from a process's reader.
@@ -142,11 +176,11 @@ impl Proc {
     }
 
     /// Kill its process group, saying why (the first cause set wins).
-    pub(super) fn kill(&self, cause: &str) {
+    pub(super) fn kill(&self, kind: Kill, cause: &str) {
         {
             let mut k = self.kill_cause.lock().expect("kill cause");
             if k.is_none() {
-                *k = Some(cause.to_owned());
+                *k = Some((kind, cause.to_owned()));
             }
         }
         self.closed.store(true, Ordering::Release);
