@@ -259,6 +259,9 @@ pub(crate) fn spawn_run(ctx: Arc<ClaimContext>, mut next: Leased, permit: OwnedS
                 ctx.start_marks.started(claimed.token);
             }
             let (resolution, result, duration) = run(&ctx, &claimed, &lost, watch).await;
+            if claimed.buffered {
+                ctx.start_marks.ended(claimed.token);
+            }
             complete(
                 &ctx,
                 Finished {
