@@ -3,7 +3,8 @@
 --
 --   SELECT pgwake.grant_producer('app');         -- enqueue jobs
 --   SELECT pgwake.grant_worker('pgwake_worker'); -- run `pgwake run`, `pgwake dead retry|purge`, `pgwake cancel`
---   SELECT pgwake.grant_monitor('grafana');      -- `pgwake stats`, `pgwake dead list`, dashboards
+--   SELECT pgwake.grant_monitor('grafana');      -- `pgwake stats`, `pgwake dead list`, dashboards,
+--                                                -- autoscalers (pgwake.queue_pressure)
 --
 -- Idempotent. Each records the role in `pgwake.role_grants`, and every
 -- `pgwake migrate` that changed something re-applies the recorded grants
@@ -37,6 +38,9 @@ BEGIN
     -- What enqueue and the insert triggers that run as the inserting role
     -- (not SECURITY DEFINER) call: the unique key's lock number.
     EXECUTE format('GRANT EXECUTE ON FUNCTION pgwake.unique_key_lock(text) TO %s', role);
+    -- A producer that paces itself reads how much its queue has waiting
+    -- (SECURITY DEFINER: counts only, no table of the queue's).
+    EXECUTE format('GRANT EXECUTE ON FUNCTION pgwake.queue_pressure(text, integer) TO %s', role);
     INSERT INTO pgwake.role_grants (role, kind) VALUES (role, 'producer') ON CONFLICT DO NOTHING;
 END
 $$;
@@ -84,7 +88,7 @@ BEGIN
     EXECUTE format('GRANT SELECT ON ALL TABLES IN SCHEMA pgwake TO %s', role);
     -- The read-only functions of `pgwake explain`, `pgwake jobs list`, the
     -- fleet's unserved jobs and the console's pages.
-    EXECUTE format('GRANT EXECUTE ON FUNCTION pgwake.explain(bigint), pgwake.list_jobs(text, text, text, text, text, jsonb, bigint, integer, timestamptz), pgwake.unserved_jobs(integer, integer), pgwake.unslotted_running(text), pgwake.unslotted_key_running(text, text), pgwake.held_by_claim(xid), pgwake.explain_process_wait(text, text[]) TO %s', role);
+    EXECUTE format('GRANT EXECUTE ON FUNCTION pgwake.explain(bigint), pgwake.list_jobs(text, text, text, text, text, jsonb, bigint, integer, timestamptz), pgwake.unserved_jobs(integer, integer), pgwake.unslotted_running(text), pgwake.unslotted_key_running(text, text), pgwake.held_by_claim(xid), pgwake.explain_process_wait(text, text[]), pgwake.queue_pressure(text, integer) TO %s', role);
     INSERT INTO pgwake.role_grants (role, kind) VALUES (role, 'monitor') ON CONFLICT DO NOTHING;
 END
 $$;

@@ -1,11 +1,11 @@
-//! `pgwake queue list | pause Q | resume Q | set Q [--max-running N] [--rate N/s]
+//! `pgwake queue list | pressure [Q] | pause Q | resume Q | set Q [--max-running N] [--rate N/s]
 //! [--limit-key-path FIELD] [--fair-keys] [--max-running-per-key N]
 //! [--rate-per-key N/s] [--key K --max-running N]`, on top of
 //! [`pgwake::admin::queues`].
 
 use clap::Subcommand;
 use pgwake::error::Error;
-use pgwake::{admin::queues, admin::schema, connect};
+use pgwake::{admin::queue_pressure, admin::queues, admin::schema, connect};
 
 use super::database::Db;
 
@@ -17,6 +17,23 @@ pub enum QueueAction {
         #[command(flatten)]
         db: Db,
         /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// How much work QUEUE (or every queue) has for workers now: runnable jobs (a worker
+    /// could start them now), ready, running, the oldest ready job's age. Answers in
+    /// milliseconds however deep the queue: ready jobs are counted up to --cap.
+    Pressure {
+        #[command(flatten)]
+        db: Db,
+        /// The queue (none: every queue with waiting or leased jobs or settings).
+        #[arg(value_name = "QUEUE", value_parser = queue_name)]
+        queue: Option<String>,
+        /// Count ready jobs up to N (a deeper queue shows N+).
+        #[arg(long, value_name = "N", default_value_t = queue_pressure::CAP_DEFAULT,
+              value_parser = clap::value_parser!(i32).range(1..=queue_pressure::CAP_MAX as i64))]
+        cap: i32,
+        /// Print JSON (one object per queue, in an array).
         #[arg(long)]
         json: bool,
     },
@@ -119,6 +136,24 @@ pub async fn command(action: QueueAction) -> Result<(), Error> {
                 );
             } else {
                 print!("{}", queues::render_table(&list));
+            }
+        }
+        QueueAction::Pressure {
+            db,
+            queue,
+            cap,
+            json,
+        } => {
+            let client = connect::connect(&db.config()?).await?;
+            schema::check(&client).await?;
+            let rows = queue_pressure::read(&client, queue.as_deref(), cap).await?;
+            if json {
+                println!(
+                    "{}",
+                    serde_json::to_string_pretty(&rows).unwrap_or_default()
+                );
+            } else {
+                print!("{}", queue_pressure::render_table(&rows));
             }
         }
         QueueAction::Pause { db, queue } => {

@@ -193,6 +193,10 @@ pub const FUNCTIONS: &[(&str, &str)] = &[
     ("rescue.sql", include_str!("../../functions/rescue.sql")),
     ("workers.sql", include_str!("../../functions/workers.sql")),
     ("jobs.sql", include_str!("../../functions/jobs.sql")),
+    (
+        "queue_pressure.sql",
+        include_str!("../../functions/queue_pressure.sql"),
+    ),
     ("roles.sql", include_str!("../../functions/roles.sql")),
 ];
 

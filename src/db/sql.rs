@@ -133,6 +133,7 @@ statements! {
     LIMITED_QUEUES = "limited_queues" [];
     QUEUE_LIST = "queue_list" [];
     QUEUE_PAUSE = "queue_pause" [TEXT];
+    QUEUE_PRESSURE = "queue_pressure" [TEXT, INT4];
     QUEUE_RESUME = "queue_resume" [TEXT];
     QUEUE_SET_MAX_RUNNING = "queue_set_max_running" [TEXT, INT4];
     QUEUE_SET_RATE = "queue_set_rate" [TEXT, INT4, FLOAT8];

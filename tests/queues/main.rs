@@ -17,6 +17,7 @@ mod many_queues;
 mod ordering;
 mod payload_bounds;
 mod plans;
+mod queue_pressure;
 mod queues;
 mod rate;
 mod running_limits;

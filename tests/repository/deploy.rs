@@ -506,3 +506,169 @@ fn the_image_and_the_pods_run_as_the_same_unprivileged_user() {
         );
     }
 }
+
+// ---- KEDA ----------------------------------------------------------------
+
+const KEDA_MANIFEST: &str = "deploy/kubernetes/keda/scaledobject.yaml";
+
+/// A document's `metadata.namespace`, if it names one.
+fn namespace_of(doc: &Doc) -> Option<String> {
+    let metadata = doc.block("metadata");
+    metadata
+        .lines
+        .iter()
+        .map(|l| key_value(l))
+        .find(|(k, _)| *k == "namespace")
+        .map(|(_, v)| unquote(v))
+}
+
+/// The `pgwake.<name>(<arguments>)` calls of a query, in order.
+fn pgwake_calls(query: &str) -> Vec<(String, String)> {
+    let mut calls = Vec::new();
+    let mut rest = query;
+    while let Some(at) = rest.find("pgwake.") {
+        rest = &rest[at + "pgwake.".len()..];
+        let name: String = rest
+            .chars()
+            .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+            .collect();
+        let after = &rest[name.len()..];
+        if let Some(args) = after.strip_prefix('(') {
+            let args = &args[..args.find(')').expect("a call without its ')'")];
+            calls.push((name, args.trim().to_string()));
+        }
+    }
+    calls
+}
+
+/// The ScaledObject scales the worker Deployment of worker.yaml (its name,
+/// kind, namespace, labels), aims at the worker's --concurrency per
+/// replica, reads its connection from a Secret through the
+/// TriggerAuthentication it names, and its query calls pgwake functions
+/// that `functions/` defines, over every queue the worker works; run on a
+/// migrated database it returns one number, the jobs a worker would run.
+///
+/// Teeth (each tried): another Deployment name, a misspelt function, a
+/// target other than --concurrency, or one queue while the worker works
+/// every queue fails it.
+#[tokio::test]
+async fn keda_scales_the_worker_deployment_on_a_function_that_exists() {
+    let deployment = doc(WORKER_MANIFEST, "Deployment");
+    let scaled = doc(KEDA_MANIFEST, "ScaledObject");
+    let target = scaled.block("scaleTargetRef");
+    assert_eq!(
+        target.get("name"),
+        deployment.block("metadata").get("name"),
+        "{}: the Deployment of {WORKER_MANIFEST}",
+        target.file
+    );
+    assert_eq!(target.get("kind"), "Deployment", "{}", target.file);
+    assert_eq!(target.get("apiVersion"), "apps/v1", "{}", target.file);
+    assert_eq!(
+        namespace_of(&scaled),
+        namespace_of(&deployment),
+        "{KEDA_MANIFEST}: a ScaledObject scales a Deployment of its own namespace"
+    );
+    let labels = scaled.block("metadata").map("labels");
+    let name_label = deployment
+        .block("metadata")
+        .map("labels")
+        .into_iter()
+        .find(|(k, _)| k == "app.kubernetes.io/name")
+        .expect("worker.yaml: no app.kubernetes.io/name label");
+    assert!(
+        labels.contains(&name_label),
+        "{KEDA_MANIFEST}: labels {labels:?} without {name_label:?}"
+    );
+
+    let args = deployment.block("containers").list("args");
+    let concurrency = args
+        .iter()
+        .position(|a| a == "--concurrency")
+        .map(|i| args[i + 1].clone())
+        .unwrap_or_else(|| pgwake::WorkerConfig::default().concurrency.to_string());
+    let trigger = scaled.block("triggers");
+    assert_eq!(trigger.get("type"), "postgresql", "{}", trigger.file);
+    let metadata = trigger.block("metadata");
+    assert_eq!(
+        metadata.get("targetQueryValue"),
+        concurrency,
+        "{}: the jobs one worker runs at once (its --concurrency)",
+        metadata.file
+    );
+
+    // The connection: a Secret, through the TriggerAuthentication named.
+    let auth = doc(KEDA_MANIFEST, "TriggerAuthentication");
+    assert_eq!(
+        trigger.block("authenticationRef").get("name"),
+        auth.block("metadata").get("name"),
+        "{}: authenticationRef",
+        trigger.file
+    );
+    assert_eq!(
+        namespace_of(&auth),
+        namespace_of(&scaled),
+        "{KEDA_MANIFEST}"
+    );
+    let secret = auth.block("secretTargetRef");
+    assert_eq!(secret.get("parameter"), "connection", "{}", secret.file);
+    secret.get("name");
+    for d in [&scaled, &auth] {
+        assert!(
+            !d.lines.iter().any(|l| l.contains("postgres://")
+                || l.contains("postgresql://")
+                || l.contains("password")),
+            "{}: a credential in the manifest: it belongs in the Secret",
+            d.file
+        );
+    }
+    assert!(
+        !metadata.lines.iter().any(|l| {
+            let k = key_value(l).0;
+            k == "connectionFromEnv" || k == "passwordFromEnv"
+        }),
+        "{}: the connection comes from the TriggerAuthentication",
+        metadata.file
+    );
+
+    // The query: functions that exist, over the worker's queues.
+    let query = metadata.get("query");
+    let calls = pgwake_calls(&query);
+    assert!(
+        !calls.is_empty(),
+        "{KEDA_MANIFEST}: the query calls no pgwake function: {query}"
+    );
+    let functions: String =
+        std::fs::read_dir(Path::new(env!("CARGO_MANIFEST_DIR")).join("functions"))
+            .unwrap()
+            .map(|e| std::fs::read_to_string(e.unwrap().path()).unwrap())
+            .collect();
+    for (name, call_args) in &calls {
+        assert!(
+            functions.contains(&format!("CREATE OR REPLACE FUNCTION pgwake.{name}(")),
+            "{KEDA_MANIFEST}: the query calls pgwake.{name}, which functions/ does not define"
+        );
+        if *name == "queue_pressure" {
+            assert!(
+                args.iter().any(|a| a.starts_with("--queues")) != call_args.is_empty(),
+                "{KEDA_MANIFEST}: pgwake.queue_pressure({call_args}) must cover the worker's \
+                 queues: every queue (no argument) unless worker.yaml passes --queues"
+            );
+        }
+    }
+    let db = migrated_db().await;
+    let c = db.client().await;
+    c.batch_execute(
+        "INSERT INTO pgwake.jobs (queue, task) SELECT 'a', 'report' FROM generate_series(1, 3);
+         INSERT INTO pgwake.jobs (queue, task) SELECT 'b', 'report' FROM generate_series(1, 2);",
+    )
+    .await
+    .unwrap();
+    let rows = c.query(&query, &[]).await.unwrap_or_else(|e| {
+        panic!("{KEDA_MANIFEST}: the query fails on a migrated database: {e:?}")
+    });
+    assert_eq!(rows.len(), 1, "{KEDA_MANIFEST}: KEDA reads one row");
+    assert_eq!(rows[0].len(), 1, "{KEDA_MANIFEST}: KEDA reads one number");
+    let demand: i64 = rows[0].get(0);
+    assert_eq!(demand, 5, "{KEDA_MANIFEST}: the jobs waiting for a worker");
+}
