@@ -51,7 +51,7 @@ pub enum Command {
     /// Cancel jobs: waiting ones leave the queue, running ones are stopped; both end in
     /// dead_jobs as cancelled. Exits 2 if any id is unknown, finished or already dead.
     Cancel(super::cancel::CancelArgs),
-    /// Queue settings, read by every worker without a restart: list, pause, resume, set.
+    /// Queue settings, read by every worker without a restart: list, pause, resume, set; and pressure (what a queue has for workers now).
     Queue {
         #[command(subcommand)]
         action: super::queue::QueueAction,
