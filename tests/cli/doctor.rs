@@ -297,6 +297,74 @@ async fn autovacuum_off_and_dead_tuples_on_the_queue_table_are_found() {
 }
 
 #[tokio::test]
+async fn a_vacuum_running_on_the_queue_and_dead_rows_it_could_not_remove_are_reported() {
+    let db = migrated_db().await;
+    let c = db.client().await;
+    c.batch_execute("INSERT INTO pgwake.jobs (task) SELECT 't' FROM generate_series(1, 100)")
+        .await
+        .unwrap();
+    // A snapshot older than the delete: vacuum may not remove those rows.
+    let pinner = connect_as(&db, "pinner").await;
+    pinner
+        .batch_execute("BEGIN ISOLATION LEVEL REPEATABLE READ; SELECT 1")
+        .await
+        .unwrap();
+    c.batch_execute("DELETE FROM pgwake.jobs WHERE id % 2 = 0")
+        .await
+        .unwrap();
+    c.batch_execute("SELECT pg_stat_force_next_flush()")
+        .await
+        .unwrap();
+    // A cursor pins a page; VACUUM (FREEZE) waits for it, and is seen running.
+    let cursor = db.client().await;
+    cursor
+        .batch_execute("BEGIN; DECLARE c CURSOR FOR SELECT * FROM pgwake.jobs; FETCH 1 FROM c")
+        .await
+        .unwrap();
+    let vacuum = {
+        let v = db.client().await;
+        tokio::spawn(async move { v.batch_execute("VACUUM (FREEZE) pgwake.jobs").await })
+    };
+    wait_for(
+        "the doctor to see the vacuum running",
+        std::time::Duration::from_secs(30),
+        async || {
+            let (_, report) = doctor(&db.url, &["--dead-tuples-warning", "10"]);
+            let t = text(finding(&report, "tables.dead_tuples"));
+            if t.contains("pgwake.jobs: 50 dead") && t.contains("a vacuum runs on it now") {
+                Ok(())
+            } else {
+                Err(t)
+            }
+        },
+    )
+    .await;
+    cursor.batch_execute("COMMIT").await.unwrap();
+    vacuum.await.unwrap().unwrap();
+    let (_, report) = doctor(
+        &db.url,
+        &["--dead-tuples-warning", "10", "--horizon-warning", "0s"],
+    );
+    let dead = finding(&report, "tables.dead_tuples");
+    assert_eq!(dead["severity"], "warning", "{report:#}");
+    let t = text(dead);
+    // The vacuum ran and left them: the horizon holds them.
+    assert!(
+        t.contains("pgwake.jobs: 50 dead, ~50 live; last vacuum "),
+        "{t}"
+    );
+    assert!(
+        !t.contains("last vacuum never") && !t.contains("runs on it now"),
+        "{t}"
+    );
+    assert!(t.contains("end what holds the vacuum horizon"), "{t}");
+    assert!(
+        text(finding(&report, "horizon.pinned")).contains("(pinner"),
+        "{report:#}"
+    );
+}
+
+#[tokio::test]
 async fn a_queue_index_bloated_by_deleted_jobs_is_found() {
     let db = migrated_db().await;
     let c = db.client().await;
