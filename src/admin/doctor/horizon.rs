@@ -64,6 +64,11 @@ async fn sessions(ctx: &Ctx<'_>) -> crate::error::Result<Finding> {
             Some(q) if !q.is_empty() => format!("{line}; last statement: {q}"),
             _ => line,
         });
+        if state == "active" {
+            fix.push(format!(
+                "SELECT pg_cancel_backend({pid});  -- {who}: cancels its running statement; if its transaction goes on:"
+            ));
+        }
         fix.push(format!("SELECT pg_terminate_backend({pid});  -- {who}"));
         if state.starts_with("idle in transaction") {
             fix.push(format!(
