@@ -29,7 +29,7 @@ pub struct DoctorArgs {
     /// A session or prepared transaction holding the vacuum horizon this long is a warning.
     #[arg(long, value_parser = duration, default_value_t = doctor::HORIZON_WARNING_DEFAULT.into())]
     pub horizon_warning: HumanDuration,
-    /// … and this long a problem.
+    /// A holder this long is a problem (at least --horizon-warning).
     #[arg(long, value_parser = duration, default_value_t = doctor::HORIZON_PROBLEM_DEFAULT.into())]
     pub horizon_problem: HumanDuration,
     /// Dead tuples in one pgwake table that make a warning (ten times as many: a problem).
