@@ -297,6 +297,21 @@ async fn autovacuum_off_and_dead_tuples_on_the_queue_table_are_found() {
 }
 
 #[tokio::test]
+async fn autovacuum_off_for_the_whole_server_is_a_problem_with_the_setting_to_change() {
+    let (_cluster, db) = private_cluster_db_with(&[("autovacuum", "off")]).await;
+    let (code, report) = doctor(&db.url, &[]);
+    assert_eq!(code, 2, "{report:#}");
+    let f = finding(&report, "autovacuum.off");
+    assert_eq!(f["severity"], "problem");
+    let t = text(f);
+    assert!(t.contains("the server's autovacuum is off"), "{t}");
+    assert!(
+        t.contains("ALTER SYSTEM SET autovacuum = on; SELECT pg_reload_conf();"),
+        "{t}"
+    );
+}
+
+#[tokio::test]
 async fn a_vacuum_running_on_the_queue_and_dead_rows_it_could_not_remove_are_reported() {
     let db = migrated_db().await;
     let c = db.client().await;
