@@ -30,7 +30,19 @@ fn main() -> ExitCode {
     {
         pgwake::handlers::exec::use_exec_shim(shim);
     }
-    let cli = commands::args::Cli::parse();
+    let cli = match commands::args::Cli::try_parse() {
+        Ok(cli) => cli,
+        // `pgwake doctor`'s 2 means "a problem was found": its usage errors
+        // exit 3 ("could not check"), like its connection errors.
+        Err(e)
+            if e.use_stderr()
+                && commands::doctor::is_doctor(&std::env::args().collect::<Vec<_>>()) =>
+        {
+            let _ = e.print();
+            return ExitCode::from(commands::doctor::EXIT_UNKNOWN);
+        }
+        Err(e) => e.exit(),
+    };
     commands::logging::init(&cli.log_format, commands::default_log_level(&cli.command));
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
@@ -48,7 +60,7 @@ fn main() -> ExitCode {
     // A handler that ignores cancellation must not keep the process alive.
     runtime.shutdown_timeout(Duration::from_secs(1));
     match result {
-        Ok(()) => ExitCode::SUCCESS,
+        Ok(code) => code,
         Err(e) => {
             say(&format!(
                 "pgwake: error: {}",

@@ -40,6 +40,10 @@ pub enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Check the database for what breaks queues in production (vacuum horizon, autovacuum,
+    /// dead tuples, timeouts, connections, NOTIFY, schema, workers) and print each finding
+    /// with its fix. Exits 0 all ok, 1 a warning, 2 a problem, 3 when the checks could not run.
+    Doctor(super::doctor::DoctorArgs),
     /// List, retry and purge dead jobs.
     Dead {
         #[command(subcommand)]

@@ -1,7 +1,7 @@
 //! The `pgwake` command line, one module per concern: [`args`] (flags),
 //! [`logging`], [`explain`] (error messages and exit codes), [`run`] (the
 //! worker's wiring), [`enqueue`] and [`ndjson`] (producing), [`dead`] (dead
-//! jobs), [`schedule`] (recurring jobs), [`cancel`] (cancelling jobs),
+//! jobs), [`doctor`] (what breaks queues, with fixes), [`schedule`] (recurring jobs), [`cancel`] (cancelling jobs),
 //! [`queue`] (queue settings), [`protocol`] (the persistent
 //! handler protocol's conformance check), [`history`] (finished jobs), [`ui`] (the console), [`shell`]
 //! (quoting the names in the commands it suggests), and here the dispatch and
@@ -11,6 +11,7 @@ pub mod args;
 pub mod cancel;
 pub mod database;
 pub mod dead;
+pub mod doctor;
 pub mod enqueue;
 pub mod explain;
 pub mod history;
@@ -24,6 +25,8 @@ pub mod schedule;
 pub mod shell;
 pub mod timestamp;
 pub mod ui;
+
+use std::process::ExitCode;
 
 use pgwake::error::Error;
 use pgwake::{admin::schema, admin::stats, connect};
@@ -41,13 +44,17 @@ pub fn default_log_level(command: &Command) -> &'static str {
         // What the candidate prints would bury the check's lines
         // (RUST_LOG=pgwake::persistent=info shows it).
         Command::Protocol { .. } => "warn",
+        // The report is the output; a pool's info lines would interleave.
+        Command::Doctor(_) => "warn",
         _ => "info",
     }
 }
 
-/// Run one command.
-pub async fn dispatch(command: Command) -> Result<(), Error> {
-    match command {
+/// Run one command; its exit code (most commands: success, or `Err`, whose
+/// code [`explain::exit_code`] gives; `pgwake doctor` says its own).
+pub async fn dispatch(command: Command) -> Result<ExitCode, Error> {
+    let done = match command {
+        Command::Doctor(args) => return Ok(doctor::command(args).await),
         Command::Run(args) => run::run(*args).await,
         Command::Migrate(db) => migrate(db).await,
         Command::Enqueue(args) => enqueue::enqueue(args).await,
@@ -70,7 +77,8 @@ pub async fn dispatch(command: Command) -> Result<(), Error> {
             })
             .await
         }
-    }
+    };
+    done.map(|()| ExitCode::SUCCESS)
 }
 
 async fn migrate(db: Db) -> Result<(), Error> {

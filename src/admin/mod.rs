@@ -1,4 +1,5 @@
-//! What the command line and operators call: migrate the schema, look at
+//! What the command line and operators call: migrate the schema, check the
+//! database for what breaks queues (`doctor`), look at
 //! and change queues, dead jobs, history, schedules, and cancel jobs. Each
 //! function takes a connection; none needs a running worker.
 
@@ -7,6 +8,7 @@ pub mod bulk;
 pub mod cancel;
 pub mod cron;
 pub mod dead;
+pub mod doctor;
 pub mod gauges;
 pub mod history;
 pub mod jobs;

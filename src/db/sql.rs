@@ -98,6 +98,16 @@ statements! {
     DEAD_MISSING = "dead_missing" [INT8_ARRAY, TEXT];
     DEAD_PURGE = "dead_purge" [INT8_ARRAY, TEXT, FLOAT8];
     DEAD_RETRY = "dead_retry" [INT8_ARRAY, TEXT, BOOL];
+    DOCTOR_APPLICATIONS = "doctor_applications" [INT8];
+    DOCTOR_INDEXES = "doctor_indexes" [INT8];
+    DOCTOR_LISTENERS = "doctor_listeners" [INT8];
+    DOCTOR_PREPARED = "doctor_prepared" [INT8];
+    DOCTOR_SERVER = "doctor_server" [];
+    DOCTOR_SESSIONS = "doctor_sessions" [INT8];
+    DOCTOR_SLOTS = "doctor_slots" [INT8];
+    DOCTOR_TABLES = "doctor_tables" [INT8];
+    DOCTOR_TIMEOUTS = "doctor_timeouts" [TEXT_ARRAY];
+    DOCTOR_WORKER_ROLES = "doctor_worker_roles" [];
     ERRORS_EXPIRE = "errors_expire" [];
     EXPLAIN = "explain" [INT8];
     JOB_ERRORS = "job_errors" [INT8];

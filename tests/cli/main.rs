@@ -11,4 +11,5 @@ mod cli;
 mod cli_usage;
 mod clients;
 mod demo;
+mod doctor;
 mod protocol_check;
