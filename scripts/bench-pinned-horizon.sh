@@ -1,0 +1,132 @@
+#!/usr/bin/env bash
+# A queue under a pinned vacuum horizon (issue 35, item 1): pgbench
+# producers insert RATE jobs per second (default 1,500) on 2 connections, a
+# worker at its defaults runs them with a `sql` no-op handler, for UNPINNED
+# seconds (default 60); then a session opens a REPEATABLE READ transaction,
+# takes its snapshot and sits idle in it for PINNED seconds (default 180),
+# and the producers go on for 10 s after it ends. Every 5 s the script
+# prints the producers' insert rate and latency (mean, p99), the worker's
+# pickup latency (from the INSERT statement to the handler, mean and max),
+# the backlog, and the dead tuples of the queue tables; at the end, per
+# phase, the same figures and the mean server time of the statements that
+# cost the most time (pg_stat_statements, when the server preloads it).
+# Usage:
+#   cargo build --release
+#   scripts/bench-pinned-horizon.sh ADMIN_URL [RATE] [UNPINNED] [PINNED] [PGWAKE]
+# ADMIN_URL names a server where a database can be created and dropped
+# (e.g. postgres://postgres@127.0.0.1:5432/postgres); PGWAKE, the binary
+# (default target/release/pgwake). Extra worker flags: PGWAKE_RUN_ARGS.
+set -euo pipefail
+export PGOPTIONS="-c client_min_messages=warning"
+admin=$1; rate=${2:-1500}; unpinned=${3:-60}; pinned=${4:-180}
+here=$(cd "$(dirname "$0")/.." && pwd)
+pgwake=${5:-$here/target/release/pgwake}
+db="pgwake_pinned_$$"
+url="${admin%/*}/$db"
+work=$(mktemp -d)
+pids=()
+cleanup() {
+    for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
+    wait 2>/dev/null || true
+    psql -q "$admin" -c "DROP DATABASE IF EXISTS $db WITH (FORCE)" >/dev/null 2>&1 || true
+    rm -rf "$work"
+}
+trap cleanup EXIT
+psql -q "$admin" -c "CREATE DATABASE $db" >/dev/null
+"$pgwake" migrate --database-url "$url" >/dev/null
+psql -q "$url" <<'SQL' >/dev/null
+-- The pickup of every job: from its INSERT statement (the payload's t) to
+-- the handler, in the claim transaction (rolled back with it, so only
+-- runs that commit count). Unlogged: no WAL beside the queue's own.
+CREATE UNLOGGED TABLE bench_pickup (at timestamptz NOT NULL DEFAULT clock_timestamp(), seconds float8 NOT NULL);
+CREATE FUNCTION bench_noop(p jsonb) RETURNS void LANGUAGE sql AS
+  $$INSERT INTO bench_pickup (seconds) VALUES (extract(epoch FROM clock_timestamp()) - (p->>'t')::float8)$$;
+SQL
+stats=$(psql -qAt "$url" -c "SELECT count(*) FROM pg_extension WHERE extname = 'pg_stat_statements'" 2>/dev/null || echo 0)
+if [ "$stats" = 0 ] && psql -qAt "$url" -c "CREATE EXTENSION IF NOT EXISTS pg_stat_statements" >/dev/null 2>&1 \
+   && psql -qAt "$url" -c "SELECT 1 FROM pg_stat_statements LIMIT 1" >/dev/null 2>&1; then stats=1; fi
+echo "server: $(psql -qAt "$url" -c 'SHOW server_version') shared_buffers=$(psql -qAt "$url" -c 'SHOW shared_buffers') synchronous_commit=$(psql -qAt "$url" -c 'SHOW synchronous_commit') autovacuum_naptime=$(psql -qAt "$url" -c 'SHOW autovacuum_naptime') pg_stat_statements=$stats"
+echo "machine: $(nproc) cores, $(awk '/MemTotal/ {printf "%.0f GiB", $2/1048576}' /proc/meminfo); pgwake $("$pgwake" --version | awk '{print $2}'); pgbench -c 2 -R $rate; $unpinned s unpinned, $pinned s pinned, 10 s after"
+
+"$pgwake" run --database-url "$url" --handler 'noop=sql:bench_noop' ${PGWAKE_RUN_ARGS:-} >"$work/worker.log" 2>&1 &
+pids+=($!)
+until psql -qAt "$url" -c "SELECT count(*) FROM pgwake.workers" 2>/dev/null | grep -qv '^0$'; do sleep 0.2; done
+
+echo "INSERT INTO pgwake.jobs (task, payload) VALUES ('noop', jsonb_build_object('t', extract(epoch FROM clock_timestamp())));" > "$work/insert.sql"
+total=$((unpinned + pinned + 10))
+pgbench -n -c 2 -j 2 -R "$rate" -T "$total" -f "$work/insert.sql" -l --log-prefix="$work/log" "$url" >"$work/pgbench.out" 2>&1 &
+pids+=($!)
+bench=$!
+t0=$(date +%s.%N)
+
+reset_stats() { [ "$stats" = 1 ] && psql -qAt "$url" -c "SELECT pg_stat_statements_reset()" >/dev/null; true; }
+top_statements() {
+    [ "$stats" = 1 ] || return 0
+    psql -qAt -F ' | ' "$url" -c "SELECT calls, round(mean_exec_time::numeric, 3) AS mean_ms, round(total_exec_time::numeric) AS total_ms, left(regexp_replace(query, '\s+', ' ', 'g'), 90)
+                                   FROM pg_stat_statements WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database())
+                                   ORDER BY total_exec_time DESC LIMIT 6" | sed 's/^/    /'
+}
+sample() {
+    psql -qAt -F ' ' "$url" -c "
+      SELECT (SELECT count(*) FROM pgwake.jobs),
+             (SELECT coalesce(sum(n_dead_tup), 0) FROM pg_stat_user_tables WHERE relid = 'pgwake.jobs'::regclass),
+             (SELECT coalesce(sum(n_dead_tup), 0) FROM pg_stat_user_tables WHERE relid IN ('pgwake.leased_jobs'::regclass, 'pgwake.tx_batches'::regclass)),
+             (SELECT count(*) FROM bench_pickup WHERE at > now() - interval '5 s'),
+             (SELECT round(coalesce(avg(seconds), 0)::numeric * 1000, 1) FROM bench_pickup WHERE at > now() - interval '5 s'),
+             (SELECT round(coalesce(max(seconds), 0)::numeric * 1000, 1) FROM bench_pickup WHERE at > now() - interval '5 s')"
+}
+printf '%6s %7s %9s %8s %9s %11s %10s %9s\n' t phase "ran/s" "pickup" "pickupmax" backlog "dead jobs" "dead other"
+phase=unpinned
+reset_stats
+next=5
+while kill -0 "$bench" 2>/dev/null; do
+    now=$(date +%s.%N)
+    wait_s=$(echo "$t0 + $next - $now" | bc)
+    if [ "$(echo "$wait_s > 0" | bc)" = 1 ]; then sleep "$wait_s"; fi
+    kill -0 "$bench" 2>/dev/null || break
+    if [ "$next" -eq "$unpinned" ]; then
+        echo "-- top statements, unpinned:"; top_statements; reset_stats
+        ( echo "SET application_name = 'pinning-session'; BEGIN ISOLATION LEVEL REPEATABLE READ; SELECT count(*) FROM pgwake.workers;"; sleep "$pinned"; echo "COMMIT;" ) \
+            | psql -q "$url" >/dev/null &
+        pids+=($!)
+        phase=pinned
+    fi
+    if [ "$next" -eq $((unpinned + pinned)) ]; then
+        echo "-- top statements, pinned:"; top_statements; reset_stats
+        phase=after
+    fi
+    read -r backlog dead_jobs dead_other ran pickup pickup_max < <(sample)
+    printf '%6s %7s %9s %8s %9s %11s %10s %9s\n' "$next" "$phase" "$((ran / 5))" "$pickup" "$pickup_max" "$backlog" "$dead_jobs" "$dead_other"
+    next=$((next + 5))
+done
+wait "$bench" || true
+echo "-- producers (pgbench): $(grep -E 'tps|latency average' "$work/pgbench.out" | tr '\n' ' ')"
+python3 - "$t0" "$unpinned" "$pinned" "$rate" "$work" <<'PY'
+import glob, sys
+t0, unpinned, pinned, rate, work = float(sys.argv[1]), float(sys.argv[2]), float(sys.argv[3]), float(sys.argv[4]), sys.argv[5]
+phases = {"unpinned": [], "pinned": []}
+for f in glob.glob(work + "/log*"):
+    for line in open(f):
+        c = line.split()
+        lat_ms = int(c[2]) / 1000.0
+        done = int(c[4]) + int(c[5]) / 1e6 - t0
+        if 5 <= done < unpinned:
+            phases["unpinned"].append(lat_ms)
+        elif unpinned <= done < unpinned + pinned:
+            phases["pinned"].append(lat_ms)
+def pct(xs, p):
+    xs = sorted(xs)
+    return xs[min(len(xs) - 1, int(p / 100.0 * len(xs)))] if xs else float("nan")
+for name, xs in phases.items():
+    secs = (unpinned - 5) if name == "unpinned" else pinned
+    print(f"-- inserts, {name}: {len(xs) / secs:7.0f}/s of {rate:.0f}, latency mean {sum(xs) / max(1, len(xs)):6.2f} ms, "
+          f"p99 {pct(xs, 99):7.2f} ms, max {max(xs or [0]):8.1f} ms")
+PY
+psql -qAt -F ' ' "$url" -c "
+  SELECT '-- pickup, ' || phase || ': mean ' || round(avg(seconds)::numeric * 1000, 1) || ' ms, p99 ' ||
+         round((percentile_cont(0.99) WITHIN GROUP (ORDER BY seconds))::numeric * 1000, 1) || ' ms, max ' ||
+         round(max(seconds)::numeric * 1000, 1) || ' ms, ' || count(*) || ' jobs'
+  FROM (SELECT CASE WHEN at < to_timestamp($t0 + $unpinned) THEN 'unpinned'
+                    WHEN at < to_timestamp($t0 + $unpinned + $pinned) THEN 'pinned' ELSE 'after' END AS phase, seconds
+        FROM bench_pickup WHERE at > to_timestamp($t0 + 5)) p
+  GROUP BY phase ORDER BY min(seconds) IS NULL, phase DESC"
