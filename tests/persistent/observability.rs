@@ -121,6 +121,54 @@ async fn a_started_job_waiting_for_a_free_process_is_explained_as_such() {
     w.shutdown().await;
 }
 
+/// The same in tx mode: each job's claim transaction holds it while it
+/// waits for the process, and explain finds the worker from the batch's
+/// mark (or, before the mark, from the holding session). Fails without the
+/// tx branch's process_wait (only `running`).
+#[tokio::test]
+async fn a_tx_mode_job_waiting_for_a_free_process_is_explained_as_such() {
+    let db = migrated_db().await;
+    let client = db.client().await;
+    let mut ids = Vec::new();
+    for _ in 0..2 {
+        ids.push(
+            enqueue(&client, &NewJob::new("sleep", json!({"secs": 120})))
+                .await
+                .unwrap(),
+        );
+    }
+    let config = pgwake::WorkerConfig {
+        concurrency: 2,
+        grace_period: Duration::from_millis(500),
+        ..test_config()
+    };
+    let w = Running::start(worker(
+        &db,
+        &python_worker("--inflight 1"),
+        &["sleep"],
+        &["sleep"],
+        options(1),
+        config,
+    ));
+    // Both claimed (tx mode: no lease row), one on the process.
+    for id in &ids {
+        let detail = wait_for("explain to name the full pool", RENEWED, async || {
+            let reasons = pgwake::admin::jobs::explain(&client, *id).await.unwrap();
+            let kinds: Vec<&str> = reasons.iter().map(|r| r.reason.as_str()).collect();
+            match kinds.as_slice() {
+                ["running", "process_wait"] if reasons[0].detail.contains("tx mode") => {
+                    Ok(reasons[1].detail.clone())
+                }
+                _ => Err(format!("{reasons:?}")),
+            }
+        })
+        .await;
+        assert!(detail.contains("had 1 job(s) waiting"), "{detail}");
+        assert!(detail.contains("1 of 1 in-flight places taken"), "{detail}");
+    }
+    w.shutdown().await;
+}
+
 #[tokio::test]
 async fn a_job_on_a_pool_with_room_is_not_explained_as_waiting() {
     let db = migrated_db().await;
