@@ -10,6 +10,7 @@ pub mod dead;
 pub mod gauges;
 pub mod history;
 pub mod jobs;
+pub mod pressure;
 pub mod queues;
 pub mod schedules;
 pub mod schema;

@@ -129,6 +129,8 @@ statements! {
     REPAIR_KEY_SLOTS = "repair_key_slots" [TEXT, TEXT_ARRAY];
     RESCUE = "rescue" [INT8];
     SAMPLE_PRESSURE = "sample_pressure" [];
+    PRESSURE = "pressure" [];
+    PRESSURE_LOG = "pressure_log" [FLOAT8, INT8];
     SWEEP_KEY_SLOTS = "sweep_key_slots" [TEXT, TEXT, INT8];
     LIMITED_QUEUES = "limited_queues" [];
     QUEUE_LIST = "queue_list" [];
