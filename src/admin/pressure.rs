@@ -159,6 +159,25 @@ pub async fn read(client: &tokio_postgres::Client) -> Result<Pressure> {
     })
 }
 
+/// The level as last recorded (`pgwake.pressure_state`): the level, when
+/// it was entered, and the causes at that change. Read-only, for readers
+/// (the console) that must not record anything; the level is as fresh as
+/// the last sampler's call of `pgwake.pressure()`.
+pub async fn recorded(
+    client: &tokio_postgres::Client,
+) -> Result<(Level, chrono::DateTime<chrono::Utc>, Vec<Cause>)> {
+    let row = Db::unnamed(client)
+        .query_one(&sql::PRESSURE_STATE, &[])
+        .await
+        .map_err(Error::db("reading the recorded database pressure"))?;
+    let causes: serde_json::Value = row.get(2);
+    Ok((
+        Level::parse(row.get(0))?,
+        row.get(1),
+        causes_from_json(&causes),
+    ))
+}
+
 /// One change of level, from `pgwake.pressure_log`.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 #[non_exhaustive]

@@ -131,6 +131,7 @@ statements! {
     SAMPLE_PRESSURE = "sample_pressure" [];
     PRESSURE = "pressure" [];
     PRESSURE_LOG = "pressure_log" [FLOAT8, INT8];
+    PRESSURE_STATE = "pressure_state" [];
     SWEEP_KEY_SLOTS = "sweep_key_slots" [TEXT, TEXT, INT8];
     LIMITED_QUEUES = "limited_queues" [];
     QUEUE_LIST = "queue_list" [];
