@@ -155,6 +155,8 @@ impl Sampler {
         match read.await {
             Ok(p) => {
                 publish_pressure(&p);
+                self.health
+                    .set_under_pressure(p.level > pressure::Level::Ok);
                 Some(p)
             }
             Err(e) => {
