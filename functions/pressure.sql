@@ -41,20 +41,24 @@
 -- ('session' or 'prepared transaction'), "pid", "application_name",
 -- "state" or "gid".
 --
--- Recording: when the level differs from pgwake.pressure_state, one UPDATE
--- … WHERE level IS DISTINCT FROM … writes it (a concurrent caller that
--- computed the same change finds it done after the row lock: `changed` is
--- true for exactly one caller per change), appends the change to
--- pgwake.pressure_log (entries older than a day are deleted then) and
--- sheds: entering critical pauses the queues with shed_under_pressure that
--- are not paused (paused_by = 'pressure'); leaving critical resumes the
--- queues still paused by pressure. Both go through pgwake.queues, whose
--- trigger (functions/queues.sql) tells the workers to hand back a paused
--- queue's prefetched jobs; a resumed queue is notified on the wake-up channel.
+-- Recording: a caller whose reading differs from pgwake.pressure_state
+-- locks that row (SELECT … FOR UPDATE), decides again from the level as it
+-- is now (a concurrent caller may have changed it since it was read), and
+-- only if it still differs writes it (UPDATE … WHERE level IS DISTINCT FROM
+-- …), appends the change to pgwake.pressure_log (entries older than a day
+-- are deleted then) and sheds, all in the caller's transaction: `changed`
+-- is true for exactly one caller per change. Entering critical pauses the
+-- queues with shed_under_pressure that are not paused (paused_by =
+-- 'pressure'); leaving critical resumes the queues still paused by
+-- pressure. Both go through pgwake.queues, whose trigger
+-- (functions/queues.sql) tells the workers to hand back a paused queue's
+-- prefetched jobs; a resumed queue is notified on the wake-up channel. A
+-- reading without a change writes nothing.
 --
--- A caller that cannot see every session (no pg_read_all_stats) or may not
--- write the state (a monitor role) gets its own reading (with the recorded
--- level's hysteresis) and records nothing: a partial view must not lower the
+-- A caller that cannot see every session (no pg_read_all_stats), may not
+-- write the state (a monitor role) or is in a read-only transaction (a
+-- standby, a console) gets its own reading (with the recorded level's
+-- hysteresis) and records nothing: a partial view must not lower the
 -- level the governor acts on. SECURITY INVOKER: what it reads is what the
 -- caller may read.
 CREATE OR REPLACE FUNCTION pgwake.pressure_duration(seconds float8) RETURNS text
@@ -191,6 +195,7 @@ BEGIN
     cur := array_position(names, st.level) - 1;
     new_level := greatest(greatest(e_h, e_d, e_n), least(cur, greatest(s_h, s_d, s_n)));
     may_write := sees_all
+        AND current_setting('transaction_read_only') = 'off'
         AND has_table_privilege('pgwake.pressure_state', 'UPDATE')
         AND has_table_privilege('pgwake.pressure_log', 'INSERT, DELETE')
         AND has_table_privilege('pgwake.queues', 'UPDATE');

@@ -3,7 +3,7 @@
 //! thresholds (hysteresis), each change is made and logged once however
 //! many callers race, nonsense thresholds are refused with their range, and
 //! a role that cannot see every session gets a reading that says so and
-//! changes nothing.
+//! changes nothing, as does a read-only transaction.
 
 use crate::common;
 
@@ -320,7 +320,7 @@ async fn worker_role(db: &TestDb, suffix: &str, monitor: bool) -> tokio_postgres
 }
 
 #[tokio::test]
-async fn a_role_without_pg_read_all_stats_is_told_so_and_changes_nothing() {
+async fn a_role_without_pg_read_all_stats_or_a_read_only_transaction_changes_nothing() {
     let db = migrated_db().await;
     let admin = db.client().await;
     admin
@@ -333,7 +333,7 @@ async fn a_role_without_pg_read_all_stats_is_told_so_and_changes_nothing() {
     let seeing = worker_role(&db, "seeing", true).await;
     // The superuser's session holds the horizon; a role with pg_monitor
     // sees it and records the level.
-    let (_pin, pid) = pin_horizon(&db, "analytics").await;
+    let (pin, pid) = pin_horizon(&db, "analytics").await;
     let p = wait_level(&seeing, Level::Elevated).await;
     assert!(cause(&p, "visibility").is_none(), "{p:?}");
     assert_eq!(cause(&p, "horizon").unwrap().fields["pid"], pid);
@@ -353,6 +353,29 @@ async fn a_role_without_pg_read_all_stats_is_told_so_and_changes_nothing() {
         .unwrap()
         .get(0);
     assert_eq!(recorded, "elevated", "a partial view records nothing");
+
+    // A read-only transaction (a standby, a console) reads without an
+    // error and records nothing either.
+    pin.batch_execute("COMMIT").await.unwrap();
+    let ro = db.client().await;
+    ro.batch_execute("BEGIN READ ONLY").await.unwrap();
+    let p = wait_for("a reading that would fall to ok", WAIT, async || {
+        let p = reading(&ro).await;
+        if p.level == Level::Ok {
+            Ok(p)
+        } else {
+            Err(format!("{p:?}"))
+        }
+    })
+    .await;
+    assert!(!p.changed && p.previous == Level::Elevated, "{p:?}");
+    ro.batch_execute("COMMIT").await.unwrap();
+    let recorded: String = admin
+        .query_one("SELECT level FROM pgwake.pressure_state", &[])
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(recorded, "elevated", "a read-only reading records nothing");
     admin
         .batch_execute(&format!(
             "DROP OWNED BY {0}_blind, {0}_seeing; DROP ROLE {0}_blind; DROP ROLE {0}_seeing;",
