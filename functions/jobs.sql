@@ -12,7 +12,9 @@
 --                  transaction (pid, application, since): claims skip it
 --   scheduled      runs at T                                        run_at
 --   retry_backoff  attempt N failed (error); retried at T           run_at
---   paused         queue Q is paused: pgwake queue resume Q
+--   paused         queue Q is paused: pgwake queue resume Q; or paused by
+--                  pressure: the governor's critical causes (horizon held
+--                  3 min by pid 4711 (metabase)), resumed when it falls
 --   ordering_key   behind job M on key K (M's state)                                M
 --   max_running    Q runs its limit of N (jobs …)                                   one holder
 --   rate_limit     Q started its limit of N per W; next admission   next admission
@@ -164,10 +166,22 @@ BEGIN
         END IF;
     END IF;
 
-    SELECT qs.paused, qs.paused_at, qs.max_running, qs.rate_count, qs.rate_window,
+    SELECT qs.paused, qs.paused_at, qs.paused_by, qs.max_running, qs.rate_count, qs.rate_window,
            qs.key_limits, qs.max_running_per_key, qs.key_rate_count, qs.key_rate_window
     INTO q FROM pgwake.queues qs WHERE qs.name = j.queue;
-    IF FOUND AND q.paused THEN
+    IF FOUND AND q.paused AND q.paused_by = 'pressure' THEN
+        -- Shed by the governor (functions/pressure.sql): say why, from the
+        -- causes recorded at the change to critical.
+        found_reason := true;
+        RETURN QUERY SELECT 'paused'::text,
+            format('paused by pressure (since %s): %s; queue %s resumes when the database pressure falls below critical (or `pgwake queue resume %s`)',
+                   q.paused_at,
+                   coalesce((SELECT string_agg(c->>'detail', '; ')
+                             FROM pgwake.pressure_state ps, jsonb_array_elements(ps.causes) c
+                             WHERE c->>'level' = 'critical'), 'the database pressure is critical'),
+                   quote_literal(j.queue), quote_literal(j.queue)),
+            NULL::timestamptz, NULL::bigint;
+    ELSIF FOUND AND q.paused THEN
         found_reason := true;
         RETURN QUERY SELECT 'paused'::text,
             format('queue %s is paused (since %s): no job of it starts until `pgwake queue resume %s`',

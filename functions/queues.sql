@@ -2,6 +2,7 @@
 --
 --   SELECT pgwake.pause_queue('mail');   -- true: it was running, now paused
 --   SELECT pgwake.resume_queue('mail');  -- true: it was paused, now running
+--   SELECT pgwake.set_queue_shed_under_pressure('reports', true);
 --
 -- A paused queue starts no new job on any worker: every claim statement
 -- reads pgwake.queues (src/db/sql/claim_*.sql), so a claim that starts after
@@ -21,6 +22,11 @@ BEGIN
     ON CONFLICT (name) DO UPDATE SET paused = true, paused_at = now(), updated_at = now()
         WHERE NOT q.paused
     RETURNING true INTO changed;
+    -- A queue the governor shed (paused_by = 'pressure', functions/
+    -- pressure.sql) becomes the operator's: it stays paused when the
+    -- pressure falls. It was paused already: false.
+    UPDATE pgwake.queues q SET paused_by = NULL, updated_at = now()
+    WHERE q.name = pause_queue.queue AND q.paused_by IS NOT NULL;
     RETURN coalesce(changed, false);
 END
 $$;
@@ -33,7 +39,9 @@ LANGUAGE plpgsql AS $$
 DECLARE
     changed boolean;
 BEGIN
-    UPDATE pgwake.queues q SET paused = false, paused_at = NULL, updated_at = now()
+    -- paused_by: a queue the governor shed and an operator resumed stays
+    -- resumed (the governor resumes only what is still paused by it).
+    UPDATE pgwake.queues q SET paused = false, paused_at = NULL, paused_by = NULL, updated_at = now()
     WHERE q.name = resume_queue.queue AND q.paused
     RETURNING true INTO changed;
     IF coalesce(changed, false) THEN
@@ -262,6 +270,29 @@ BEGIN
     VALUES (set_queue_fair_keys.queue, coalesce(set_queue_fair_keys.fair, false))
     ON CONFLICT (name) DO UPDATE SET fair_keys = excluded.fair_keys, updated_at = now();
     PERFORM pg_notify('pgwake', set_queue_fair_keys.queue);
+END
+$$;
+
+-- Shed the queue under pressure (migration 0032): while pgwake.pressure()
+-- is critical, the queue is paused (paused_by = 'pressure'), and resumed
+-- when the level falls below critical, unless an operator paused or resumed
+-- it in between. Pausing happens at the change to critical: a queue marked
+-- while the level is already critical is paused at the next change to
+-- critical, not now (an operator who wants it stopped now pauses it).
+CREATE OR REPLACE FUNCTION pgwake.set_queue_shed_under_pressure(queue text, shed boolean)
+RETURNS void
+LANGUAGE plpgsql AS $$
+BEGIN
+    IF set_queue_shed_under_pressure.queue IS NULL OR set_queue_shed_under_pressure.queue = '' THEN
+        RAISE EXCEPTION 'pgwake.set_queue_shed_under_pressure: the queue name must not be empty';
+    END IF;
+    IF set_queue_shed_under_pressure.shed IS NULL THEN
+        RAISE EXCEPTION 'pgwake.set_queue_shed_under_pressure: shed must be true or false';
+    END IF;
+    INSERT INTO pgwake.queues AS q (name, shed_under_pressure)
+    VALUES (set_queue_shed_under_pressure.queue, set_queue_shed_under_pressure.shed)
+    ON CONFLICT (name) DO UPDATE SET shed_under_pressure = excluded.shed_under_pressure, updated_at = now()
+        WHERE q.shed_under_pressure IS DISTINCT FROM excluded.shed_under_pressure;
 END
 $$;
 

@@ -89,6 +89,9 @@ BEGIN
     -- The read-only functions of `pgwake explain`, `pgwake jobs list`, the
     -- fleet's unserved jobs and the console's pages.
     EXECUTE format('GRANT EXECUTE ON FUNCTION pgwake.explain(bigint), pgwake.list_jobs(text, text, text, text, text, jsonb, bigint, integer, timestamptz), pgwake.unserved_jobs(integer, integer), pgwake.unslotted_running(text), pgwake.unslotted_key_running(text, text), pgwake.held_by_claim(xid), pgwake.explain_process_wait(text, text[]), pgwake.queue_pressure(text, integer) TO %s', role);
+    -- The governor's reading (a monitor's call records nothing: it may not
+    -- write the state, see functions/pressure.sql).
+    EXECUTE format('GRANT EXECUTE ON FUNCTION pgwake.pressure(), pgwake.pressure_duration(float8) TO %s', role);
     INSERT INTO pgwake.role_grants (role, kind) VALUES (role, 'monitor') ON CONFLICT DO NOTHING;
 END
 $$;

@@ -14,6 +14,9 @@ pub struct Health {
     listen: AtomicBool,
     /// What the worker waits for in the schema at start (`None`: nothing).
     schema_pending: Mutex<Option<String>>,
+    /// Whether the governor's level, as the sampler last read it, is above
+    /// ok (tx-mode batches are then capped, see `claim/tx/sizer.rs`).
+    under_pressure: AtomicBool,
 }
 
 impl Health {
@@ -24,7 +27,21 @@ impl Health {
             listener_ok: AtomicBool::new(false),
             listen: AtomicBool::new(listen),
             schema_pending: Mutex::new(None),
+            under_pressure: AtomicBool::new(false),
         }
+    }
+
+    /// Record whether the database is under pressure (the governor's level,
+    /// `pgwake.pressure()`, above ok), as the sampler last read it.
+    pub fn set_under_pressure(&self, under: bool) {
+        self.under_pressure.store(under, Ordering::Relaxed);
+    }
+
+    /// Whether the database was under pressure at the last sample: the
+    /// worker then caps its tx-mode batches, so that its own claim
+    /// transactions hold the horizon and their rows for less.
+    pub fn under_pressure(&self) -> bool {
+        self.under_pressure.load(Ordering::Relaxed)
     }
 
     /// Record what the worker waits for in the schema (`Some`: why it is

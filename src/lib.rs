@@ -90,7 +90,7 @@ pub mod internal {
 pub use admin::cancel::{cancel, CancelOutcome};
 pub use async_trait::async_trait;
 pub use claim::context::JobEvent;
-pub use claim::tx::TX_BATCH_TARGET;
+pub use claim::tx::{TX_BATCH_TARGET, TX_BATCH_UNDER_PRESSURE};
 pub use config::WorkerConfig;
 pub use error::{Error, Result};
 pub use handler::{BoxError, ClaimClient, Delivery, Handler, HandlerProcesses, JobContext};

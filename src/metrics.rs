@@ -85,6 +85,15 @@ pub(crate) const OLDEST_TX_AGE: &str = "pgwake_oldest_transaction_age_seconds";
 pub(crate) const NOTIFY_QUEUE_USAGE: &str = "pgwake_notification_queue_usage_ratio";
 /// Gauge: dead tuples of `pgwake.jobs`.
 pub(crate) const QUEUE_TABLE_DEAD_TUPLES: &str = "pgwake_queue_table_dead_tuples";
+/// Gauge: the governor's level (`pgwake.pressure()`): 0 ok, 1 elevated,
+/// 2 critical.
+pub(crate) const PRESSURE_LEVEL: &str = "pgwake_pressure_level";
+/// Gauge: the level each driving measure holds on its own (0, 1, 2), label
+/// `kind` (`horizon`, `dead_tuples`, `notify_queue`).
+pub(crate) const PRESSURE_CAUSE: &str = "pgwake_pressure_cause_level";
+/// The measures that drive the governor's level (label values of
+/// [`PRESSURE_CAUSE`]).
+pub(crate) const PRESSURE_KINDS: &[&str] = &["horizon", "dead_tuples", "notify_queue"];
 /// Gauge: claim pool connections, label `state`.
 pub(crate) const POOL_CONNECTIONS: &str = "pgwake_pool_connections";
 /// Counter: failed sampling queries.
@@ -268,8 +277,12 @@ pub(crate) fn init_known(known: Known<'_>) {
         NOTIFY_QUEUE_USAGE,
         QUEUE_TABLE_DEAD_TUPLES,
         SAMPLER_DURATION,
+        PRESSURE_LEVEL,
     ] {
         metrics::gauge!(gauge).increment(0.0);
+    }
+    for kind in PRESSURE_KINDS {
+        metrics::gauge!(PRESSURE_CAUSE, "kind" => *kind).increment(0.0);
     }
     metrics::gauge!(IDLE_IN_TX_SESSIONS, "application" => application_label(known.application))
         .increment(0.0);
@@ -415,6 +428,14 @@ pub(crate) fn describe() {
     describe_gauge!(
         QUEUE_TABLE_DEAD_TUPLES,
         "Dead tuples of pgwake.jobs (pg_stat_user_tables)"
+    );
+    describe_gauge!(
+        PRESSURE_LEVEL,
+        "The governor's level, pgwake.pressure(): 0 ok, 1 elevated, 2 critical (shed queues paused)"
+    );
+    describe_gauge!(
+        PRESSURE_CAUSE,
+        "Level each pressure measure holds on its own (0 ok, 1 elevated, 2 critical), by kind: horizon, dead_tuples, notify_queue"
     );
     describe_gauge!(
         POOL_CONNECTIONS,

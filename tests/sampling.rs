@@ -216,3 +216,120 @@ async fn application_labels_of_idle_sessions_are_capped_too() {
         .sum();
     assert_eq!(total, n as f64);
 }
+
+/// Log lines written while a test's subscriber is the default.
+#[derive(Clone, Default)]
+struct Captured(Arc<std::sync::Mutex<Vec<u8>>>);
+
+impl std::io::Write for Captured {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(buf);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+impl Captured {
+    fn text(&self) -> String {
+        String::from_utf8_lossy(&self.0.lock().unwrap()).into_owned()
+    }
+}
+
+#[tokio::test]
+async fn the_sampler_publishes_the_pressure_level_and_logs_each_change_it_makes() {
+    let handle = pgwake::metrics::install();
+    let logs = Captured::default();
+    let writer = logs.clone();
+    // Current-thread runtime: the sampler's calls below log on this thread.
+    let _guard = tracing::subscriber::set_default(
+        tracing_subscriber::fmt()
+            .with_writer(move || writer.clone())
+            .with_ansi(false)
+            .with_max_level(tracing::Level::INFO)
+            .finish(),
+    );
+    let db = migrated_db().await;
+    let c = db.client().await;
+    c.batch_execute(
+        "SELECT pgwake.set_pressure_thresholds(horizon_elevated_seconds => 1, horizon_critical_seconds => 2)",
+    )
+    .await
+    .unwrap();
+    let pin = connect_as(&db, "metabase").await;
+    pin.batch_execute("BEGIN ISOLATION LEVEL REPEATABLE READ; SELECT 1;")
+        .await
+        .unwrap();
+    let pid: i32 = pin
+        .query_one("SELECT pg_backend_pid()", &[])
+        .await
+        .unwrap()
+        .get(0);
+    let pool = pgwake::connect::pool(&db.config(), 1).unwrap();
+    let sampler = Sampler::new(
+        pool.clone(),
+        pgwake::internal::sampler::SamplerConfig::every(Duration::from_secs(60)),
+        Arc::new(pgwake::Health::new(false)),
+    );
+    // The gauge is process-wide and other tests' samplers set it too: read
+    // it right after our own call, until it shows critical.
+    wait_for(
+        "pgwake_pressure_level 2",
+        Duration::from_secs(30),
+        async || {
+            let p = sampler.govern().await.expect("a reading");
+            let text = handle.render();
+            let level = text
+                .lines()
+                .find(|l| l.starts_with("pgwake_pressure_level "))
+                .unwrap_or("")
+                .to_string();
+            let horizon = text
+                .lines()
+                .find(|l| l.starts_with("pgwake_pressure_cause_level{kind=\"horizon\"}"))
+                .unwrap_or("")
+                .to_string();
+            if p.level == pgwake::admin::pressure::Level::Critical
+                && level == "pgwake_pressure_level 2"
+                && horizon.ends_with(" 2")
+            {
+                Ok(())
+            } else {
+                Err(format!("{:?}: {level:?} {horizon:?}", p.level))
+            }
+        },
+    )
+    .await;
+    let text = logs.text();
+    let rose: Vec<&str> = text
+        .lines()
+        .filter(|l| l.contains("database pressure rose"))
+        .collect();
+    assert_eq!(rose.len(), 2, "ok→elevated, elevated→critical: {text}");
+    assert!(rose.iter().all(|l| l.contains(" WARN ")), "{text}");
+    assert!(
+        rose[1].contains("level=critical") && rose[1].contains(&format!("by pid {pid} (metabase)")),
+        "{text}"
+    );
+    pin.batch_execute("COMMIT").await.unwrap();
+    wait_for(
+        "the fall to ok",
+        Duration::from_secs(30),
+        async || match sampler.govern().await.map(|p| p.level) {
+            Some(pgwake::admin::pressure::Level::Ok) => Ok(()),
+            other => Err(format!("{other:?}")),
+        },
+    )
+    .await;
+    let text = logs.text();
+    let fell: Vec<&str> = text
+        .lines()
+        .filter(|l| l.contains("database pressure fell"))
+        .collect();
+    assert_eq!(fell.len(), 1, "{text}");
+    assert!(
+        fell[0].contains(" INFO ") && fell[0].contains("previous=critical"),
+        "{text}"
+    );
+}

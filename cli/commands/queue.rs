@@ -1,6 +1,6 @@
 //! `pgwake queue list | pressure [Q] | pause Q | resume Q | set Q [--max-running N] [--rate N/s]
 //! [--limit-key-path FIELD] [--fair-keys] [--max-running-per-key N]
-//! [--rate-per-key N/s] [--key K --max-running N]`, on top of
+//! [--rate-per-key N/s] [--key K --max-running N] [--shed-under-pressure on|off]`, on top of
 //! [`pgwake::admin::queues`].
 
 use clap::Subcommand;
@@ -49,7 +49,8 @@ pub enum QueueAction {
     #[command(group(clap::ArgGroup::new("limit").required(true).multiple(true)
         .args(["max_running", "no_max_running", "rate", "no_rate", "limit_key_path",
                "no_limit_key_path", "fair_keys", "no_fair_keys", "max_running_per_key",
-               "no_max_running_per_key", "rate_per_key", "no_rate_per_key"])))]
+               "no_max_running_per_key", "rate_per_key", "no_rate_per_key",
+               "shed_under_pressure"])))]
     Set {
         #[command(flatten)]
         db: Db,
@@ -100,6 +101,10 @@ pub enum QueueAction {
         /// Remove the --rate-per-key limit.
         #[arg(long, conflicts_with = "rate_per_key")]
         no_rate_per_key: bool,
+        /// on: pause QUEUE while the database pressure (`pgwake.pressure()`) is critical and
+        /// resume it when the pressure falls below critical; off: never.
+        #[arg(long, value_name = "on|off", value_parser = on_off)]
+        shed_under_pressure: Option<bool>,
         /// With --max-running N or --no-max-running: set that limit for this one limit key of
         /// QUEUE (e.g. a customer who paid for more), over --max-running-per-key.
         #[arg(long, value_name = "K")]
@@ -113,6 +118,14 @@ pub enum QueueAction {
         #[arg(value_name = "QUEUE", value_parser = queue_name)]
         queue: String,
     },
+}
+
+fn on_off(s: &str) -> Result<bool, String> {
+    match s {
+        "on" => Ok(true),
+        "off" => Ok(false),
+        other => Err(format!("{other:?}: expected on or off")),
+    }
 }
 
 fn queue_name(s: &str) -> Result<String, String> {
@@ -183,6 +196,7 @@ pub async fn command(action: QueueAction) -> Result<(), Error> {
             no_max_running_per_key,
             rate_per_key,
             no_rate_per_key,
+            shed_under_pressure,
             key,
         } => {
             let mut client = connect::connect(&db.config()?).await?;
@@ -268,6 +282,14 @@ pub async fn command(action: QueueAction) -> Result<(), Error> {
                     say!("{queue}: ready jobs are taken in rotation between limit keys");
                 } else {
                     say!("{queue}: ready jobs are taken in claim order (no rotation between keys)");
+                }
+            }
+            if let Some(shed) = shed_under_pressure {
+                queues::set_shed_under_pressure(&tx, &queue, shed).await?;
+                if shed {
+                    say!("{queue}: paused while the database pressure is critical (from its next change to critical), resumed when it falls");
+                } else {
+                    say!("{queue}: not shed under pressure");
                 }
             }
             tx.commit().await.map_err(Error::db("queue set: commit"))?;

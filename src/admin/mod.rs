@@ -12,6 +12,7 @@ pub mod doctor;
 pub mod gauges;
 pub mod history;
 pub mod jobs;
+pub mod pressure;
 pub mod queue_pressure;
 pub mod queues;
 pub mod schedules;

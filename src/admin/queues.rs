@@ -9,6 +9,10 @@
 //!      → no worker starts a job of Q; running jobs finish; survives restarts
 //!  pgwake queue resume Q ──▶ pgwake.resume_queue(Q): paused = false, NOTIFY pgwake Q
 //!      → idle workers wake and claim at once
+//!  pgwake queue set Q --shed-under-pressure on ──▶ the governor
+//!      (pgwake.pressure(), functions/pressure.sql) pauses Q at the change
+//!      to critical (paused_by = 'pressure') and resumes it when the level
+//!      falls below critical, unless an operator paused or resumed it since
 //! ```
 //!
 //! Workers keep no copy of these settings: the claim reads the table, so a
@@ -21,7 +25,7 @@ use tokio_postgres::GenericClient;
 use crate::db::sql::{
     Db, Sql, QUEUE_LIST, QUEUE_PAUSE, QUEUE_RESUME, QUEUE_SET_FAIR_KEYS, QUEUE_SET_KEY_MAX_RUNNING,
     QUEUE_SET_LIMIT_KEY_PATH, QUEUE_SET_MAX_RUNNING, QUEUE_SET_MAX_RUNNING_PER_KEY, QUEUE_SET_RATE,
-    QUEUE_SET_RATE_PER_KEY,
+    QUEUE_SET_RATE_PER_KEY, QUEUE_SET_SHED,
 };
 use crate::error::{Error, Result};
 
@@ -54,6 +58,13 @@ pub struct QueueSettings {
     /// At most this many jobs of any one limit key are admitted in any
     /// window of the given length (`None`: no per-key rate).
     pub rate_per_key: Option<RateLimit>,
+    /// Whether the governor pauses the queue while the database pressure
+    /// is critical (`pgwake queue set Q --shed-under-pressure on`).
+    pub shed_under_pressure: bool,
+    /// Who holds it paused: `Some("pressure")` when the governor shed it
+    /// (it resumes when the pressure falls), `None` for an operator's pause
+    /// or a running queue.
+    pub paused_by: Option<String>,
 }
 
 /// A rate limit: at most `count` jobs admitted in any window of `per`
@@ -139,6 +150,8 @@ pub async fn list<C: GenericClient>(db: &C) -> Result<Vec<QueueSettings>> {
             max_running_per_key: r.get(8),
             key_max_running: serde_json::from_str(r.get::<_, &str>(9)).unwrap_or_default(),
             rate_per_key: rate_of(r.get(10), r.get(11)),
+            shed_under_pressure: r.get(12),
+            paused_by: r.get(13),
         })
         .collect())
 }
@@ -356,6 +369,22 @@ pub async fn set_fair_keys<C: GenericClient>(db: &C, queue: &str, fair: bool) ->
     Ok(())
 }
 
+/// Shed `queue` under pressure (`true`): the governor pauses it when
+/// `pgwake.pressure()` turns critical and resumes it when the level falls
+/// below critical, unless an operator paused or resumed it in between.
+pub async fn set_shed_under_pressure<C: GenericClient>(
+    db: &C,
+    queue: &str,
+    shed: bool,
+) -> Result<()> {
+    check_name(queue)?;
+    Db::unnamed(db.client())
+        .execute(&QUEUE_SET_SHED, &[&queue, &shed])
+        .await
+        .map_err(Error::db("cannot set the queue's shed_under_pressure"))?;
+    Ok(())
+}
+
 fn check_name(queue: &str) -> Result<()> {
     if queue.is_empty() {
         return Err(Error::Config("the queue name must not be empty".into()));
@@ -372,7 +401,7 @@ pub fn render_table(queues: &[QueueSettings]) -> String {
         .unwrap_or(5)
         .max(5);
     let mut out = format!(
-        "{:<width$}  {:<7}  {:>11}  {:>10}  {:>11}  {:>12}  {:<9}  {:<14}  PAUSED AT\n",
+        "{:<width$}  {:<8}  {:>11}  {:>10}  {:>11}  {:>12}  {:<9}  {:<14}  {:<4}  PAUSED AT\n",
         "QUEUE",
         "STATE",
         "MAX RUNNING",
@@ -380,10 +409,17 @@ pub fn render_table(queues: &[QueueSettings]) -> String {
         "PER KEY",
         "RATE PER KEY",
         "FAIR KEYS",
-        "LIMIT KEY PATH"
+        "LIMIT KEY PATH",
+        "SHED"
     );
     for q in queues {
-        let state = if q.paused { "paused" } else { "running" };
+        // "shed": paused by the governor, resumed when the pressure falls.
+        let state = match (q.paused, q.paused_by.as_deref()) {
+            (true, Some("pressure")) => "shed",
+            (true, _) => "paused",
+            (false, _) => "running",
+        };
+        let shed = if q.shed_under_pressure { "yes" } else { "-" };
         let max = q.max_running.map(|n| n.to_string()).unwrap_or("-".into());
         let rate = q.rate.map(|r| r.to_string()).unwrap_or("-".into());
         let key_rate = q.rate_per_key.map(|r| r.to_string()).unwrap_or("-".into());
@@ -397,7 +433,7 @@ pub fn render_table(queues: &[QueueSettings]) -> String {
         };
         let path = q.limit_key_path.as_deref().unwrap_or("-");
         out.push_str(&format!(
-            "{:<width$}  {:<7}  {max:>11}  {rate:>10}  {per_key:>11}  {key_rate:>12}  {fair:<9}  {path:<14}  {at}\n",
+            "{:<width$}  {:<8}  {max:>11}  {rate:>10}  {per_key:>11}  {key_rate:>12}  {fair:<9}  {path:<14}  {shed:<4}  {at}\n",
             q.queue, state
         ));
     }

@@ -175,6 +175,12 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "0029_worker_processes.sql",
         sql: include_str!("../../migrations/0029_worker_processes.sql"),
     },
+    // 30 and 31 are other branches' (numbers taken before this one).
+    Migration {
+        version: 32,
+        name: "0032_pressure.sql",
+        sql: include_str!("../../migrations/0032_pressure.sql"),
+    },
 ];
 
 /// The functions and triggers of `functions/`, re-applied by every migrate
@@ -189,6 +195,7 @@ pub const FUNCTIONS: &[(&str, &str)] = &[
     ),
     ("cancel.sql", include_str!("../../functions/cancel.sql")),
     ("queues.sql", include_str!("../../functions/queues.sql")),
+    ("pressure.sql", include_str!("../../functions/pressure.sql")),
     ("claims.sql", include_str!("../../functions/claims.sql")),
     ("rescue.sql", include_str!("../../functions/rescue.sql")),
     ("workers.sql", include_str!("../../functions/workers.sql")),

@@ -59,7 +59,10 @@ pub(crate) async fn claim_round(
             Delivery::Tx => {
                 // A batch holds one slot while it runs.
                 permits.truncate(1);
-                crate::claim::tx::claim_and_run(ctx, spec, sizer.size(), sizer, trigger).await?
+                // Under pressure (the sampler's last reading), a smaller batch.
+                let limit =
+                    crate::claim::tx::batch_limit(sizer.size(), ctx.health.under_pressure());
+                crate::claim::tx::claim_and_run(ctx, spec, limit, sizer, trigger).await?
             }
             Delivery::Lease => {
                 let Some(turn) = ctx.lease_turn.take() else {

@@ -16,7 +16,7 @@ pub(crate) use super::error::{PageError, PageResult};
 use super::input::{JobId, Query};
 use super::view::{self, at, count, encode, page, seconds, when, Who};
 use super::App;
-use crate::admin::{activity, gauges, jobs, queues, schedules, workers};
+use crate::admin::{activity, gauges, jobs, pressure, queues, schedules, workers};
 use crate::error::Error;
 
 /// Rows per page of the Jobs page.
@@ -55,6 +55,10 @@ pub(crate) const DEPTH_CAP: i64 = gauges::DEPTH_CAP_DEFAULT;
 /// Ready jobs per queue and priority the overview checks for a worker
 /// that can run them (a lower bound beyond).
 const UNSERVED_HEAD: i32 = 100;
+
+/// The governor's changes the overview lists: the last hour, at most this
+/// many (newest first).
+const PRESSURE_LOG_SHOWN: i64 = 50;
 
 /// A connection of the console's pool.
 pub(crate) async fn conn(app: &App) -> Result<deadpool_postgres::Object, PageError> {
@@ -272,6 +276,7 @@ struct Line {
     tx_running: i64,
     retrying: i64,
     paused: bool,
+    shed: bool,
     max_running: Option<i32>,
     slots_used: Option<i64>,
     rate: Option<queues::RateLimit>,
@@ -303,6 +308,9 @@ async fn overview_body(app: &App) -> Result<Markup, PageError> {
         .await
         .map_err(Error::db("reading unserved jobs"))?;
     let fleet = workers::list(c).await?;
+    let governor = pressure::recorded(c).await?;
+    let changes =
+        pressure::log(c, std::time::Duration::from_secs(3600), PRESSURE_LOG_SHOWN).await?;
     tx.commit().await.map_err(Error::db("console: commit"))?;
 
     let mut lines: BTreeMap<String, Line> = BTreeMap::new();
@@ -324,6 +332,7 @@ async fn overview_body(app: &App) -> Result<Markup, PageError> {
     for s in &settings {
         let l = lines.entry(s.queue.clone()).or_default();
         l.paused = s.paused;
+        l.shed = s.paused && s.paused_by.as_deref() == Some("pressure");
         l.max_running = s.max_running;
         l.rate = s.rate;
     }
@@ -344,6 +353,7 @@ async fn overview_body(app: &App) -> Result<Markup, PageError> {
     let sampled = chrono::Utc::now();
     let more_queues = lines.len().saturating_sub(OVERVIEW_QUEUES_MAX);
     Ok(html! {
+        (pressure_banner(&governor, &settings))
         p.muted.sampled data-sampled=(sampled.timestamp_millis()) {
             "Sampled " (at(Some(sampled))) "; every open tab shares one sample per refresh."
         }
@@ -375,7 +385,7 @@ async fn overview_body(app: &App) -> Result<Markup, PageError> {
                         @for (name, l) in lines.iter().take(OVERVIEW_QUEUES_MAX) {
                             tr {
                                 td { a href={ "/jobs?queue=" (encode(name)) } { (name) } }
-                                td { @if l.paused { span.badge.b-warn { "paused" } } @else { span.badge.b-ok { "running" } } }
+                                td { @if l.shed { span.badge.b-bad title="paused by the governor while the database pressure is critical" { "shed" } } @else if l.paused { span.badge.b-warn { "paused" } } @else { span.badge.b-ok { "running" } } }
                                 td.num { a href={ "/jobs?state=waiting&queue=" (encode(name)) } { (capped(l.ready)) } }
                                 td.num { (capped(l.scheduled)) }
                                 td.num { (count(l.retrying)) }
@@ -455,7 +465,82 @@ async fn overview_body(app: &App) -> Result<Markup, PageError> {
                 }
             }
         }
+        (pressure_timeline(&changes))
     })
+}
+
+/// The badge of a governor level.
+fn level_badge(level: pressure::Level) -> Markup {
+    let class = match level {
+        pressure::Level::Ok => "badge b-ok",
+        pressure::Level::Elevated => "badge b-warn",
+        pressure::Level::Critical => "badge b-bad",
+    };
+    html! { span class=(class) { (level) } }
+}
+
+/// The banner at the top of the overview while the governor's recorded
+/// level is not ok: the level, since when, its causes (as recorded at the
+/// change; every text from the database escaped), and the queues it shed.
+fn pressure_banner(
+    governor: &(
+        pressure::Level,
+        chrono::DateTime<chrono::Utc>,
+        Vec<pressure::Cause>,
+    ),
+    settings: &[queues::QueueSettings],
+) -> Markup {
+    let (level, since, causes) = governor;
+    if *level == pressure::Level::Ok {
+        return html! {};
+    }
+    let shed: Vec<&str> = settings
+        .iter()
+        .filter(|s| s.paused && s.paused_by.as_deref() == Some("pressure"))
+        .map(|s| s.queue.as_str())
+        .collect();
+    html! {
+        div.panel.warning.pressure-banner {
+            strong { "Database pressure " (level_badge(*level)) } " since " (at(Some(*since))) ". "
+            @if *level == pressure::Level::Critical {
+                "Queues marked to shed under pressure are paused until it falls below critical."
+            }
+            ul { @for c in causes { li { code { (c.kind) } " " (c.detail) } } }
+            @if !shed.is_empty() {
+                p { "Shed: " @for (i, q) in shed.iter().enumerate() {
+                    @if i > 0 { ", " } a href={ "/jobs?queue=" (encode(q)) } { (q) }
+                } }
+            }
+            p.muted { "SELECT * FROM pgwake.pressure() reads it now; see the operations runbook, \"Database pressure\"." }
+        }
+    }
+}
+
+/// The governor's changes of the last hour, newest first.
+fn pressure_timeline(changes: &[pressure::Change]) -> Markup {
+    html! {
+        div.panel.pressure-log {
+            p.muted { "The governor's changes of level in the last hour (pgwake.pressure_log), newest first." }
+            @if changes.is_empty() {
+                p { "None: the level has not changed in the last hour." }
+            } @else {
+                table {
+                    thead { tr { th { "At" } th { "Level" } th { "Causes" } th { "Shed" } } }
+                    tbody { @for ch in changes { tr {
+                        td { (at(Some(ch.at))) }
+                        td { (level_badge(ch.previous)) " → " (level_badge(ch.level)) }
+                        td { @for (i, c) in ch.causes.iter().enumerate() {
+                            @if i > 0 { br; } (c.detail)
+                        } }
+                        td {
+                            @if !ch.paused.is_empty() { "paused " (ch.paused.join(", ")) }
+                            @if !ch.resumed.is_empty() { "resumed " (ch.resumed.join(", ")) }
+                        }
+                    } } }
+                }
+            }
+        }
+    }
 }
 
 // ─── Workers ─────────────────────────────────────────────────────────────

@@ -139,6 +139,9 @@ statements! {
     REPAIR_KEY_SLOTS = "repair_key_slots" [TEXT, TEXT_ARRAY];
     RESCUE = "rescue" [INT8];
     SAMPLE_PRESSURE = "sample_pressure" [];
+    PRESSURE = "pressure" [];
+    PRESSURE_LOG = "pressure_log" [FLOAT8, INT8];
+    PRESSURE_STATE = "pressure_state" [];
     SWEEP_KEY_SLOTS = "sweep_key_slots" [TEXT, TEXT, INT8];
     LIMITED_QUEUES = "limited_queues" [];
     QUEUE_LIST = "queue_list" [];
@@ -149,6 +152,7 @@ statements! {
     QUEUE_SET_RATE = "queue_set_rate" [TEXT, INT4, FLOAT8];
     QUEUE_SET_RATE_PER_KEY = "queue_set_rate_per_key" [TEXT, INT4, FLOAT8];
     QUEUE_SET_FAIR_KEYS = "queue_set_fair_keys" [TEXT, BOOL];
+    QUEUE_SET_SHED = "queue_set_shed" [TEXT, BOOL];
     QUEUE_SET_KEY_MAX_RUNNING = "queue_set_key_max_running" [TEXT, TEXT, INT4];
     QUEUE_SET_MAX_RUNNING_PER_KEY = "queue_set_max_running_per_key" [TEXT, INT4];
     QUEUE_SET_LIMIT_KEY_PATH = "queue_set_limit_key_path" [TEXT, TEXT];

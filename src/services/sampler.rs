@@ -29,6 +29,8 @@ pub use crate::admin::gauges::{
     sample, sample_with, QueueSample, Sample, DEPTH_CAP_DEFAULT, RUNNING_CHECK_WINDOW,
     TIME_LIMIT_DEFAULT,
 };
+use crate::admin::pressure::{self, Pressure};
+use crate::error::Error;
 use crate::health::Health;
 use crate::metrics;
 
@@ -128,6 +130,7 @@ impl Sampler {
                 Ok(s) => {
                     self.health.set_db(true);
                     self.publish(&s);
+                    self.govern().await;
                 }
                 Err(e) => {
                     ::metrics::counter!(metrics::SAMPLER_ERRORS).increment(1);
@@ -136,6 +139,30 @@ impl Sampler {
                     }
                     tracing::warn!(error = %e, "sampler: database sample failed");
                 }
+            }
+        }
+    }
+
+    /// Read the governor's level (`pgwake.pressure()`, which records a
+    /// change and sheds or resumes queues in the same call), publish it, and
+    /// log a change this call made: each change is logged once, by the
+    /// sampler whose call made it, whatever the number of workers.
+    pub async fn govern(&self) -> Option<Pressure> {
+        let read = async {
+            let conn = self.pool.get().await.map_err(Error::pool("sampler"))?;
+            pressure::read(&conn).await
+        };
+        match read.await {
+            Ok(p) => {
+                publish_pressure(&p);
+                self.health
+                    .set_under_pressure(p.level > pressure::Level::Ok);
+                Some(p)
+            }
+            Err(e) => {
+                ::metrics::counter!(metrics::SAMPLER_ERRORS).increment(1);
+                tracing::warn!(error = %e, "sampler: reading the database pressure failed");
+                None
             }
         }
     }
@@ -241,6 +268,39 @@ impl Sampler {
         ::metrics::gauge!(metrics::NOTIFY_QUEUE_USAGE).set(s.notification_queue_usage);
         ::metrics::gauge!(metrics::QUEUE_TABLE_DEAD_TUPLES).set(s.dead_tuples as f64);
         ::metrics::gauge!(metrics::SAMPLER_DURATION).set(s.duration.as_secs_f64());
+    }
+}
+
+/// Publish a pressure reading as gauges, and log it when this reading
+/// changed the level (warn when it rose, info when it fell).
+fn publish_pressure(p: &Pressure) {
+    ::metrics::gauge!(metrics::PRESSURE_LEVEL).set(p.level.gauge());
+    for kind in metrics::PRESSURE_KINDS {
+        let level = p
+            .causes
+            .iter()
+            .filter(|c| c.kind == *kind)
+            .map(|c| match c.level.as_str() {
+                "critical" => 2.0,
+                "elevated" => 1.0,
+                _ => 0.0,
+            })
+            .fold(0.0, f64::max);
+        ::metrics::gauge!(metrics::PRESSURE_CAUSE, "kind" => *kind).set(level);
+    }
+    if !p.changed {
+        return;
+    }
+    let causes = p
+        .causes
+        .iter()
+        .map(|c| c.detail.as_str())
+        .collect::<Vec<_>>()
+        .join("; ");
+    if p.rose() {
+        tracing::warn!(level = %p.level, previous = %p.previous, causes, "database pressure rose");
+    } else {
+        tracing::info!(level = %p.level, previous = %p.previous, causes, "database pressure fell");
     }
 }
 

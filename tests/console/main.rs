@@ -2,7 +2,7 @@
 //! (read-only refuses every POST, actions need the credential, the CSRF
 //! token and the console's own origin), escaping of every producer value,
 //! the library functions it added (bulk actions by filter, run a schedule
-//! now), and an operator's work in a real headless Chromium against a real
+//! now), the governor's banner and time line, and an operator's work in a real headless Chromium against a real
 //! worker in both delivery modes.
 
 #[path = "../common/mod.rs"]
@@ -14,4 +14,5 @@ mod browser;
 mod fuzz;
 mod http;
 mod paged;
+mod pressure;
 mod support;

@@ -2,7 +2,8 @@
 //! the server's idle limit, one job's unwritable failure reason does not
 //! roll back its siblings, a job that crashes its worker (or its database
 //! session) is charged alone and ends dead, while the jobs claimed with it
-//! run once and never end dead.
+//! run once and never end dead; under database pressure a tx batch holds
+//! at most ten jobs.
 
 use crate::common;
 
@@ -646,4 +647,117 @@ async fn a_tx_worker_runs_as_many_jobs_at_once_as_its_concurrency_says() {
     send_signal(worker.child(), libc::SIGTERM);
     let out = wait_exit(worker.take(), Duration::from_secs(30)).await;
     assert!(out.status.success(), "{}", log.lock().unwrap());
+}
+
+/// Records each job's claim transaction (its xid), so that a test can see
+/// how many jobs each tx batch held.
+struct RecordsItsBatch {
+    batches: std::sync::Arc<std::sync::Mutex<Vec<(i64, i64)>>>,
+}
+
+#[async_trait]
+impl Handler for RecordsItsBatch {
+    async fn handle(&self, job: &Job, ctx: JobContext<'_>) -> Result<Outcome, BoxError> {
+        let tx = ctx.transaction().await?.expect("a tx-mode job");
+        let xid: i64 = tx.query_one("SELECT txid_current()", &[]).await?.get(0);
+        self.batches.lock().unwrap().push((xid, job.id));
+        Ok(Outcome::Done)
+    }
+}
+
+/// The largest batch among the jobs in `ids`.
+fn largest_batch(batches: &[(i64, i64)], ids: &[i64]) -> usize {
+    let mut per: std::collections::HashMap<i64, usize> = Default::default();
+    for (xid, id) in batches {
+        if ids.contains(id) {
+            *per.entry(*xid).or_default() += 1;
+        }
+    }
+    per.into_values().max().unwrap_or(0)
+}
+
+/// Issue 35, item 2: while the governor's level is above ok (as the
+/// worker's own sampler read it), tx-mode batches take at most
+/// `TX_BATCH_UNDER_PRESSURE` jobs, so the worker's claim transactions are
+/// not what holds the horizon; without pressure they grow to `--batch`.
+#[tokio::test]
+async fn under_pressure_tx_batches_are_capped() {
+    let db = migrated_db().await;
+    let c = db.client().await;
+    c.batch_execute(
+        "SELECT pgwake.set_pressure_thresholds(horizon_elevated_seconds => 1, horizon_critical_seconds => 600)",
+    )
+    .await
+    .unwrap();
+    let batches = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let worker = Worker::builder(db.config())
+        .config(WorkerConfig {
+            batch: 100,
+            concurrency: 1,
+            sample_interval: Some(Duration::from_millis(100)),
+            ..test_config()
+        })
+        .handler(
+            "t",
+            RecordsItsBatch {
+                batches: batches.clone(),
+            },
+        )
+        .build()
+        .unwrap();
+    let w = Running::start(worker);
+    w.until_listening().await;
+    let run = async |n: i64| -> Vec<i64> {
+        let ids: Vec<i64> = c
+            .query(
+                "INSERT INTO pgwake.jobs (task) SELECT 't' FROM generate_series(1, $1::int8) RETURNING id",
+                &[&n],
+            )
+            .await
+            .unwrap()
+            .iter()
+            .map(|r| r.get(0))
+            .collect();
+        wait_for("the jobs to run", Duration::from_secs(60), async || {
+            let left: i64 = c
+                .query_one("SELECT count(*) FROM pgwake.jobs", &[])
+                .await
+                .unwrap()
+                .get(0);
+            if left == 0 {
+                Ok(())
+            } else {
+                Err(format!("{left} left"))
+            }
+        })
+        .await;
+        ids
+    };
+    let calm = run(1000).await;
+    let calm_max = largest_batch(&batches.lock().unwrap(), &calm);
+    assert!(calm_max > pgwake::TX_BATCH_UNDER_PRESSURE, "{calm_max}");
+
+    let pin = connect_as(&db, "report").await;
+    pin.batch_execute("BEGIN ISOLATION LEVEL REPEATABLE READ; SELECT 1;")
+        .await
+        .unwrap();
+    let health = w.health.clone();
+    eventually(
+        "the sampler to see the pressure",
+        Duration::from_secs(30),
+        || {
+            let h = health.clone();
+            async move { h.under_pressure() }
+        },
+    )
+    .await;
+    let pressed = run(1000).await;
+    let pressed_max = largest_batch(&batches.lock().unwrap(), &pressed);
+    assert!(
+        (1..=pgwake::TX_BATCH_UNDER_PRESSURE).contains(&pressed_max),
+        "{pressed_max} (without pressure: {calm_max})"
+    );
+    pin.batch_execute("COMMIT").await.unwrap();
+    w.stop.cancel();
+    w.join.await.unwrap().unwrap();
 }

@@ -1,4 +1,4 @@
-//! Queues and keys: ordered and unique keys, pause, limits, rates, fairness, the claims' plans, and vacuum pressure.
+//! Queues and keys: ordered and unique keys, pause, shedding under pressure, limits, rates, fairness, the claims' plans, and vacuum pressure.
 //!
 //! One test binary per area (a cold build links 8 binaries, not 43); each
 //! file is one scenario module, named after what it defends.
@@ -21,5 +21,6 @@ mod queue_pressure;
 mod queues;
 mod rate;
 mod running_limits;
+mod shedding;
 mod unique;
 mod vacuum;

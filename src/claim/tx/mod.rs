@@ -58,8 +58,8 @@ mod write;
 
 use ledger::{mark_batch, run_suspects, UnslottedKeys};
 use run::{run_batch, Session};
-pub(crate) use sizer::BatchSizer;
-pub use sizer::TX_BATCH_TARGET;
+pub(crate) use sizer::{batch_limit, BatchSizer};
+pub use sizer::{TX_BATCH_TARGET, TX_BATCH_UNDER_PRESSURE};
 use write::finish;
 
 /// The claim transaction's opening statements.

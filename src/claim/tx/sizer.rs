@@ -9,6 +9,24 @@ use std::time::Duration;
 /// long at most, and slow jobs run one per transaction.
 pub const TX_BATCH_TARGET: Duration = Duration::from_millis(100);
 
+/// The largest tx-mode batch while the database is under pressure (the
+/// governor's level above ok, as the worker's sampler last read it): a
+/// claim transaction holds its rows locked and the vacuum horizon back
+/// until it commits, so under pressure the worker keeps its own
+/// transactions short and small rather than add to the pressure. Batches
+/// are still sized by time below it.
+pub const TX_BATCH_UNDER_PRESSURE: usize = 10;
+
+/// How many jobs the next tx-mode claim takes: the sizer's size, capped at
+/// [`TX_BATCH_UNDER_PRESSURE`] while `under_pressure`.
+pub(crate) fn batch_limit(size: usize, under_pressure: bool) -> usize {
+    if under_pressure {
+        size.min(TX_BATCH_UNDER_PRESSURE)
+    } else {
+        size
+    }
+}
+
 /// Batch size by time (see [`TX_BATCH_TARGET`]); one per claim task.
 #[derive(Debug)]
 pub(crate) struct BatchSizer {
@@ -48,6 +66,13 @@ impl BatchSizer {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn under_pressure_batches_are_capped() {
+        assert_eq!(batch_limit(100, false), 100);
+        assert_eq!(batch_limit(100, true), TX_BATCH_UNDER_PRESSURE);
+        assert_eq!(batch_limit(3, true), 3);
+    }
 
     #[test]
     fn batches_grow_while_fast_and_shrink_to_the_target() {

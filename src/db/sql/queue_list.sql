@@ -19,7 +19,8 @@ SELECT n.name, coalesce(q.paused, false) AS paused, q.paused_at, q.max_running,
        q.limit_key_path, coalesce(q.fair_keys, false) AS fair_keys, q.max_running_per_key,
        (SELECT coalesce(jsonb_object_agg(k.limit_key, k.max_running), '{}')::text
         FROM pgwake.queue_key_limits k WHERE k.queue = n.name) AS key_max_running,
-       q.key_rate_count, extract(epoch FROM q.key_rate_window)::float8 AS key_rate_window
+       q.key_rate_count, extract(epoch FROM q.key_rate_window)::float8 AS key_rate_window,
+       coalesce(q.shed_under_pressure, false) AS shed_under_pressure, q.paused_by
 FROM names n
 LEFT JOIN pgwake.queues q ON q.name = n.name
 ORDER BY n.name
