@@ -45,6 +45,9 @@ pub(crate) const QUEUE_DEPTH: &str = "pgwake_queue_depth";
 /// Gauge: 1 while a queue is paused (`pgwake queue pause`), 0 once resumed,
 /// label `queue`.
 pub(crate) const QUEUE_PAUSED: &str = "pgwake_queue_paused";
+/// Gauge: 1 while the governor keeps a queue paused under critical
+/// pressure (`--shed-under-pressure`), 0 once resumed, label `queue`.
+pub(crate) const QUEUE_SHED: &str = "pgwake_queue_shed";
 /// Gauge: a queue's `--max-running` limit (`pgwake queue set`), 0 once the
 /// limit is removed, label `queue`.
 pub(crate) const QUEUE_MAX_RUNNING: &str = "pgwake_queue_max_running";
@@ -241,6 +244,7 @@ pub(crate) fn init_known(known: Known<'_>) {
             QUEUE_OLDEST_READY_AGE,
             DEAD_JOBS,
             QUEUE_PAUSED,
+            QUEUE_SHED,
             QUEUE_MAX_RUNNING,
             QUEUE_MAX_RUNNING_PER_KEY,
             QUEUE_RATE_LIMIT,
@@ -378,6 +382,10 @@ pub(crate) fn describe() {
     describe_gauge!(
         QUEUE_PAUSED,
         "1 while the queue is paused (pgwake queue pause): no worker starts its jobs; 0 once resumed"
+    );
+    describe_gauge!(
+        QUEUE_SHED,
+        "1 while the governor keeps the queue paused under critical database pressure (--shed-under-pressure, pgwake.pressure()); 0 once resumed"
     );
     describe_gauge!(
         QUEUE_MAX_RUNNING,

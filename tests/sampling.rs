@@ -333,3 +333,80 @@ async fn the_sampler_publishes_the_pressure_level_and_logs_each_change_it_makes(
         "{text}"
     );
 }
+
+/// A queue the governor shed under critical pressure is published as
+/// `pgwake_queue_shed{queue} 1` (beside `pgwake_queue_paused`), and 0 once
+/// the governor resumed it; a queue paused by an operator is not shed. The
+/// alert PgwakeQueueShedLong reads it (issue 35: "a queue shed forever").
+/// Fails with the gauge not published (no line) or with every pause taken
+/// for shed (the operator's queue at 1).
+#[tokio::test(flavor = "current_thread")]
+async fn a_queue_shed_under_pressure_is_published_until_it_resumes() {
+    let handle = pgwake::metrics::install();
+    let db = migrated_db().await;
+    let c = db.client().await;
+    let shed = format!("shed_{}", std::process::id());
+    let held = format!("held_{}", std::process::id());
+    c.batch_execute(&format!(
+        "SELECT pgwake.set_pressure_thresholds(horizon_elevated_seconds => 1, horizon_critical_seconds => 2);
+         SELECT pgwake.set_queue_shed_under_pressure('{shed}', true);
+         SELECT pgwake.pause_queue('{held}');"
+    ))
+    .await
+    .unwrap();
+    let pin = connect_as(&db, "metabase").await;
+    pin.batch_execute("BEGIN ISOLATION LEVEL REPEATABLE READ; SELECT 1;")
+        .await
+        .unwrap();
+    let pool = pgwake::connect::pool(&db.config(), 1).unwrap();
+    let mut sampler = Sampler::new(
+        pool.clone(),
+        pgwake::internal::sampler::SamplerConfig::every(Duration::from_secs(60)),
+        Arc::new(pgwake::Health::new(false)),
+    );
+    let gauge = |text: &str, name: &str, queue: &str| -> String {
+        let prefix = format!("{name}{{queue=\"{queue}\"}} ");
+        text.lines()
+            .find(|l| l.starts_with(&prefix))
+            .map(|l| l[prefix.len()..].to_string())
+            .unwrap_or_default()
+    };
+    wait_for("the queue shed", Duration::from_secs(30), async || {
+        let p = sampler.govern().await.expect("a reading");
+        if p.level != pgwake::admin::pressure::Level::Critical {
+            return Err(format!("{:?}", p.level));
+        }
+        let s = sample(&pool, DEPTH_CAP_DEFAULT).await.unwrap();
+        sampler.publish(&s);
+        let text = handle.render();
+        match gauge(&text, "pgwake_queue_shed", &shed).as_str() {
+            "1" => Ok(()),
+            other => Err(format!("shed gauge {other:?}")),
+        }
+    })
+    .await;
+    let text = handle.render();
+    assert_eq!(gauge(&text, "pgwake_queue_paused", &shed), "1");
+    assert_eq!(gauge(&text, "pgwake_queue_paused", &held), "1");
+    assert_eq!(
+        gauge(&text, "pgwake_queue_shed", &held),
+        "",
+        "an operator's pause is not shed"
+    );
+    pin.batch_execute("COMMIT").await.unwrap();
+    wait_for("the queue resumed", Duration::from_secs(30), async || {
+        let p = sampler.govern().await.expect("a reading");
+        if p.level == pgwake::admin::pressure::Level::Critical {
+            return Err("still critical".into());
+        }
+        let s = sample(&pool, DEPTH_CAP_DEFAULT).await.unwrap();
+        sampler.publish(&s);
+        let text = handle.render();
+        match gauge(&text, "pgwake_queue_shed", &shed).as_str() {
+            "0" => Ok(()),
+            other => Err(format!("shed gauge {other:?}")),
+        }
+    })
+    .await;
+    assert_eq!(gauge(&handle.render(), "pgwake_queue_paused", &shed), "0");
+}

@@ -71,6 +71,9 @@ pub struct Sample {
     /// Queues whose claims rotate between limit keys (`pgwake queue set
     /// --fair-keys`), by name.
     pub fair_keys: Vec<String>,
+    /// Queues the governor paused under critical pressure
+    /// (`--shed-under-pressure`, `pgwake.pressure()`), by name.
+    pub shed: Vec<String>,
     /// How long the sample took (connection checkout included).
     pub duration: Duration,
 }
@@ -175,6 +178,11 @@ pub async fn sample_with(
         fair_keys: settings
             .iter()
             .filter(|r| r.get::<_, bool>(6))
+            .map(|r| r.get(0))
+            .collect(),
+        shed: settings
+            .iter()
+            .filter(|r| r.get::<_, bool>(7))
             .map(|r| r.get(0))
             .collect(),
         duration: started.elapsed(),

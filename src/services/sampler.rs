@@ -75,6 +75,7 @@ pub struct Sampler {
     seen_queues: HashSet<String>,
     /// Queue labels last published as paused.
     seen_paused: HashSet<String>,
+    seen_shed: HashSet<String>,
     /// Queue labels last published with a max-running limit.
     seen_limited: HashSet<String>,
     /// Queue labels last published with a rate limit.
@@ -101,6 +102,7 @@ impl Sampler {
             health,
             seen_queues: HashSet::new(),
             seen_paused: HashSet::new(),
+            seen_shed: HashSet::new(),
             seen_limited: HashSet::new(),
             seen_rated: HashSet::new(),
             seen_per_key: HashSet::new(),
@@ -216,6 +218,15 @@ impl Sampler {
             ::metrics::gauge!(metrics::QUEUE_PAUSED, "queue" => q.clone()).set(0.0);
         }
         self.seen_paused = paused;
+        // Likewise the queues the governor paused (shed) under pressure.
+        let shed: HashSet<String> = s.shed.iter().map(|q| metrics::queue_label(q)).collect();
+        for q in &shed {
+            ::metrics::gauge!(metrics::QUEUE_SHED, "queue" => q.clone()).set(1.0);
+        }
+        for q in self.seen_shed.difference(&shed) {
+            ::metrics::gauge!(metrics::QUEUE_SHED, "queue" => q.clone()).set(0.0);
+        }
+        self.seen_shed = shed;
         // Limits per queue (summed over the queues reported as `other`); a
         // queue whose limit was removed since the last sample: 0, which no
         // limit can be (max_running > 0, a rate > 0).
