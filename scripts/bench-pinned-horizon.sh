@@ -48,7 +48,8 @@ if [ "$stats" = 0 ] && psql -qAt "$url" -c "CREATE EXTENSION IF NOT EXISTS pg_st
 echo "server: $(psql -qAt "$url" -c 'SHOW server_version') shared_buffers=$(psql -qAt "$url" -c 'SHOW shared_buffers') synchronous_commit=$(psql -qAt "$url" -c 'SHOW synchronous_commit') autovacuum_naptime=$(psql -qAt "$url" -c 'SHOW autovacuum_naptime') pg_stat_statements=$stats"
 echo "machine: $(nproc) cores, $(awk '/MemTotal/ {printf "%.0f GiB", $2/1048576}' /proc/meminfo); pgwake $("$pgwake" --version | awk '{print $2}'); pgbench -c 2 -R $rate; $unpinned s unpinned, $pinned s pinned, 10 s after"
 
-"$pgwake" run --database-url "$url" --handler 'noop=sql:bench_noop' ${PGWAKE_RUN_ARGS:-} >"$work/worker.log" 2>&1 &
+# Metrics on a port of its own (the default 9187 may be another worker's).
+"$pgwake" run --database-url "$url" --handler 'noop=sql:bench_noop' --metrics-addr 127.0.0.1:0 ${PGWAKE_RUN_ARGS:-} >"$work/worker.log" 2>&1 &
 pids+=($!)
 until psql -qAt "$url" -c "SELECT count(*) FROM pgwake.workers" 2>/dev/null | grep -qv '^0$'; do sleep 0.2; done
 
