@@ -49,13 +49,18 @@ END
 $$;
 
 -- tx-mode claim over every queue but `skip_queues` (claimed by other specs
--- of the worker). Runs inside the claim transaction: the rows stay
+-- of the worker), of the jobs after (after_priority, after_run_at,
+-- after_id) in claim order: the claim starts there in jobs_claim_idx
+-- instead of at its head (src/claim/cursor.rs: under database pressure,
+-- the head holds the index entries of every job claimed since the vacuum
+-- horizon was pinned, which no claim can remove and each would walk). Runs inside the claim transaction: the rows stay
 -- deleted-but-uncommitted (locked) while their handlers run and come back
 -- by themselves if the worker dies. Returns the claim columns, the claim
 -- transaction's xid (for the batch marker) and its server process (to
 -- cancel a timed-out handler's statement).
-CREATE OR REPLACE FUNCTION pgwake.claim_tx_all(
-    claim_limit bigint, skip_queues text[], only_tasks text[], never_tasks text[])
+CREATE OR REPLACE FUNCTION pgwake.claim_tx_all_after(
+    claim_limit bigint, skip_queues text[], only_tasks text[], never_tasks text[],
+    after_priority integer, after_run_at timestamptz, after_id bigint)
 RETURNS TABLE (id bigint, queue text, task text, payload text, priority integer,
                run_at timestamptz, attempts integer, max_attempts integer, last_error text,
                created_at timestamptz, timeout_s double precision, pickup_s double precision,
@@ -84,6 +89,8 @@ BEGIN
         WHERE ctid = ANY(ARRAY(
             SELECT ctid FROM pgwake.jobs
             WHERE run_at <= now() AND queue <> ALL(skip_queues)
+              -- After the cursor: an index bound (the index's own order).
+              AND (priority, run_at, id) > (after_priority, after_run_at, after_id)
               -- Paused and limited queues (limited ones are claimed by
               -- claim_*_limited.sql): one scan of pgwake.queues into a hash.
               AND queue NOT IN (SELECT name FROM pgwake.queues
@@ -110,6 +117,21 @@ BEGIN
            c.ordering_key, c.unique_key, coalesce(c.ordering_at, c.run_at), c.limit_key
     FROM c;
 END
+$$;
+
+-- tx-mode claim over every queue but `skip_queues`: the claim above from
+-- the head of the index (before every job: ids start at 1).
+CREATE OR REPLACE FUNCTION pgwake.claim_tx_all(
+    claim_limit bigint, skip_queues text[], only_tasks text[], never_tasks text[])
+RETURNS TABLE (id bigint, queue text, task text, payload text, priority integer,
+               run_at timestamptz, attempts integer, max_attempts integer, last_error text,
+               created_at timestamptz, timeout_s double precision, pickup_s double precision,
+               xid text, backend_pid integer,
+               ordering_key text, unique_key text, ordering_at timestamptz,
+               limit_key text)
+LANGUAGE sql VOLATILE AS $$
+    SELECT * FROM pgwake.claim_tx_all_after(claim_limit, skip_queues, only_tasks, never_tasks,
+                                            -2147483648, '-infinity', -9223372036854775808)
 $$;
 
 -- tx-mode claim from one queue, in claim order on jobs_queue_ready_idx.

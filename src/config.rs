@@ -104,6 +104,12 @@ pub const MAX_CONNECTIONS_TX_DEFAULT: usize = 66;
 /// cancel checks, recurring jobs): claim tasks are `--max-connections`
 /// less these (at least one).
 pub const SERVICE_CONNECTIONS: usize = 2;
+/// How often, under database pressure, a tx-mode claim over every queue
+/// starts at the head of the claim index rather than after the last job
+/// claimed ([`WorkerConfig::pressure_head_scan_every`]): at most this long
+/// before a job that sorts behind the cursor (committed late, released by
+/// its ordering key, rescued, of a higher priority) is seen.
+pub const PRESSURE_HEAD_SCAN_EVERY_DEFAULT: Duration = Duration::from_secs(1);
 /// Most lease-mode jobs buffered ahead of the free slots by default. The
 /// default buffer holds the jobs this worker starts in 50 ms at its
 /// measured rate (at least one, at most this): no-op jobs fill it, and
@@ -232,6 +238,12 @@ pub struct WorkerConfig {
     /// and nothing is claimed ahead until a slot starts a job again.
     /// Default [`PREFETCH_WAIT_DEFAULT`].
     pub prefetch_wait: Duration,
+    /// Under database pressure (the governor's level above ok), the
+    /// all-queues tx-mode claims resume after the last job claimed, and one
+    /// claim per this long starts at the head of the claim index instead,
+    /// for the jobs that sort before it (claim/cursor.rs). Default
+    /// [`PRESSURE_HEAD_SCAN_EVERY_DEFAULT`] (1 s).
+    pub pressure_head_scan_every: Duration,
     /// Most jobs one claim statement takes. In `tx` mode a batch runs its
     /// jobs one after another in one transaction, and its size adapts below
     /// this cap so a batch runs about 100 ms (`tx::TX_BATCH_TARGET`); in
@@ -319,6 +331,7 @@ impl Default for WorkerConfig {
             max_connections: None,
             prefetch: None,
             prefetch_wait: PREFETCH_WAIT_DEFAULT,
+            pressure_head_scan_every: PRESSURE_HEAD_SCAN_EVERY_DEFAULT,
             batch: BATCH_DEFAULT,
             poll_interval: POLL_INTERVAL_DEFAULT,
             listen: true,

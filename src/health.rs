@@ -17,7 +17,18 @@ pub struct Health {
     /// Whether the governor's level, as the sampler last read it, is above
     /// ok (tx-mode batches are then capped, see `claim/tx/sizer.rs`).
     under_pressure: AtomicBool,
+    /// Whether the oldest open transaction of a client session, at the last
+    /// sample, was at least [`HORIZON_HELD`] old (claims then resume after
+    /// the last job claimed, `claim/cursor.rs`).
+    horizon_held: AtomicBool,
 }
+
+/// How old the oldest open transaction must be, at a sample, for the
+/// worker's claims to resume after the last job claimed rather than walk
+/// the head of the claim index (`claim/cursor.rs`): from then on every job
+/// claimed leaves an index entry no claim can skip. Well under the
+/// governor's default threshold (a minute), which is for people.
+pub(crate) const HORIZON_HELD: std::time::Duration = std::time::Duration::from_secs(5);
 
 impl Health {
     /// New state; `listen` says whether the listener counts.
@@ -28,6 +39,7 @@ impl Health {
             listen: AtomicBool::new(listen),
             schema_pending: Mutex::new(None),
             under_pressure: AtomicBool::new(false),
+            horizon_held: AtomicBool::new(false),
         }
     }
 
@@ -42,6 +54,20 @@ impl Health {
     /// transactions hold the horizon and their rows for less.
     pub fn under_pressure(&self) -> bool {
         self.under_pressure.load(Ordering::Relaxed)
+    }
+
+    /// Record the age of the oldest open transaction of a client session,
+    /// as the sampler read it.
+    pub fn set_oldest_transaction_age(&self, seconds: f64) {
+        self.horizon_held
+            .store(seconds >= HORIZON_HELD.as_secs_f64(), Ordering::Relaxed);
+    }
+
+    /// Whether claims resume after the last job claimed (`claim/cursor.rs`):
+    /// the database under pressure, or a transaction open for
+    /// [`HORIZON_HELD`] or more at the last sample.
+    pub fn claims_resume(&self) -> bool {
+        self.under_pressure() || self.horizon_held.load(Ordering::Relaxed)
     }
 
     /// Record what the worker waits for in the schema (`Some`: why it is

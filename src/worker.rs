@@ -633,6 +633,7 @@ impl Worker {
             cancels,
             marks_durable: Default::default(),
             key_cursors: Default::default(),
+            claim_cursors: Default::default(),
             key_repairs: crate::claim::key_repair::KeyRepairs::new(self.pool.clone()),
         }
     }

@@ -130,7 +130,11 @@ pub(crate) async fn claim_round(
     // the read). Not after a drain round that found its peers had taken the
     // rest: nothing new happened, and re-reading there (every burst ends
     // with one per claim task) cost lease mode a quarter of its claim time.
-    if trigger != Trigger::Drain && ctx.ready_queues.found_nothing(started) {
+    if trigger != Trigger::Drain
+        && ctx
+            .ready_queues
+            .found_nothing(started, ctx.pressure_throttle())
+    {
         return Ok(Round {
             claimed: 0,
             again: true,

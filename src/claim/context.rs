@@ -122,19 +122,35 @@ pub(crate) struct ClaimContext {
     /// Where each fair-keys queue's rotation between limit keys stands
     /// for this worker (`key_rotation.rs`).
     pub key_cursors: crate::claim::key_rotation::KeyCursors,
+    /// Where the all-queues claims resume under pressure (`cursor.rs`).
+    pub claim_cursors: crate::claim::cursor::ClaimCursors,
     /// Repairs of limit keys' slot rows that claims reported
     /// (`key_repair.rs`).
     pub key_repairs: crate::claim::key_repair::KeyRepairs,
 }
 
 impl ClaimContext {
+    /// Under database pressure (the governor's level above ok at the last
+    /// sample), the least time between two reads of the ready queues, and
+    /// between two claims from the head of the claim index (cursor.rs).
+    pub(crate) fn pressure_throttle(&self) -> Option<std::time::Duration> {
+        self.health
+            .claims_resume()
+            .then_some(self.config.pressure_head_scan_every)
+    }
+
     /// Where `spec` claims this round (reading the ready queues when stale).
     pub(crate) async fn targets(&self, spec: &ClaimSpec) -> crate::error::Result<Targets> {
         // Listed queues are tried by name: they need the limited queues only.
         let wants_ready = matches!(spec.queues, crate::claim::plan::Queues::AllExcept(_));
         let (ready, limited) = self
             .ready_queues
-            .get(&self.pool, self.config.prepared_statements, wants_ready)
+            .get(
+                &self.pool,
+                self.config.prepared_statements,
+                wants_ready,
+                self.pressure_throttle(),
+            )
             .await?;
         Ok(spec.targets(&self.cursor, &ready, &limited))
     }

@@ -25,7 +25,7 @@
 
 use std::collections::HashMap;
 use std::sync::Mutex;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use crate::claim::plan::Rates;
 use crate::config::PreparedStatements;
@@ -76,6 +76,12 @@ struct State {
     /// that started the round), and only a read begun after this instant
     /// counts as fresh.
     stale_since: Option<Instant>,
+    /// Under database pressure: at most one read of the ready queues per
+    /// this long (each walks the head of the claim index, which a held
+    /// vacuum horizon fills with entries no read can skip: 0.1 → 29 ms a
+    /// read in docs/src/performance.md, "Under a pinned vacuum horizon").
+    /// Set by the caller for each call (`None`: no limit).
+    throttle: Option<Duration>,
 }
 
 /// What a claim round does with the list.
@@ -102,7 +108,7 @@ impl State {
             }
             _ => false,
         };
-        if counted || (self.reading > 0 && self.stale_since.is_none()) {
+        if counted || (self.reading > 0 && self.stale_since.is_none()) || self.throttled() {
             return Next::Use(self.queues.clone(), self.limited.clone());
         }
         self.reading += 1;
@@ -130,13 +136,24 @@ impl State {
         }
     }
 
+    /// Whether a read now would come within [`State::throttle`] of the
+    /// last one.
+    fn throttled(&self) -> bool {
+        match (self.throttle, self.read_started) {
+            (Some(every), Some(at)) => at.elapsed() < every,
+            _ => false,
+        }
+    }
+
     /// See [`ReadyQueues::found_nothing`].
     fn found_nothing(&mut self, round_started: Instant) -> bool {
         if self.unread {
             // This round (or another since the list was emptied) claimed
-            // without reading it and found nothing: read it now.
+            // without reading it and found nothing: read it now; under
+            // pressure, within the throttle, at the next event instead
+            // (claiming again now would only find the read throttled).
             self.rounds = Some(REFRESH_ROUNDS);
-            return true;
+            return !self.throttled();
         }
         if self.rounds.is_none() || !self.limited.is_empty() {
             // Limited queues are claimed only when the list shows them
@@ -148,7 +165,7 @@ impl State {
             // minutes): read and claim again now.
             if !self.limited.is_empty() && self.read_started.is_none_or(|s| s < round_started) {
                 self.stale_since = Some(round_started);
-                return true;
+                return !self.throttled();
             }
             return false;
         }
@@ -177,13 +194,14 @@ impl ReadyQueues {
         pool: &deadpool_postgres::Pool,
         prepared: PreparedStatements,
         wants_ready: bool,
+        throttle: Option<Duration>,
     ) -> Result<(Vec<String>, HashMap<String, Rates>)> {
-        let read_ready = match self
-            .state
-            .lock()
-            .expect("ready queues lock")
-            .next(wants_ready)
-        {
+        let next = {
+            let mut s = self.state.lock().expect("ready queues lock");
+            s.throttle = throttle;
+            s.next(wants_ready)
+        };
+        let read_ready = match next {
             Next::Use(queues, limited) => return Ok((queues, limited)),
             Next::Read { ready } => ready,
         };
@@ -259,11 +277,13 @@ impl ReadyQueues {
     /// that started this round), so read and claim again now. Before, such
     /// a job waited for the next event (a poll: 2 s by default; in a test
     /// with polls 10 minutes apart, until another job's timeout).
-    pub(crate) fn found_nothing(&self, round_started: Instant) -> bool {
-        self.state
-            .lock()
-            .expect("ready queues lock")
-            .found_nothing(round_started)
+    /// Under pressure (`throttle`: the least time between two reads),
+    /// never `true` within the throttle of the last read: the next event
+    /// (a notification, a poll) claims again.
+    pub(crate) fn found_nothing(&self, round_started: Instant, throttle: Option<Duration>) -> bool {
+        let mut s = self.state.lock().expect("ready queues lock");
+        s.throttle = throttle;
+        s.found_nothing(round_started)
     }
 }
 

@@ -9,6 +9,7 @@ pub(crate) mod claimed;
 pub(crate) mod claimer;
 pub(crate) mod completer;
 pub(crate) mod context;
+pub(crate) mod cursor;
 pub(crate) mod executor;
 pub(crate) mod fair;
 pub(crate) mod idle;

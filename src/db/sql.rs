@@ -87,6 +87,8 @@ statements! {
     CLAIM_LEASE_QUEUE = "claim_lease_queue" [INT8, TEXT, TEXT_ARRAY, TEXT_ARRAY, TEXT, FLOAT8,
         INT8];
     CLAIM_TX_ALL = "claim_tx_all" [INT8, TEXT_ARRAY, TEXT_ARRAY, TEXT_ARRAY];
+    CLAIM_TX_ALL_AFTER = "claim_tx_all_after" [INT8, TEXT_ARRAY, TEXT_ARRAY, TEXT_ARRAY, INT4,
+        TIMESTAMPTZ, INT8];
     CLAIM_TX_LIMITED = "claim_tx_limited" [INT8, TEXT, TEXT_ARRAY, TEXT_ARRAY, INT8, TEXT,
         TEXT_ARRAY];
     CLAIM_TX_ONE = "claim_tx_one" [INT8, BOOL, BOOL];

@@ -131,6 +131,8 @@ impl Sampler {
             {
                 Ok(s) => {
                     self.health.set_db(true);
+                    self.health
+                        .set_oldest_transaction_age(s.oldest_transaction_age);
                     self.publish(&s);
                     self.govern().await;
                 }

@@ -7,6 +7,7 @@
 mod common;
 
 mod bounds;
+mod cursor;
 mod fair_keys;
 mod key_backlog;
 mod key_limits;

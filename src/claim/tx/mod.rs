@@ -45,8 +45,8 @@ use crate::error::{Error, Result};
 use crate::metrics;
 
 use crate::db::sql::{
-    Db, CLAIM_TX_ALL as CLAIM_ALL, CLAIM_TX_LIMITED as CLAIM_LIMITED,
-    CLAIM_TX_QUEUE as CLAIM_QUEUE, SUSPECTS,
+    Db, CLAIM_TX_ALL as CLAIM_ALL, CLAIM_TX_ALL_AFTER as CLAIM_ALL_AFTER,
+    CLAIM_TX_LIMITED as CLAIM_LIMITED, CLAIM_TX_QUEUE as CLAIM_QUEUE, SUSPECTS,
 };
 
 pub(crate) mod ahead;
@@ -123,6 +123,11 @@ pub(crate) async fn claim_and_run(
     // ordered index scan) until one has jobs.
     // A rate-limited queue's admissions are committed first (targets.rs).
     let mut walk = Walk::new(ctx, spec, queues, limit);
+    let claim_cursor = crate::claim::cursor::CursorUse {
+        cursors: &ctx.claim_cursors,
+        under_pressure: ctx.health.claims_resume(),
+        head_every: ctx.config.pressure_head_scan_every,
+    };
     let first_target = walk
         .next()
         .await?
@@ -143,6 +148,7 @@ pub(crate) async fn claim_and_run(
             &walk,
             &ctx.key_cursors,
             &ctx.key_repairs,
+            claim_cursor,
         ),
         db.query(&SUSPECTS, &[])
     );
@@ -171,6 +177,7 @@ pub(crate) async fn claim_and_run(
             &walk,
             &ctx.key_cursors,
             &ctx.key_repairs,
+            claim_cursor,
         )
         .await
         .map_err(Error::db("claim"))?;
@@ -301,15 +308,48 @@ pub(super) async fn claim_rows(
     walk: &Walk<'_>,
     cursors: &crate::claim::key_rotation::KeyCursors,
     repairs: &crate::claim::key_repair::KeyRepairs,
+    claim_cursor: crate::claim::cursor::CursorUse<'_>,
 ) -> std::result::Result<Vec<tokio_postgres::Row>, tokio_postgres::Error> {
     let (admission, admitted_keys) = (walk.admission(), walk.admitted_keys());
     match target {
         Target::All => {
-            c.query(
-                &CLAIM_ALL,
-                &[&limit, &except, &spec.tasks_in, &spec.tasks_not_in],
-            )
-            .await
+            // Under pressure, after the last job claimed (cursor.rs).
+            let from = claim_cursor.cursors.start(
+                spec,
+                claim_cursor.under_pressure,
+                claim_cursor.head_every,
+                Instant::now(),
+            );
+            let rows = match &from {
+                None => {
+                    c.query(
+                        &CLAIM_ALL,
+                        &[&limit, &except, &spec.tasks_in, &spec.tasks_not_in],
+                    )
+                    .await?
+                }
+                Some((priority, run_at, id)) => {
+                    c.query(
+                        &CLAIM_ALL_AFTER,
+                        &[
+                            &limit,
+                            &except,
+                            &spec.tasks_in,
+                            &spec.tasks_not_in,
+                            priority,
+                            run_at,
+                            id,
+                        ],
+                    )
+                    .await?
+                }
+            };
+            claim_cursor.cursors.claimed(
+                spec,
+                from.is_some(),
+                rows.iter().map(crate::claim::cursor::key_of).max(),
+            );
+            Ok(rows)
         }
         Target::Queue(q) => {
             c.query(

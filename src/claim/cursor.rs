@@ -1,0 +1,197 @@
+//! Claims that resume after the last job claimed, under database pressure
+//! (issue 35, item 1).
+//!
+//! A claim walks the claim index from its head. Each job a claim takes
+//! leaves its index entry behind until vacuum removes it, and while the
+//! vacuum horizon is held (a forgotten `BEGIN`, a long report, a slot) no
+//! claim can even mark those entries dead: every claim walks every entry of
+//! every job claimed since the horizon stopped, and the claims take the
+//! server's cores from the producers (docs/src/performance.md, "Under a
+//! pinned vacuum horizon": 0.125 → 10.9 ms a claim, producers 1,500 → 240
+//! inserts/s). So while the governor says the database is under pressure
+//! (`Health::under_pressure`), the all-queues tx-mode claim starts after
+//! the last job this worker claimed (`claim_tx_all_after`, an index bound)
+//! instead of at the head, and only one claim per
+//! [`WorkerConfig::pressure_head_scan_every`](crate::WorkerConfig) (1 s)
+//! starts at the head.
+//!
+//! ```text
+//!  not under pressure: every claim from the head (the cursor kept up to date)
+//!  under pressure:     head claim ──▶ cursor = its last job
+//!                      claims within head_every: after the cursor
+//!                         (cursor = the furthest job they took)
+//!                      head_every later: a head claim again
+//! ```
+//!
+//! What a claim after the cursor cannot see waits for the next head claim
+//! (at most `head_every`, while a claim task is awake): jobs that sort
+//! before the cursor — a producer's job committed late (its `run_at` is
+//! its transaction's start), a job released by its ordering key, a rescued
+//! lease, the jobs of a rolled-back claim, a new job of a higher priority.
+//! Only under pressure, where the alternative is every claim paying for the
+//! pinned horizon.
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use chrono::{DateTime, Utc};
+
+use crate::claim::plan::ClaimSpec;
+
+/// A job's place in claim order: (priority, run_at, id).
+pub(crate) type Key = (i32, DateTime<Utc>, i64);
+
+/// How far behind the last job claimed a claim resumes, in `run_at`: a
+/// producer's job takes its `run_at` when its statement starts and becomes
+/// visible when its transaction commits, so with several producers a job
+/// committed a moment after a later-stamped one sorts behind the cursor.
+/// Resuming this far back takes those at once (the claim walks this much
+/// of the index again, about 375 entries at 1,500 jobs/s); later ones wait
+/// for the next claim from the head.
+pub(crate) const LAG: Duration = Duration::from_millis(250);
+
+/// The claim key of a claimed row (claim columns: id 0, priority 4,
+/// run_at 5).
+pub(crate) fn key_of(row: &tokio_postgres::Row) -> Key {
+    (row.get(4), row.get(5), row.get(0))
+}
+
+/// Each claim spec's cursor.
+#[derive(Debug, Default)]
+pub(crate) struct ClaimCursors {
+    /// By spec (its address: the specs live in the claim context's plan for
+    /// the worker's life).
+    state: Mutex<HashMap<usize, Cursor>>,
+}
+
+#[derive(Debug, Default)]
+struct Cursor {
+    /// The last job claimed, in claim order.
+    after: Option<Key>,
+    /// When the last claim from the head was sent.
+    head_at: Option<Instant>,
+}
+
+/// How claims of one round use the cursors.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct CursorUse<'a> {
+    pub cursors: &'a ClaimCursors,
+    /// The governor's level above ok at the last sample.
+    pub under_pressure: bool,
+    /// Under pressure, one claim from the head per this long.
+    pub head_every: Duration,
+}
+
+impl ClaimCursors {
+    /// Where a claim of `spec` sent `now` starts: after the returned key,
+    /// or at the head (`None`, recorded as the spec's last head claim).
+    /// After the cursor only under pressure, with a cursor known and a head
+    /// claim within `head_every`.
+    pub(crate) fn start(
+        &self,
+        spec: &ClaimSpec,
+        under_pressure: bool,
+        head_every: Duration,
+        now: Instant,
+    ) -> Option<Key> {
+        let mut state = self.state.lock().expect("claim cursors");
+        let c = state.entry(spec as *const ClaimSpec as usize).or_default();
+        if under_pressure {
+            if let (Some((priority, run_at, _)), Some(at)) = (c.after, c.head_at) {
+                if now.saturating_duration_since(at) < head_every {
+                    let lag = chrono::Duration::from_std(LAG).expect("a small duration");
+                    return Some((priority, run_at - lag, i64::MIN));
+                }
+            }
+        }
+        c.head_at = Some(now);
+        None
+    }
+
+    /// A claim of `spec` (after a cursor, or from the head) took jobs up to
+    /// `last` in claim order. A head claim sets the cursor to its last job
+    /// (there may be jobs after it that it had no room for); a claim after
+    /// the cursor moves it on, never back (claims in flight at once finish
+    /// in any order).
+    pub(crate) fn claimed(&self, spec: &ClaimSpec, after_cursor: bool, last: Option<Key>) {
+        let Some(last) = last else { return };
+        let mut state = self.state.lock().expect("claim cursors");
+        let c = state.entry(spec as *const ClaimSpec as usize).or_default();
+        c.after = Some(match (after_cursor, c.after) {
+            (true, Some(a)) => a.max(last),
+            _ => last,
+        });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{ClaimCursors, Key};
+    use crate::claim::plan::{ClaimSpec, Queues};
+    use crate::handler::Delivery;
+    use chrono::{TimeZone, Utc};
+    use std::time::{Duration, Instant};
+
+    fn key(id: i64) -> Key {
+        (
+            0,
+            Utc.timestamp_opt(1_700_000_000, 0).unwrap() + chrono::Duration::seconds(id),
+            id,
+        )
+    }
+
+    /// Where a claim resumes after `key(id)`: LAG before its run_at.
+    fn lagged(id: i64) -> Key {
+        let (p, r, _) = key(id);
+        (
+            p,
+            r - chrono::Duration::from_std(super::LAG).unwrap(),
+            i64::MIN,
+        )
+    }
+
+    #[test]
+    fn under_pressure_claims_resume_after_the_cursor_and_the_head_comes_back() {
+        let spec = ClaimSpec {
+            mode: Delivery::Tx,
+            queues: Queues::AllExcept(Vec::new()),
+            tasks_in: None,
+            tasks_not_in: Vec::new(),
+        };
+        let c = ClaimCursors::default();
+        let every = Duration::from_secs(1);
+        let t0 = Instant::now();
+        assert_eq!(c.start(&spec, true, every, t0), None, "no cursor yet");
+        c.claimed(&spec, false, Some(key(10)));
+        assert_eq!(
+            c.start(&spec, false, every, t0),
+            None,
+            "no pressure: the head"
+        );
+        assert_eq!(
+            c.start(&spec, true, every, t0 + every / 2),
+            Some(lagged(10)),
+            "under pressure, within the head's period: after the cursor"
+        );
+        c.claimed(&spec, true, Some(key(20)));
+        c.claimed(&spec, true, Some(key(15)));
+        assert_eq!(
+            c.start(&spec, true, every, t0 + every / 2),
+            Some(lagged(20)),
+            "claims in flight at once never move it back"
+        );
+        c.claimed(&spec, true, None);
+        assert_eq!(
+            c.start(&spec, true, every, t0 + every),
+            None,
+            "the head again"
+        );
+        c.claimed(&spec, false, Some(key(5)));
+        assert_eq!(
+            c.start(&spec, true, every, t0 + every + every / 2),
+            Some(lagged(5)),
+            "a head claim sets the cursor, back if it found jobs before it"
+        );
+    }
+}
