@@ -65,7 +65,7 @@ impl Health {
 
     /// Whether claims resume after the last job claimed (`claim/cursor.rs`):
     /// the database under pressure, or a transaction open for
-    /// [`HORIZON_HELD`] or more at the last sample.
+    /// 5 s or more at the last sample.
     pub fn claims_resume(&self) -> bool {
         self.under_pressure() || self.horizon_held.load(Ordering::Relaxed)
     }
