@@ -130,9 +130,11 @@ pub(crate) struct ClaimContext {
 }
 
 impl ClaimContext {
-    /// Under database pressure (the governor's level above ok at the last
-    /// sample), the least time between two reads of the ready queues, and
-    /// between two claims from the head of the claim index (cursor.rs).
+    /// While claims resume after the last job claimed
+    /// (`Health::claims_resume`: the governor's level above ok, or a
+    /// transaction open 5 s, at the last sample), the least time between
+    /// two reads of the ready queues, and between two claims from the head
+    /// of the claim index (cursor.rs).
     pub(crate) fn pressure_throttle(&self) -> Option<std::time::Duration> {
         self.health
             .claims_resume()

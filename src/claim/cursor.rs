@@ -9,7 +9,7 @@
 //! server's cores from the producers (docs/src/performance.md, "Under a
 //! pinned vacuum horizon": 0.125 → 10.9 ms a claim, producers 1,500 → 240
 //! inserts/s). So while the governor says the database is under pressure
-//! (`Health::under_pressure`), the all-queues tx-mode claim starts after
+//! (`Health::claims_resume`), the all-queues tx-mode claim starts after
 //! the last job this worker claimed (`claim_tx_all_after`, an index bound)
 //! instead of at the head, and only one claim per
 //! [`WorkerConfig::pressure_head_scan_every`](crate::WorkerConfig) (1 s)
@@ -77,27 +77,26 @@ struct Cursor {
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct CursorUse<'a> {
     pub cursors: &'a ClaimCursors,
-    /// The governor's level above ok at the last sample.
-    pub under_pressure: bool,
-    /// Under pressure, one claim from the head per this long.
-    pub head_every: Duration,
+    /// While claims resume after the cursor (`ClaimContext::pressure_throttle`:
+    /// under pressure), one claim from the head per this long; `None`:
+    /// every claim from the head.
+    pub head_every: Option<Duration>,
 }
 
 impl ClaimCursors {
     /// Where a claim of `spec` sent `now` starts: after the returned key,
     /// or at the head (`None`, recorded as the spec's last head claim).
-    /// After the cursor only under pressure, with a cursor known and a head
-    /// claim within `head_every`.
+    /// After the cursor only under pressure (`head_every` given), with a
+    /// cursor known and a head claim within `head_every`.
     pub(crate) fn start(
         &self,
         spec: &ClaimSpec,
-        under_pressure: bool,
-        head_every: Duration,
+        head_every: Option<Duration>,
         now: Instant,
     ) -> Option<Key> {
         let mut state = self.state.lock().expect("claim cursors");
         let c = state.entry(spec as *const ClaimSpec as usize).or_default();
-        if under_pressure {
+        if let Some(head_every) = head_every {
             if let (Some((priority, run_at, _)), Some(at)) = (c.after, c.head_at) {
                 if now.saturating_duration_since(at) < head_every {
                     let lag = chrono::Duration::from_std(LAG).expect("a small duration");
@@ -162,34 +161,30 @@ mod tests {
         let c = ClaimCursors::default();
         let every = Duration::from_secs(1);
         let t0 = Instant::now();
-        assert_eq!(c.start(&spec, true, every, t0), None, "no cursor yet");
+        assert_eq!(c.start(&spec, Some(every), t0), None, "no cursor yet");
         c.claimed(&spec, false, Some(key(10)));
+        assert_eq!(c.start(&spec, None, t0), None, "no pressure: the head");
         assert_eq!(
-            c.start(&spec, false, every, t0),
-            None,
-            "no pressure: the head"
-        );
-        assert_eq!(
-            c.start(&spec, true, every, t0 + every / 2),
+            c.start(&spec, Some(every), t0 + every / 2),
             Some(lagged(10)),
             "under pressure, within the head's period: after the cursor"
         );
         c.claimed(&spec, true, Some(key(20)));
         c.claimed(&spec, true, Some(key(15)));
         assert_eq!(
-            c.start(&spec, true, every, t0 + every / 2),
+            c.start(&spec, Some(every), t0 + every / 2),
             Some(lagged(20)),
             "claims in flight at once never move it back"
         );
         c.claimed(&spec, true, None);
         assert_eq!(
-            c.start(&spec, true, every, t0 + every),
+            c.start(&spec, Some(every), t0 + every),
             None,
             "the head again"
         );
         c.claimed(&spec, false, Some(key(5)));
         assert_eq!(
-            c.start(&spec, true, every, t0 + every + every / 2),
+            c.start(&spec, Some(every), t0 + every + every / 2),
             Some(lagged(5)),
             "a head claim sets the cursor, back if it found jobs before it"
         );

@@ -125,8 +125,7 @@ pub(crate) async fn claim_and_run(
     let mut walk = Walk::new(ctx, spec, queues, limit);
     let claim_cursor = crate::claim::cursor::CursorUse {
         cursors: &ctx.claim_cursors,
-        under_pressure: ctx.health.claims_resume(),
-        head_every: ctx.config.pressure_head_scan_every,
+        head_every: ctx.pressure_throttle(),
     };
     let first_target = walk
         .next()
@@ -314,12 +313,9 @@ pub(super) async fn claim_rows(
     match target {
         Target::All => {
             // Under pressure, after the last job claimed (cursor.rs).
-            let from = claim_cursor.cursors.start(
-                spec,
-                claim_cursor.under_pressure,
-                claim_cursor.head_every,
-                Instant::now(),
-            );
+            let from = claim_cursor
+                .cursors
+                .start(spec, claim_cursor.head_every, Instant::now());
             let rows = match &from {
                 None => {
                     c.query(
