@@ -183,7 +183,6 @@ statements! {
     SCHEDULE_RUN_NOW = "schedule_run_now" [TEXT];
     SET_LIMITS = "set_limits" [TEXT];
     STATS_LEASED = "stats_leased" [];
-    SUSPECTS = "suspects" [];
     WAITING_REGISTER = "waiting_register" [TEXT, TEXT_ARRAY, FLOAT8];
     WAITING_SETTLED = "waiting_settled" [TEXT];
     WAITING_SNAPSHOT = "waiting_snapshot" [];

@@ -6,6 +6,7 @@
 #[path = "../common/mod.rs"]
 mod common;
 
+mod batch_marks;
 mod bounds;
 mod cursor;
 mod fair_keys;

@@ -46,18 +46,29 @@ impl UnslottedKeys {
     }
 }
 
+/// What [`mark_batch`] found.
+pub(super) enum Marked {
+    /// The batch is marked: its handlers may run.
+    Mark(Mark),
+    /// Some of its jobs are suspects (an earlier claim of each ended
+    /// without an outcome): nothing is marked; the claim gives every job
+    /// back and runs these alone.
+    Suspects(Vec<i64>),
+}
+
 /// Record "transaction `xid` holds `ids`" before any handler runs (an
 /// asynchronous commit: see [`Mark`]), with the queue of each job when they
 /// hold no queue slots (`queues`: counted by a max_running limit set while
 /// they run), and the keyed jobs that hold no key slot (`keys`: counted by
-/// a per-key limit set while they run).
+/// a per-key limit set while they run) — unless one of `ids` is a suspect
+/// (`batch_mark.sql` checks in the same statement, by job).
 pub(super) async fn mark_batch(
     ctx: &ClaimContext,
     xid: &str,
     ids: &[i64],
     queues: Option<Vec<String>>,
     keys: UnslottedKeys,
-) -> Result<Mark> {
+) -> Result<Marked> {
     let mut conn = crate::db::connect::PooledConn::get(
         &ctx.ledger_pool,
         "claim: no connection to mark the batch",
@@ -87,11 +98,13 @@ pub(super) async fn mark_batch(
         Db::unnamed(&conn).query_one(&BATCH_MARK, &params),
         conn.batch_execute("COMMIT"),
     );
-    let token: i64 = conn
+    let row = conn
         .check(begun.and(marked).and_then(|row| committed.map(|()| row)))
-        .map_err(Error::db("claim: mark batch"))?
-        .get(0);
-    Ok(Mark::new(token, durable, ctx.ledger_pool.clone()))
+        .map_err(Error::db("claim: mark batch"))?;
+    Ok(match row.get::<_, Option<i64>>(0) {
+        Some(token) => Marked::Mark(Mark::new(token, durable, ctx.ledger_pool.clone())),
+        None => Marked::Suspects(row.get(1)),
+    })
 }
 
 /// Run each suspect alone, charged before it starts.
@@ -212,7 +225,11 @@ pub(super) async fn run_suspect(ctx: &ClaimContext, id: i64) -> Result<()> {
     );
     let mark = if queues.is_some() || keys.any() {
         let xid: String = row.get(CLAIM_COLUMNS);
-        Some(mark_batch(ctx, &xid, &[], queues, keys).await?.token)
+        // No job ids: nothing to find suspect, so always a mark.
+        match mark_batch(ctx, &xid, &[], queues, keys).await? {
+            Marked::Mark(mark) => Some(mark.token),
+            Marked::Suspects(_) => unreachable!("a mark without jobs names no suspect"),
+        }
     } else {
         None
     };

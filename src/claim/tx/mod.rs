@@ -2,9 +2,10 @@
 //! handlers run (DESIGN.md §2).
 //!
 //! ```text
-//!  BEGIN; SET LOCAL limits; DELETE … SKIP LOCKED RETURNING (+ suspects)   one round trip
+//!  BEGIN; SET LOCAL limits; DELETE … SKIP LOCKED RETURNING                one round trip
+//!  mark the batch in pgwake.tx_batches unless a job is a suspect
+//!    (other connection, one statement; suspects looked up by job)
 //!  any suspect? ── yes ──▶ ROLLBACK; run each suspect alone (below)
-//!  mark the batch in pgwake.tx_batches (other connection, durable)
 //!  for each job, in claim order:  handler [lazy SAVEPOINT … RELEASE | ROLLBACK TO]
 //!  write requeues and buries (savepoint; per-job fallback), clear the mark; COMMIT
 //!
@@ -46,7 +47,7 @@ use crate::metrics;
 
 use crate::db::sql::{
     Db, CLAIM_TX_ALL as CLAIM_ALL, CLAIM_TX_ALL_AFTER as CLAIM_ALL_AFTER,
-    CLAIM_TX_LIMITED as CLAIM_LIMITED, CLAIM_TX_QUEUE as CLAIM_QUEUE, SUSPECTS,
+    CLAIM_TX_LIMITED as CLAIM_LIMITED, CLAIM_TX_QUEUE as CLAIM_QUEUE,
 };
 
 pub(crate) mod ahead;
@@ -56,7 +57,7 @@ mod run;
 mod sizer;
 mod write;
 
-use ledger::{mark_batch, run_suspects, UnslottedKeys};
+use ledger::{mark_batch, run_suspects, Marked, UnslottedKeys};
 use run::{run_batch, Session};
 pub(crate) use sizer::{batch_limit, BatchSizer};
 pub use sizer::{TX_BATCH_TARGET, TX_BATCH_UNDER_PRESSURE};
@@ -118,8 +119,8 @@ pub(crate) async fn claim_and_run(
     let c = tx.conn();
     let db = Db::pooled(c, ctx.config.prepared_statements);
     let limit = limit as i64;
-    // Pipelined: BEGIN, the first claim and the suspects check go out
-    // together. Queues are tried in turn (a scalar `queue = $2` is an
+    // Pipelined: BEGIN and the first claim go out together. Queues are
+    // tried in turn (a scalar `queue = $2` is an
     // ordered index scan) until one has jobs.
     // A rate-limited queue's admissions are committed first (targets.rs).
     let mut walk = Walk::new(ctx, spec, queues, limit);
@@ -134,8 +135,8 @@ pub(crate) async fn claim_and_run(
     // `biased`: polled in this order every time, so each request goes out
     // in this order even when a cached statement first waits for its
     // Prepare (the default rotates the first future polled, and could send
-    // the suspects check before the claim on a fresh connection).
-    let (begun, first, suspects) = tokio::join!(
+    // the claim before the BEGIN on a fresh connection).
+    let (begun, first) = tokio::join!(
         biased;
         c.batch_execute(&ctx.begin_sql),
         claim_rows(
@@ -149,14 +150,11 @@ pub(crate) async fn claim_and_run(
             &ctx.key_repairs,
             claim_cursor,
         ),
-        db.query(&SUSPECTS, &[])
     );
     begun.map_err(Error::db("claim: begin"))?;
     let mut rows = first.map_err(Error::db("claim"))?;
-    let mut suspects = suspects.map_err(Error::db("claim: suspects"))?;
     // Fill the batch across plain queues (targets.rs): a limited queue is
     // claimed only by a round that found nothing before it, and ends it.
-    let first_claim = rows.len();
     let mut stop = !rows.is_empty() && !Walk::fills_with(first_target);
     while !stop && (rows.len() as i64) < limit {
         match walk.peek() {
@@ -183,12 +181,6 @@ pub(crate) async fn claim_and_run(
         stop = !more.is_empty() && !Walk::fills_with(queue);
         rows.extend(more);
     }
-    if rows.len() > first_claim {
-        suspects = db
-            .query(&SUSPECTS, &[])
-            .await
-            .map_err(Error::db("claim: suspects"))?;
-    }
     // The limit key: after xid, backend pid and the three other keys.
     let used: Vec<Option<&str>> = rows.iter().map(|r| r.get(CLAIM_COLUMNS + 5)).collect();
     let settled = walk.settle(&used).await?;
@@ -207,23 +199,7 @@ pub(crate) async fn claim_and_run(
     }
     let xid: String = rows[0].get(CLAIM_COLUMNS);
     let backend_pid: i32 = rows[0].get(CLAIM_COLUMNS + 1);
-    let suspect_ids: std::collections::HashSet<i64> =
-        suspects.iter().map(|r| r.get::<_, i64>(0)).collect();
-    let suspects: Vec<i64> = rows
-        .iter()
-        .map(|r| r.get::<_, i64>(0))
-        .filter(|id| suspect_ids.contains(id))
-        .collect();
     let count = rows.len();
-    if !suspects.is_empty() {
-        // Nothing has run: give every job back and run the suspects alone.
-        c.batch_execute("ROLLBACK")
-            .await
-            .map_err(Error::db("claim: rollback"))?;
-        tx.release();
-        run_suspects(ctx, suspects).await?;
-        return Ok(count);
-    }
     if count as i64 == limit || limited_hit {
         // There is likely more: let one more task help drain. A limited
         // queue's claim takes one job per transaction (claim_tx_limited.sql),
@@ -270,7 +246,19 @@ pub(crate) async fn claim_and_run(
             .filter(|c| !key_slots.contains(&c.job.id))
             .filter_map(|c| Some((c.job.queue.as_str(), c.keys.limit_key.as_deref()?))),
     );
-    let mark = mark_batch(ctx, &xid, &ids, queues, unslotted_keys).await?;
+    let mark = match mark_batch(ctx, &xid, &ids, queues, unslotted_keys).await? {
+        Marked::Mark(mark) => mark,
+        Marked::Suspects(suspects) => {
+            // Nothing has run: give every job back and run the suspects
+            // alone.
+            c.batch_execute("ROLLBACK")
+                .await
+                .map_err(Error::db("claim: rollback"))?;
+            tx.release();
+            run_suspects(ctx, suspects).await?;
+            return Ok(count);
+        }
+    };
 
     let started = Instant::now();
     let token = mark.token;

@@ -1,0 +1,112 @@
+//! The tx-mode crash check reads marks by job, so a held vacuum horizon,
+//! which leaves every finished batch's deleted mark in `pgwake.tx_batches`,
+//! does not make it slower (issue 35, item 1). It used to read the whole
+//! table after every claim: 0.7 ms per claim after three pinned minutes at
+//! 1,500 jobs/s (scripts/bench-pinned-horizon.sh). Pages touched, from
+//! EXPLAIN (ANALYZE, BUFFERS), stand in for time: no machine load skews them.
+
+use crate::common;
+
+use common::*;
+
+/// The statement a tx-mode claim marks its batch with, for `ids` (in a
+/// transaction rolled back): the mark's token, the suspects it found, and
+/// the pages it touched.
+async fn mark(c: &mut tokio_postgres::Client, ids: &[i64]) -> (Option<i64>, Vec<i64>, i64) {
+    let tx = c.transaction().await.unwrap();
+    let xid: String = tx
+        .query_one("SELECT pg_current_xact_id()::text", &[])
+        .await
+        .unwrap()
+        .get(0);
+    let none: Option<Vec<String>> = None;
+    let params: [&(dyn tokio_postgres::types::ToSql + Sync); 6] =
+        [&xid, &ids, &"a-worker", &none, &none, &none];
+    let text = pgwake::internal::sql::BATCH_MARK.text;
+    let plan: serde_json::Value = tx
+        .query_one(
+            &format!("EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) {text}"),
+            &params,
+        )
+        .await
+        .unwrap()
+        .get(0);
+    let row = tx.query_one(text, &params).await.unwrap();
+    tx.rollback().await.unwrap();
+    let p = &plan[0]["Plan"];
+    let pages = p["Shared Hit Blocks"].as_i64().unwrap_or(0)
+        + p["Shared Read Blocks"].as_i64().unwrap_or(0);
+    (row.get(0), row.get(1), pages)
+}
+
+#[tokio::test]
+async fn the_crash_check_reads_only_the_marks_of_the_jobs_claimed_however_many_dead_marks_a_held_horizon_keeps(
+) {
+    let db = migrated_db().await;
+    let mut c = db.client().await;
+    c.batch_execute("ALTER TABLE pgwake.tx_batches SET (autovacuum_enabled = false)")
+        .await
+        .unwrap();
+    // One crashed batch: its claim transaction is over, its mark stays.
+    mark_as_crashed_batch(&db, &[7, 8]).await;
+    // A long transaction elsewhere holds the horizon.
+    let pin = connect_as(&db, "metabase").await;
+    pin.batch_execute("BEGIN ISOLATION LEVEL REPEATABLE READ; SELECT 1;")
+        .await
+        .unwrap();
+    // 20,000 batches that reported: each mark deleted in its claim's
+    // commit, and kept by the horizon (one statement per 1,000: the same
+    // dead rows a worker leaves).
+    for chunk in 0..20 {
+        c.batch_execute(&format!(
+            "INSERT INTO pgwake.tx_batches (xid, job_ids, worker_id)
+             SELECT pg_current_xact_id(), ARRAY[g, g + 1000000], 'w'
+             FROM generate_series({0}, {0} + 999) AS g;
+             DELETE FROM pgwake.tx_batches WHERE worker_id = 'w';",
+            1000 + chunk * 1000
+        ))
+        .await
+        .unwrap();
+    }
+    let table_pages: i64 = db
+        .scalar(
+            "SELECT pg_relation_size('pgwake.tx_batches') / current_setting('block_size')::bigint",
+        )
+        .await;
+    assert!(
+        table_pages >= 100,
+        "the dead marks fill {table_pages} pages (expected ≥ 100)"
+    );
+
+    // Fresh jobs: marked, nothing suspect, a handful of pages.
+    let (token, suspects, pages) = mark(&mut c, &[5_000_001, 5_000_002, 5_000_003]).await;
+    assert!(token.is_some(), "a batch without suspects is marked");
+    assert!(suspects.is_empty(), "{suspects:?}");
+    assert!(
+        pages * 4 < table_pages,
+        "the check read {pages} pages of a {table_pages}-page table of dead marks"
+    );
+
+    // Jobs that were claimed before (their marks dead): not suspects.
+    let (token, suspects, _) = mark(&mut c, &[1500, 1_001_500]).await;
+    assert!(token.is_some());
+    assert!(suspects.is_empty(), "{suspects:?}");
+
+    // A job of the crashed batch: a suspect, and nothing is marked.
+    let (token, suspects, pages) = mark(&mut c, &[5_000_004, 8]).await;
+    assert_eq!(token, None, "a batch with a suspect is not marked");
+    assert_eq!(suspects, vec![8]);
+    assert!(
+        pages * 4 < table_pages,
+        "the check read {pages} pages of a {table_pages}-page table of dead marks"
+    );
+
+    // A job charged in tx_attempts (a crashed batch of one, adopted).
+    c.batch_execute("INSERT INTO pgwake.tx_attempts (job_id, charged) VALUES (9, 1)")
+        .await
+        .unwrap();
+    let (token, suspects, _) = mark(&mut c, &[9, 5_000_005]).await;
+    assert_eq!(token, None);
+    assert_eq!(suspects, vec![9]);
+    pin.batch_execute("ROLLBACK").await.unwrap();
+}
