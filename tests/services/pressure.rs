@@ -3,7 +3,9 @@
 //! thresholds (hysteresis), each change is made and logged once however
 //! many callers race, nonsense thresholds are refused with their range, and
 //! a role that cannot see every session gets a reading that says so and
-//! changes nothing, as does a read-only transaction.
+//! changes nothing, as does a read-only transaction; a prepared transaction
+//! drives the level like a session, and a logical slot and a streaming
+//! standby with feedback are reported beside it.
 
 use crate::common;
 
@@ -383,4 +385,99 @@ async fn a_role_without_pg_read_all_stats_or_a_read_only_transaction_changes_not
         ))
         .await
         .ok();
+}
+
+/// The other holders a production database meets, each made for real on a
+/// private cluster: a prepared transaction holds the horizon (a cause that
+/// drives the level, naming its gid and the fix); a logical replication
+/// slot and a streaming standby with `hot_standby_feedback` are reported
+/// beside the level, as information, and drive nothing (their hold is an
+/// age in transactions, not seconds).
+#[tokio::test]
+async fn a_prepared_transaction_drives_the_level_and_slots_and_standbys_are_reported() {
+    let (cluster, db) = private_cluster_db_with(&[
+        ("max_prepared_transactions", "2"),
+        ("wal_level", "logical"),
+        ("hot_standby_feedback", "on"),
+    ])
+    .await;
+    let c = db.client().await;
+    c.batch_execute(
+        "SELECT pgwake.set_pressure_thresholds(horizon_elevated_seconds => 1, horizon_critical_seconds => 3600);
+         CREATE TABLE imports (id int)",
+    )
+    .await
+    .unwrap();
+
+    // A prepared transaction that took an xid: it holds the horizon with no
+    // session at all.
+    let importer = db.client().await;
+    importer
+        .batch_execute(
+            "BEGIN; INSERT INTO imports VALUES (1); PREPARE TRANSACTION 'nightly-import';",
+        )
+        .await
+        .unwrap();
+    drop(importer);
+    let elevated = wait_level(&c, Level::Elevated).await;
+    let h = cause(&elevated, "horizon").expect("a horizon cause");
+    assert_eq!(h.fields["holder"], "prepared transaction", "{h:?}");
+    assert_eq!(h.fields["gid"], "nightly-import", "{h:?}");
+    assert!(
+        h.detail
+            .contains("by prepared transaction 'nightly-import'")
+            && h.detail.contains("ROLLBACK PREPARED"),
+        "{}",
+        h.detail
+    );
+    c.batch_execute("ROLLBACK PREPARED 'nightly-import'")
+        .await
+        .unwrap();
+    wait_level(&c, Level::Ok).await;
+
+    // A logical slot (its catalog_xmin) and a standby whose feedback holds
+    // an xmin: reported, level unchanged.
+    c.batch_execute("SELECT pg_create_logical_replication_slot('cdc', 'test_decoding')")
+        .await
+        .unwrap();
+    let standby = tokio::task::spawn_blocking(move || {
+        let standby = cluster.start_standby().expect("pg_basebackup a standby");
+        (cluster, standby)
+    })
+    .await
+    .unwrap();
+    let p = wait_for("the standby's feedback in the reading", WAIT, async || {
+        let p = reading(&c).await;
+        match cause(&p, "replication") {
+            Some(r) if !r.fields["xmin_age"].is_null() => Ok(p),
+            other => Err(format!("{other:?}")),
+        }
+    })
+    .await;
+    assert_eq!(
+        p.level,
+        Level::Ok,
+        "slots and standbys drive nothing: {p:?}"
+    );
+    let slot = cause(&p, "replication_slot").expect("a slot cause");
+    assert_eq!(slot.level, "info");
+    assert_eq!(slot.fields["slot"], "cdc", "{slot:?}");
+    assert!(
+        slot.detail
+            .starts_with("logical replication slot 'cdc' (inactive: drop it"),
+        "{}",
+        slot.detail
+    );
+    let replica = cause(&p, "replication").unwrap();
+    assert_eq!(replica.level, "info");
+    assert!(
+        replica.detail.starts_with("standby ")
+            && replica.detail.contains("its feedback holds an xmin"),
+        "{}",
+        replica.detail
+    );
+    c.batch_execute("SELECT pg_drop_replication_slot('cdc')")
+        .await
+        .unwrap();
+    drop(standby);
 }
