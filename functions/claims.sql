@@ -178,8 +178,12 @@ BEGIN
 END
 $$;
 
--- lease-mode claim over every queue but `skip_queues`. Moves the jobs into
--- pgwake.leased_jobs in one statement, with this attempt counted and a
+-- lease-mode claim over every queue but `skip_queues`, of the jobs after
+-- (`after_priority`, `after_run_at`, `after_id`) in claim order
+-- (src/claim/cursor.rs: under database pressure, claims resume after the
+-- last job claimed instead of walking the head of the claim index, where
+-- the entries of jobs claimed while the vacuum horizon is held stay).
+-- Moves the jobs into pgwake.leased_jobs in one statement, with this attempt counted and a
 -- fresh claim token (never reused: every later write of this run is fenced
 -- by it). `holds_slot` false: these queues have no max_running limit
 -- (migration 0011).
@@ -190,9 +194,10 @@ $$;
 -- attempt). A suspect (a job so refunded before) is never buffered: a claim
 -- for the buffer alone (`run_now` 0) skips suspects, and one past the free
 -- slots is left for a later claim.
-CREATE OR REPLACE FUNCTION pgwake.claim_lease_all(
+CREATE OR REPLACE FUNCTION pgwake.claim_lease_all_after(
     claim_limit bigint, skip_queues text[], only_tasks text[], never_tasks text[],
-    worker text, lease_seconds double precision, run_now bigint)
+    worker text, lease_seconds double precision, run_now bigint,
+    after_priority integer, after_run_at timestamptz, after_id bigint)
 RETURNS TABLE (id bigint, queue text, task text, payload text, priority integer,
                run_at timestamptz, attempts integer, max_attempts integer, last_error text,
                created_at timestamptz, timeout_s double precision, pickup_s double precision,
@@ -213,6 +218,8 @@ BEGIN
     picked := ARRAY(
         SELECT ctid FROM pgwake.jobs
         WHERE run_at <= now() AND queue <> ALL(skip_queues)
+          -- After the cursor: an index bound (the index's own order).
+          AND (priority, run_at, id) > (after_priority, after_run_at, after_id)
           AND queue NOT IN (SELECT name FROM pgwake.queues
                             WHERE paused OR max_running IS NOT NULL OR rate_count IS NOT NULL
                                OR fair_keys OR key_limits OR key_rate_count IS NOT NULL)
@@ -248,6 +255,22 @@ BEGIN
               l.token, l.ordering_key, l.unique_key, coalesce(l.ordering_at, l.run_at), l.limit_key,
               l.suspect, l.buffered;
 END
+$$;
+
+-- claim_lease_all_after from the head (every claim but those under
+-- pressure, src/claim/lease.rs).
+CREATE OR REPLACE FUNCTION pgwake.claim_lease_all(
+    claim_limit bigint, skip_queues text[], only_tasks text[], never_tasks text[],
+    worker text, lease_seconds double precision, run_now bigint)
+RETURNS TABLE (id bigint, queue text, task text, payload text, priority integer,
+               run_at timestamptz, attempts integer, max_attempts integer, last_error text,
+               created_at timestamptz, timeout_s double precision, pickup_s double precision,
+               token bigint, ordering_key text, unique_key text, ordering_at timestamptz,
+               limit_key text, suspect boolean, buffered boolean)
+LANGUAGE sql VOLATILE AS $$
+    SELECT * FROM pgwake.claim_lease_all_after(claim_limit, skip_queues, only_tasks, never_tasks,
+                                               worker, lease_seconds, run_now,
+                                               -2147483648, '-infinity', -9223372036854775808)
 $$;
 
 -- lease-mode claim from one queue, in claim order on jobs_queue_ready_idx;

@@ -9,8 +9,9 @@
 //! server's cores from the producers (docs/src/performance.md, "Under a
 //! pinned vacuum horizon": 0.125 → 10.9 ms a claim, producers 1,500 → 240
 //! inserts/s). So while the governor says the database is under pressure
-//! (`Health::claims_resume`), the all-queues tx-mode claim starts after
-//! the last job this worker claimed (`claim_tx_all_after`, an index bound)
+//! (`Health::claims_resume`), the all-queues claims of both modes start after
+//! the last job this worker claimed (`claim_tx_all_after`,
+//! `claim_lease_all_after`: an index bound)
 //! instead of at the head, and only one claim per
 //! [`WorkerConfig::pressure_head_scan_every`](crate::WorkerConfig) (1 s)
 //! starts at the head.

@@ -42,8 +42,9 @@ use crate::job::Resolution;
 use crate::metrics;
 
 use crate::db::sql::{
-    Db, CLAIM_LEASE_ALL as CLAIM_ALL, CLAIM_LEASE_LIMITED as CLAIM_LIMITED,
-    CLAIM_LEASE_QUEUE as CLAIM_QUEUE, LEASE_HEARTBEAT as HEARTBEAT,
+    Db, CLAIM_LEASE_ALL as CLAIM_ALL, CLAIM_LEASE_ALL_AFTER as CLAIM_ALL_AFTER,
+    CLAIM_LEASE_LIMITED as CLAIM_LIMITED, CLAIM_LEASE_QUEUE as CLAIM_QUEUE,
+    LEASE_HEARTBEAT as HEARTBEAT,
 };
 
 /// Claim up to `limit` jobs for `spec` (one per free slot, and room in the
@@ -109,19 +110,55 @@ pub(crate) async fn claim(
         let db = Db::pooled(&conn, ctx.config.prepared_statements);
         let r = match queue {
             Target::All => {
-                db.query(
-                    &CLAIM_ALL,
-                    &[
-                        &wanted,
-                        &except,
-                        &spec.tasks_in,
-                        &spec.tasks_not_in,
-                        &ctx.worker_id,
-                        &lease,
-                        &run_now,
-                    ],
-                )
-                .await
+                // Under pressure, after the last job claimed (cursor.rs).
+                let from = ctx.claim_cursors.start(
+                    spec,
+                    ctx.pressure_throttle(),
+                    std::time::Instant::now(),
+                );
+                let r = match &from {
+                    None => {
+                        db.query(
+                            &CLAIM_ALL,
+                            &[
+                                &wanted,
+                                &except,
+                                &spec.tasks_in,
+                                &spec.tasks_not_in,
+                                &ctx.worker_id,
+                                &lease,
+                                &run_now,
+                            ],
+                        )
+                        .await
+                    }
+                    Some((priority, run_at, id)) => {
+                        db.query(
+                            &CLAIM_ALL_AFTER,
+                            &[
+                                &wanted,
+                                &except,
+                                &spec.tasks_in,
+                                &spec.tasks_not_in,
+                                &ctx.worker_id,
+                                &lease,
+                                &run_now,
+                                priority,
+                                run_at,
+                                id,
+                            ],
+                        )
+                        .await
+                    }
+                };
+                if let Ok(rows) = &r {
+                    ctx.claim_cursors.claimed(
+                        spec,
+                        from.is_some(),
+                        rows.iter().map(crate::claim::cursor::key_of).max(),
+                    );
+                }
+                r
             }
             Target::Queue(q) => {
                 db.query(

@@ -82,6 +82,8 @@ statements! {
     CHARGE = "charge" [INT8];
     CLAIM_LEASE_ALL = "claim_lease_all" [INT8, TEXT_ARRAY, TEXT_ARRAY, TEXT_ARRAY, TEXT, FLOAT8,
         INT8];
+    CLAIM_LEASE_ALL_AFTER = "claim_lease_all_after" [INT8, TEXT_ARRAY, TEXT_ARRAY, TEXT_ARRAY, TEXT,
+        FLOAT8, INT8, INT4, TIMESTAMPTZ, INT8];
     CLAIM_LEASE_LIMITED = "claim_lease_limited" [INT8, TEXT, TEXT_ARRAY, TEXT_ARRAY, TEXT, FLOAT8,
         INT8, TEXT, TEXT_ARRAY];
     CLAIM_LEASE_QUEUE = "claim_lease_queue" [INT8, TEXT, TEXT_ARRAY, TEXT_ARRAY, TEXT, FLOAT8,

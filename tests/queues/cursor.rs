@@ -1,4 +1,4 @@
-//! Under database pressure the all-queues tx-mode claims resume after the
+//! Under database pressure the all-queues claims (tx and lease) resume after the
 //! last job claimed instead of walking the head of the claim index, where a
 //! held vacuum horizon keeps the entries of every job claimed since
 //! (src/claim/cursor.rs, issue 35 item 1); one claim per
@@ -14,7 +14,7 @@ use std::collections::HashSet;
 use std::time::Duration;
 
 use common::*;
-use pgwake::Worker;
+use pgwake::{async_trait, BoxError, Delivery, Handler, Job, JobContext, Outcome, Worker};
 
 const LONG: Duration = Duration::from_secs(60);
 
@@ -42,6 +42,21 @@ async fn until_ran(ledger: &Ledger, what: &str, id: i64) {
     .await;
 }
 
+/// Records each job it runs, in the delivery mode given.
+struct InMode(Ledger, Delivery);
+
+#[async_trait]
+impl Handler for InMode {
+    fn delivery(&self) -> Delivery {
+        self.1
+    }
+
+    async fn handle(&self, job: &Job, _ctx: JobContext<'_>) -> Result<Outcome, BoxError> {
+        self.0.record(job);
+        Ok(Outcome::Done)
+    }
+}
+
 async fn level(c: &tokio_postgres::Client) -> String {
     c.query_one("SELECT level FROM pgwake.pressure_state", &[])
         .await
@@ -57,6 +72,7 @@ async fn under_pressure(
     db: &TestDb,
     ledger: &Ledger,
     head_every: Duration,
+    delivery: Delivery,
 ) -> (Running, tokio_postgres::Client) {
     let c = db.client().await;
     c.batch_execute(
@@ -70,7 +86,7 @@ async fn under_pressure(
             pressure_head_scan_every: head_every,
             ..test_config()
         })
-        .handler("work", ok_handler(ledger))
+        .handler("work", InMode(ledger.clone(), delivery))
         .build()
         .unwrap();
     let w = Running::start(worker);
@@ -97,11 +113,20 @@ async fn under_pressure(
 /// (the early job, first in claim order, runs with or before the later
 /// one).
 #[tokio::test]
-async fn under_pressure_claims_resume_after_the_last_job_claimed() {
+async fn under_pressure_claims_resume_after_the_last_job_claimed_tx() {
+    claims_resume_after_the_last_job_claimed(Delivery::Tx).await;
+}
+
+#[tokio::test]
+async fn under_pressure_claims_resume_after_the_last_job_claimed_lease() {
+    claims_resume_after_the_last_job_claimed(Delivery::Lease).await;
+}
+
+async fn claims_resume_after_the_last_job_claimed(delivery: Delivery) {
     let db = migrated_db().await;
     let c = db.client().await;
     let ledger = Ledger::default();
-    let (w, pin) = under_pressure(&db, &ledger, Duration::from_secs(3600)).await;
+    let (w, pin) = under_pressure(&db, &ledger, Duration::from_secs(3600), delivery).await;
     // The first claim under pressure starts at the head and sets the cursor.
     let first = insert(&c, "now()").await;
     until_ran(&ledger, "the first job", first).await;
@@ -130,11 +155,20 @@ async fn under_pressure_claims_resume_after_the_last_job_claimed() {
 /// the head: a job behind the cursor runs while the horizon is held. Fails
 /// without the head claims (it waits for the pressure to end).
 #[tokio::test]
-async fn under_pressure_a_head_claim_takes_what_sorts_before_the_cursor() {
+async fn under_pressure_a_head_claim_takes_what_sorts_before_the_cursor_tx() {
+    a_head_claim_takes_what_sorts_before_the_cursor(Delivery::Tx).await;
+}
+
+#[tokio::test]
+async fn under_pressure_a_head_claim_takes_what_sorts_before_the_cursor_lease() {
+    a_head_claim_takes_what_sorts_before_the_cursor(Delivery::Lease).await;
+}
+
+async fn a_head_claim_takes_what_sorts_before_the_cursor(delivery: Delivery) {
     let db = migrated_db().await;
     let c = db.client().await;
     let ledger = Ledger::default();
-    let (w, pin) = under_pressure(&db, &ledger, Duration::from_millis(200)).await;
+    let (w, pin) = under_pressure(&db, &ledger, Duration::from_millis(200), delivery).await;
     let first = insert(&c, "now()").await;
     until_ran(&ledger, "the first job", first).await;
     let early = insert(&c, "now() - interval '1 hour'").await;

@@ -243,12 +243,14 @@ async fn every_plain_claim_function_plans_generically_with_sorting_off() {
              FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace
              WHERE n.nspname = 'pgwake' AND p.proname = ANY($1)
                -- not the SQL wrappers that keep the lease claims of workers
-               -- older than migration 0024 working, nor claim_tx_all, a
-               -- wrapper of claim_tx_all_after (functions/claims.sql)
+               -- older than migration 0024 working, nor claim_tx_all and
+               -- claim_lease_all, wrappers of claim_tx_all_after and
+               -- claim_lease_all_after (functions/claims.sql)
                AND p.prolang = (SELECT oid FROM pg_language WHERE lanname = 'plpgsql')
              ORDER BY p.proname",
             &[&vec![
                 "claim_lease_all",
+                "claim_lease_all_after",
                 "claim_lease_queue",
                 "claim_tx_all",
                 "claim_tx_all_after",

@@ -231,11 +231,12 @@ fn claims() -> Vec<(String, String)> {
     };
     let functions = std::fs::read_to_string(root.join("functions/claims.sql")).unwrap();
     let mut out = Vec::new();
-    // claim_tx_all is a wrapper of claim_tx_all_after (from the head).
+    // claim_tx_all and claim_lease_all are wrappers of claim_tx_all_after
+    // and claim_lease_all_after (from the head).
     for name in [
         "claim_tx_all_after",
         "claim_tx_queue",
-        "claim_lease_all",
+        "claim_lease_all_after",
         "claim_lease_queue",
     ] {
         let start = functions
