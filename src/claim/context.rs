@@ -4,7 +4,7 @@
 //! checks before a job runs, resolving an outcome, and reporting it.
 //!
 //! ```text
-//!   claimer.rs ── claim ──▶ tx.rs | lease.rs ── run ──▶ executor.rs
+//!   claimer.rs ── claim ──▶ tx/  | lease.rs ── run ──▶ executor.rs
 //!        ▲                        │                                   │
 //!        └──── slots ◀────────────┴──── record (tx: commit | lease: completer.rs)
 //!                                                   │
