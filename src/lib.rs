@@ -29,6 +29,7 @@
 //! ```
 #![warn(missing_docs)]
 #![warn(unreachable_pub)]
+#![cfg_attr(docsrs, feature(doc_cfg))]
 //!
 //! ## What this crate offers an embedder
 //!
@@ -53,7 +54,11 @@
 pub mod admin;
 pub mod client;
 pub mod config;
+#[cfg(feature = "console")]
+#[cfg_attr(docsrs, doc(cfg(feature = "console")))]
 pub mod console;
+#[cfg(feature = "endpoint")]
+#[cfg_attr(docsrs, doc(cfg(feature = "endpoint")))]
 pub mod endpoint;
 pub mod error;
 pub mod handlers;
