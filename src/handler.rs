@@ -19,6 +19,7 @@ pub type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;
 
 /// How the jobs of a task are delivered (see docs/src/delivery.md, "Delivery
 /// modes").
+#[non_exhaustive]
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Delivery {
     /// The claim transaction stays open while the handler runs; the handler

@@ -103,6 +103,13 @@ pub use health::Health;
 pub use job::{Job, Outcome, Resolution, PAYLOAD_DEPTH_LIMIT};
 pub use worker::{Worker, WorkerBuilder};
 
+// The crates whose types the API takes and returns, so an embedder names
+// them at the versions this crate was built with instead of adding them at
+// versions that must match.
+pub use deadpool_postgres;
+pub use tokio_postgres;
+pub use tokio_util::sync::CancellationToken;
+
 // The Rust examples of the README and the book compile (`cargo test --doc`).
 #[cfg(doctest)]
 #[doc = include_str!("../README.md")]

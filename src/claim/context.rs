@@ -36,6 +36,7 @@ use crate::metrics;
 
 /// What became of one job; sent to [`crate::Worker::subscribe`]rs after the
 /// outcome is committed.
+#[non_exhaustive]
 #[derive(Debug, Clone, PartialEq)]
 pub struct JobEvent {
     /// The job's id.
