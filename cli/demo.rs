@@ -383,6 +383,7 @@ async fn run_on(
                     Resolution::Dead { .. } => { t.dead += 1; resolved += 1; "dead " }
                     Resolution::Returned | Resolution::Lost => "back ",
                     Resolution::Cancelled => { t.dead += 1; resolved += 1; "cancl" }
+                    _ => "     ",
                 };
                 // Jobs enqueued from another terminal show up here too.
                 println!(

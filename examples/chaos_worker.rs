@@ -128,7 +128,7 @@ impl Handler for Chaos {
                 std::future::pending::<()>().await;
                 Ok(Outcome::Done)
             }
-            "flaky" if rand::random::<u8>() % 5 == 0 => Err("flaky failure".into()),
+            "flaky" if rand::random::<u8>().is_multiple_of(5) => Err("flaky failure".into()),
             "fail_once" if job.attempt == 1 => Err("first attempt fails".into()),
             "fail" => Err("always fails".into()),
             "gated" => {

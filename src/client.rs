@@ -24,6 +24,7 @@ use crate::error::{Error, Result};
 
 /// A job to enqueue. Unset fields take the table's defaults (queue
 /// `default`, run now, priority 0, 25 attempts).
+#[non_exhaustive]
 #[derive(Debug, Clone, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct NewJob {

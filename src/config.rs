@@ -8,6 +8,7 @@ use crate::error::{Error, Result};
 
 /// How the worker's claim path sends its statements
 /// ([`WorkerConfig::prepared_statements`]; `--prepared-statements`).
+#[non_exhaustive]
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum PreparedStatements {
     /// Choose at start: [`Unnamed`](PreparedStatements::Unnamed) when the
@@ -624,6 +625,7 @@ pub const MAINTENANCE_LOCK_TIMEOUT_DEFAULT: Duration = Duration::from_millis(100
 pub const KEEP_FINISHED_MIN: Duration = Duration::from_secs(3600);
 
 /// What a worker does to the database's history setting at start-up.
+#[non_exhaustive]
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum KeepFinished {
     /// Leave it as it is and follow it (the default: history stays off
@@ -650,6 +652,7 @@ impl KeepFinished {
 }
 
 /// History settings of a worker.
+#[non_exhaustive]
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct HistoryConfig {
     /// Set the database's history setting at start-up. Default
@@ -678,6 +681,15 @@ impl Default for HistoryConfig {
 }
 
 impl HistoryConfig {
+    /// The defaults, with the history setting `keep_finished` set at
+    /// start-up.
+    pub fn keeping(keep_finished: KeepFinished) -> HistoryConfig {
+        HistoryConfig {
+            keep_finished,
+            ..HistoryConfig::default()
+        }
+    }
+
     /// Check the settings; the error names the flag.
     pub fn validate(&self) -> Result<()> {
         if let KeepFinished::Keep(d) = self.keep_finished {

@@ -5,6 +5,7 @@
 use std::fmt;
 
 /// Everything that can stop a pgwake operation.
+#[non_exhaustive]
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
     /// A setting or an input is invalid, or a request cannot be carried

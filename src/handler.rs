@@ -19,6 +19,7 @@ pub type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;
 
 /// How the jobs of a task are delivered (see docs/src/delivery.md, "Delivery
 /// modes").
+#[non_exhaustive]
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Delivery {
     /// The claim transaction stays open while the handler runs; the handler
@@ -61,10 +62,43 @@ pub struct ClaimClient<'a> {
     /// The savepoint was taken (the handler reached the client).
     pub(crate) savepoint: AtomicBool,
     /// Sends the savepoint ahead (`claim::tx::ahead`).
-    pub(crate) take_savepoint: &'a dyn crate::claim::tx::ahead::TakeSavepoint,
+    pub(crate) take_savepoint: &'a dyn TakeSavepoint,
     /// The batch's asynchronous mark: made durable before the handler gets
     /// the connection (`claim::tx::mark::Mark`).
-    pub(crate) mark: Option<&'a crate::claim::tx::mark::Mark>,
+    pub(crate) mark: Option<&'a dyn DurableMark>,
+}
+
+/// What a handler's first [`JobContext::transaction`] call does: send its
+/// job's savepoint ahead (a trait object, so that the handler's context
+/// need not carry the claim connection's lifetime). Implemented in
+/// `claim::tx::ahead`; defined here so that this public file does not name
+/// the claim path.
+pub(crate) trait TakeSavepoint: Send + Sync {
+    /// Send the job's `SAVEPOINT` ahead, the first time only. Returns once
+    /// it is queued, so that no statement the handler sends after this call
+    /// (from any thread) can pass it.
+    fn take(&self);
+}
+
+/// A tx batch's asynchronous mark (`claim::tx::mark::Mark`), made durable
+/// before a handler of the batch first gets the claim connection.
+pub(crate) trait DurableMark: Send + Sync {
+    /// Wait until the mark is durable (at once when it already is).
+    fn make_durable(
+        &self,
+    ) -> futures::future::BoxFuture<'_, std::result::Result<(), tokio_postgres::Error>>;
+}
+
+/// A job's ordering key, unique key, ordering position (its run_at as
+/// enqueued, migration 0008) and limit key, which a retry keeps. Read by
+/// [`JobContext`]; filled from the claimed row (`claim::claimed`).
+#[derive(Clone, Default)]
+pub(crate) struct Keys {
+    pub ordering_key: Option<String>,
+    pub unique_key: Option<String>,
+    pub ordering_at: Option<std::time::SystemTime>,
+    /// Its limit key (migration 0020), which a retry keeps.
+    pub limit_key: Option<String>,
 }
 
 impl std::ops::Deref for ClaimClient<'_> {
@@ -136,7 +170,7 @@ pub struct JobContext<'a> {
     pub(crate) cancel: CancellationToken,
     pub(crate) deadline: &'a Deadline,
     pub(crate) admitted_at: Option<SystemTime>,
-    pub(crate) keys: &'a crate::claim::claimed::Keys,
+    pub(crate) keys: &'a Keys,
 }
 
 impl<'a> JobContext<'a> {

@@ -4,6 +4,7 @@
 use std::time::{Duration, SystemTime};
 
 /// A job as a handler sees it.
+#[non_exhaustive]
 #[derive(Debug, Clone)]
 pub struct Job {
     /// The job's id (stable across retries; kept in `dead_jobs`).
@@ -53,6 +54,7 @@ pub(crate) fn decode_payload(text: &str) -> Result<serde_json::Value, String> {
 }
 
 /// What a handler decided about a job.
+#[non_exhaustive]
 #[derive(Debug, Clone, PartialEq)]
 pub enum Outcome {
     /// The job is done: it leaves the queue (in `tx` mode, atomically with
@@ -116,6 +118,7 @@ pub(crate) const CANCELLED_REASON: &str = "cancelled";
 /// What becomes of a job once its run has ended: the handler's [`Outcome`]
 /// resolved against the job's remaining attempts, or the run not counted at
 /// all. This is what is written to the database and reported.
+#[non_exhaustive]
 #[derive(Debug, Clone, PartialEq)]
 pub enum Resolution {
     /// Completed and removed.

@@ -29,6 +29,7 @@
 //! ```
 #![warn(missing_docs)]
 #![warn(unreachable_pub)]
+#![cfg_attr(docsrs, feature(doc_cfg))]
 //!
 //! ## What this crate offers an embedder
 //!
@@ -53,7 +54,11 @@
 pub mod admin;
 pub mod client;
 pub mod config;
+#[cfg(feature = "console")]
+#[cfg_attr(docsrs, doc(cfg(feature = "console")))]
 pub mod console;
+#[cfg(feature = "endpoint")]
+#[cfg_attr(docsrs, doc(cfg(feature = "endpoint")))]
 pub mod endpoint;
 pub mod error;
 pub mod handlers;
@@ -97,6 +102,13 @@ pub use handler::{BoxError, ClaimClient, Delivery, Handler, HandlerProcesses, Jo
 pub use health::Health;
 pub use job::{Job, Outcome, Resolution, PAYLOAD_DEPTH_LIMIT};
 pub use worker::{Worker, WorkerBuilder};
+
+// The crates whose types the API takes and returns, so an embedder names
+// them at the versions this crate was built with instead of adding them at
+// versions that must match.
+pub use deadpool_postgres;
+pub use tokio_postgres;
+pub use tokio_util::sync::CancellationToken;
 
 // The Rust examples of the README and the book compile (`cargo test --doc`).
 #[cfg(doctest)]

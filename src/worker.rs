@@ -2,7 +2,7 @@
 //! services (listener, poller, claim tasks, sampler) and joins them all on
 //! shutdown.
 //!
-//! Shutdown (DESIGN.md §4): `stop` → claim nothing more, start no new job;
+//! Shutdown (docs/src/deploying.md, "The shutdown timeline"): `stop` → claim nothing more, start no new job;
 //! running jobs get `grace_period`; then (or at once on `abort`, the second
 //! signal) they are interrupted and handed back without using an attempt;
 //! outcomes are committed before the pool closes. If a handler ignores
@@ -111,7 +111,7 @@ impl WorkerBuilder {
         // Slots are not connections: claim tasks, heartbeats and outcome
         // writes share these (config.rs: `connections`).
         let pool = connect::pool(&db, self.config.connections(tx))?;
-        // Batch marks and crash charges (tx.rs): committed durably, on
+        // Batch marks and crash charges (claim/tx/ledger.rs): committed durably, on
         // connections outside any claim transaction.
         let ledger_db = connect::with_application_name(&self.db, &format!("{app}-ledger"));
         let ledger_pool = connect::pool(&ledger_db, 2)?;

@@ -24,7 +24,7 @@ use pgwake::{
 /// `application_name` prefix of the worker's connections.
 pub(crate) const WORKER_APP: &str = "pgwake-bench-worker";
 /// Payload key of a job's intended start time (Unix seconds); see
-/// `sql/bench_offer.sql`.
+/// `cli/bench/sql/offer.sql`.
 const INTENDED: &str = "t";
 /// How long a started worker is left alone before a measurement: its
 /// listener's connect wakes every claim task once, those empty claims

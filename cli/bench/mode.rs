@@ -1,4 +1,4 @@
-//! The delivery-mode dimension of the bench (DESIGN.md §2). Everything that
+//! The delivery-mode dimension of the bench (docs/src/delivery.md). Everything that
 //! differs between modes is decided here: the worker configuration and the
 //! statement (with its parameters) the raw-ceiling loop runs. Adding a mode
 //! is adding a variant and its arms below; every phase and the report

@@ -34,10 +34,7 @@ pub fn worker_config(args: &RunArgs) -> Result<WorkerConfig, Error> {
         rescue_interval: args.rescue_interval.into(),
         prepared_statements: args.prepared_statements,
         fail_fast: args.fail_fast,
-        history: pgwake::config::HistoryConfig {
-            keep_finished: args.keep_finished.unwrap_or_default(),
-            ..Default::default()
-        },
+        history: pgwake::config::HistoryConfig::keeping(args.keep_finished.unwrap_or_default()),
         cancel_poll_interval: args.cancel_poll_interval.into(),
         ..WorkerConfig::default()
     };

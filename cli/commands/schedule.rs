@@ -175,6 +175,7 @@ fn cli_error(e: ScheduleError) -> Error {
         }
         ScheduleError::Exists(_) | ScheduleError::NotFound(_) => Error::Refused(e.to_string()),
         ScheduleError::Db(e) => e,
+        other => Error::Refused(other.to_string()),
     }
 }
 

@@ -35,6 +35,7 @@ use croner::Direction;
 pub const MISSED_COUNT_MAX: u64 = 10_000;
 
 /// Why an expression or a zone was refused.
+#[non_exhaustive]
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum CronError {
     /// The expression does not parse.

@@ -148,6 +148,7 @@ impl fmt::Display for Field {
 }
 
 /// Why a schedule operation failed.
+#[non_exhaustive]
 #[derive(Debug, thiserror::Error)]
 pub enum ScheduleError {
     /// A field of the definition is invalid.

@@ -234,6 +234,7 @@ pub const LOCK_RETRY_PAUSE_MIN: Duration = Duration::from_millis(200);
 pub const LOCK_RETRY_PAUSE_MAX: Duration = Duration::from_secs(5);
 
 /// How migrate waits for locks.
+#[non_exhaustive]
 #[derive(Debug, Clone)]
 pub struct MigrateOptions {
     /// `lock_timeout` of every step. Default [`LOCK_TIMEOUT_DEFAULT`].
@@ -252,6 +253,7 @@ impl Default for MigrateOptions {
 }
 
 /// What a migrate run did.
+#[non_exhaustive]
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct MigrateReport {
     /// Versions applied by this run (empty when the schema was current).

@@ -34,16 +34,8 @@ pub(crate) struct Claimed {
     pub suspect: bool,
 }
 
-/// A job's ordering key, unique key, ordering position (its run_at as
-/// enqueued, migration 0008) and limit key, which a retry keeps.
-#[derive(Clone, Default)]
-pub(crate) struct Keys {
-    pub ordering_key: Option<String>,
-    pub unique_key: Option<String>,
-    pub ordering_at: Option<std::time::SystemTime>,
-    /// Its limit key (migration 0020), which a retry keeps.
-    pub limit_key: Option<String>,
-}
+/// Defined beside the handler's context, which reads it.
+pub(crate) use crate::handler::Keys;
 
 /// The keys a claim returns after its own columns, from column
 /// `first` on: ordering_key, unique_key, coalesce(ordering_at, run_at),

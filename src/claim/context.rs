@@ -4,7 +4,7 @@
 //! checks before a job runs, resolving an outcome, and reporting it.
 //!
 //! ```text
-//!   claimer.rs ── claim ──▶ tx.rs | lease.rs ── run ──▶ executor.rs
+//!   claimer.rs ── claim ──▶ tx/  | lease.rs ── run ──▶ executor.rs
 //!        ▲                        │                                   │
 //!        └──── slots ◀────────────┴──── record (tx: commit | lease: completer.rs)
 //!                                                   │
@@ -36,6 +36,7 @@ use crate::metrics;
 
 /// What became of one job; sent to [`crate::Worker::subscribe`]rs after the
 /// outcome is committed.
+#[non_exhaustive]
 #[derive(Debug, Clone, PartialEq)]
 pub struct JobEvent {
     /// The job's id.

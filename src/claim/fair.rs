@@ -2,7 +2,7 @@
 //! by (priority, run_at, id) across queues, so a deep backlog in one queue
 //! would be served before a job inserted later into another. Instead, a
 //! worker serving every queue keeps the list of queues that have ready jobs
-//! (`sql/ready_queues.sql`, a loose index scan) and claims from them one
+//! (`db/sql/ready_queues.sql`, a loose index scan) and claims from them one
 //! queue per statement, starting one queue further each round — as it does
 //! for `--queues` lists — with the all-queues statement last, for queues
 //! that appeared since the list was read.

@@ -1,5 +1,5 @@
 //! `lease` delivery mode: for work outside the database and long jobs
-//! (DESIGN.md §2).
+//! (docs/src/delivery.md; ARCHITECTURE.md, "lease mode").
 //!
 //! ```text
 //!  claim ≤ free slots: WITH c AS (DELETE … SKIP LOCKED RETURNING *)

@@ -10,7 +10,7 @@ use tokio_postgres::config::Host;
 use tokio_postgres::tls::MakeTlsConnect;
 use tokio_postgres_rustls::MakeRustlsConnect;
 
-use crate::db::tls::TlsSettings;
+pub use crate::db::tls::{RootCert, SslMode, TlsSettings};
 use crate::error::{Error, Result};
 
 /// How long a new connection may take before it counts as failed.

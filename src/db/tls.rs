@@ -32,6 +32,7 @@ use tokio_postgres_rustls::MakeRustlsConnect;
 use crate::error::{Error, Result};
 
 /// libpq's `sslmode`.
+#[non_exhaustive]
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum SslMode {
     /// Plain connections only.
@@ -74,6 +75,7 @@ impl SslMode {
 }
 
 /// Where trusted CA certificates come from.
+#[non_exhaustive]
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum RootCert {
     /// A PEM file.
@@ -84,6 +86,7 @@ pub enum RootCert {
 
 /// The TLS settings of a connection string (plus `PGSSL*` and libpq's
 /// default files).
+#[non_exhaustive]
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct TlsSettings {
     /// `sslmode`.

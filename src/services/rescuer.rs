@@ -4,7 +4,7 @@
 //! the last attempt. Safe to run on any number of workers at once: each
 //! expired lease is moved exactly once (DELETE … SKIP LOCKED). It also
 //! turns tx-mode batch marks that outlived their transaction into suspects
-//! (`tx.rs`), and forgets crash charges of jobs that are gone. Last, it
+//! (`claim/tx/`), and forgets crash charges of jobs that are gone. Last, it
 //! releases ordering keys whose next job stayed held (functions/keys.sql,
 //! `release_stalled_keys`): the keys a release could not settle at once,
 //! and a slice of every key with held jobs, so that no key stays held for

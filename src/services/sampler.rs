@@ -7,7 +7,7 @@
 //! values.
 //!
 //! Cost: each count stops at [`DEPTH_CAP_DEFAULT`] and reads only index
-//! ranges (see `sql/sample_queues.sql`), so a table of millions of rows costs
+//! ranges (see `db/sql/sample_queues.sql`), so a table of millions of rows costs
 //! what the cap costs, and the work is linear in the number of queues. Every
 //! sample runs under `statement_timeout` = [`TIME_LIMIT_DEFAULT`]: a sample
 //! that would take longer is cancelled by the server (its snapshot, which

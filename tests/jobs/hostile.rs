@@ -183,47 +183,28 @@ async fn unusual_payloads_round_trip_unchanged() {
     }
 }
 
+/// A job whose `run_at` is `text` as the producer wrote it.
+fn run_at_text(text: &str) -> NewJob {
+    let mut job = NewJob::new("t", serde_json::json!({}));
+    job.run_at = Some(text.into());
+    job
+}
+
 #[tokio::test]
 async fn run_at_far_in_the_past_runs_now_and_far_in_the_future_never_early() {
     let db = migrated_db().await;
     let client = db.client().await;
-    let past = enqueue(
-        &client,
-        &NewJob {
-            run_at: Some("1970-01-01T00:00:00Z".into()),
-            ..NewJob::new("t", serde_json::json!({}))
-        },
-    )
-    .await
-    .unwrap();
-    let future = enqueue(
-        &client,
-        &NewJob {
-            run_at: Some("9999-12-31T00:00:00Z".into()),
-            ..NewJob::new("t", serde_json::json!({}))
-        },
-    )
-    .await
-    .unwrap();
-    let forever = enqueue(
-        &client,
-        &NewJob {
-            run_at: Some("infinity".into()),
-            ..NewJob::new("t", serde_json::json!({}))
-        },
-    )
-    .await
-    .unwrap();
-    let bad = enqueue(
-        &client,
-        &NewJob {
-            run_at: Some("next tuesday-ish".into()),
-            ..NewJob::new("t", serde_json::json!({}))
-        },
-    )
-    .await
-    .unwrap_err()
-    .to_string();
+    let past = enqueue(&client, &run_at_text("1970-01-01T00:00:00Z"))
+        .await
+        .unwrap();
+    let future = enqueue(&client, &run_at_text("9999-12-31T00:00:00Z"))
+        .await
+        .unwrap();
+    let forever = enqueue(&client, &run_at_text("infinity")).await.unwrap();
+    let bad = enqueue(&client, &run_at_text("next tuesday-ish"))
+        .await
+        .unwrap_err()
+        .to_string();
     assert!(bad.contains("timestamp"), "{bad}");
     let ledger = Ledger::default();
     let worker = Worker::builder(db.config())

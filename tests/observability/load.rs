@@ -45,10 +45,9 @@ impl Load {
                 rescue_interval: Duration::from_millis(200),
                 sample_interval: Some(Duration::from_millis(250)),
                 // History on: the dashboard's history panels have data.
-                history: pgwake::config::HistoryConfig {
-                    keep_finished: pgwake::config::KeepFinished::Keep(Duration::from_secs(86400)),
-                    ..Default::default()
-                },
+                history: pgwake::config::HistoryConfig::keeping(
+                    pgwake::config::KeepFinished::Keep(Duration::from_secs(86400)),
+                ),
                 ..test_config()
             })
             .handler("send", ok_handler(&ledger))

@@ -1,8 +1,9 @@
 //! The tree shows the roles (ARCHITECTURE.md, "The tree shows the roles"):
 //! the library's modules import each other without cycles, the claim path
 //! never reaches into the services or the admin API, the admin API and
-//! the database layer never reach into the worker, and the console reads
-//! through the admin API only. Read from the source, so
+//! the database layer never reach into the worker, the public files never
+//! reach into the claim path, and the console reads through the admin API
+//! only. Read from the source, so
 //! a change that breaks a rule fails here, naming the files.
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -196,6 +197,34 @@ fn the_console_reads_through_the_admin_api_never_the_claim_path_or_the_worker() 
         .collect();
     assert!(users.is_empty(), "{users:?} import the console");
     assert!(graph["console::pages"].contains("admin"));
+}
+
+#[test]
+fn the_public_files_never_import_the_claim_path() {
+    // What an embedder reads (handler.rs, job.rs, config.rs, client.rs,
+    // handlers/, admin/, console/, …) stands on its own: a trait the claim
+    // path must provide is defined beside its user and implemented in
+    // claim/. The worker (the supervisor that starts the claim tasks), the
+    // services beside the claim path and the crate root (re-exports) are
+    // the only modules outside claim/ that name it.
+    let inside = |m: &str| {
+        ["claim", "services", "worker"]
+            .iter()
+            .any(|r| m == *r || m.starts_with(&format!("{r}::")))
+    };
+    let bad: Vec<String> = imports()
+        .into_iter()
+        .filter(|(m, _)| !m.is_empty() && !inside(m))
+        .flat_map(|(m, uses)| {
+            uses.into_iter()
+                .filter(|u| u == "claim" || u.starts_with("claim::"))
+                .map(move |u| format!("{m} -> {u}"))
+        })
+        .collect();
+    assert!(
+        bad.is_empty(),
+        "public files import the claim path: {bad:#?}"
+    );
 }
 
 #[test]

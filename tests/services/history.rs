@@ -19,10 +19,7 @@ const WAIT: Duration = Duration::from_secs(60);
 /// The test config with history on (kept a week).
 fn history_config() -> WorkerConfig {
     WorkerConfig {
-        history: HistoryConfig {
-            keep_finished: KeepFinished::Keep(Duration::from_secs(7 * 86400)),
-            ..HistoryConfig::default()
-        },
+        history: HistoryConfig::keeping(KeepFinished::Keep(Duration::from_secs(7 * 86400))),
         lease_queues: vec!["lq".into()],
         ..test_config()
     }
@@ -727,10 +724,7 @@ async fn drain_rate(db: &TestDb, queue: &str, n: usize, history: KeepFinished) -
     let config = WorkerConfig {
         concurrency: 8,
         batch: 100,
-        history: HistoryConfig {
-            keep_finished: history,
-            ..HistoryConfig::default()
-        },
+        history: HistoryConfig::keeping(history),
         lease_queues: vec!["lq".into()],
         ..test_config()
     };

@@ -278,10 +278,9 @@ async fn migrate_that_must_lock_the_table_steps_aside_for_producers_and_finishes
     cfg.application_name("pgwake-migrate-test");
     let migrating = tokio::spawn(async move {
         let mut c = pgwake::connect::connect(&cfg).await.unwrap();
-        let opts = pgwake::admin::schema::MigrateOptions {
-            lock_timeout: std::time::Duration::from_millis(200),
-            lock_retries: 10_000,
-        };
+        let mut opts = pgwake::admin::schema::MigrateOptions::default();
+        opts.lock_timeout = std::time::Duration::from_millis(200);
+        opts.lock_retries = 10_000;
         pgwake::admin::schema::migrate_with(&mut c, &opts).await
     });
     // Migrate is in the lock queue (or between tries) …

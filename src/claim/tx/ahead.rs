@@ -56,15 +56,8 @@ pub(crate) fn send<'c>(client: &'c Client, sql: &'static str) -> Reply<'c> {
     }
 }
 
-/// What a handler's first [`crate::JobContext::transaction`] call does:
-/// send its job's savepoint ahead (a trait object, so that the handler's
-/// context need not carry the claim connection's lifetime).
-pub(crate) trait TakeSavepoint: Send + Sync {
-    /// Send the job's `SAVEPOINT` ahead, the first time only. Returns once
-    /// it is queued, so that no statement the handler sends after this call
-    /// (from any thread) can pass it.
-    fn take(&self);
-}
+/// Defined beside the handler's context, which calls it.
+pub(crate) use crate::handler::TakeSavepoint;
 
 /// A job's savepoint, taken on its handler's first use of the claim
 /// transaction. When the previous job's savepoint is still open (it is left

@@ -82,3 +82,11 @@ impl Mark {
         self.reached.load(std::sync::atomic::Ordering::Acquire)
     }
 }
+
+impl crate::handler::DurableMark for Mark {
+    fn make_durable(
+        &self,
+    ) -> futures::future::BoxFuture<'_, std::result::Result<(), tokio_postgres::Error>> {
+        Box::pin(Mark::make_durable(self))
+    }
+}

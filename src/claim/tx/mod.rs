@@ -1,5 +1,5 @@
 //! `tx` delivery mode: the claim transaction stays open while the batch's
-//! handlers run (DESIGN.md §2).
+//! handlers run (docs/src/delivery.md; ARCHITECTURE.md, "tx mode").
 //!
 //! ```text
 //!  BEGIN; SET LOCAL limits; DELETE … SKIP LOCKED RETURNING                one round trip

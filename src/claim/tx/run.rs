@@ -303,7 +303,7 @@ pub(super) async fn run_one<'c>(
         client: c,
         savepoint: Default::default(),
         take_savepoint: &take_savepoint,
-        mark: session.mark.as_deref(),
+        mark: session.mark.as_deref().map(|m| m as _),
     };
     let deadline = Deadline::new(timeout);
     // Fires on shutdown past the grace period and on a cancel request.
