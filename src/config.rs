@@ -1,6 +1,9 @@
 //! Worker configuration: every setting with its unit and default, and
 //! [`WorkerConfig::validate`], which names the bad setting and the fix.
 
+pub use crate::services::rollup::{
+    RollupConfig, ROLLUP_FLUSH_INTERVAL_DEFAULT, ROLLUP_RETENTION_DEFAULT, ROLLUP_RETENTION_MIN,
+};
 use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
 use std::time::Duration;
 
@@ -321,6 +324,10 @@ pub struct WorkerConfig {
     /// Default: leave the database's setting as it is (history is off
     /// unless turned on).
     pub history: HistoryConfig,
+    /// The per-minute rollup of outcomes (`pgwake stats`, the console's
+    /// charts; `crate::services::rollup`); `None` turns it off on this
+    /// worker. Default on, with `RollupConfig::default()`.
+    pub rollup: Option<RollupConfig>,
 }
 
 impl Default for WorkerConfig {
@@ -354,6 +361,7 @@ impl Default for WorkerConfig {
             prepared_statements: PREPARED_STATEMENTS_DEFAULT,
             fail_fast: false,
             history: HistoryConfig::default(),
+            rollup: Some(RollupConfig::default()),
         }
     }
 }
@@ -449,6 +457,9 @@ impl WorkerConfig {
     pub fn validate(&self) -> Result<()> {
         let bad = |msg: String| Err(Error::Config(msg));
         self.history.validate()?;
+        if let Some(rollup) = &self.rollup {
+            rollup.validate()?;
+        }
         if self.concurrency == 0 || self.concurrency > CONCURRENCY_MAX {
             return bad(format!(
                 "--concurrency must be between 1 and {CONCURRENCY_MAX} (got {})",

@@ -39,6 +39,10 @@ pub fn worker_config(args: &RunArgs) -> Result<WorkerConfig, Error> {
             ..Default::default()
         },
         cancel_poll_interval: args.cancel_poll_interval.into(),
+        rollup: (!args.no_stats_rollup).then(|| pgwake::config::RollupConfig {
+            flush_interval: args.stats_flush_interval.into(),
+            retention: args.stats_retention.into(),
+        }),
         ..WorkerConfig::default()
     };
     config.validate()?;

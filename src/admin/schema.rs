@@ -181,6 +181,11 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "0032_pressure.sql",
         sql: include_str!("../../migrations/0032_pressure.sql"),
     },
+    Migration {
+        version: 33,
+        name: "0033_minute_stats.sql",
+        sql: include_str!("../../migrations/0033_minute_stats.sql"),
+    },
 ];
 
 /// The functions and triggers of `functions/`, re-applied by every migrate

@@ -12,6 +12,7 @@ pub(crate) mod history;
 pub(crate) mod listener;
 pub(crate) mod poller;
 pub mod rescuer;
+pub(crate) mod rollup;
 pub mod sampler;
 pub(crate) mod scheduler;
 pub(crate) mod waiting;
