@@ -379,9 +379,13 @@ pub struct HistoryArgs {
     /// Only jobs finished since: a duration back from now (e.g. 1h) or an RFC 3339 timestamp.
     #[arg(long, value_parser = since)]
     pub since: Option<Since>,
-    /// At most this many.
-    #[arg(long, default_value_t = pgwake::admin::history::LIST_LIMIT_DEFAULT, value_parser = clap::value_parser!(i64).range(1..))]
+    /// At most this many (1-1000).
+    #[arg(long, default_value_t = pgwake::admin::history::LIST_LIMIT_DEFAULT, value_parser = clap::value_parser!(i64).range(1..=1000))]
     pub limit: i64,
+    /// Only jobs after this one, newest first: the TIME/ID the previous page printed
+    /// ("more: --after …").
+    #[arg(long, value_name = "TIME/ID")]
+    pub after: Option<pgwake::admin::history::After>,
     /// Print JSON (an array; payloads and results embedded as JSON).
     #[arg(long)]
     pub json: bool,
