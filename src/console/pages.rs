@@ -1101,8 +1101,13 @@ pub(crate) async fn job(
                 (errors_list(&d.errors[d.errors.len().saturating_sub(ERRORS_ON_JOB_PAGE)..]))
             }
             h2 { "History" }
+            @if d.not_finished_yet() {
+                p #not-finished { "Not finished yet: history records the run that finishes it." }
+            }
             @if d.history.is_empty() {
-                p.muted { "No finished run recorded (history is kept when workers run with --keep-finished)." }
+                @if !d.not_finished_yet() {
+                    p.muted { "No finished run recorded (history is kept when workers run with --keep-finished)." }
+                }
             } @else {
                 ul.timeline {
                     @for h in &d.history {
