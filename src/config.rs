@@ -1,9 +1,6 @@
 //! Worker configuration: every setting with its unit and default, and
 //! [`WorkerConfig::validate`], which names the bad setting and the fix.
 
-pub use crate::services::rollup::{
-    RollupConfig, ROLLUP_FLUSH_INTERVAL_DEFAULT, ROLLUP_RETENTION_DEFAULT, ROLLUP_RETENTION_MIN,
-};
 use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
 use std::time::Duration;
 
@@ -657,6 +654,56 @@ impl KeepFinished {
         let d = humantime::parse_duration(s)
             .map_err(|e| format!("{e}; expected a duration such as 7d or 36h, or `off`"))?;
         Ok(KeepFinished::Keep(d))
+    }
+}
+
+/// Default time between two flushes of a worker's counts.
+pub const ROLLUP_FLUSH_INTERVAL_DEFAULT: Duration = Duration::from_secs(5);
+/// Default time a minute's counts are kept (48 h).
+pub const ROLLUP_RETENTION_DEFAULT: Duration = Duration::from_secs(48 * 3600);
+/// Shortest retention accepted: the console's charts and `pgwake stats`
+/// read the last hour.
+pub const ROLLUP_RETENTION_MIN: Duration = Duration::from_secs(3600);
+
+/// How the rollup runs (the worker's `--stats-*` flags).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RollupConfig {
+    /// Time between two flushes; a SIGKILL loses at most this much of the
+    /// worker's counts. Default [`ROLLUP_FLUSH_INTERVAL_DEFAULT`].
+    pub flush_interval: Duration,
+    /// Minutes older than this are deleted. Default [`ROLLUP_RETENTION_DEFAULT`];
+    /// at least [`ROLLUP_RETENTION_MIN`]. Workers with different settings: the
+    /// shortest wins.
+    pub retention: Duration,
+}
+
+impl Default for RollupConfig {
+    fn default() -> Self {
+        RollupConfig {
+            flush_interval: ROLLUP_FLUSH_INTERVAL_DEFAULT,
+            retention: ROLLUP_RETENTION_DEFAULT,
+        }
+    }
+}
+
+impl RollupConfig {
+    /// Check the settings; the error names the flag and the fix.
+    pub fn validate(&self) -> Result<()> {
+        if self.flush_interval.is_zero() || self.flush_interval > Duration::from_secs(3600) {
+            return Err(Error::Config(format!(
+                "--stats-flush-interval must be between 1ms and 1h (a SIGKILL loses up to this much of the worker's counts); got {:?}",
+                self.flush_interval
+            )));
+        }
+        if self.retention < ROLLUP_RETENTION_MIN
+            || self.retention > Duration::from_secs(366 * 86400)
+        {
+            return Err(Error::Config(format!(
+                "--stats-retention must be between 1 h and 366 days (`pgwake stats` and the console read the last hour); got {:?}",
+                self.retention
+            )));
+        }
+        Ok(())
     }
 }
 

@@ -151,7 +151,7 @@ pub struct Worker {
     /// Whether finished jobs are recorded (the database's setting).
     history: Arc<crate::claim::results::Switch>,
     /// The per-minute rollup's counts (used when `config.rollup` is set).
-    rollup: Arc<crate::services::rollup::Tally>,
+    rollup: Arc<crate::claim::tally::Tally>,
 }
 
 impl Worker {

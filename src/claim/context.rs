@@ -129,7 +129,7 @@ pub(crate) struct ClaimContext {
     pub key_repairs: crate::claim::key_repair::KeyRepairs,
     /// The per-minute rollup's counts (`services/rollup.rs`); `None` when
     /// the rollup is off.
-    pub rollup: Option<Arc<crate::services::rollup::Tally>>,
+    pub rollup: Option<Arc<crate::claim::tally::Tally>>,
 }
 
 impl ClaimContext {
