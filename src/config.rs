@@ -322,6 +322,10 @@ pub struct WorkerConfig {
     /// Default: leave the database's setting as it is (history is off
     /// unless turned on).
     pub history: HistoryConfig,
+    /// The per-minute rollup of outcomes (`pgwake stats`, the console's
+    /// charts; `crate::services::rollup`); `None` turns it off on this
+    /// worker. Default on, with `RollupConfig::default()`.
+    pub rollup: Option<RollupConfig>,
 }
 
 impl Default for WorkerConfig {
@@ -355,6 +359,7 @@ impl Default for WorkerConfig {
             prepared_statements: PREPARED_STATEMENTS_DEFAULT,
             fail_fast: false,
             history: HistoryConfig::default(),
+            rollup: Some(RollupConfig::default()),
         }
     }
 }
@@ -450,6 +455,9 @@ impl WorkerConfig {
     pub fn validate(&self) -> Result<()> {
         let bad = |msg: String| Err(Error::Config(msg));
         self.history.validate()?;
+        if let Some(rollup) = &self.rollup {
+            rollup.validate()?;
+        }
         if self.concurrency == 0 || self.concurrency > CONCURRENCY_MAX {
             return bad(format!(
                 "--concurrency must be between 1 and {CONCURRENCY_MAX} (got {})",
@@ -648,6 +656,56 @@ impl KeepFinished {
         let d = humantime::parse_duration(s)
             .map_err(|e| format!("{e}; expected a duration such as 7d or 36h, or `off`"))?;
         Ok(KeepFinished::Keep(d))
+    }
+}
+
+/// Default time between two flushes of a worker's counts.
+pub const ROLLUP_FLUSH_INTERVAL_DEFAULT: Duration = Duration::from_secs(5);
+/// Default time a minute's counts are kept (48 h).
+pub const ROLLUP_RETENTION_DEFAULT: Duration = Duration::from_secs(48 * 3600);
+/// Shortest retention accepted: the console's charts and `pgwake stats`
+/// read the last hour.
+pub const ROLLUP_RETENTION_MIN: Duration = Duration::from_secs(3600);
+
+/// How the rollup runs (the worker's `--stats-*` flags).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RollupConfig {
+    /// Time between two flushes; a SIGKILL loses at most this much of the
+    /// worker's counts. Default [`ROLLUP_FLUSH_INTERVAL_DEFAULT`].
+    pub flush_interval: Duration,
+    /// Minutes older than this are deleted. Default [`ROLLUP_RETENTION_DEFAULT`];
+    /// at least [`ROLLUP_RETENTION_MIN`]. Workers with different settings: the
+    /// shortest wins.
+    pub retention: Duration,
+}
+
+impl Default for RollupConfig {
+    fn default() -> Self {
+        RollupConfig {
+            flush_interval: ROLLUP_FLUSH_INTERVAL_DEFAULT,
+            retention: ROLLUP_RETENTION_DEFAULT,
+        }
+    }
+}
+
+impl RollupConfig {
+    /// Check the settings; the error names the flag and the fix.
+    pub fn validate(&self) -> Result<()> {
+        if self.flush_interval.is_zero() || self.flush_interval > Duration::from_secs(3600) {
+            return Err(Error::Config(format!(
+                "--stats-flush-interval must be between 1ms and 1h (a SIGKILL loses up to this much of the worker's counts); got {:?}",
+                self.flush_interval
+            )));
+        }
+        if self.retention < ROLLUP_RETENTION_MIN
+            || self.retention > Duration::from_secs(366 * 86400)
+        {
+            return Err(Error::Config(format!(
+                "--stats-retention must be between 1 h and 366 days (`pgwake stats` and the console read the last hour); got {:?}",
+                self.retention
+            )));
+        }
+        Ok(())
     }
 }
 

@@ -129,6 +129,7 @@ impl WorkerBuilder {
             tx,
             wait_state: Arc::new(crate::claim::idle::WaitState::default()),
             history: Arc::default(),
+            rollup: Arc::default(),
         })
     }
 }
@@ -149,6 +150,8 @@ pub struct Worker {
     health: Arc<Health>,
     /// Whether finished jobs are recorded (the database's setting).
     history: Arc<crate::claim::results::Switch>,
+    /// The per-minute rollup's counts (used when `config.rollup` is set).
+    rollup: Arc<crate::claim::tally::Tally>,
 }
 
 impl Worker {
@@ -315,6 +318,16 @@ impl Worker {
             crate::services::history::Maintenance::new(pool.clone(), self.config.history.clone())
                 .with_switch(self.history.clone());
         services.spawn(history.run(service_stop.clone()));
+        if let Some(config) = &self.config.rollup {
+            // Stopped with the services, after the last outcome is
+            // reported: its last flush counts every job this worker ran.
+            let rollup = crate::services::rollup::Rollup::new(
+                pool.clone(),
+                config.clone(),
+                self.rollup.clone(),
+            );
+            services.spawn(rollup.run(service_stop.clone()));
+        }
         if let Some(config) = &self.config.scheduler {
             let scheduler =
                 crate::services::scheduler::Scheduler::new(pool.clone(), config.clone());
@@ -323,7 +336,10 @@ impl Worker {
         if let Some(interval) = self.config.sample_interval {
             let sampler = Sampler::new(
                 pool.clone(),
-                crate::services::sampler::SamplerConfig::every(interval),
+                crate::services::sampler::SamplerConfig {
+                    depth_minutes: self.config.rollup.is_some(),
+                    ..crate::services::sampler::SamplerConfig::every(interval)
+                },
                 self.health.clone(),
             );
             services.spawn(sampler.run(service_stop.clone()));
@@ -630,6 +646,7 @@ impl Worker {
             start_marks: crate::claim::starts::StartMarks::spawn(self.pool.clone()),
             jobs: TaskTracker::new(),
             history: self.history.clone(),
+            rollup: self.config.rollup.as_ref().map(|_| self.rollup.clone()),
             cancels,
             marks_durable: Default::default(),
             key_cursors: Default::default(),

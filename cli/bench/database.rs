@@ -265,6 +265,19 @@ impl BenchDb {
     /// Wait until no backend of `application_name` prefix `app` is left:
     /// an exiting backend flushes its table statistics, so counters read
     /// afterwards are complete.
+    /// Runs counted by the per-minute rollup (`pgwake.minute_stats`).
+    pub async fn rollup_jobs(&self) -> Result<i64> {
+        Ok(self
+            .control
+            .query_one(
+                "SELECT coalesce(sum(jobs), 0)::int8 FROM pgwake.minute_stats",
+                &[],
+            )
+            .await
+            .map_err(Error::db("bench: read the rollup"))?
+            .get(0))
+    }
+
     pub async fn wait_backends_gone(&self, app: &str) -> Result<()> {
         let pattern = format!("{app}%");
         let deadline = tokio::time::Instant::now() + Duration::from_secs(10);

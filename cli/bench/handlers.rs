@@ -200,6 +200,7 @@ async fn worker_run(
         batch: bench.plan.batch,
         queues: Some(vec![QUEUE.to_string()]),
         handler,
+        rollup: true,
     };
     let worker = RunningWorker::start(&db.config, &spec, Probe::default()).await?;
     db.load(Load {

@@ -156,6 +156,8 @@ pub(crate) struct WorkerSpec {
     pub queues: Option<Vec<String>>,
     /// The handler.
     pub handler: HandlerKind,
+    /// The per-minute rollup on (the worker's default) or off.
+    pub rollup: bool,
 }
 
 impl WorkerSpec {
@@ -168,6 +170,7 @@ impl WorkerSpec {
             application_name: WORKER_APP.into(),
             sample_interval: None,
             grace_period: Duration::from_secs(10),
+            rollup: self.rollup.then(pgwake::config::RollupConfig::default),
             ..WorkerConfig::default()
         })
     }

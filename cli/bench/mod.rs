@@ -35,6 +35,7 @@ mod producers;
 mod raw;
 mod report;
 mod resources;
+mod rollup;
 mod stats;
 mod steady;
 
@@ -97,6 +98,10 @@ pub struct BenchArgs {
     /// modes' phases.
     #[arg(long)]
     pub handlers_only: bool,
+    /// Measure only the per-minute rollup's cost: the worker's burn-down at batch B with
+    /// the rollup off and on, alternating, --runs pairs per mode.
+    #[arg(long, conflicts_with = "handlers_only")]
+    pub rollup_cost: bool,
 }
 
 fn parse_duration(s: &str) -> std::result::Result<Duration, String> {
@@ -245,6 +250,7 @@ impl Bench<'_> {
             batch,
             queues: None,
             handler: harness::HandlerKind::Noop,
+            rollup: true,
         }
     }
 
@@ -263,6 +269,9 @@ impl Bench<'_> {
 pub async fn run(args: BenchArgs) -> Result<()> {
     let plan = Plan::from_args(&args)?;
     let started = Instant::now();
+    if args.rollup_cost {
+        return rollup_cost(&args, &plan, started).await;
+    }
     eprintln!("pgwake bench: preparing the database …");
     let db = BenchDb::create(args.database_url.as_deref(), plan.connections_needed()).await?;
     let outcome = tokio::select! {
@@ -278,6 +287,42 @@ pub async fn run(args: BenchArgs) -> Result<()> {
         println!("{}", report.to_json()?);
     } else {
         print!("{}", report.render());
+    }
+    Ok(())
+}
+
+/// `--rollup-cost`: the rollup's cost in each mode, and nothing else.
+async fn rollup_cost(args: &BenchArgs, plan: &Plan, started: Instant) -> Result<()> {
+    eprintln!("pgwake bench: preparing the database …");
+    let db = BenchDb::create(args.database_url.as_deref(), plan.connections_needed()).await?;
+    let measured = async {
+        let mut costs = Vec::new();
+        for &mode in &plan.modes {
+            let bench = Bench {
+                db: &db,
+                plan,
+                mode,
+                started,
+            };
+            costs.push(rollup::run(&bench).await?);
+        }
+        Ok::<_, Error>(costs)
+    };
+    let outcome = tokio::select! {
+        r = measured => r,
+        e = interrupted() => Err(e),
+    };
+    let removed = db.remove().await;
+    let costs = outcome?;
+    removed?;
+    if args.json {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&serde_json::json!({ "rollup_cost": costs }))
+                .unwrap_or_default()
+        );
+    } else {
+        print!("{}", rollup::render(&costs));
     }
     Ok(())
 }

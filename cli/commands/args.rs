@@ -32,13 +32,17 @@ pub enum Command {
     Migrate(Db),
     /// Enqueue a job, or many from NDJSON on stdin.
     Enqueue(EnqueueArgs),
-    /// Per-queue depth, dead count and oldest ready age.
+    /// Per-queue depth, dead count and oldest ready age, and what ran recently (done,
+    /// retried, dead, jobs/s) from the per-minute rollup.
     Stats {
         #[command(flatten)]
         db: Db,
         /// Print JSON instead of a table.
         #[arg(long)]
         json: bool,
+        /// The window of "what ran": this long back from now, whole minutes (1m to 7d).
+        #[arg(long, value_parser = duration, default_value = "1h")]
+        since: HumanDuration,
     },
     /// Check the database for what breaks queues in production (vacuum horizon, autovacuum,
     /// dead tuples, timeouts, connections, NOTIFY, schema, workers) and print each finding
@@ -269,6 +273,17 @@ pub struct RunArgs {
     /// `off` turns history off. Default: leave the database's setting (off unless turned on).
     #[arg(long, value_parser = keep_finished)]
     pub keep_finished: Option<pgwake::config::KeepFinished>,
+    /// How often the worker adds its counts of outcomes into the per-minute rollup
+    /// (pgwake.minute_stats: `pgwake stats`, the console's charts); a worker killed with
+    /// SIGKILL loses at most this much of its counts.
+    #[arg(long, value_parser = duration, default_value_t = human(config::ROLLUP_FLUSH_INTERVAL_DEFAULT))]
+    pub stats_flush_interval: HumanDuration,
+    /// How long the per-minute rollup keeps a minute (at least 1h).
+    #[arg(long, value_parser = duration, default_value_t = human(config::ROLLUP_RETENTION_DEFAULT))]
+    pub stats_retention: HumanDuration,
+    /// Do not count outcomes into the per-minute rollup on this worker.
+    #[arg(long)]
+    pub no_stats_rollup: bool,
     /// Most bytes of an exec command's stdout kept as its result (never written to the worker's
     /// stdout); 0 keeps none.
     #[arg(long, default_value_t = pgwake::handlers::exec::EXEC_STDOUT_MAX_DEFAULT, value_parser = exec_stdout_max)]
@@ -364,9 +379,13 @@ pub struct HistoryArgs {
     /// Only jobs finished since: a duration back from now (e.g. 1h) or an RFC 3339 timestamp.
     #[arg(long, value_parser = since)]
     pub since: Option<Since>,
-    /// At most this many.
-    #[arg(long, default_value_t = pgwake::admin::history::LIST_LIMIT_DEFAULT, value_parser = clap::value_parser!(i64).range(1..))]
+    /// At most this many (1-1000).
+    #[arg(long, default_value_t = pgwake::admin::history::LIST_LIMIT_DEFAULT, value_parser = clap::value_parser!(i64).range(1..=1000))]
     pub limit: i64,
+    /// Only jobs after this one, newest first: the TIME/ID the previous page printed
+    /// ("more: --after …").
+    #[arg(long, value_name = "TIME/ID")]
+    pub after: Option<pgwake::admin::history::After>,
     /// Print JSON (an array; payloads and results embedded as JSON).
     #[arg(long)]
     pub json: bool,

@@ -1,6 +1,7 @@
 //! `pgwake history`: finished jobs and their results, newest first.
 
 use pgwake::admin::history::{self, FinishedJob};
+use pgwake::admin::stats::printable;
 use pgwake::error::Error;
 use pgwake::{admin::schema, connect};
 
@@ -32,16 +33,16 @@ fn print_table(rows: &[FinishedJob], history_on: bool) {
         println!(
             "{:>8}  {:<12} {:<20} {:<9} attempts {}  finished {}  {}",
             r.id,
-            r.queue,
-            r.task,
+            printable(&r.queue),
+            printable(&r.task),
             r.outcome,
             r.attempts,
             r.finished_at,
             r.worker.as_deref().unwrap_or("")
         );
         match (&r.result, &r.error) {
-            (Some(result), _) => println!("          result {}", cut(result, 200)),
-            (None, Some(error)) => println!("          error {}", cut(error, 200)),
+            (Some(result), _) => println!("          result {}", printable(&cut(result, 200))),
+            (None, Some(error)) => println!("          error {}", printable(&cut(error, 200))),
             _ => {}
         }
     }
@@ -63,18 +64,26 @@ pub async fn command(args: HistoryArgs) -> Result<(), Error> {
         since,
         since_time,
         limit: args.limit,
+        after: args.after,
     };
-    let rows = history::list(&client, &filter).await?;
+    let page = history::list_page(&client, &filter).await?;
     if args.json {
         println!(
             "{}",
-            serde_json::to_string_pretty(&rows).unwrap_or_default()
+            serde_json::to_string_pretty(&page.rows).unwrap_or_default()
         );
+        // The array stays the whole of stdout; the hint goes to stderr.
+        if let Some(next) = page.next {
+            eprintln!("more: --after {next}");
+        }
     } else {
         let on = history::apply(&client, pgwake::config::KeepFinished::Unchanged)
             .await?
             .is_some();
-        print_table(&rows, on);
+        print_table(&page.rows, on);
+        if let Some(next) = page.next {
+            println!("(more: --after {next})");
+        }
     }
     Ok(())
 }

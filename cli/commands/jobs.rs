@@ -267,8 +267,11 @@ fn render_detail(id: i64, d: &JobDetail) -> String {
             ));
         }
     }
-    if !d.history.is_empty() {
+    if d.not_finished_yet() || !d.history.is_empty() {
         out.push_str("history\n");
+        if d.not_finished_yet() {
+            out.push_str("  not finished yet (history records the run that finishes it)\n");
+        }
         for h in &d.history {
             out.push_str(&format!(
                 "  {}  {} after {} attempt(s){}{}\n",

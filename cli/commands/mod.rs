@@ -58,7 +58,7 @@ pub async fn dispatch(command: Command) -> Result<ExitCode, Error> {
         Command::Run(args) => run::run(*args).await,
         Command::Migrate(db) => migrate(db).await,
         Command::Enqueue(args) => enqueue::enqueue(args).await,
-        Command::Stats { db, json } => print_stats(db, json).await,
+        Command::Stats { db, json, since } => print_stats(db, json, since.into()).await,
         Command::Dead { action } => dead::command(action).await,
         Command::History(args) => history::command(args).await,
         Command::Schedule { action } => schedule::command(action).await,
@@ -116,12 +116,13 @@ async fn migrate(db: Db) -> Result<(), Error> {
     Ok(())
 }
 
-async fn print_stats(db: Db, json: bool) -> Result<(), Error> {
+async fn print_stats(db: Db, json: bool, since: std::time::Duration) -> Result<(), Error> {
+    stats::check_window(since)?;
     let config = db.config()?;
     let client = connect::connect(&config).await?;
     schema::check(&client).await?;
     let pool = connect::pool(&config, 1)?;
-    let s = stats::read(&pool).await?;
+    let s = stats::read_since(&pool, since).await?;
     if json {
         println!("{}", serde_json::to_string_pretty(&s).unwrap_or_default());
     } else {

@@ -36,6 +36,10 @@ pub fn worker_config(args: &RunArgs) -> Result<WorkerConfig, Error> {
         fail_fast: args.fail_fast,
         history: pgwake::config::HistoryConfig::keeping(args.keep_finished.unwrap_or_default()),
         cancel_poll_interval: args.cancel_poll_interval.into(),
+        rollup: (!args.no_stats_rollup).then(|| pgwake::config::RollupConfig {
+            flush_interval: args.stats_flush_interval.into(),
+            retention: args.stats_retention.into(),
+        }),
         ..WorkerConfig::default()
     };
     config.validate()?;

@@ -66,6 +66,57 @@ pub struct Filter {
     pub since_time: Option<SystemTime>,
     /// At most this many, newest first.
     pub limit: i64,
+    /// Only those that sort after this one (newest first): the next page.
+    pub after: Option<After>,
+}
+
+/// Where a page of [`list_page`] ends: the last row's finish time and id
+/// (`pgwake history --after`), written `RFC3339/ID` with microseconds, e.g.
+/// `2026-11-27T23:01:02.123456Z/42`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct After {
+    /// The row's `finished_at`.
+    pub finished_at: SystemTime,
+    /// The row's job id.
+    pub id: i64,
+}
+
+impl std::fmt::Display for After {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{}/{}",
+            humantime::format_rfc3339_micros(self.finished_at),
+            self.id
+        )
+    }
+}
+
+impl std::str::FromStr for After {
+    type Err = String;
+
+    fn from_str(s: &str) -> std::result::Result<After, String> {
+        let bad = || {
+            format!(
+                "{s:?}: expected TIME/ID as the previous page printed it, e.g. 2026-11-27T23:01:02.123456Z/42"
+            )
+        };
+        let (t, id) = s.rsplit_once('/').ok_or_else(bad)?;
+        Ok(After {
+            finished_at: humantime::parse_rfc3339(t).map_err(|_| bad())?,
+            id: id.parse().map_err(|_| bad())?,
+        })
+    }
+}
+
+/// One page of finished jobs: the rows, and where the next page starts
+/// (`None`: no more rows).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Page {
+    /// At most `limit` rows, newest first.
+    pub rows: Vec<FinishedJob>,
+    /// `--after` for the next page, when more rows match.
+    pub next: Option<After>,
 }
 
 /// The outcomes a finished job can have.
@@ -100,6 +151,9 @@ pub struct FinishedJob {
     pub finished_at: String,
     /// The worker that ran it, if known.
     pub worker: Option<String>,
+    /// `finished_at` to the microsecond (the paging cursor).
+    #[serde(skip)]
+    pub finished: SystemTime,
 }
 
 fn rfc3339(t: SystemTime) -> String {
@@ -108,6 +162,12 @@ fn rfc3339(t: SystemTime) -> String {
 
 /// Finished jobs, newest first.
 pub async fn list<C: GenericClient>(db: &C, filter: &Filter) -> Result<Vec<FinishedJob>> {
+    Ok(list_page(db, filter).await?.rows)
+}
+
+/// A page of finished jobs, newest first, and whether more match (one row
+/// more is read to know).
+pub async fn list_page<C: GenericClient>(db: &C, filter: &Filter) -> Result<Page> {
     if let Some(o) = &filter.outcome {
         if !OUTCOMES.contains(&o.as_str()) {
             return Err(Error::Config(format!(
@@ -116,6 +176,9 @@ pub async fn list<C: GenericClient>(db: &C, filter: &Filter) -> Result<Vec<Finis
         }
     }
     let since = filter.since.map(|d| d.as_secs_f64());
+    let after_time = filter.after.map(|a| a.finished_at);
+    let after_id = filter.after.map(|a| a.id);
+    let read = filter.limit.saturating_add(1);
     let rows = Db::unnamed(db.client())
         .query(
             &sql::HISTORY_LIST,
@@ -123,14 +186,16 @@ pub async fn list<C: GenericClient>(db: &C, filter: &Filter) -> Result<Vec<Finis
                 &filter.queue,
                 &filter.task,
                 &filter.outcome,
-                &filter.limit,
+                &read,
                 &since,
                 &filter.since_time,
+                &after_time,
+                &after_id,
             ],
         )
         .await
         .map_err(Error::db("cannot list finished jobs"))?;
-    Ok(rows
+    let mut rows: Vec<FinishedJob> = rows
         .iter()
         .map(|r| FinishedJob {
             id: r.get(0),
@@ -145,8 +210,16 @@ pub async fn list<C: GenericClient>(db: &C, filter: &Filter) -> Result<Vec<Finis
             started_at: r.get::<_, Option<SystemTime>>(9).map(rfc3339),
             finished_at: rfc3339(r.get(10)),
             worker: r.get(11),
+            finished: r.get(10),
         })
-        .collect())
+        .collect();
+    let more = rows.len() as i64 > filter.limit;
+    rows.truncate(filter.limit.max(0) as usize);
+    let next = rows.last().filter(|_| more).map(|r| After {
+        finished_at: r.finished,
+        id: r.id,
+    });
+    Ok(Page { rows, next })
 }
 
 /// Serialize stored JSON text as JSON (as a string if it cannot be re-read,

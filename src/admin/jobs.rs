@@ -221,6 +221,20 @@ pub struct JobDetail {
     pub errors: Vec<AttemptError>,
     /// Why it is not running ([`explain`]).
     pub explanation: Vec<Reason>,
+    /// Whether history is on (its finishing run will be recorded).
+    pub history_on: bool,
+}
+
+impl JobDetail {
+    /// History is on and the job has not finished (it waits, is scheduled
+    /// or runs): its history row comes when it finishes. Pages say "not
+    /// finished yet" rather than "no history".
+    pub fn not_finished_yet(&self) -> bool {
+        self.history_on
+            && self.job.as_ref().is_some_and(|j| {
+                !matches!(j.state.as_str(), "done" | "dead" | "cancelled" | "finished")
+            })
+    }
 }
 
 /// Every recorded error of job `id`, by attempt (kept seven days).
@@ -282,11 +296,18 @@ pub async fn show(client: &tokio_postgres::Client, id: i64) -> Result<Option<Job
         return Ok(None);
     }
     let explanation = explain(client, id).await?;
+    let history_on = Db::unnamed(client)
+        .query_one(&sql::HISTORY_SETTINGS_GET, &[])
+        .await
+        .map_err(Error::db("reading the history setting"))?
+        .get::<_, Option<f64>>(0)
+        .is_some();
     Ok(Some(JobDetail {
         job,
         payload,
         history,
         errors,
         explanation,
+        history_on,
     }))
 }

@@ -181,7 +181,12 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "0032_pressure.sql",
         sql: include_str!("../../migrations/0032_pressure.sql"),
     },
-    // 33 and 34 are other branches' (numbers taken before this one).
+    Migration {
+        version: 33,
+        name: "0033_minute_stats.sql",
+        sql: include_str!("../../migrations/0033_minute_stats.sql"),
+    },
+    // 34 is another branch's (number taken before this one).
     Migration {
         version: 35,
         name: "0035_batch_job_index.sql",

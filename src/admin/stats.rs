@@ -3,6 +3,12 @@
 //! paused and its limits (per queue and per limit key); uncapped counts (this is an on-demand command, not
 //! the per-interval sampler). Running tx-mode claims are left out of `ready`
 //! among each queue's first `sampler::RUNNING_CHECK_WINDOW` ready jobs.
+//!
+//! "What ran?": per queue, the jobs done, retried and dead over a recent
+//! window ([`Recent`], one hour by default, `--since`), read from the
+//! workers' per-minute rollup (`pgwake.minute_stats`,
+//! `src/services/rollup.rs`), which counts every run whether full history
+//! is on or not.
 
 use serde::Serialize;
 
@@ -39,6 +45,81 @@ pub struct QueueStats {
     /// The queue's limits (`pgwake queue set`), as `pgwake queue list`
     /// shows them.
     pub limits: QueueLimits,
+    /// What ran over the recent window (the per-minute rollup).
+    pub recent: Recent,
+}
+
+/// Default window of [`Recent`]: the last hour.
+pub const RECENT_WINDOW_DEFAULT: std::time::Duration = std::time::Duration::from_secs(3600);
+/// Shortest window accepted (one minute: the rollup's grain).
+pub const RECENT_WINDOW_MIN: std::time::Duration = std::time::Duration::from_secs(60);
+/// Longest window accepted (the rollup keeps 48 h by default).
+pub const RECENT_WINDOW_MAX: std::time::Duration = std::time::Duration::from_secs(7 * 86400);
+
+/// One queue's outcomes over a recent window, from the per-minute rollup.
+/// The window starts at the beginning of the minute `window_seconds` ago
+/// and runs to now; counts a worker has not flushed yet (up to its
+/// `--stats-flush-interval`) are missing.
+#[derive(Debug, Clone, Default, Serialize, PartialEq)]
+pub struct Recent {
+    /// The window, seconds.
+    pub window_seconds: f64,
+    /// Runs that ended done.
+    pub done: i64,
+    /// Runs that failed and were scheduled again.
+    pub retried: i64,
+    /// Runs that moved their job to `dead_jobs` (cancelled ones included).
+    pub dead: i64,
+    /// Runs per second over the window (done + retried + dead).
+    pub jobs_per_second: f64,
+    /// Mean pickup latency of these runs, seconds (`None`: no run).
+    pub pickup_mean_seconds: Option<f64>,
+    /// Longest pickup latency of these runs, seconds.
+    pub pickup_max_seconds: Option<f64>,
+}
+
+/// Check a `--since` window; the error names the flag and the range.
+pub fn check_window(window: std::time::Duration) -> Result<()> {
+    if window < RECENT_WINDOW_MIN || window > RECENT_WINDOW_MAX {
+        return Err(crate::error::Error::Config(format!(
+            "--since must be between 1m and 7d (the per-minute rollup's grain and a bound on the rows read); got {}",
+            humantime::format_duration(window)
+        )));
+    }
+    Ok(())
+}
+
+/// Per queue, what ran over the last `window` (the per-minute rollup).
+pub async fn recent(
+    client: &tokio_postgres::Client,
+    window: std::time::Duration,
+) -> Result<std::collections::BTreeMap<String, Recent>> {
+    check_window(window)?;
+    let secs = window.as_secs_f64();
+    let rows = crate::db::sql::Db::unnamed(client)
+        .query(&crate::db::sql::ROLLUP_TOTALS, &[&secs])
+        .await
+        .map_err(crate::error::Error::db(
+            "stats: reading the per-minute rollup",
+        ))?;
+    Ok(rows
+        .into_iter()
+        .map(|r| {
+            let (done, retried, dead): (i64, i64, i64) = (r.get(1), r.get(2), r.get(3));
+            (
+                r.get(0),
+                Recent {
+                    window_seconds: secs,
+                    done,
+                    retried,
+                    dead,
+                    jobs_per_second: (done + retried + dead) as f64 / secs,
+                    pickup_mean_seconds: r.get(4),
+                    pickup_max_seconds: r.get(5),
+                },
+            )
+        })
+        .collect())
 }
 
 /// A queue's limits, per queue and per limit key (`None`/false: not set).
@@ -101,8 +182,18 @@ impl QueueLimits {
     }
 }
 
-/// Read every queue's numbers.
+/// Read every queue's numbers, with what ran over the last hour.
 pub async fn read(pool: &deadpool_postgres::Pool) -> Result<Vec<QueueStats>> {
+    read_since(pool, RECENT_WINDOW_DEFAULT).await
+}
+
+/// Read every queue's numbers, with what ran over the last `window`
+/// (between [`RECENT_WINDOW_MIN`] and [`RECENT_WINDOW_MAX`]).
+pub async fn read_since(
+    pool: &deadpool_postgres::Pool,
+    window: std::time::Duration,
+) -> Result<Vec<QueueStats>> {
+    check_window(window)?;
     // Every queue, uncapped counts, no time limit: an on-demand command.
     let sample = crate::admin::gauges::sample_with(pool, i64::MAX, None).await?;
     let conn = pool
@@ -123,6 +214,13 @@ pub async fn read(pool: &deadpool_postgres::Pool) -> Result<Vec<QueueStats>> {
     )
     .await
     .map_err(crate::error::Error::db("stats: reading unserved jobs"))?;
+    let recent = recent(&conn, window).await?;
+    let recent_of = |queue: &str| -> Recent {
+        recent.get(queue).cloned().unwrap_or(Recent {
+            window_seconds: window.as_secs_f64(),
+            ..Recent::default()
+        })
+    };
     let unserved_of = |queue: &str| -> Vec<crate::admin::workers::Unserved> {
         unserved
             .iter()
@@ -138,6 +236,7 @@ pub async fn read(pool: &deadpool_postgres::Pool) -> Result<Vec<QueueStats>> {
             paused: sample.paused.contains(&q.queue),
             limits: QueueLimits::of(&sample, &q.queue),
             unserved: unserved_of(&q.queue),
+            recent: recent_of(&q.queue),
             leased: leased.get(&q.queue).map_or(0, |l| l.0),
             expired_leases: leased.get(&q.queue).map_or(0, |l| l.1),
             queue: q.queue,
@@ -158,6 +257,8 @@ pub async fn read(pool: &deadpool_postgres::Pool) -> Result<Vec<QueueStats>> {
         .chain(sample.rate_per_key.iter().map(|(q, _)| q))
         .chain(&sample.fair_keys)
         .chain(leased.keys())
+        // A queue that ran jobs in the window and holds none now.
+        .chain(recent.keys())
         .cloned()
         .collect::<std::collections::BTreeSet<String>>();
     for q in extra {
@@ -167,6 +268,7 @@ pub async fn read(pool: &deadpool_postgres::Pool) -> Result<Vec<QueueStats>> {
                 paused: sample.paused.contains(&q),
                 limits: QueueLimits::of(&sample, &q),
                 unserved: unserved_of(&q),
+                recent: recent_of(&q),
                 queue: q,
                 ready: 0,
                 scheduled: 0,
@@ -212,6 +314,29 @@ pub fn render_table(stats: &[QueueStats]) -> String {
     }
     if stats.is_empty() {
         out.push_str("(no jobs)\n");
+    }
+    if let Some(window) = stats.first().map(|s| s.recent.window_seconds) {
+        out.push_str(&format!(
+            "\nRan in the last {} (per-minute rollup; up to a flush interval behind)\n",
+            humantime::format_duration(std::time::Duration::from_secs(window as u64))
+        ));
+        out.push_str(&format!(
+            "{:<width$}  {:>10}  {:>10}  {:>10}  {:>10}  {:>16}\n",
+            "QUEUE", "DONE", "RETRIED", "DEAD", "JOBS/S", "PICKUP MEAN (s)"
+        ));
+        for s in stats {
+            let r = &s.recent;
+            out.push_str(&format!(
+                "{:<width$}  {:>10}  {:>10}  {:>10}  {:>10.2}  {:>16}\n",
+                printable(&s.queue),
+                r.done,
+                r.retried,
+                r.dead,
+                r.jobs_per_second,
+                r.pickup_mean_seconds
+                    .map_or("-".to_string(), |m| format!("{m:.3}"))
+            ));
+        }
     }
     let unserved: Vec<_> = stats.iter().flat_map(|s| &s.unserved).collect();
     if !unserved.is_empty() {

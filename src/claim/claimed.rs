@@ -32,6 +32,9 @@ pub(crate) struct Claimed {
     /// lease mode: its attempt was refunded before, buffered when its
     /// worker died (`jobs.suspect`): it may kill its workers.
     pub suspect: bool,
+    /// Seconds it was ready before the claim (its pickup latency), for the
+    /// per-minute rollup.
+    pub ready_for: f64,
 }
 
 /// Defined beside the handler's context, which reads it.
@@ -88,6 +91,7 @@ pub(crate) fn claimed_from_row(row: &Row) -> Claimed {
         admitted_at: None,
         buffered: false,
         suspect: false,
+        ready_for: ready_for.max(0.0),
     }
 }
 
@@ -124,6 +128,7 @@ impl Claimed {
             admitted_at: None,
             buffered: false,
             suspect: false,
+            ready_for: 0.0,
         }
     }
 }

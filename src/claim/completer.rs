@@ -229,7 +229,7 @@ async fn flush(ctx: &ClaimContext, batch: Vec<Finished>) {
                 Resolution::Lost
             }
         };
-        ctx.report(&f.claimed.job, resolution, f.duration);
+        ctx.report(&f.claimed, resolution, f.duration);
     }
     if keyed {
         ctx.wake.wake_one(crate::claim::wake::Trigger::Drain);

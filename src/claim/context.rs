@@ -8,7 +8,7 @@
 //!        ▲                        │                                   │
 //!        └──── slots ◀────────────┴──── record (tx: commit | lease: completer.rs)
 //!                                                   │
-//!                                          report() here: metrics, events
+//!                                          report() here: metrics, events, the rollup tally
 //! ```
 //!
 //! Dependencies run one way: `claimed` ← `leases` ← `context` ←
@@ -128,6 +128,9 @@ pub(crate) struct ClaimContext {
     /// Repairs of limit keys' slot rows that claims reported
     /// (`key_repair.rs`).
     pub key_repairs: crate::claim::key_repair::KeyRepairs,
+    /// The per-minute rollup's counts (`services/rollup.rs`); `None` when
+    /// the rollup is off.
+    pub rollup: Option<Arc<crate::claim::tally::Tally>>,
 }
 
 impl ClaimContext {
@@ -241,7 +244,8 @@ impl ClaimContext {
 
     /// After the outcome is committed: metrics, logs, events, and the next
     /// due time of retried jobs for the poller.
-    pub(crate) fn report(&self, job: &Job, resolution: Resolution, duration: Duration) {
+    pub(crate) fn report(&self, claimed: &Claimed, resolution: Resolution, duration: Duration) {
+        let job = &claimed.job;
         if let Resolution::Retry { delay, .. } = &resolution {
             self.schedule.hint(SystemTime::now() + *delay);
         }
@@ -253,6 +257,20 @@ impl ClaimContext {
         ];
         ::metrics::counter!(metrics::JOBS, &labels).increment(1);
         ::metrics::histogram!(metrics::JOB_DURATION, &labels).record(duration.as_secs_f64());
+        // The per-minute rollup counts the runs that ended the job or its
+        // attempt; a returned or lost run is not an outcome.
+        if let (Some(tally), true) = (
+            &self.rollup,
+            matches!(
+                resolution,
+                Resolution::Done
+                    | Resolution::Retry { .. }
+                    | Resolution::Dead { .. }
+                    | Resolution::Cancelled
+            ),
+        ) {
+            tally.count(&job.queue, &job.task, outcome, claimed.ready_for);
+        }
         if self.history.on() {
             match &resolution {
                 Resolution::Done => crate::claim::results::count_recorded("done", 1),

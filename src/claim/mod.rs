@@ -25,6 +25,7 @@ pub(crate) mod prefetch;
 pub(crate) mod rate;
 pub(crate) mod results;
 pub(crate) mod starts;
+pub(crate) mod tally;
 pub(crate) mod targets;
 pub(crate) mod turn;
 pub(crate) mod tx;

@@ -21,6 +21,7 @@
 
 mod actions;
 mod auth;
+mod charts;
 mod error;
 mod input;
 mod pages;

@@ -311,6 +311,7 @@ async fn overview_body(app: &App) -> Result<Markup, PageError> {
     let governor = pressure::recorded(c).await?;
     let changes =
         pressure::log(c, std::time::Duration::from_secs(3600), PRESSURE_LOG_SHOWN).await?;
+    let last_hour = super::charts::read(c, None).await?;
     tx.commit().await.map_err(Error::db("console: commit"))?;
 
     let mut lines: BTreeMap<String, Line> = BTreeMap::new();
@@ -368,6 +369,8 @@ async fn overview_body(app: &App) -> Result<Markup, PageError> {
             div.card { div.label { "Oldest transaction" } div.value { (seconds(sample.oldest_transaction_age)) }
                 div.note { "on this database" } }
         }
+        h2 { "Last hour" }
+        (super::charts::panel(&last_hour, "every queue"))
         h2 { "Queues" }
         div.panel {
             @if lines.is_empty() {
@@ -902,6 +905,12 @@ pub(crate) async fn jobs(
             badge.insert(*id, first);
         }
     }
+    // A queue's page: its last hour, from the per-minute rollup.
+    let queue = (!f.queue.is_empty()).then_some(f.queue.as_str());
+    let last_hour = match queue {
+        Some(q) => Some(super::charts::read(c, Some(q)).await?),
+        None => None,
+    };
     tx.commit().await.map_err(Error::db("console: commit"))?;
     let next = (id.is_none() && rows.len() == PAGE as usize)
         .then(|| rows.last().map(|r| r.id))
@@ -929,6 +938,10 @@ pub(crate) async fn jobs(
                     label { "Since (UTC)" input name="since" placeholder="2026-11-25 14:00" value=(f.since); }
                     div { button.primary type="submit" { "Filter" } " " a href="/jobs" { "clear" } }
                 }
+            }
+            @if let (Some(s), Some(q)) = (&last_hour, queue) {
+                h2 { "Last hour of queue " (q) }
+                (super::charts::panel(s, &format!("queue {q}")))
             }
             div.panel {
                 @if rows.is_empty() {
@@ -1088,8 +1101,13 @@ pub(crate) async fn job(
                 (errors_list(&d.errors[d.errors.len().saturating_sub(ERRORS_ON_JOB_PAGE)..]))
             }
             h2 { "History" }
+            @if d.not_finished_yet() {
+                p #not-finished { "Not finished yet: history records the run that finishes it." }
+            }
             @if d.history.is_empty() {
-                p.muted { "No finished run recorded (history is kept when workers run with --keep-finished)." }
+                @if !d.not_finished_yet() {
+                    p.muted { "No finished run recorded (history is kept when workers run with --keep-finished)." }
+                }
             } @else {
                 ul.timeline {
                     @for h in &d.history {

@@ -123,7 +123,8 @@ statements! {
         FLOAT8_ARRAY, FLOAT8_ARRAY, TEXT_ARRAY, TEXT_ARRAY, BOOL_ARRAY, TEXT_ARRAY];
     HISTORY_DONE = "history_done" [INT8_ARRAY, TEXT_ARRAY, TEXT_ARRAY, TEXT_ARRAY, INT4_ARRAY,
         TIMESTAMPTZ_ARRAY, TEXT_ARRAY, TEXT, TEXT_ARRAY, TEXT_ARRAY, TEXT_ARRAY];
-    HISTORY_LIST = "history_list" [TEXT, TEXT, TEXT, INT8, FLOAT8, TIMESTAMPTZ];
+    HISTORY_LIST = "history_list" [TEXT, TEXT, TEXT, INT8, FLOAT8, TIMESTAMPTZ, TIMESTAMPTZ,
+        INT8];
     HISTORY_LOCK = "history_lock" [];
     HISTORY_MAINTAIN = "history_maintain" [FLOAT8, INT4, FLOAT8];
     HISTORY_SETTINGS_GET = "history_settings_get" [];
@@ -165,6 +166,14 @@ statements! {
     RATE_RELEASE = "rate_release" [TEXT, INT4_ARRAY, TIMESTAMPTZ];
     RATE_RESERVE = "rate_reserve" [TEXT, INT8, INT8];
     READY_QUEUES = "ready_queues" [TEXT_ARRAY, INT8];
+    ROLLUP_DEPTH = "rollup_depth" [TEXT_ARRAY, INT8_ARRAY, INT8_ARRAY];
+    ROLLUP_DEPTH_SERIES = "rollup_depth_series" [FLOAT8, TEXT];
+    ROLLUP_FLUSH = "rollup_flush" [INT8_ARRAY, TEXT_ARRAY, TEXT_ARRAY, TEXT_ARRAY, INT8_ARRAY,
+        FLOAT8_ARRAY, FLOAT8_ARRAY];
+    ROLLUP_NOW = "rollup_now" [];
+    ROLLUP_PRUNE = "rollup_prune" [FLOAT8];
+    ROLLUP_SERIES = "rollup_series" [FLOAT8, TEXT];
+    ROLLUP_TOTALS = "rollup_totals" [FLOAT8];
     SAMPLE_QUEUE_SETTINGS = "sample_queue_settings" [];
     SAMPLE_QUEUES = "sample_queues" [INT8, INT8];
     SCHEDULE_ADD = "schedule_add" [TEXT, TEXT, TEXT, JSONB, TEXT, INT4, TEXT, TEXT, BOOL];

@@ -45,6 +45,10 @@ pub struct SamplerConfig {
     /// The server's statement timeout for one sample (default
     /// [`TIME_LIMIT_DEFAULT`]).
     pub time_limit: Duration,
+    /// Record each queue's depth per minute in `pgwake.minute_depth` (the
+    /// console's depth chart; one statement per sample). Default true;
+    /// the worker sets it from its rollup setting.
+    pub depth_minutes: bool,
 }
 
 impl Default for SamplerConfig {
@@ -53,6 +57,7 @@ impl Default for SamplerConfig {
             interval: crate::config::SAMPLE_INTERVAL_DEFAULT,
             depth_cap: DEPTH_CAP_DEFAULT,
             time_limit: TIME_LIMIT_DEFAULT,
+            depth_minutes: true,
         }
     }
 }
@@ -134,6 +139,9 @@ impl Sampler {
                     self.health
                         .set_oldest_transaction_age(s.oldest_transaction_age);
                     self.publish(&s);
+                    if self.config.depth_minutes {
+                        self.record_depth(&s).await;
+                    }
                     self.govern().await;
                 }
                 Err(e) => {
@@ -168,6 +176,28 @@ impl Sampler {
                 tracing::warn!(error = %e, "sampler: reading the database pressure failed");
                 None
             }
+        }
+    }
+
+    /// Record the sample's depth per queue for this minute
+    /// (`pgwake.minute_depth`); a failure counts as a sampler error.
+    pub async fn record_depth(&self, s: &Sample) {
+        let queues: Vec<&str> = s.queues.iter().map(|q| q.queue.as_str()).collect();
+        let ready: Vec<i64> = s.queues.iter().map(|q| q.ready).collect();
+        let scheduled: Vec<i64> = s.queues.iter().map(|q| q.scheduled).collect();
+        let write = async {
+            let conn = self.pool.get().await.map_err(Error::pool("sampler"))?;
+            crate::db::sql::Db::unnamed(&conn)
+                .execute(
+                    &crate::db::sql::ROLLUP_DEPTH,
+                    &[&queues, &ready, &scheduled],
+                )
+                .await
+                .map_err(Error::db("sampler: recording the depth per minute"))
+        };
+        if let Err(e) = write.await {
+            ::metrics::counter!(metrics::SAMPLER_ERRORS).increment(1);
+            tracing::warn!(error = %e, "sampler: recording the depth per minute failed");
         }
     }
 

@@ -377,6 +377,20 @@ fn each_invalid_config() -> Vec<pgwake::WorkerConfig> {
             application_name: String::new(),
             ..d()
         },
+        WorkerConfig {
+            rollup: Some(pgwake::config::RollupConfig {
+                retention: Duration::from_secs(60),
+                ..Default::default()
+            }),
+            ..d()
+        },
+        WorkerConfig {
+            rollup: Some(pgwake::config::RollupConfig {
+                flush_interval: zero,
+                ..Default::default()
+            }),
+            ..d()
+        },
     ]
 }
 

@@ -392,7 +392,9 @@ async fn screenshots_for_the_docs() {
          SELECT pgwake.enqueue('resize_image', jsonb_build_object('image', g || '.jpg'), queue => 'images')
            FROM generate_series(4, 840) g;
          SELECT pgwake.enqueue('thumbnail', jsonb_build_object('image', g || '.jpg'), queue => 'thumbs')
-           FROM generate_series(1, 2000) g;",
+           FROM generate_series(1, 2000) g;
+         SELECT pgwake.enqueue('charge', jsonb_build_object('order', g), queue => 'payments', max_attempts => 2)
+           FROM generate_series(1, 40) g;",
     )
     .await
     .unwrap();
@@ -403,10 +405,19 @@ async fn screenshots_for_the_docs() {
                 "reports".into(),
                 "thumbs".into(),
                 "images".into(),
+                "payments".into(),
             ]),
+            // The last hour's charts: counts flushed and depth sampled
+            // within the wait below.
+            rollup: Some(pgwake::config::RollupConfig {
+                flush_interval: Duration::from_millis(200),
+                ..Default::default()
+            }),
+            sample_interval: Some(Duration::from_millis(500)),
             ..test_config()
         })
         .handler("send_email", ExecHandler::parse("sleep 600").unwrap())
+        .handler("charge", ExecHandler::parse("false").unwrap())
         .handler("report", ExecHandler::parse("true").unwrap())
         .handler("thumbnail", ExecHandler::parse("true").unwrap())
         .build()
@@ -435,6 +446,7 @@ async fn screenshots_for_the_docs() {
         ("/".to_string(), "console-overview.png"),
         (format!("/jobs/{crm}"), "console-job.png"),
         ("/jobs?state=waiting".to_string(), "console-explain.png"),
+        ("/jobs?queue=payments".to_string(), "console-queue.png"),
     ] {
         b.client.goto(&console.url(&path)).await.unwrap();
         text(&b, "main").await;

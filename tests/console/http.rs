@@ -811,3 +811,49 @@ async fn the_schedules_page_disables_and_enables_a_schedule() {
     .await;
     assert_eq!(r.status, 400, "{}", r.body);
 }
+
+#[tokio::test]
+async fn job_pages_say_not_finished_yet_while_history_is_on_and_the_job_waits() {
+    let db = migrated_db().await;
+    let c = db.client().await;
+    let id: i64 = c
+        .query_one("SELECT pgwake.enqueue('t', '{}')", &[])
+        .await
+        .unwrap()
+        .get(0);
+    let console = Console::start(&db, false).await;
+    let says = |body: &str| body.contains("Not finished yet") || body.contains("not finished yet");
+    // History off: the pages say nothing of the kind.
+    let page = get(&console, &format!("/jobs/{id}")).await;
+    assert!(!says(&page.body), "{}", page.body);
+    let out = run_pgwake(&["job", "show", &id.to_string()], Some(&db.url));
+    assert!(!says(&String::from_utf8_lossy(&out.stdout)));
+    // History on: the waiting job is not finished yet, on both pages.
+    c.batch_execute("INSERT INTO pgwake.history_settings (keep) VALUES (interval '7 days') ON CONFLICT (singleton) DO UPDATE SET keep = excluded.keep")
+        .await
+        .unwrap();
+    let page = get(&console, &format!("/jobs/{id}")).await;
+    assert!(page.body.contains("id=\"not-finished\""), "{}", page.body);
+    assert!(
+        !page.body.contains("No finished run recorded"),
+        "{}",
+        page.body
+    );
+    let out = run_pgwake(&["job", "show", &id.to_string()], Some(&db.url));
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("history\n  not finished yet"), "{text}");
+    let out = run_pgwake(&["job", "show", &id.to_string(), "--json"], Some(&db.url));
+    let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(json["history_on"], true);
+    // Dead: finished, so no longer "not finished yet".
+    c.execute(
+        "WITH j AS (DELETE FROM pgwake.jobs WHERE id = $1 RETURNING *)
+         INSERT INTO pgwake.dead_jobs (id, queue, task, payload, priority, run_at, attempts, max_attempts, last_error, created_at)
+         SELECT id, queue, task, payload, priority, run_at, 1, 1, 'boom', created_at FROM j",
+        &[&id],
+    )
+    .await
+    .unwrap();
+    let page = get(&console, &format!("/jobs/{id}")).await;
+    assert!(!says(&page.body), "{}", page.body);
+}

@@ -11,6 +11,7 @@ mod common;
 mod access;
 mod bounded;
 mod browser;
+mod charts;
 mod fuzz;
 mod http;
 mod paged;

@@ -866,3 +866,80 @@ async fn a_deleted_history_setting_reads_as_off_and_keep_finished_restores_it() 
     assert!(!e.is_unreachable(), "{e}");
     assert!(!e.is_connection_lost(), "{e}");
 }
+
+#[tokio::test]
+async fn history_pages_with_after_and_says_when_more_rows_exist() {
+    let db = migrated_db().await;
+    let client = db.client().await;
+    // Seven rows: two share a finish time (the id breaks the tie), one job
+    // finished twice (dead, then retried and done).
+    client
+        .batch_execute(
+            "INSERT INTO pgwake.finished_jobs (id, queue, task, payload, outcome, attempts, enqueued_at, finished_at)
+             SELECT g, 'q', 't', '{}', 'done', 1, now(), timestamptz '2026-11-27 12:00:00+00' + make_interval(secs => g)
+             FROM generate_series(1, 4) g;
+             INSERT INTO pgwake.finished_jobs (id, queue, task, payload, outcome, attempts, enqueued_at, finished_at) VALUES
+             (5, 'q', 't', '{}', 'done', 1, now(), timestamptz '2026-11-27 12:00:04+00'),
+             (6, 'q', 't', '{}', 'dead', 1, now(), timestamptz '2026-11-27 11:00:00.000001+00'),
+             (6, 'q', 't', '{}', 'done', 2, now(), timestamptz '2026-11-27 12:00:05+00')",
+        )
+        .await
+        .unwrap();
+    let mut seen = Vec::new();
+    let mut after: Option<String> = None;
+    let mut pages = 0;
+    loop {
+        let mut args = vec!["history".to_string(), "--limit".into(), "3".into()];
+        if let Some(a) = &after {
+            args.extend(["--after".to_string(), a.clone()]);
+        }
+        let args: Vec<&str> = args.iter().map(|s| s.as_str()).collect();
+        let out = run_pgwake(&args, Some(&db.url));
+        assert!(out.status.success(), "{}", stderr_of(&out));
+        let text = String::from_utf8_lossy(&out.stdout).to_string();
+        pages += 1;
+        for line in text.lines().filter(|l| l.contains(" finished ")) {
+            let cells: Vec<&str> = line.split_whitespace().collect();
+            seen.push((cells[0].parse::<i64>().unwrap(), cells[3].to_string()));
+        }
+        match text.lines().find_map(|l| l.strip_prefix("(more: --after ")) {
+            Some(rest) => after = Some(rest.trim_end_matches(')').to_string()),
+            None => break,
+        }
+        assert!(pages < 5, "{text}");
+    }
+    assert_eq!(pages, 3, "7 rows, 3 a page: the last page says no more");
+    let want: Vec<(i64, String)> = [
+        (6, "done"),
+        (5, "done"),
+        (4, "done"),
+        (3, "done"),
+        (2, "done"),
+        (1, "done"),
+        (6, "dead"),
+    ]
+    .iter()
+    .map(|(id, o)| (*id, o.to_string()))
+    .collect();
+    assert_eq!(seen, want, "every row once, newest first");
+
+    // JSON: the array alone on stdout, the hint on stderr.
+    let out = run_pgwake(&["history", "--json", "--limit", "7"], Some(&db.url));
+    let rows: Vec<serde_json::Value> = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(rows.len(), 7);
+    assert!(!stderr_of(&out).contains("more:"), "{}", stderr_of(&out));
+    let out = run_pgwake(&["history", "--json", "--limit", "6"], Some(&db.url));
+    assert!(
+        stderr_of(&out).contains("more: --after 2026-11-27T12:00:01.000000Z/1"),
+        "{}",
+        stderr_of(&out)
+    );
+
+    let out = run_pgwake(&["history", "--after", "yesterday"], Some(&db.url));
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        stderr_of(&out).contains("expected TIME/ID"),
+        "{}",
+        stderr_of(&out)
+    );
+}

@@ -1,4 +1,4 @@
-//! The services around the claim path and the schema: recurring jobs, history, the governor (pressure), migrations, roles, clocks, the listener's half-open connections.
+//! The services around the claim path and the schema: recurring jobs, history, the governor (pressure), the per-minute rollup, migrations, roles, clocks, the listener's half-open connections.
 //!
 //! One test binary per area (a cold build links 8 binaries, not 43); each
 //! file is one scenario module, named after what it defends.
@@ -12,5 +12,6 @@ mod halfopen;
 mod history;
 mod pressure;
 mod roles;
+mod rollup;
 mod schedules;
 mod schema;

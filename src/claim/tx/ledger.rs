@@ -249,7 +249,7 @@ pub(super) async fn run_suspect(ctx: &ClaimContext, id: i64) -> Result<()> {
     finish(ctx, db, &results, mark, Some(&[id])).await?;
     tx.release();
     for r in results {
-        ctx.report(&r.claimed.job, r.resolution, r.duration);
+        ctx.report(&r.claimed, r.resolution, r.duration);
     }
     Ok(())
 }

@@ -276,7 +276,7 @@ pub(crate) async fn claim_and_run(
     finish(ctx, db, &results, Some(token), None).await?;
     tx.release();
     for r in results {
-        ctx.report(&r.claimed.job, r.resolution, r.duration);
+        ctx.report(&r.claimed, r.resolution, r.duration);
     }
     Ok(count)
 }

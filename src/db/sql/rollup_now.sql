@@ -1,0 +1,2 @@
+-- The database's clock in epoch minutes (the charts' last minute).
+SELECT (extract(epoch FROM now())::int8 / 60)
