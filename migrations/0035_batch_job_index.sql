@@ -9,5 +9,7 @@
 -- reads only the marks that name the claimed jobs, however many dead ones
 -- the table holds.
 -- fastupdate off: a pending list would be read whole by every lookup.
-CREATE INDEX tx_batches_job_ids ON pgwake.tx_batches USING gin (job_ids)
+-- IF NOT EXISTS: a schema whose migration records were lost (the upgrade
+-- tests in tests/services/roles.rs replay them) gets it once.
+CREATE INDEX IF NOT EXISTS tx_batches_job_ids ON pgwake.tx_batches USING gin (job_ids)
     WITH (fastupdate = off);
