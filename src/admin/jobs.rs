@@ -13,7 +13,7 @@ use crate::error::{Error, Result};
 pub struct Reason {
     /// `running` (then, maybe, `process_wait`: its worker's persistent
     /// handler had jobs waiting for a free process), `buffered`, `locked`,
-    /// `scheduled`, `retry_backoff`, `paused`, `ordering_key`,
+    /// `scheduled`, `snoozed`, `retry_backoff`, `paused`, `ordering_key`,
     /// `max_running`, `rate_limit`, `key_max_running`, `key_rate_limit`,
     /// `no_worker`, `no_handler`, `saturated`, `ready`, `dead`,
     /// `cancelled` or `not_found` (`docs/src/sql.md`).

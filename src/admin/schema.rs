@@ -181,6 +181,12 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "0032_pressure.sql",
         sql: include_str!("../../migrations/0032_pressure.sql"),
     },
+    // 33 is another branch's (numbers taken before this one).
+    Migration {
+        version: 34,
+        name: "0034_snoozes.sql",
+        sql: include_str!("../../migrations/0034_snoozes.sql"),
+    },
 ];
 
 /// The functions and triggers of `functions/`, re-applied by every migrate

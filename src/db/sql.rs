@@ -131,6 +131,7 @@ statements! {
     LEASE_DONE_HISTORY = "lease_done_history" [INT8_ARRAY, TEXT_ARRAY];
     LEASE_HEARTBEAT = "lease_heartbeat" [INT8_ARRAY, FLOAT8];
     LEASE_REQUEUE = "lease_requeue" [INT8_ARRAY, INT4_ARRAY, TEXT_ARRAY, FLOAT8_ARRAY];
+    LEASE_SNOOZE = "lease_snooze" [INT8_ARRAY, INT4_ARRAY, FLOAT8_ARRAY];
     LEASE_STARTED = "lease_started" [INT8_ARRAY];
     NEXT_RUN_AT_ALL = "next_run_at_all" [];
     NEXT_RUN_AT_QUEUES = "next_run_at_queues" [TEXT_ARRAY];
@@ -182,6 +183,10 @@ statements! {
     SCHEDULE_SET_ENABLED = "schedule_set_enabled" [TEXT, BOOL];
     SCHEDULE_RUN_NOW = "schedule_run_now" [TEXT];
     SET_LIMITS = "set_limits" [TEXT];
+    SNOOZE = "snooze" [INT8_ARRAY, TEXT_ARRAY, TEXT_ARRAY, TEXT_ARRAY, INT4_ARRAY,
+        TIMESTAMPTZ_ARRAY, FLOAT8_ARRAY, INT4_ARRAY, INT4_ARRAY, TEXT_ARRAY, TIMESTAMPTZ_ARRAY,
+        FLOAT8_ARRAY, TEXT_ARRAY, TEXT_ARRAY, TIMESTAMPTZ_ARRAY, TEXT_ARRAY];
+    SNOOZES_EXPIRE = "snoozes_expire" [];
     STATS_LEASED = "stats_leased" [];
     SUSPECTS = "suspects" [];
     WAITING_REGISTER = "waiting_register" [TEXT, TEXT_ARRAY, FLOAT8];
