@@ -207,6 +207,18 @@ pub struct AttemptError {
     pub at: String,
 }
 
+/// How often a job's handler snoozed it ([`crate::Outcome::Snooze`];
+/// `pgwake.job_snoozes`).
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct Snoozes {
+    /// Snoozes in all (none of them used an attempt).
+    pub count: i32,
+    /// The run_at the last snooze gave it (RFC 3339).
+    pub last_until: String,
+    /// When the last snooze was taken (RFC 3339).
+    pub last_at: String,
+}
+
 /// Everything about one job.
 #[derive(Debug, Clone, Serialize, PartialEq)]
 pub struct JobDetail {
@@ -219,6 +231,8 @@ pub struct JobDetail {
     pub history: Vec<HistoryEntry>,
     /// Every failed attempt's error, by attempt (kept seven days).
     pub errors: Vec<AttemptError>,
+    /// Its snoozes, if its handler ever snoozed it.
+    pub snoozes: Option<Snoozes>,
     /// Why it is not running ([`explain`]).
     pub explanation: Vec<Reason>,
 }
@@ -282,11 +296,22 @@ pub async fn show(client: &tokio_postgres::Client, id: i64) -> Result<Option<Job
         return Ok(None);
     }
     let explanation = explain(client, id).await?;
+    let snoozes = Db::unnamed(client)
+        .query(&sql::JOB_SNOOZES, &[&id])
+        .await
+        .map_err(Error::db("reading the snoozes"))?
+        .first()
+        .map(|r| Snoozes {
+            count: r.get(0),
+            last_until: time(r.get(1)).unwrap_or_default(),
+            last_at: time(r.get(2)).unwrap_or_default(),
+        });
     Ok(Some(JobDetail {
         job,
         payload,
         history,
         errors,
+        snoozes,
         explanation,
     }))
 }

@@ -115,6 +115,7 @@ statements! {
     JOB_ERRORS = "job_errors" [INT8];
     JOB_HISTORY = "job_history" [INT8];
     JOB_PAYLOAD = "job_payload" [INT8];
+    JOB_SNOOZES = "job_snoozes" [INT8];
     LIST_FINISHED = "list_finished" [INT8, TEXT, TEXT, TEXT, TEXT, INT4, TIMESTAMPTZ];
     LIST_JOBS = "list_jobs" [TEXT, TEXT, TEXT, TEXT, TEXT, TEXT, INT8, INT4, TIMESTAMPTZ];
     ENQUEUE = "enqueue" [TEXT_ARRAY, JSONB_ARRAY, TEXT_ARRAY, TEXT_ARRAY, INT4_ARRAY, INT4_ARRAY,
@@ -188,6 +189,7 @@ statements! {
         FLOAT8_ARRAY, TEXT_ARRAY, TEXT_ARRAY, TIMESTAMPTZ_ARRAY, TEXT_ARRAY];
     SNOOZES_EXPIRE = "snoozes_expire" [];
     STATS_LEASED = "stats_leased" [];
+    STATS_SNOOZED = "stats_snoozed" [];
     SUSPECTS = "suspects" [];
     WAITING_REGISTER = "waiting_register" [TEXT, TEXT_ARRAY, FLOAT8];
     WAITING_SETTLED = "waiting_settled" [TEXT];

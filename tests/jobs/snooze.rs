@@ -87,8 +87,9 @@ fn config(lease: bool) -> WorkerConfig {
 }
 
 /// A job that snoozes for an hour: back in the queue with its attempt
-/// given back and its last error kept, its snooze counted, and `pgwake
-/// explain` says "snoozed until …, the 1st time".
+/// given back and its last error kept, its snooze counted, `pgwake
+/// explain` says "snoozed until …, the 1st time", `pgwake job show` and
+/// `pgwake stats` count it.
 async fn a_snoozed_job_waits_and_explain_says_so(lease: bool) {
     let db = migrated_db().await;
     let client = db.client().await;
@@ -144,6 +145,23 @@ async fn a_snoozed_job_waits_and_explain_says_so(lease: bool) {
         first.detail.contains("snoozed until") && first.detail.contains("the 1st time"),
         "{}",
         first.detail
+    );
+    let shown = pgwake::admin::jobs::show(&client, id)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        shown.snoozes.map(|s| s.count),
+        Some(1),
+        "job show counts it"
+    );
+    let pool = pgwake::connect::pool(&db.config(), 2).unwrap();
+    let stats = pgwake::admin::stats::read(&pool).await.unwrap();
+    let default = stats.iter().find(|s| s.queue == "default").unwrap();
+    assert_eq!(
+        (default.scheduled, default.snoozed, default.most_snoozes),
+        (1, 1, 1),
+        "stats counts it"
     );
 }
 
