@@ -226,3 +226,37 @@ async fn tx_mode_a_snooze_past_the_bound_is_a_failed_attempt() {
 async fn lease_mode_a_snooze_past_the_bound_is_a_failed_attempt() {
     a_snooze_past_the_bound_is_a_failed_attempt(true).await;
 }
+
+/// The rescuer's round deletes the snooze counts of jobs that are gone a
+/// week after their last snooze, and keeps those of jobs still waiting or
+/// dead, and recent ones.
+#[tokio::test]
+async fn snooze_counts_of_gone_jobs_expire_after_a_week() {
+    let db = migrated_db().await;
+    let client = db.client().await;
+    let waiting = enqueue(&client, &NewJob::new("t", serde_json::json!({})))
+        .await
+        .unwrap();
+    client
+        .execute(
+            "INSERT INTO pgwake.job_snoozes (job_id, snoozes, snoozed_until, snoozed_at) VALUES
+                 ($1, 3, now(), now() - interval '8 days'),
+                 (-1, 2, now(), now() - interval '8 days'),
+                 (-2, 1, now(), now() - interval '1 day')",
+            &[&waiting],
+        )
+        .await
+        .unwrap();
+    client
+        .execute(pgwake::internal::sql::SNOOZES_EXPIRE.text, &[])
+        .await
+        .unwrap();
+    let left: Vec<i64> = client
+        .query("SELECT job_id FROM pgwake.job_snoozes ORDER BY job_id", &[])
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    assert_eq!(left, vec![-2, waiting], "the gone job's old count went");
+}
