@@ -381,6 +381,7 @@ async fn run_on(
                     Resolution::Done => { t.done += 1; resolved += 1; "done " }
                     Resolution::Retry { .. } => { t.retries += 1; "retry" }
                     Resolution::Dead { .. } => { t.dead += 1; resolved += 1; "dead " }
+                    Resolution::Snoozed { .. } => "snooz",
                     Resolution::Returned | Resolution::Lost => "back ",
                     Resolution::Cancelled => { t.dead += 1; resolved += 1; "cancl" }
                     _ => "     ",

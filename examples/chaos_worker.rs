@@ -11,7 +11,9 @@
 //! attempt (to be killed) and succeeds after; `poison` always blocks;
 //! `crash` kills its own worker process (SIGKILL) once its run is recorded;
 //! `flaky` fails one run in five; `fail_once` fails its first attempt;
-//! `fail` always fails; `hog` blocks its thread for an hour; `gated`, once
+//! `fail` always fails; `snooze` snoozes `{"times": N}` runs for `{"ms":
+//! M}`, then (`{"block": true}`) blocks its first attempt, then succeeds;
+//! `hog` blocks its thread for an hour; `gated`, once
 //! its run is recorded, waits for the test's gate (the advisory lock
 //! [`GATE`], which the test holds while it wants these runs kept alive)
 //! and then sleeps `{"ms": N}` of its payload, or like `work` without it.
@@ -127,6 +129,34 @@ impl Handler for Chaos {
             "block" if job.attempt == 1 => {
                 std::future::pending::<()>().await;
                 Ok(Outcome::Done)
+            }
+            "snooze" => {
+                // Snoozes {"times": N} runs for {"ms": M}, then (with
+                // {"block": true}) blocks its first attempt to be killed,
+                // then succeeds. Runs are counted in the ledger: a handler
+                // knows nothing of its earlier snoozes.
+                let runs: i64 = conn
+                    .query_one(
+                        "SELECT count(*) FROM pgwake_runs WHERE job_id = $1",
+                        &[&job.id],
+                    )
+                    .await?
+                    .get(0);
+                let times = job
+                    .payload
+                    .get("times")
+                    .and_then(|v| v.as_i64())
+                    .unwrap_or(1);
+                let ms = job.payload.get("ms").and_then(|v| v.as_u64()).unwrap_or(10);
+                let block = job.payload.get("block").and_then(|v| v.as_bool()) == Some(true);
+                if runs <= times {
+                    Ok(Outcome::snooze(Duration::from_millis(ms)))
+                } else if block && job.attempt == 1 {
+                    std::future::pending::<()>().await;
+                    Ok(Outcome::Done)
+                } else {
+                    Ok(Outcome::Done)
+                }
             }
             "flaky" if rand::random::<u8>().is_multiple_of(5) => Err("flaky failure".into()),
             "fail_once" if job.attempt == 1 => Err("first attempt fails".into()),

@@ -11,6 +11,8 @@
 --   locked         its row is locked by another session's open
 --                  transaction (pid, application, since): claims skip it
 --   scheduled      runs at T                                        run_at
+--   snoozed        snoozed until T by its handler, the Nth time     run_at
+--                  (no attempt used; a warning past 100 snoozes)
 --   retry_backoff  attempt N failed (error); retried at T           run_at
 --   paused         queue Q is paused: pgwake queue resume Q; or paused by
 --                  pressure: the governor's critical causes (horizon held
@@ -83,6 +85,7 @@ DECLARE
     running_n bigint;
     next_admission timestamptz;
     key_limit integer;
+    sz record;
     found_reason boolean := false;
 BEGIN
     SELECT lj.worker_id, lj.lease_until, lj.attempts, lj.queue, lj.buffered, lj.leased_at, lj.task
@@ -104,7 +107,7 @@ BEGIN
         RETURN;
     END IF;
 
-    SELECT jb.queue, jb.task, jb.run_at, jb.priority, jb.attempts, jb.last_error,
+    SELECT jb.queue, jb.task, jb.run_at, jb.priority, jb.attempts, jb.max_attempts, jb.last_error,
            jb.ordering_key, coalesce(jb.ordering_at, jb.run_at) AS key_at, jb.xmax, jb.limit_key,
            jb.xmax IN (SELECT pl.transactionid FROM pg_locks pl
                        WHERE pl.locktype = 'transactionid' AND pl.granted) AS in_tx
@@ -153,9 +156,26 @@ BEGIN
             NULL::timestamptz, NULL::bigint;
     END IF;
 
+    SELECT sn.snoozes, sn.snoozed_until, sn.snoozed_at INTO sz
+    FROM pgwake.job_snoozes sn WHERE sn.job_id = explain.job_id;
     IF j.run_at > now() THEN
         found_reason := true;
-        IF j.attempts > 0 THEN
+        IF sz.snoozed_until IS NOT DISTINCT FROM j.run_at THEN
+            -- Its last snooze set this run_at (migration 0034).
+            RETURN QUERY SELECT 'snoozed'::text,
+                format('snoozed until %s by its handler, the %s time (no attempt used: %s of %s used)%s',
+                       j.run_at,
+                       sz.snoozes || CASE WHEN sz.snoozes % 100 IN (11, 12, 13) THEN 'th'
+                                          WHEN sz.snoozes % 10 = 1 THEN 'st'
+                                          WHEN sz.snoozes % 10 = 2 THEN 'nd'
+                                          WHEN sz.snoozes % 10 = 3 THEN 'rd'
+                                          ELSE 'th' END,
+                       j.attempts, j.max_attempts,
+                       CASE WHEN sz.snoozes > 100 THEN format(
+                           '; warning: more than 100 snoozes: is its handler waiting for something that never comes? `pgwake cancel %s` stops it', job_id)
+                       ELSE '' END),
+                j.run_at, NULL::bigint;
+        ELSIF j.attempts > 0 THEN
             RETURN QUERY SELECT 'retry_backoff'::text,
                 format('attempt %s failed (%s); retried at %s', j.attempts,
                        coalesce(j.last_error, 'no error recorded'), j.run_at),

@@ -79,6 +79,13 @@ pub enum Outcome {
         /// Why; stored as `last_error`.
         reason: String,
     },
+    /// Put the job back for this long without using an attempt and without
+    /// counting as a failure ("not yet": the thing it waits for is not
+    /// ready). Its `last_error` is kept; the snooze is counted
+    /// (`pgwake.job_snoozes`, shown by `pgwake explain`). At most
+    /// [`SNOOZE_MAX`]: a longer snooze is refused, and the run counts as a
+    /// failed attempt whose error says so. Build it with [`Outcome::snooze`].
+    Snooze(Duration),
 }
 
 impl Outcome {
@@ -109,7 +116,29 @@ impl Outcome {
             reason: reason.into(),
         }
     }
+
+    /// Not yet: run the job again after `after`, with no attempt used (see
+    /// [`Outcome::Snooze`]).
+    pub fn snooze(after: Duration) -> Outcome {
+        Outcome::Snooze(after)
+    }
 }
+
+/// Longest snooze a handler may ask for (30 days). A longer one is refused:
+/// the run counts as a failed attempt (retried with the backoff, or dead
+/// when it was the last) whose error names this bound, so a handler that
+/// computes a wrong delay (a timestamp taken for a duration: 56 years) is
+/// seen at once rather than parked out of sight. A job to run that far
+/// ahead is enqueued with its `run_at`.
+pub const SNOOZE_MAX: Duration = Duration::from_secs(30 * 24 * 3600);
+
+/// How many snoozes of one job `pgwake explain` takes for normal; past
+/// this it warns that the job may be snoozing forever. Snoozes are not
+/// bounded in number (each is a decision of the handler, which may wait
+/// for something slow), but never unnoticed: counted per job, shown by
+/// `pgwake explain`, `pgwake job show`, `pgwake stats` and the
+/// `pgwake_jobs_total{outcome="snoozed"}` counter.
+pub const SNOOZES_WARN: i32 = 100;
 
 /// The `last_error` of a cancelled job in `pgwake.dead_jobs` (the same text
 /// `pgwake.cancel()` writes for a waiting job).
@@ -135,6 +164,12 @@ pub enum Resolution {
         /// `last_error`.
         reason: String,
     },
+    /// Snoozed ([`Outcome::Snooze`]): put back, due again after `delay`,
+    /// with this attempt given back and the snooze counted.
+    Snoozed {
+        /// How long it sleeps.
+        delay: Duration,
+    },
     /// Not run to an end (shutdown, or the worker lost its claim connection
     /// before the handler started): put back without using an attempt.
     Returned,
@@ -155,6 +190,7 @@ impl Resolution {
             Resolution::Done => "done",
             Resolution::Retry { .. } => "retry",
             Resolution::Dead { .. } => "dead",
+            Resolution::Snoozed { .. } => "snoozed",
             Resolution::Returned => "returned",
             Resolution::Lost => "lost",
             Resolution::Cancelled => "cancelled",

@@ -100,7 +100,7 @@ pub use config::WorkerConfig;
 pub use error::{Error, Result};
 pub use handler::{BoxError, ClaimClient, Delivery, Handler, HandlerProcesses, JobContext};
 pub use health::Health;
-pub use job::{Job, Outcome, Resolution, PAYLOAD_DEPTH_LIMIT};
+pub use job::{Job, Outcome, Resolution, PAYLOAD_DEPTH_LIMIT, SNOOZES_WARN, SNOOZE_MAX};
 pub use worker::{Worker, WorkerBuilder};
 
 // The crates whose types the API takes and returns, so an embedder names

@@ -250,6 +250,12 @@ fn render_detail(id: i64, d: &JobDetail) -> String {
             out.push_str(&format!("  last error {}\n", or_dash(&j.last_error)));
         }
     }
+    if let Some(s) = &d.snoozes {
+        out.push_str(&format!(
+            "  snoozes    {} (no attempt used), the last at {} until {}\n",
+            s.count, s.last_at, s.last_until
+        ));
+    }
     if let Some(p) = &d.payload {
         out.push_str("payload\n");
         for line in p.lines() {

@@ -36,6 +36,8 @@ const quit = (status) => { // once every line is written
 const done = (result) => (result === undefined ? { type: "done" } : { type: "done", result });
 const fail = (error, forGood = false, retryAfter) =>
   ({ type: "fail", error, for_good: forGood, ...(retryAfter == null ? {} : { retry_after: retryAfter }) });
+// Not yet: run the job again in `after` seconds, no attempt used (at most 30 days).
+const snooze = (after) => ({ type: "snooze", after });
 
 const tasks = {
   async echo(job, payload) {
@@ -57,6 +59,9 @@ const tasks = {
   },
   async fail(job, payload) {
     return fail(payload.error ?? "failed", payload.for_good ?? false, payload.retry_after);
+  },
+  async snooze(job, payload) {
+    return snooze(payload.secs ?? 60);
   },
   async sql(job, payload) {
     if (!job.msg.tx) return fail("task sql needs tx mode (--tx-tasks sql)", true);

@@ -38,6 +38,10 @@ def fail(error, for_good=False, retry_after=None):
     msg = {"type": "fail", "error": error, "for_good": for_good}
     return msg if retry_after is None else {**msg, "retry_after": retry_after}
 
+def snooze(after):
+    """Not yet: run the job again in `after` seconds, no attempt used (at most 30 days)."""
+    return {"type": "snooze", "after": after}
+
 class Job:
     def __init__(self, msg):
         self.msg, self.cancelled, self.sql_results, self.seq = msg, threading.Event(), queue.Queue(), 0
@@ -60,6 +64,9 @@ def crash(job, payload):
 def fail_task(job, p):
     return fail(p.get("error", "failed"), p.get("for_good", False), p.get("retry_after"))
 
+def snooze_task(job, p):
+    return snooze(p.get("secs", 60))
+
 def sql(job, payload):
     if not job.msg.get("tx"):
         return fail("task sql needs tx mode (--tx-tasks sql)", for_good=True)
@@ -71,7 +78,8 @@ def sql(job, payload):
         results.append({"rows": r.get("rows", []), "rows_affected": r.get("rows_affected")})
     return fail("failed on purpose after its statements") if payload.get("fail") else done(results)
 
-TASKS = {"echo": echo, "sleep": sleep, "crash": crash, "fail": fail_task, "sql": sql}
+TASKS = {"echo": echo, "sleep": sleep, "crash": crash, "fail": fail_task, "snooze": snooze_task,
+         "sql": sql}
 jobs, jobs_lock, draining = {}, threading.Lock(), False  # jobs in flight by id
 
 def run(job):

@@ -13,7 +13,7 @@ use crate::error::{Error, Result};
 pub struct Reason {
     /// `running` (then, maybe, `process_wait`: its worker's persistent
     /// handler had jobs waiting for a free process), `buffered`, `locked`,
-    /// `scheduled`, `retry_backoff`, `paused`, `ordering_key`,
+    /// `scheduled`, `snoozed`, `retry_backoff`, `paused`, `ordering_key`,
     /// `max_running`, `rate_limit`, `key_max_running`, `key_rate_limit`,
     /// `no_worker`, `no_handler`, `saturated`, `ready`, `dead`,
     /// `cancelled` or `not_found` (`docs/src/sql.md`).
@@ -207,6 +207,18 @@ pub struct AttemptError {
     pub at: String,
 }
 
+/// How often a job's handler snoozed it ([`crate::Outcome::Snooze`];
+/// `pgwake.job_snoozes`).
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct Snoozes {
+    /// Snoozes in all (none of them used an attempt).
+    pub count: i32,
+    /// The run_at the last snooze gave it (RFC 3339).
+    pub last_until: String,
+    /// When the last snooze was taken (RFC 3339).
+    pub last_at: String,
+}
+
 /// Everything about one job.
 #[derive(Debug, Clone, Serialize, PartialEq)]
 pub struct JobDetail {
@@ -219,6 +231,8 @@ pub struct JobDetail {
     pub history: Vec<HistoryEntry>,
     /// Every failed attempt's error, by attempt (kept seven days).
     pub errors: Vec<AttemptError>,
+    /// Its snoozes, if its handler ever snoozed it.
+    pub snoozes: Option<Snoozes>,
     /// Why it is not running ([`explain`]).
     pub explanation: Vec<Reason>,
     /// Whether history is on (its finishing run will be recorded).
@@ -302,11 +316,22 @@ pub async fn show(client: &tokio_postgres::Client, id: i64) -> Result<Option<Job
         .map_err(Error::db("reading the history setting"))?
         .get::<_, Option<f64>>(0)
         .is_some();
+    let snoozes = Db::unnamed(client)
+        .query(&sql::JOB_SNOOZES, &[&id])
+        .await
+        .map_err(Error::db("reading the snoozes"))?
+        .first()
+        .map(|r| Snoozes {
+            count: r.get(0),
+            last_until: time(r.get(1)).unwrap_or_default(),
+            last_at: time(r.get(2)).unwrap_or_default(),
+        });
     Ok(Some(JobDetail {
         job,
         payload,
         history,
         errors,
+        snoozes,
         explanation,
         history_on,
     }))

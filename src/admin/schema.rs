@@ -186,7 +186,11 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "0033_minute_stats.sql",
         sql: include_str!("../../migrations/0033_minute_stats.sql"),
     },
-    // 34 is another branch's (number taken before this one).
+    Migration {
+        version: 34,
+        name: "0034_snoozes.sql",
+        sql: include_str!("../../migrations/0034_snoozes.sql"),
+    },
     Migration {
         version: 35,
         name: "0035_batch_job_index.sql",

@@ -1,5 +1,5 @@
 //! `pgwake stats`: per queue, ready and scheduled depth, lease-mode jobs in
-//! flight, dead count, the oldest ready job's age, whether the queue is
+//! flight, snoozed jobs, dead count, the oldest ready job's age, whether the queue is
 //! paused and its limits (per queue and per limit key); uncapped counts (this is an on-demand command, not
 //! the per-interval sampler). Running tx-mode claims are left out of `ready`
 //! among each queue's first `sampler::RUNNING_CHECK_WINDOW` ready jobs.
@@ -23,6 +23,13 @@ pub struct QueueStats {
     pub ready: i64,
     /// Jobs scheduled for later.
     pub scheduled: i64,
+    /// Of `scheduled`, the jobs their handler snoozed
+    /// ([`crate::Outcome::Snooze`]): waiting with the run_at their last
+    /// snooze gave them.
+    pub snoozed: i64,
+    /// The most snoozes one of the `snoozed` jobs has had (0 when none);
+    /// `pgwake explain` warns past [`crate::SNOOZES_WARN`].
+    pub most_snoozes: i32,
     /// Lease-mode jobs in flight: running, or held by a worker that died
     /// until the rescuer moves them back (`expired_leases` of them have
     /// passed their `lease_until`). Running tx-mode jobs are not counted
@@ -207,6 +214,13 @@ pub async fn read_since(
         .into_iter()
         .map(|r| (r.get(0), (r.get(1), r.get(2))))
         .collect();
+    let snoozed: std::collections::HashMap<String, (i64, i32)> = crate::db::sql::Db::unnamed(&conn)
+        .query(&crate::db::sql::STATS_SNOOZED, &[])
+        .await
+        .map_err(crate::error::Error::db("stats: reading snoozed jobs"))?
+        .into_iter()
+        .map(|r| (r.get(0), (r.get(1), r.get(2))))
+        .collect();
     let unserved = crate::admin::workers::unserved(
         &conn,
         crate::admin::workers::UNSERVED_HEAD,
@@ -239,6 +253,8 @@ pub async fn read_since(
             recent: recent_of(&q.queue),
             leased: leased.get(&q.queue).map_or(0, |l| l.0),
             expired_leases: leased.get(&q.queue).map_or(0, |l| l.1),
+            snoozed: snoozed.get(&q.queue).map_or(0, |s| s.0),
+            most_snoozes: snoozed.get(&q.queue).map_or(0, |s| s.1),
             queue: q.queue,
             ready: q.ready,
             scheduled: q.scheduled,
@@ -272,6 +288,8 @@ pub async fn read_since(
                 queue: q,
                 ready: 0,
                 scheduled: 0,
+                snoozed: 0,
+                most_snoozes: 0,
                 leased,
                 expired_leases,
                 dead: 0,
@@ -292,8 +310,16 @@ pub fn render_table(stats: &[QueueStats]) -> String {
         .unwrap_or(5)
         .max(5);
     let mut out = format!(
-        "{:<width$}  {:>10}  {:>10}  {:>10}  {:>10}  {:>16}  {:<7}  {}\n",
-        "QUEUE", "READY", "SCHEDULED", "LEASED", "DEAD", "OLDEST READY (s)", "STATE", "LIMITS"
+        "{:<width$}  {:>10}  {:>10}  {:>10}  {:>10}  {:>10}  {:>16}  {:<7}  {}\n",
+        "QUEUE",
+        "READY",
+        "SCHEDULED",
+        "SNOOZED",
+        "LEASED",
+        "DEAD",
+        "OLDEST READY (s)",
+        "STATE",
+        "LIMITS"
     );
     for s in stats {
         let leased = match s.expired_leases {
@@ -301,10 +327,14 @@ pub fn render_table(stats: &[QueueStats]) -> String {
             n => format!("{} ({n} exp.)", s.leased),
         };
         out.push_str(&format!(
-            "{:<width$}  {:>10}  {:>10}  {:>10}  {:>10}  {:>16.3}  {:<7}  {}\n",
+            "{:<width$}  {:>10}  {:>10}  {:>10}  {:>10}  {:>10}  {:>16.3}  {:<7}  {}\n",
             printable(&s.queue),
             s.ready,
             s.scheduled,
+            match s.most_snoozes {
+                0 => s.snoozed.to_string(),
+                n => format!("{} (max {n})", s.snoozed),
+            },
             leased,
             s.dead,
             s.oldest_ready_age_seconds,

@@ -1,7 +1,7 @@
 //! The completer: writes lease-mode outcomes in batches. Every run that
 //! ends sends its resolution here; the completer takes everything that has
-//! arrived and writes it with at most three statements (done, back to the
-//! queue, dead), each fenced by the claim tokens. While a flush is in
+//! arrived and writes it with at most four statements (done, back to the
+//! queue, snoozed, dead), each fenced by the claim tokens. While a flush is in
 //! flight, new outcomes queue up and go out together in the next one, so
 //! the batch size follows the load with no added delay when idle.
 //!
@@ -27,7 +27,7 @@ use crate::job::Resolution;
 
 use crate::db::sql::{
     Db, LEASE_BURY as BURY, LEASE_DONE as DONE, LEASE_DONE_HISTORY as DONE_HISTORY,
-    LEASE_REQUEUE as REQUEUE,
+    LEASE_REQUEUE as REQUEUE, LEASE_SNOOZE as SNOOZE,
 };
 
 /// Most outcomes written by one flush.
@@ -68,6 +68,9 @@ struct Writes {
     back_attempts: Vec<i32>,
     back_errors: Vec<Option<String>>,
     back_delays: Vec<Option<f64>>,
+    snooze_tokens: Vec<i64>,
+    snooze_attempts: Vec<i32>,
+    snooze_delays: Vec<f64>,
     dead_tokens: Vec<i64>,
     dead_errors: Vec<String>,
 }
@@ -97,6 +100,15 @@ impl Writes {
                     w.back_errors.push(last_error);
                     w.back_delays.push(delay.map(|d| d.as_secs_f64()));
                 }
+                // The last error stays in the leased row, which the
+                // statement moves back whole.
+                Write::Snooze {
+                    delay, attempts, ..
+                } => {
+                    w.snooze_tokens.push(token);
+                    w.snooze_attempts.push(attempts);
+                    w.snooze_delays.push(delay.as_secs_f64());
+                }
                 Write::Dead { reason, .. } => {
                     w.dead_tokens.push(token);
                     w.dead_errors.push(reason);
@@ -118,7 +130,7 @@ impl Writes {
     /// Run the writes (pipelined); returns the tokens that matched.
     async fn write(&self, ctx: &ClaimContext) -> Result<HashSet<i64>> {
         let mut conn = PooledConn::get(&ctx.pool, "completer: no connection").await?;
-        let (done, back, dead) = {
+        let (done, back, snoozed, dead) = {
             let c = Db::pooled(&conn, ctx.config.prepared_statements);
             let done = async {
                 if self.done.is_empty() {
@@ -146,6 +158,20 @@ impl Writes {
                 )
                 .await
             };
+            let snoozed = async {
+                if self.snooze_tokens.is_empty() {
+                    return Ok(Vec::new());
+                }
+                c.query(
+                    &SNOOZE,
+                    &[
+                        &self.snooze_tokens,
+                        &self.snooze_attempts,
+                        &self.snooze_delays,
+                    ],
+                )
+                .await
+            };
             let dead = async {
                 if self.dead_tokens.is_empty() {
                     return Ok(Vec::new());
@@ -153,10 +179,10 @@ impl Writes {
                 c.query(&BURY, &[&self.dead_tokens, &self.dead_errors])
                     .await
             };
-            tokio::join!(done, back, dead)
+            tokio::join!(done, back, snoozed, dead)
         };
         let mut matched = HashSet::new();
-        for rows in [done, back, dead] {
+        for rows in [done, back, snoozed, dead] {
             let rows = conn.check(rows).map_err(Error::db("completer"))?;
             matched.extend(rows.iter().map(|r| r.get::<_, i64>(0)));
         }

@@ -31,7 +31,7 @@ use crate::claim::wake::Wakeup;
 use crate::config::WorkerConfig;
 use crate::handler::{Handler, Registry};
 use crate::health::Health;
-use crate::job::{sanitize_reason, Job, Outcome, Resolution};
+use crate::job::{sanitize_reason, Job, Outcome, Resolution, SNOOZE_MAX};
 use crate::metrics;
 
 /// What became of one job; sent to [`crate::Worker::subscribe`]rs after the
@@ -52,8 +52,8 @@ pub struct JobEvent {
 }
 
 impl JobEvent {
-    /// The `outcome` label: `done`, `retry`, `dead`, `returned`, `lost` or
-    /// `cancelled`.
+    /// The `outcome` label: `done`, `retry`, `snoozed`, `dead`, `returned`,
+    /// `lost` or `cancelled`.
     pub fn outcome(&self) -> &'static str {
         self.resolution.label()
     }
@@ -221,6 +221,17 @@ impl ClaimContext {
             Ended::Outcome(Outcome::Fail { reason }) => Resolution::Dead {
                 reason: sanitize_reason(&reason),
             },
+            Ended::Outcome(Outcome::Snooze(after)) if after <= SNOOZE_MAX => {
+                Resolution::Snoozed { delay: after }
+            }
+            Ended::Outcome(Outcome::Snooze(after)) => self.resolve(
+                job,
+                Ended::Outcome(Outcome::retry(format!(
+                    "the handler asked to snooze for {}, longer than the longest snooze, {} (pgwake::SNOOZE_MAX): snooze less, or enqueue a job with a later run_at",
+                    humantime::format_duration(Duration::from_secs(after.as_secs())),
+                    humantime::format_duration(SNOOZE_MAX)
+                ))),
+            ),
             Ended::Outcome(Outcome::Retry { reason, after }) => {
                 let reason = sanitize_reason(&reason);
                 if job.attempt >= job.max_attempts {
@@ -246,7 +257,7 @@ impl ClaimContext {
     /// due time of retried jobs for the poller.
     pub(crate) fn report(&self, claimed: &Claimed, resolution: Resolution, duration: Duration) {
         let job = &claimed.job;
-        if let Resolution::Retry { delay, .. } = &resolution {
+        if let Resolution::Retry { delay, .. } | Resolution::Snoozed { delay } = &resolution {
             self.schedule.hint(SystemTime::now() + *delay);
         }
         let outcome = resolution.label();
@@ -285,6 +296,9 @@ impl ClaimContext {
             }
             Resolution::Retry { .. } => {
                 tracing::info!(job = job.id, task = %job.task, attempt = job.attempt, error, "job failed, will retry")
+            }
+            Resolution::Snoozed { delay } => {
+                tracing::debug!(job = job.id, task = %job.task, attempt = job.attempt, ?delay, "job snoozed, no attempt used")
             }
             Resolution::Lost => {
                 tracing::warn!(job = job.id, task = %job.task, attempt = job.attempt, "lease lost: this run's outcome was not recorded; the job runs again")

@@ -30,6 +30,14 @@ pub(crate) enum Write {
         attempts: i32,
         last_error: Option<String>,
     },
+    /// Snoozed: back to `pgwake.jobs` due after `delay`, with these
+    /// attempts (the run's given back) and its last error kept, and the
+    /// snooze counted in `pgwake.job_snoozes`, in the same statement.
+    Snooze {
+        delay: std::time::Duration,
+        attempts: i32,
+        last_error: Option<String>,
+    },
     /// To `pgwake.dead_jobs` with this reason.
     Dead { attempts: i32, reason: String },
     /// Nothing: the job is no longer this worker's to write.
@@ -48,6 +56,12 @@ pub(crate) fn write_of(c: &Claimed, resolution: &Resolution, delivery: Delivery)
             delay: Some(*delay),
             attempts: attempt,
             last_error: Some(reason.clone()),
+        },
+        // A snooze uses no attempt: the claim's is given back.
+        Resolution::Snoozed { delay } => Write::Snooze {
+            delay: *delay,
+            attempts: attempt - 1,
+            last_error: c.last_error.clone(),
         },
         Resolution::Lost if delivery == Delivery::Lease => Write::Nothing,
         // The run does not count (crash charges of a suspect are kept).
@@ -92,6 +106,9 @@ mod tests {
                 delay: Duration::from_secs(2),
             },
             Resolution::Returned,
+            Resolution::Snoozed {
+                delay: Duration::from_secs(9),
+            },
             Resolution::Dead { reason: "d".into() },
             Resolution::Cancelled,
         ];
@@ -139,6 +156,24 @@ mod tests {
                 last_error: Some("before".into())
             }
         );
+    }
+
+    #[test]
+    fn a_snooze_gives_its_attempt_back_and_keeps_the_last_error() {
+        let c = claimed(3, 5);
+        let snoozed = Resolution::Snoozed {
+            delay: Duration::from_secs(60),
+        };
+        for delivery in [Delivery::Tx, Delivery::Lease] {
+            assert_eq!(
+                write_of(&c, &snoozed, delivery),
+                Write::Snooze {
+                    delay: Duration::from_secs(60),
+                    attempts: 2,
+                    last_error: Some("before".into())
+                }
+            );
+        }
     }
 
     #[test]

@@ -1075,6 +1075,9 @@ pub(crate) async fn job(
                         @if let Some(k) = &j.limit_key { dt { "Limit key" } dd { code { (k) } } }
                         @if let Some(k) = &j.unique_key { dt { "Unique key" } dd { code { (k) } } }
                         @if let Some(w) = &j.worker { dt { "Worker" } dd { code { (w) } } }
+                        @if let Some(s) = &d.snoozes {
+                            dt { "Snoozes" } dd #snoozes { (s.count) " (no attempt used); the last " (when(Some(&s.last_at))) ", until " (when(Some(&s.last_until))) }
+                        }
                     }
                 }
                 @if let Some(e) = &j.last_error {

@@ -117,6 +117,7 @@ statements! {
     JOB_ERRORS = "job_errors" [INT8];
     JOB_HISTORY = "job_history" [INT8];
     JOB_PAYLOAD = "job_payload" [INT8];
+    JOB_SNOOZES = "job_snoozes" [INT8];
     LIST_FINISHED = "list_finished" [INT8, TEXT, TEXT, TEXT, TEXT, INT4, TIMESTAMPTZ];
     LIST_JOBS = "list_jobs" [TEXT, TEXT, TEXT, TEXT, TEXT, TEXT, INT8, INT4, TIMESTAMPTZ];
     ENQUEUE = "enqueue" [TEXT_ARRAY, JSONB_ARRAY, TEXT_ARRAY, TEXT_ARRAY, INT4_ARRAY, INT4_ARRAY,
@@ -134,6 +135,7 @@ statements! {
     LEASE_DONE_HISTORY = "lease_done_history" [INT8_ARRAY, TEXT_ARRAY];
     LEASE_HEARTBEAT = "lease_heartbeat" [INT8_ARRAY, FLOAT8];
     LEASE_REQUEUE = "lease_requeue" [INT8_ARRAY, INT4_ARRAY, TEXT_ARRAY, FLOAT8_ARRAY];
+    LEASE_SNOOZE = "lease_snooze" [INT8_ARRAY, INT4_ARRAY, FLOAT8_ARRAY];
     LEASE_STARTED = "lease_started" [INT8_ARRAY];
     NEXT_RUN_AT_ALL = "next_run_at_all" [];
     NEXT_RUN_AT_QUEUES = "next_run_at_queues" [TEXT_ARRAY];
@@ -193,7 +195,12 @@ statements! {
     SCHEDULE_SET_ENABLED = "schedule_set_enabled" [TEXT, BOOL];
     SCHEDULE_RUN_NOW = "schedule_run_now" [TEXT];
     SET_LIMITS = "set_limits" [TEXT];
+    SNOOZE = "snooze" [INT8_ARRAY, TEXT_ARRAY, TEXT_ARRAY, TEXT_ARRAY, INT4_ARRAY,
+        TIMESTAMPTZ_ARRAY, FLOAT8_ARRAY, INT4_ARRAY, INT4_ARRAY, TEXT_ARRAY, TIMESTAMPTZ_ARRAY,
+        FLOAT8_ARRAY, TEXT_ARRAY, TEXT_ARRAY, TIMESTAMPTZ_ARRAY, TEXT_ARRAY];
+    SNOOZES_EXPIRE = "snoozes_expire" [];
     STATS_LEASED = "stats_leased" [];
+    STATS_SNOOZED = "stats_snoozed" [];
     WAITING_REGISTER = "waiting_register" [TEXT, TEXT_ARRAY, FLOAT8];
     WAITING_SETTLED = "waiting_settled" [TEXT];
     WAITING_SNAPSHOT = "waiting_snapshot" [];

@@ -16,7 +16,8 @@
 //! `PGPASSWORD` (see `explicit_env` and [`check_passed_env`]).
 //! Exit status 0 is success; [`EXIT_FAIL`] (65) fails the job for good;
 //! [`EXIT_RETRY_LATER`] (75) retries it after the delay of a
-//! `pgwake-retry-after:` stderr line; anything else is a failed attempt,
+//! `pgwake-retry-after:` stderr line, or snoozes it (no attempt used) for
+//! the delay of a `pgwake-snooze:` line; anything else is a failed attempt,
 //! retried with backoff. On failure the stderr tail becomes `last_error`;
 //! every stderr line also goes to the worker's log, tagged with the job and
 //! escaped, within bounds ([`STDERR_LOG_LINE_MAX`],
@@ -63,8 +64,8 @@ pub use shim::{
     EXIT_CANNOT_START,
 };
 pub use stderr::{
-    escape_line, parse_retry_after, LOG_TARGET, RETRY_AFTER_LINE, STDERR_LOG_LINES_MAX,
-    STDERR_LOG_LINE_MAX, STDERR_TAIL_BYTES,
+    escape_line, parse_retry_after, LOG_TARGET, RETRY_AFTER_LINE, SNOOZE_LINE,
+    STDERR_LOG_LINES_MAX, STDERR_LOG_LINE_MAX, STDERR_TAIL_BYTES,
 };
 
 /// Exit status of a command that failed for good (`EX_DATAERR` of
@@ -77,7 +78,9 @@ pub const EXIT_FAIL: i32 = 65;
 /// `sysexits.h`, which mail transfer agents read as "defer"): an attempt
 /// retried after the delay of its last `pgwake-retry-after:` stderr line
 /// ([`RETRY_AFTER_LINE`]), or after the configured backoff without one
-/// ([`Outcome::Retry`]: it counts as an attempt).
+/// ([`Outcome::Retry`]: it counts as an attempt). With a `pgwake-snooze:`
+/// stderr line ([`SNOOZE_LINE`]), it snoozes instead: back after that
+/// delay, no attempt used ([`Outcome::Snooze`]).
 pub const EXIT_RETRY_LATER: i32 = 75;
 
 /// Variables of the worker's environment an exec command inherits. Nothing
@@ -578,6 +581,15 @@ impl Handler for ExecHandler {
         };
         Ok(match status.code() {
             Some(EXIT_FAIL) => Outcome::fail(reason),
+            Some(EXIT_RETRY_LATER) if lines.snooze().is_some() => {
+                match lines.snooze().map(parse_retry_after) {
+                    Some(Ok(after)) => Outcome::snooze(after),
+                    _ => Outcome::retry(format!(
+                        "{reason}\n{SNOOZE_LINE} {:?} is not a delay; expected e.g. `{SNOOZE_LINE} 30` (seconds) or `{SNOOZE_LINE} 5m`: a failed attempt instead",
+                        escape_line(lines.snooze().unwrap_or("").as_bytes())
+                    )),
+                }
+            }
             Some(EXIT_RETRY_LATER) => match lines.retry_after().map(parse_retry_after) {
                 Some(Ok(after)) => Outcome::retry_after(reason, after),
                 Some(Err(why)) => {

@@ -14,7 +14,9 @@
 //! | payload only | `f(payload jsonb)` |
 //!
 //! The function's return value (any type, through `to_jsonb`; `void` and
-//! NULL mean none) is the job's result, recorded when history is on. A batch
+//! NULL mean none) is the job's result, recorded when history is on. One
+//! value is a convention instead: `{"pgwake_snooze": 600}` ([`SNOOZE_KEY`])
+//! snoozes the job for 600 s with no attempt used, its writes rolled back. A batch
 //! of jobs of one task runs as one statement over all payloads; if that
 //! fails, it is rolled back and each job runs alone in its own savepoint, so
 //! one failing job fails alone. An exception raised by the function is a
@@ -192,14 +194,50 @@ impl SqlHandler {
     }
 }
 
+/// The key of the one-key object a function returns to snooze its job:
+/// `{"pgwake_snooze": 600}` (seconds) or `{"pgwake_snooze": "10m"}` (a
+/// delay as exec's `pgwake-snooze:` line takes). The job comes back after
+/// it with no attempt used, and whatever the function wrote is rolled back
+/// ([`Outcome::Snooze`]).
+pub const SNOOZE_KEY: &str = "pgwake_snooze";
+
 /// The outcome of a function's returned value (JSON text; NULL for void).
 fn done_with(value: Option<String>) -> Outcome {
     match value {
         None => Outcome::Done,
-        Some(text) => Outcome::DoneWith(
-            serde_json::from_str(&text).unwrap_or(serde_json::Value::String(text)),
-        ),
+        Some(text) => {
+            let value = serde_json::from_str(&text).unwrap_or(serde_json::Value::String(text));
+            match snooze_of(&value) {
+                Some(Ok(after)) => Outcome::Snooze(after),
+                Some(Err(why)) => Outcome::retry(why),
+                None => Outcome::DoneWith(value),
+            }
+        }
     }
+}
+
+/// A returned `{"pgwake_snooze": …}`: its delay, or why it is none.
+fn snooze_of(
+    value: &serde_json::Value,
+) -> Option<std::result::Result<std::time::Duration, String>> {
+    let map = value.as_object().filter(|m| m.len() == 1)?;
+    let after = map.get(SNOOZE_KEY)?;
+    let bad = || {
+        format!(
+            "the function returned {{\"{SNOOZE_KEY}\": {}}}, which is not a delay: give seconds (a number from 0) or a duration such as \"10m\"",
+            crate::handlers::exec::escape_line(&after.to_string().as_bytes()[..after.to_string().len().min(100)])
+        )
+    };
+    Some(match after {
+        serde_json::Value::Number(n) => n
+            .as_f64()
+            .and_then(|s| std::time::Duration::try_from_secs_f64(s).ok())
+            .ok_or_else(bad),
+        serde_json::Value::String(s) => {
+            crate::handlers::exec::parse_retry_after(s).map_err(|_| bad())
+        }
+        _ => Err(bad()),
+    })
 }
 
 fn outcome_of(
@@ -276,8 +314,17 @@ impl Handler for SqlHandler {
         };
         let c = running.conn.as_ref().expect("present");
         let result = self.call(c, job).await;
+        // What the function wrote commits only if the job is done (a
+        // snooze keeps nothing, as in tx mode).
+        let done = match &result {
+            Ok(rows) => matches!(
+                done_with(rows.first().and_then(|r| r.get::<_, Option<String>>(0))),
+                Outcome::Done | Outcome::DoneWith(_)
+            ),
+            Err(_) => false,
+        };
         let end = c
-            .batch_execute(if result.is_ok() { "COMMIT" } else { "ROLLBACK" })
+            .batch_execute(if done { "COMMIT" } else { "ROLLBACK" })
             .await;
         drop(running.finished());
         // A failed COMMIT undid the function's writes: a failed attempt.
@@ -318,9 +365,18 @@ impl Handler for SqlHandler {
                         slot.get_or_insert(row.get(1));
                     }
                 }
-                Ok(Some(
-                    values.into_iter().map(|v| done_with(v.flatten())).collect(),
-                ))
+                let outcomes: Vec<Outcome> =
+                    values.into_iter().map(|v| done_with(v.flatten())).collect();
+                // A job that snoozes (or says so badly) must not keep what
+                // the batch statement wrote for it: run them one by one,
+                // each in its own savepoint.
+                if outcomes
+                    .iter()
+                    .any(|o| !matches!(o, Outcome::Done | Outcome::DoneWith(_)))
+                {
+                    return Ok(None);
+                }
+                Ok(Some(outcomes))
             }
             // One of them failed: run them one by one.
             Err(e) if e.as_db_error().is_some() => Ok(None),
@@ -361,5 +417,39 @@ impl Handler for SqlHandler {
             f = self.function,
         )
         .into())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    #[test]
+    fn a_one_key_pgwake_snooze_object_snoozes_and_anything_else_is_a_result() {
+        assert_eq!(
+            done_with(Some(r#"{"pgwake_snooze": 600}"#.into())),
+            Outcome::Snooze(Duration::from_secs(600))
+        );
+        assert_eq!(
+            done_with(Some(r#"{"pgwake_snooze": "10m"}"#.into())),
+            Outcome::Snooze(Duration::from_secs(600))
+        );
+        for bad in [
+            r#"{"pgwake_snooze": -1}"#,
+            r#"{"pgwake_snooze": "soon"}"#,
+            r#"{"pgwake_snooze": null}"#,
+        ] {
+            match done_with(Some(bad.into())) {
+                Outcome::Retry { reason, .. } => {
+                    assert!(reason.contains("not a delay"), "{reason}")
+                }
+                other => panic!("{bad}: {other:?}"),
+            }
+        }
+        assert!(matches!(
+            done_with(Some(r#"{"pgwake_snooze": 1, "other": 2}"#.into())),
+            Outcome::DoneWith(_)
+        ));
     }
 }

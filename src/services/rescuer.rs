@@ -167,6 +167,9 @@ impl Rescuer {
         let r = Db::unnamed(&conn).execute(&sql::ERRORS_EXPIRE, &[]).await;
         conn.check(r)
             .map_err(Error::db("rescuer: expire attempt errors"))?;
+        let r = Db::unnamed(&conn).execute(&sql::SNOOZES_EXPIRE, &[]).await;
+        conn.check(r)
+            .map_err(Error::db("rescuer: expire snooze counts"))?;
         let after = self.key_sweep_after.lock().unwrap().clone();
         let r = Db::unnamed(&conn)
             .query_one(&sql::RELEASE_KEYS, &[&after, &KEY_SWEEP_BATCH])

@@ -857,3 +857,35 @@ async fn job_pages_say_not_finished_yet_while_history_is_on_and_the_job_waits() 
     let page = get(&console, &format!("/jobs/{id}")).await;
     assert!(!says(&page.body), "{}", page.body);
 }
+
+/// A snoozed job's page says why it waits ("snoozed", the how-manieth
+/// time) and how often it snoozed.
+#[tokio::test]
+async fn a_snoozed_jobs_page_shows_its_snoozes() {
+    let db = migrated_db().await;
+    let c = db.client().await;
+    let id: i64 = c
+        .query_one(
+            "SELECT pgwake.enqueue('t', '{}'::jsonb, run_at => now() + interval '1 hour')",
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    c.execute(
+        "INSERT INTO pgwake.job_snoozes (job_id, snoozes, snoozed_until)
+         SELECT id, 14, run_at FROM pgwake.jobs WHERE id = $1",
+        &[&id],
+    )
+    .await
+    .unwrap();
+    let console = Console::start(&db, false).await;
+    let page = get(&console, &format!("/jobs/{id}")).await;
+    assert_eq!(page.status, 200);
+    assert!(page.body.contains(">snoozed<"), "the reason's badge");
+    assert!(page.body.contains("the 14th time"), "explain's count");
+    assert!(
+        page.body.contains("id=\"snoozes\">14 (no attempt used)"),
+        "the count among the facts"
+    );
+}

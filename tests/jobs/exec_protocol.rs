@@ -1,5 +1,5 @@
 //! The `exec` protocol: what a command's exit status means (done, fail for
-//! good, retry later), where its stderr and stdout go, and which variables
+//! good, retry later, snooze), where its stderr and stdout go, and which variables
 //! of the worker's environment it sees.
 
 use crate::common;
@@ -118,6 +118,55 @@ async fn exit_75_retries_after_the_delay_the_command_gives_on_stderr() {
         attempts >= 1 && delay < 5.0,
         "due in {delay} s: the backoff applies"
     );
+}
+
+/// Exit 75 with a `pgwake-snooze:` line snoozes: due after the delay, no
+/// attempt used, last error untouched, the snooze counted; a snooze line
+/// that is no delay is a failed attempt that says so.
+#[tokio::test]
+async fn exit_75_with_a_snooze_line_snoozes_without_using_an_attempt() {
+    let db = migrated_db().await;
+    let client = db.client().await;
+    let nap = enqueue(&client, &NewJob::new("nap", serde_json::json!({})))
+        .await
+        .unwrap();
+    let bad = enqueue(&client, &NewJob::new("bad", serde_json::json!({})))
+        .await
+        .unwrap();
+    let flags = [
+        "nap=exec:sh -c 'echo \"not yet\" >&2; echo \"pgwake-snooze: 1h\" >&2; exit 75'"
+            .to_string(),
+        "bad=exec:sh -c 'echo \"pgwake-snooze: soonish\" >&2; exit 75'".to_string(),
+    ];
+    let mut w = Running::start(worker_with_all(&db, &flags));
+    let ev = w.next_events(1, WAIT, |e| e.id == nap).await;
+    let ev_bad = w.next_events(1, WAIT, |e| e.id == bad).await;
+    w.shutdown().await;
+    assert_eq!(ev[0].outcome(), "snoozed", "{ev:?}");
+    let row = client
+        .query_one(
+            "SELECT extract(epoch FROM run_at - now())::float8, attempts, last_error, \
+                    (SELECT snoozes FROM pgwake.job_snoozes WHERE job_id = j.id) \
+             FROM pgwake.jobs j WHERE id = $1",
+            &[&nap],
+        )
+        .await
+        .unwrap();
+    let delay: f64 = row.get(0);
+    assert!(
+        (3500.0..=3600.0).contains(&delay),
+        "due in {delay} s, not 1h"
+    );
+    assert_eq!(row.get::<_, i32>(1), 0, "no attempt used");
+    assert_eq!(row.get::<_, Option<String>>(2), None, "not a failure");
+    assert_eq!(
+        row.get::<_, Option<i32>>(3),
+        Some(1),
+        "the snooze is counted"
+    );
+    assert_eq!(ev_bad[0].outcome(), "retry", "{ev_bad:?}");
+    let err = ev_bad[0].error().unwrap_or_default();
+    assert!(err.contains("\"soonish\" is not a delay"), "{err}");
 }
 
 #[tokio::test]

@@ -271,6 +271,74 @@ async fn in_one_claim_a_raising_sql_call_rolls_back_only_its_own_write() {
     assert!(err.contains("negative n: -1"), "{err}");
 }
 
+/// A function returning `{"pgwake_snooze": 3600}` snoozes its job: one
+/// claim of three jobs where one snoozes runs them one by one, the
+/// snoozing call's write is rolled back, its siblings' commit, and the
+/// snoozed job waits an hour with no attempt used.
+#[tokio::test]
+async fn a_sql_function_returning_pgwake_snooze_snoozes_its_job_and_keeps_no_write() {
+    let db = migrated_db().await;
+    let client = db.client().await;
+    client
+        .batch_execute(
+            "CREATE SCHEMA app;
+             CREATE TABLE app.totals (n int);
+             CREATE FUNCTION app.add(p jsonb) RETURNS jsonb LANGUAGE plpgsql AS $$
+             BEGIN
+               INSERT INTO app.totals VALUES ((p->>'n')::int);
+               IF (p->>'n')::int < 0 THEN RETURN jsonb_build_object('pgwake_snooze', 3600); END IF;
+               RETURN NULL;
+             END $$;",
+        )
+        .await
+        .unwrap();
+    let mut ids = Vec::new();
+    for n in [5, -1, 7] {
+        let job = NewJob::new("add", serde_json::json!({ "n": n })).max_attempts(1);
+        ids.push(enqueue(&client, &job).await.unwrap());
+    }
+    let worker = worker_with(
+        &db,
+        &["add=sql:app.add"],
+        WorkerConfig {
+            concurrency: 1,
+            batch: 10,
+            ..test_config()
+        },
+    );
+    assert_eq!(
+        worker.claim_once().await.unwrap(),
+        3,
+        "one claim of all three"
+    );
+    let mut totals: Vec<i32> = client
+        .query("SELECT n FROM app.totals", &[])
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    totals.sort();
+    assert_eq!(
+        totals,
+        vec![5, 7],
+        "the snoozing call's write was rolled back"
+    );
+    let row = client
+        .query_one(
+            "SELECT attempts, run_at > now() + interval '50 minutes', \
+                    (SELECT snoozes FROM pgwake.job_snoozes WHERE job_id = j.id) \
+             FROM pgwake.jobs j WHERE id = $1",
+            &[&ids[1]],
+        )
+        .await
+        .unwrap();
+    assert_eq!(row.get::<_, i32>(0), 0, "no attempt used");
+    assert!(row.get::<_, bool>(1), "due in an hour");
+    assert_eq!(row.get::<_, Option<i32>>(2), Some(1));
+    assert_eq!(remaining(&db).await, 1, "only the snoozed job waits");
+}
+
 #[tokio::test]
 async fn a_sql_handler_naming_a_missing_function_stops_the_worker_at_start() {
     let db = migrated_db().await;

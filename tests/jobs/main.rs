@@ -23,6 +23,7 @@ mod prefetch;
 mod process_trees;
 mod put_back;
 mod shutdown;
+mod snooze;
 mod suite;
 mod timeouts;
 mod trigger;

@@ -118,6 +118,65 @@ async fn fail_for_good_is_dead_at_once_and_retry_after_waits_the_given_delay() {
     assert_eq!((attempts, error.as_str()), (1, "rate limited"));
 }
 
+/// A `snooze` message puts the job back for its `after` seconds with no
+/// attempt used, and counts the snooze; a snooze past the bound is a
+/// failed attempt naming it.
+async fn a_snooze_message_snoozes_without_using_an_attempt(command: &str) {
+    let db = migrated_db().await;
+    let client = db.client().await;
+    let nap = enqueue(&client, &NewJob::new("snooze", json!({"secs": 3600})))
+        .await
+        .unwrap();
+    let long = enqueue(
+        &client,
+        &NewJob::new("snooze", json!({"secs": 40 * 86_400})),
+    )
+    .await
+    .unwrap();
+    let mut w = Running::start(worker(
+        &db,
+        command,
+        &["snooze"],
+        &[],
+        options(1),
+        history_config(),
+    ));
+    let ev = w.next_events(2, WAIT, |_| true).await;
+    w.shutdown().await;
+    let by_id = |id| ev.iter().find(|e| e.id == id).unwrap().outcome();
+    assert_eq!((by_id(nap), by_id(long)), ("snoozed", "retry"), "{ev:?}");
+    let row = client
+        .query_one(
+            "SELECT extract(epoch FROM run_at - now())::float8, attempts, \
+                    (SELECT snoozes FROM pgwake.job_snoozes WHERE job_id = j.id) \
+             FROM pgwake.jobs j WHERE id = $1",
+            &[&nap],
+        )
+        .await
+        .unwrap();
+    let (delay, attempts, snoozes): (f64, i32, Option<i32>) = (row.get(0), row.get(1), row.get(2));
+    assert!(delay > 3000.0 && delay <= 3600.0, "due in {delay} s");
+    assert_eq!((attempts, snoozes), (0, Some(1)));
+    let error = ev
+        .iter()
+        .find(|e| e.id == long)
+        .unwrap()
+        .error()
+        .unwrap_or_default()
+        .to_string();
+    assert!(error.contains("longer than the longest snooze"), "{error}");
+}
+
+#[tokio::test]
+async fn python_a_snooze_message_snoozes_without_using_an_attempt() {
+    a_snooze_message_snoozes_without_using_an_attempt(&python_worker("")).await;
+}
+
+#[tokio::test]
+async fn node_a_snooze_message_snoozes_without_using_an_attempt() {
+    a_snooze_message_snoozes_without_using_an_attempt(&node_worker("")).await;
+}
+
 #[tokio::test]
 async fn sql_from_the_process_commits_with_its_job_and_rolls_back_with_its_failure() {
     let db = migrated_db().await;

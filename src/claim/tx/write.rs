@@ -1,5 +1,5 @@
-//! Writing a batch's outcomes in the claim transaction: requeues and
-//! buries as the outcome mapping says, history rows, the per-job fallback.
+//! Writing a batch's outcomes in the claim transaction: requeues, snoozes
+//! and buries as the outcome mapping says, history rows, the per-job fallback.
 
 use std::time::SystemTime;
 
@@ -12,7 +12,7 @@ use crate::error::{Error, Result};
 use crate::handler::Delivery;
 use crate::job::Resolution;
 
-use crate::db::sql::{Db, BATCH_CLEAR, BURY, CLEAR_ATTEMPTS, HISTORY_DONE, REQUEUE};
+use crate::db::sql::{Db, BATCH_CLEAR, BURY, CLEAR_ATTEMPTS, HISTORY_DONE, REQUEUE, SNOOZE};
 
 /// Columns of jobs being written back (requeue) or buried.
 #[derive(Default)]
@@ -103,12 +103,26 @@ impl Columns {
     }
 }
 
-/// Sort results into the rows to write back and to bury.
+/// The rows a batch writes: back to the queue, snoozed (back, counted),
+/// and buried.
+#[derive(Default)]
+pub(super) struct Outcomes {
+    back: Columns,
+    snoozed: Columns,
+    dead: Columns,
+}
+
+impl Outcomes {
+    fn is_empty(&self) -> bool {
+        self.back.is_empty() && self.snoozed.is_empty() && self.dead.is_empty()
+    }
+}
+
+/// Sort results into the rows to write back, snooze and bury.
 pub(super) fn columns<'a>(
     results: impl Iterator<Item = (&'a Claimed, &'a Resolution)>,
-) -> (Columns, Columns) {
-    let mut back = Columns::default();
-    let mut dead = Columns::default();
+) -> Outcomes {
+    let mut o = Outcomes::default();
     for (c, resolution) in results {
         match write_of(c, resolution, Delivery::Tx) {
             Write::Done | Write::Nothing => {}
@@ -116,11 +130,20 @@ pub(super) fn columns<'a>(
                 delay,
                 attempts,
                 last_error,
-            } => back.push(c, delay.map(|d| d.as_secs_f64()), attempts, last_error),
-            Write::Dead { attempts, reason } => dead.push(c, None, attempts, Some(reason)),
+            } => o
+                .back
+                .push(c, delay.map(|d| d.as_secs_f64()), attempts, last_error),
+            Write::Snooze {
+                delay,
+                attempts,
+                last_error,
+            } => o
+                .snoozed
+                .push(c, Some(delay.as_secs_f64()), attempts, last_error),
+            Write::Dead { attempts, reason } => o.dead.push(c, None, attempts, Some(reason)),
         }
     }
-    (back, dead)
+    o
 }
 
 /// Write every outcome and commit. An all-done batch commits in the same
@@ -148,7 +171,7 @@ pub(super) async fn finish(
         "a statement before COMMIT"
     );
     let worker = &ctx.worker_id;
-    let (back, dead) = columns(results.iter().map(|r| (&r.claimed, &r.resolution)));
+    let outcomes = columns(results.iter().map(|r| (&r.claimed, &r.resolution)));
     let c = db.client();
     // Clearing the mark (and a suspect's charges) commits with the batch, so
     // it must reach the server before the pipelined COMMIT: as unnamed
@@ -173,7 +196,7 @@ pub(super) async fn finish(
         };
         tokio::try_join!(biased; cleared, charges).map(|_| ())
     };
-    if back.is_empty() && dead.is_empty() {
+    if outcomes.is_empty() {
         let (b, commit) = tokio::join!(biased; bookkeeping, c.batch_execute("COMMIT"));
         b.and(commit).map_err(Error::db("claim: commit"))?;
         return Ok(());
@@ -181,7 +204,7 @@ pub(super) async fn finish(
     c.batch_execute("SAVEPOINT pgwake_outcomes")
         .await
         .map_err(Error::db("claim: savepoint"))?;
-    if let Err(e) = write_outcomes(db, worker, &back, &dead).await {
+    if let Err(e) = write_outcomes(db, worker, &outcomes).await {
         if crate::error::pg_is_connection_lost(&e) {
             return Err(Error::db("claim: writing outcomes")(e));
         }
@@ -198,27 +221,32 @@ pub(super) async fn finish(
     Ok(())
 }
 
-/// Requeue `back` and bury `dead` (recording `worker`'s id with dead
-/// jobs), pipelined.
+/// Requeue, snooze and bury (recording `worker`'s id with dead jobs),
+/// pipelined.
 pub(super) async fn write_outcomes(
     db: Db<'_>,
     worker: &String,
-    back: &Columns,
-    dead: &Columns,
+    o: &Outcomes,
 ) -> std::result::Result<(), tokio_postgres::Error> {
     let requeue = async {
-        if back.is_empty() {
+        if o.back.is_empty() {
             return Ok(0);
         }
-        db.execute(&REQUEUE, &back.requeue_params()).await
+        db.execute(&REQUEUE, &o.back.requeue_params()).await
+    };
+    let snooze = async {
+        if o.snoozed.is_empty() {
+            return Ok(0);
+        }
+        db.execute(&SNOOZE, &o.snoozed.requeue_params()).await
     };
     let bury = async {
-        if dead.is_empty() {
+        if o.dead.is_empty() {
             return Ok(0);
         }
-        db.execute(&BURY, &dead.bury_params(worker)).await
+        db.execute(&BURY, &o.dead.bury_params(worker)).await
     };
-    tokio::try_join!(requeue, bury).map(|_| ())
+    tokio::try_join!(requeue, snooze, bury).map(|_| ())
 }
 
 /// One job's outcome in its own savepoint; if even that fails, the job is
@@ -232,14 +260,14 @@ pub(super) async fn write_alone(db: Db<'_>, worker: &String, r: &Finished) -> Re
     c.batch_execute("SAVEPOINT pgwake_outcome")
         .await
         .map_err(Error::db("claim: savepoint"))?;
-    let (back, dead) = columns(std::iter::once((&r.claimed, &r.resolution)));
-    if let Err(e) = write_outcomes(db, worker, &back, &dead).await {
+    let outcomes = columns(std::iter::once((&r.claimed, &r.resolution)));
+    if let Err(e) = write_outcomes(db, worker, &outcomes).await {
         tracing::error!(job = r.claimed.job.id, error = %crate::error::PgDisplay(&e), "writing a job's outcome failed; handing it back unchanged");
         c.batch_execute("ROLLBACK TO SAVEPOINT pgwake_outcome")
             .await
             .map_err(Error::db("claim: writing outcomes"))?;
-        let (back, dead) = columns(std::iter::once((&r.claimed, &Resolution::Returned)));
-        write_outcomes(db, worker, &back, &dead)
+        let outcomes = columns(std::iter::once((&r.claimed, &Resolution::Returned)));
+        write_outcomes(db, worker, &outcomes)
             .await
             .map_err(Error::db("claim: handing a job back"))?;
     }

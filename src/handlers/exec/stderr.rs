@@ -27,6 +27,14 @@ pub const STDERR_LOG_LINES_MAX: usize = 256;
 /// seconds). The last such line counts.
 pub const RETRY_AFTER_LINE: &str = "pgwake-retry-after:";
 
+/// The reserved stderr line of a command exiting with
+/// [`EXIT_RETRY_LATER`](super::EXIT_RETRY_LATER) to snooze rather than
+/// fail: `pgwake-snooze: 10m` (a delay as for [`RETRY_AFTER_LINE`]). The job
+/// comes back after the delay with no attempt used
+/// ([`Outcome::Snooze`](crate::Outcome::Snooze)); the last such line
+/// counts, and wins over a retry-after line.
+pub const SNOOZE_LINE: &str = "pgwake-snooze:";
+
 /// A stderr line as it may reach a log or a terminal: control characters
 /// and bidirectional-text controls escaped like `pgwake stats` escapes
 /// names (`\u{1b}`), bytes that are not UTF-8 as `\xNN`, everything else as
@@ -84,6 +92,8 @@ pub(super) struct Stderr {
     not_logged: usize,
     /// The value of the last `pgwake-retry-after:` line.
     retry_after: Option<String>,
+    /// The value of the last `pgwake-snooze:` line.
+    snooze: Option<String>,
     tail: Vec<u8>,
     /// [`Stderr::finish`] has run.
     finished: bool,
@@ -107,6 +117,7 @@ impl Stderr {
             logged: 0,
             not_logged: 0,
             retry_after: None,
+            snooze: None,
             tail: Vec::new(),
             finished: false,
         }
@@ -140,11 +151,12 @@ impl Stderr {
         let line = std::mem::take(&mut self.line);
         let cut = std::mem::replace(&mut self.cut, 0);
         if cut == 0 {
-            if let Some(value) = std::str::from_utf8(&line)
-                .ok()
-                .and_then(|l| l.trim().strip_prefix(RETRY_AFTER_LINE))
-            {
-                self.retry_after = Some(value.trim().to_string());
+            if let Ok(l) = std::str::from_utf8(&line) {
+                if let Some(value) = l.trim().strip_prefix(RETRY_AFTER_LINE) {
+                    self.retry_after = Some(value.trim().to_string());
+                } else if let Some(value) = l.trim().strip_prefix(SNOOZE_LINE) {
+                    self.snooze = Some(value.trim().to_string());
+                }
             }
         }
         if self.logged == STDERR_LOG_LINES_MAX {
@@ -211,6 +223,11 @@ impl Stderr {
     pub(super) fn retry_after(&self) -> Option<&str> {
         self.retry_after.as_deref()
     }
+
+    /// The value of the last `pgwake-snooze:` line, if any.
+    pub(super) fn snooze(&self) -> Option<&str> {
+        self.snooze.as_deref()
+    }
 }
 
 #[cfg(test)]
@@ -264,8 +281,13 @@ mod tests {
         s.push(b"try-after:  2m\r\nbye");
         s.finish();
         assert_eq!(s.retry_after(), Some("2m"));
+        assert_eq!(s.snooze(), None);
         assert_eq!(s.logged, 4);
         assert!(s.tail().ends_with("bye"));
+        let mut s = Stderr::new(&job());
+        s.push(format!("{SNOOZE_LINE} 1h\nnot yet\n{SNOOZE_LINE}").as_bytes());
+        s.push(b" 5\n");
+        assert_eq!((s.snooze(), s.retry_after()), (Some("5"), None));
     }
 
     #[test]

@@ -756,6 +756,7 @@ fn kind(msg: &Incoming) -> &'static str {
         Incoming::Hello { .. } => "hello",
         Incoming::Done { .. } => "done",
         Incoming::Fail { .. } => "fail",
+        Incoming::Snooze { .. } => "snooze",
         Incoming::Pong { .. } => "pong",
         Incoming::Sql { .. } => "sql",
     }

@@ -377,6 +377,12 @@ impl Handler for PersistentHandler {
                             Outcome::retry(error)
                         });
                     }
+                    Reply::Snooze(after) => {
+                        armed.armed = false;
+                        // In tx mode the job's statements roll back, as on
+                        // any outcome but done.
+                        return Ok(Outcome::snooze(Duration::from_secs_f64(after)));
+                    }
                     Reply::Sql { seq, sql, params } => {
                         let line = self
                             .run_sql(&ctx, (job, &token), (seq, &sql, &params), &mut state)

@@ -575,6 +575,15 @@ impl Pool {
                 }
                 self.left(proc);
             }
+            Incoming::Snooze { after, .. } => {
+                let entry = inflight.remove(&id).expect("entry");
+                drop(inflight);
+                proc.remember(id, token);
+                if !entry.cancelled {
+                    let _ = entry.replies.send(Reply::Snooze(after));
+                }
+                self.left(proc);
+            }
             Incoming::Fail {
                 error,
                 for_good,

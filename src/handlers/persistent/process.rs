@@ -37,6 +37,8 @@ pub(super) enum Reply {
         for_good: bool,
         retry_after: Option<f64>,
     },
+    /// The process answered snooze (seconds).
+    Snooze(f64),
     /// The process asks to run SQL in the job's transaction.
     Sql {
         seq: u64,

@@ -29,6 +29,12 @@ pub const INFLIGHT_MAX: u64 = 1024;
 /// Longest task name list a hello may carry.
 pub const HELLO_TASKS_MAX: usize = 10_000;
 
+/// Most seconds a `snooze` message's `after` may say (ten years, as a
+/// fail's `retry_after`); more is a protocol error. Snoozes past
+/// [`crate::SNOOZE_MAX`] (30 days) are read, and refused as a failed
+/// attempt whose error names the bound.
+pub const SNOOZE_AFTER_MAX: f64 = 10.0 * 365.0 * 86_400.0;
+
 /// A message a process sent.
 #[derive(Debug)]
 pub enum Incoming {
@@ -63,6 +69,17 @@ pub enum Incoming {
         /// Retry after this many seconds instead of the backoff.
         retry_after: Option<f64>,
     },
+    /// Not yet: the job goes back for `after` seconds, no attempt used
+    /// ([`crate::Outcome::Snooze`]).
+    Snooze {
+        /// The job.
+        id: i64,
+        /// The token of its job message.
+        token: String,
+        /// Seconds until it runs again (0 to [`SNOOZE_AFTER_MAX`]; past
+        /// [`crate::SNOOZE_MAX`] the run is a failed attempt that says so).
+        after: f64,
+    },
     /// An answer to a ping.
     Pong {
         /// The ping's `seq` (absent: a process that does not echo it).
@@ -89,6 +106,7 @@ impl Incoming {
         match self {
             Incoming::Done { id, token, .. }
             | Incoming::Fail { id, token, .. }
+            | Incoming::Snooze { id, token, .. }
             | Incoming::Sql { id, token, .. } => Some((*id, token)),
             _ => None,
         }
@@ -108,6 +126,7 @@ struct Raw {
     error: Option<serde_json::Value>,
     for_good: Option<bool>,
     retry_after: Option<f64>,
+    after: Option<f64>,
     seq: Option<u64>,
     sql: Option<String>,
     params: Option<Vec<serde_json::Value>>,
@@ -180,6 +199,16 @@ pub fn parse(line: &[u8]) -> Result<Incoming, String> {
                 for_good: raw.for_good.unwrap_or(false),
                 retry_after: raw.retry_after,
             }
+        }
+        "snooze" => {
+            let (id, token) = job(&raw)?;
+            let after = raw.after.ok_or_else(|| need("after"))?;
+            if !(0.0..=SNOOZE_AFTER_MAX).contains(&after) {
+                return Err(format!(
+                    "a snooze message with after {after}: seconds from 0 to ten years (a snooze past 30 days is a failed attempt)"
+                ));
+            }
+            Incoming::Snooze { id, token, after }
         }
         "pong" => Incoming::Pong { seq: raw.seq },
         "sql" => {
