@@ -16,6 +16,8 @@
 # ADMIN_URL names a server where a database can be created and dropped
 # (e.g. postgres://postgres@127.0.0.1:5432/postgres); PGWAKE, the binary
 # (default target/release/pgwake). Extra worker flags: PGWAKE_RUN_ARGS.
+# CSV=path also writes the 5-second figures (worker and producers) there,
+# for scripts/plot-pinned-horizon.py.
 set -euo pipefail
 export PGOPTIONS="-c client_min_messages=warning"
 admin=$1; rate=${2:-1500}; unpinned=${3:-60}; pinned=${4:-180}
@@ -98,12 +100,13 @@ while kill -0 "$bench" 2>/dev/null; do
     fi
     read -r backlog dead_jobs dead_other ran pickup pickup_max < <(sample)
     printf '%6s %7s %9s %8s %9s %11s %10s %9s\n' "$next" "$phase" "$((ran / 5))" "$pickup" "$pickup_max" "$backlog" "$dead_jobs" "$dead_other"
+    echo "$next $phase $((ran / 5)) $pickup $dead_jobs" >> "$work/samples"
     next=$((next + 5))
 done
 wait "$bench" || true
 echo "-- producers (pgbench): $(grep -E 'tps|latency average' "$work/pgbench.out" | tr '\n' ' ')"
 python3 - "$t0" "$unpinned" "$pinned" "$rate" "$work" <<'PY'
-import glob, sys
+import glob, os, sys
 t0, unpinned, pinned, rate, work = float(sys.argv[1]), float(sys.argv[2]), float(sys.argv[3]), float(sys.argv[4]), sys.argv[5]
 phases = {"unpinned": [], "pinned": []}
 for f in glob.glob(work + "/log*"):
@@ -122,6 +125,21 @@ for name, xs in phases.items():
     secs = (unpinned - 5) if name == "unpinned" else pinned
     print(f"-- inserts, {name}: {len(xs) / secs:7.0f}/s of {rate:.0f}, latency mean {sum(xs) / max(1, len(xs)):6.2f} ms, "
           f"p99 {pct(xs, 99):7.2f} ms, max {max(xs or [0]):8.1f} ms")
+# With CSV=path: every 5 s, the worker's figures beside the producers'
+# (inserts done in those 5 s and their latency p99), for a plot.
+if os.environ.get("CSV"):
+    buckets = {}
+    for f in glob.glob(work + "/log*"):
+        for line in open(f):
+            c = line.split()
+            done = int(c[4]) + int(c[5]) / 1e6 - t0
+            buckets.setdefault(int(done // 5) * 5 + 5, []).append(int(c[2]) / 1000.0)
+    with open(os.environ["CSV"], "w") as out:
+        out.write("t,phase,ran_per_s,pickup_ms,dead_jobs,inserts_per_s,insert_p99_ms\n")
+        for line in open(work + "/samples"):
+            t, phase, ran, pickup, dead = line.split()
+            xs = buckets.get(int(t), [])
+            out.write(f"{t},{phase},{ran},{pickup},{dead},{len(xs) / 5:.0f},{pct(xs, 99):.2f}\n")
 PY
 psql -qAt -F ' ' "$url" -c "
   SELECT '-- pickup, ' || phase || ': mean ' || round(avg(seconds)::numeric * 1000, 1) || ' ms, p99 ' ||
