@@ -28,17 +28,6 @@
 -- (migration 0022); NULL: none.
 --
 -- Returns the mark's token (NULL when there are suspects) and the suspects.
-WITH suspect AS (
-    SELECT j.id FROM pgwake.tx_batches b, unnest(b.job_ids) AS j(id)
-    WHERE b.job_ids && $2::bigint[] AND j.id = ANY($2::bigint[])
-      AND pg_xact_status(b.xid) IS DISTINCT FROM 'in progress'
-    UNION
-    SELECT job_id FROM pgwake.tx_attempts WHERE job_id = ANY($2::bigint[])
-),
-mark AS (
-    INSERT INTO pgwake.tx_batches (xid, job_ids, worker_id, queues, key_queues, limit_keys)
-    SELECT $1::text::xid8, $2::bigint[], $3, $4::text[], $5::text[], $6::text[]
-    WHERE NOT EXISTS (SELECT FROM suspect)
-    RETURNING token
-)
-SELECT (SELECT token FROM mark), ARRAY(SELECT id FROM suspect ORDER BY id)
+-- The statement is pgwake.mark_batch's (functions/claims.sql), planned once
+-- per session.
+SELECT * FROM pgwake.mark_batch($1::text, $2::bigint[], $3::text, $4::text[], $5::text[], $6::text[])
