@@ -23,6 +23,10 @@ async fn mark(c: &mut tokio_postgres::Client, ids: &[i64]) -> (Option<i64>, Vec<
     let params: [&(dyn tokio_postgres::types::ToSql + Sync); 6] =
         [&xid, &ids, &"a-worker", &none, &none, &none];
     let text = pgwake::internal::sql::BATCH_MARK.text;
+    // First the mark itself, then the same again explained: the statement
+    // is a function's, planned at its first call in a session (catalog
+    // reads that are not the check's).
+    let row = tx.query_one(text, &params).await.unwrap();
     let plan: serde_json::Value = tx
         .query_one(
             &format!("EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) {text}"),
@@ -31,7 +35,6 @@ async fn mark(c: &mut tokio_postgres::Client, ids: &[i64]) -> (Option<i64>, Vec<
         .await
         .unwrap()
         .get(0);
-    let row = tx.query_one(text, &params).await.unwrap();
     tx.rollback().await.unwrap();
     let p = &plan[0]["Plan"];
     let pages = p["Shared Hit Blocks"].as_i64().unwrap_or(0)
