@@ -116,39 +116,25 @@ pub(crate) async fn claim(
                     ctx.pressure_throttle(),
                     std::time::Instant::now(),
                 );
+                let head: [&(dyn tokio_postgres::types::ToSql + Sync); 7] = [
+                    &wanted,
+                    &except,
+                    &spec.tasks_in,
+                    &spec.tasks_not_in,
+                    &ctx.worker_id,
+                    &lease,
+                    &run_now,
+                ];
                 let r = match &from {
-                    None => {
-                        db.query(
-                            &CLAIM_ALL,
-                            &[
-                                &wanted,
-                                &except,
-                                &spec.tasks_in,
-                                &spec.tasks_not_in,
-                                &ctx.worker_id,
-                                &lease,
-                                &run_now,
-                            ],
-                        )
-                        .await
-                    }
+                    None => db.query(&CLAIM_ALL, &head).await,
                     Some((priority, run_at, id)) => {
-                        db.query(
-                            &CLAIM_ALL_AFTER,
-                            &[
-                                &wanted,
-                                &except,
-                                &spec.tasks_in,
-                                &spec.tasks_not_in,
-                                &ctx.worker_id,
-                                &lease,
-                                &run_now,
-                                priority,
-                                run_at,
-                                id,
-                            ],
-                        )
-                        .await
+                        let mut after = head.to_vec();
+                        after.extend([
+                            priority as &(dyn tokio_postgres::types::ToSql + Sync),
+                            run_at,
+                            id,
+                        ]);
+                        db.query(&CLAIM_ALL_AFTER, &after).await
                     }
                 };
                 if let Ok(rows) = &r {
