@@ -958,13 +958,14 @@ BEGIN
 END
 $$;
 
--- A tx-mode batch's mark, unless one of its jobs is a suspect
--- (src/db/sql/batch_mark.sql says why and how). A function so that the
--- statement's plan is made once per session: the mark is sent as the
--- unnamed statement (pipelined with its BEGIN and COMMIT), and planning
--- the check each time cost more than running it (0.18 ms a batch).
--- enable_seqscan off: the check reads marks by job through their GIN
--- index (migration 0035) whatever the table's size when the plan was made.
+-- A tx-mode batch's mark under pressure, unless one of its jobs is a
+-- suspect (src/db/sql/batch_mark_by_job.sql says why and how). A function
+-- so that the statement's plan is made once per session: the mark is sent
+-- as the unnamed statement (pipelined with its BEGIN and COMMIT), and
+-- planning the check each time cost more than running it (0.18 ms a
+-- batch). enable_seqscan off: the check reads `by_job` marks by job through
+-- their GIN index and the others through their partial b-tree (migration
+-- 0036), whatever the table's size when the plan was made.
 CREATE OR REPLACE FUNCTION pgwake.mark_batch(
     claim_xid text, ids bigint[], worker text, batch_queues text[],
     unslotted_queues text[], unslotted_keys text[])
@@ -977,15 +978,23 @@ AS $$
 BEGIN
     RETURN QUERY
     WITH suspect AS (
+        -- Marks written under pressure: looked up by job (GIN).
         SELECT j.id FROM pgwake.tx_batches b, unnest(b.job_ids) AS j(id)
-        WHERE b.job_ids && ids AND j.id = ANY(ids)
+        WHERE b.by_job AND b.job_ids && ids AND j.id = ANY(ids)
+          AND pg_xact_status(b.xid) IS DISTINCT FROM 'in progress'
+        UNION
+        -- Marks written before the worker saw the pressure: all read, a
+        -- bounded number (their partial b-tree skips the by_job ones).
+        SELECT j.id FROM pgwake.tx_batches b, unnest(b.job_ids) AS j(id)
+        WHERE NOT b.by_job AND b.job_ids && ids AND j.id = ANY(ids)
           AND pg_xact_status(b.xid) IS DISTINCT FROM 'in progress'
         UNION
         SELECT a.job_id FROM pgwake.tx_attempts a WHERE a.job_id = ANY(ids)
     ),
     mark AS (
-        INSERT INTO pgwake.tx_batches (xid, job_ids, worker_id, queues, key_queues, limit_keys)
-        SELECT claim_xid::xid8, ids, worker, batch_queues, unslotted_queues, unslotted_keys
+        INSERT INTO pgwake.tx_batches (xid, job_ids, worker_id, queues, key_queues, limit_keys,
+                                       by_job)
+        SELECT claim_xid::xid8, ids, worker, batch_queues, unslotted_queues, unslotted_keys, true
         WHERE NOT EXISTS (SELECT FROM suspect)
         RETURNING tx_batches.token
     )

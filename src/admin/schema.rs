@@ -196,6 +196,11 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "0035_batch_job_index.sql",
         sql: include_str!("../../migrations/0035_batch_job_index.sql"),
     },
+    Migration {
+        version: 36,
+        name: "0036_batch_marks_by_job.sql",
+        sql: include_str!("../../migrations/0036_batch_marks_by_job.sql"),
+    },
 ];
 
 /// The functions and triggers of `functions/`, re-applied by every migrate

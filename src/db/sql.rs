@@ -71,6 +71,8 @@ statements! {
     BACKEND_PID = "backend_pid" [];
     BATCH_CLEAR = "batch_clear" [INT8];
     BATCH_MARK = "batch_mark" [TEXT, INT8_ARRAY, TEXT, TEXT_ARRAY, TEXT_ARRAY, TEXT_ARRAY];
+    BATCH_MARK_BY_JOB = "batch_mark_by_job" [TEXT, INT8_ARRAY, TEXT, TEXT_ARRAY, TEXT_ARRAY,
+        TEXT_ARRAY];
     BATCH_MARK_DURABLE = "batch_mark_durable" [INT8];
     BURY = "bury" [INT8_ARRAY, TEXT_ARRAY, TEXT_ARRAY, TEXT_ARRAY, INT4_ARRAY, TIMESTAMPTZ_ARRAY,
         INT4_ARRAY, INT4_ARRAY, TEXT_ARRAY, TIMESTAMPTZ_ARRAY, FLOAT8_ARRAY, TEXT, TEXT_ARRAY,
@@ -201,6 +203,7 @@ statements! {
     SNOOZES_EXPIRE = "snoozes_expire" [];
     STATS_LEASED = "stats_leased" [];
     STATS_SNOOZED = "stats_snoozed" [];
+    SUSPECTS = "suspects" [];
     WAITING_REGISTER = "waiting_register" [TEXT, TEXT_ARRAY, FLOAT8];
     WAITING_SETTLED = "waiting_settled" [TEXT];
     WAITING_SNAPSHOT = "waiting_snapshot" [];

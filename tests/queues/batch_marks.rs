@@ -1,9 +1,12 @@
-//! The tx-mode crash check reads marks by job, so a held vacuum horizon,
-//! which leaves every finished batch's deleted mark in `pgwake.tx_batches`,
-//! does not make it slower (issue 35, item 1). It used to read the whole
-//! table after every claim: 0.7 ms per claim after three pinned minutes at
-//! 1,500 jobs/s (scripts/bench-pinned-horizon.sh). Pages touched, from
-//! EXPLAIN (ANALYZE, BUFFERS), stand in for time: no machine load skews them.
+//! The tx-mode crash check reads marks by job under pressure, so a held
+//! vacuum horizon, which leaves every finished batch's deleted mark in
+//! `pgwake.tx_batches`, does not make it slower (issue 35, item 1). Read
+//! whole, it took 0.7 ms per claim after three pinned minutes at 1,500
+//! jobs/s (scripts/bench-pinned-horizon.sh). Without pressure it is read
+//! whole, pipelined with the claim, and marks get no GIN entry per job
+//! (migration 0036): that entry cost the tx fast path a sixth of its
+//! throughput. Pages touched, from EXPLAIN (ANALYZE, BUFFERS), stand in for
+//! time: no machine load skews them.
 
 use crate::common;
 
@@ -22,7 +25,7 @@ async fn mark(c: &mut tokio_postgres::Client, ids: &[i64]) -> (Option<i64>, Vec<
     let none: Option<Vec<String>> = None;
     let params: [&(dyn tokio_postgres::types::ToSql + Sync); 6] =
         [&xid, &ids, &"a-worker", &none, &none, &none];
-    let text = pgwake::internal::sql::BATCH_MARK.text;
+    let text = pgwake::internal::sql::BATCH_MARK_BY_JOB.text;
     // First the mark itself, then the same again explained: the statement
     // is a function's, planned at its first call in a session (catalog
     // reads that are not the check's).
@@ -50,8 +53,13 @@ async fn the_crash_check_reads_only_the_marks_of_the_jobs_claimed_however_many_d
     c.batch_execute("ALTER TABLE pgwake.tx_batches SET (autovacuum_enabled = false)")
         .await
         .unwrap();
-    // One crashed batch: its claim transaction is over, its mark stays.
+    // Two crashed batches: their claim transactions are over, their marks
+    // stay; one marked before the worker saw the pressure, one after.
     mark_as_crashed_batch(&db, &[7, 8]).await;
+    mark_as_crashed_batch(&db, &[17, 18]).await;
+    c.batch_execute("UPDATE pgwake.tx_batches SET by_job = true WHERE 17 = ANY(job_ids)")
+        .await
+        .unwrap();
     // A long transaction elsewhere holds the horizon.
     let pin = connect_as(&db, "metabase").await;
     pin.batch_execute("BEGIN ISOLATION LEVEL REPEATABLE READ; SELECT 1;")
@@ -59,14 +67,17 @@ async fn the_crash_check_reads_only_the_marks_of_the_jobs_claimed_however_many_d
         .unwrap();
     // 20,000 batches that reported: each mark deleted in its claim's
     // commit, and kept by the horizon (one statement per 1,000: the same
-    // dead rows a worker leaves).
+    // dead rows a worker leaves). The first 1,000 were marked before the
+    // worker saw the pressure (read whole under it: a bounded number), the
+    // rest under it, by job.
     for chunk in 0..20 {
         c.batch_execute(&format!(
-            "INSERT INTO pgwake.tx_batches (xid, job_ids, worker_id)
-             SELECT pg_current_xact_id(), ARRAY[g, g + 1000000], 'w'
+            "INSERT INTO pgwake.tx_batches (xid, job_ids, worker_id, by_job)
+             SELECT pg_current_xact_id(), ARRAY[g, g + 1000000], 'w', {1}
              FROM generate_series({0}, {0} + 999) AS g;
              DELETE FROM pgwake.tx_batches WHERE worker_id = 'w';",
-            1000 + chunk * 1000
+            1000 + chunk * 1000,
+            chunk > 0
         ))
         .await
         .unwrap();
@@ -95,10 +106,10 @@ async fn the_crash_check_reads_only_the_marks_of_the_jobs_claimed_however_many_d
     assert!(token.is_some());
     assert!(suspects.is_empty(), "{suspects:?}");
 
-    // A job of the crashed batch: a suspect, and nothing is marked.
-    let (token, suspects, pages) = mark(&mut c, &[5_000_004, 8]).await;
+    // A job of each crashed batch: suspects, and nothing is marked.
+    let (token, suspects, pages) = mark(&mut c, &[5_000_004, 8, 18]).await;
     assert_eq!(token, None, "a batch with a suspect is not marked");
-    assert_eq!(suspects, vec![8]);
+    assert_eq!(suspects, vec![8, 18]);
     assert!(
         pages * 4 < table_pages,
         "the check read {pages} pages of a {table_pages}-page table of dead marks"
@@ -112,4 +123,105 @@ async fn the_crash_check_reads_only_the_marks_of_the_jobs_claimed_however_many_d
     assert_eq!(token, None);
     assert_eq!(suspects, vec![9]);
     pin.batch_execute("ROLLBACK").await.unwrap();
+}
+
+/// Writes down, for each job it runs, whether its batch's mark is `by_job`
+/// (read on a connection of its own: the mark is committed before the
+/// handlers start).
+type Seen = std::sync::Arc<std::sync::Mutex<std::collections::HashMap<i64, &'static str>>>;
+
+struct ReadsItsMark(std::sync::Arc<tokio_postgres::Client>, Seen);
+
+#[pgwake::async_trait]
+impl pgwake::Handler for ReadsItsMark {
+    async fn handle(
+        &self,
+        job: &pgwake::Job,
+        _ctx: pgwake::JobContext<'_>,
+    ) -> Result<pgwake::Outcome, pgwake::BoxError> {
+        let by_job: bool = self
+            .0
+            .query_one(
+                "SELECT bool_or(by_job) FROM pgwake.tx_batches WHERE $1 = ANY(job_ids)",
+                &[&job.id],
+            )
+            .await?
+            .get(0);
+        self.1
+            .lock()
+            .unwrap()
+            .insert(job.id, if by_job { "by_job" } else { "whole" });
+        Ok(pgwake::Outcome::Done)
+    }
+}
+
+/// Without pressure a tx batch's mark gets no GIN entry per job (the check
+/// reads every mark, pipelined with the claim); under pressure it is
+/// marked by job. Fails with either path forced: marks by job without
+/// pressure cost the tx fast path a sixth of its throughput (migration
+/// 0036), and whole-table reads under a held horizon grow with every batch.
+#[tokio::test]
+async fn batches_are_marked_by_job_only_under_pressure() {
+    let db = migrated_db().await;
+    let c = db.client().await;
+    c.batch_execute(
+        "SELECT pgwake.set_pressure_thresholds(horizon_elevated_seconds => 1, horizon_critical_seconds => 3600)",
+    )
+    .await
+    .unwrap();
+    let seen = Seen::default();
+    let reader = std::sync::Arc::new(db.client().await);
+    let worker = pgwake::Worker::builder(db.config())
+        .config(pgwake::WorkerConfig {
+            sample_interval: Some(std::time::Duration::from_millis(100)),
+            ..test_config()
+        })
+        .handler("work", ReadsItsMark(reader, seen.clone()))
+        .build()
+        .unwrap();
+    let w = Running::start(worker);
+    w.until_listening().await;
+    let long = std::time::Duration::from_secs(60);
+    let insert = async || -> i64 {
+        c.query_one(
+            "INSERT INTO pgwake.jobs (task) VALUES ('work') RETURNING id",
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0)
+    };
+    let tag_of = |id: i64| seen.lock().unwrap().get(&id).copied();
+    let calm = insert().await;
+    wait_for("the job without pressure", long, async || {
+        tag_of(calm).ok_or("not run".to_string())
+    })
+    .await;
+    assert_eq!(tag_of(calm), Some("whole"));
+
+    let pin = connect_as(&db, "metabase").await;
+    pin.batch_execute("BEGIN ISOLATION LEVEL REPEATABLE READ; SELECT 1;")
+        .await
+        .unwrap();
+    wait_for(
+        "the worker's sampler to see the pressure",
+        long,
+        async || {
+            let l: String = c
+                .query_one("SELECT level FROM pgwake.pressure_state", &[])
+                .await
+                .unwrap()
+                .get(0);
+            (l == "elevated").then_some(()).ok_or(l)
+        },
+    )
+    .await;
+    let pressed = insert().await;
+    wait_for("the job under pressure", long, async || {
+        tag_of(pressed).ok_or("not run".to_string())
+    })
+    .await;
+    assert_eq!(tag_of(pressed), Some("by_job"));
+    pin.batch_execute("ROLLBACK").await.unwrap();
+    w.shutdown().await;
 }

@@ -14,7 +14,9 @@ use super::mark::Mark;
 use super::run::{run_batch, Session};
 use super::write::finish;
 use super::OpenTx;
-use crate::db::sql::{Db, ADOPT_STALE, BATCH_MARK, CHARGE, CLAIM_TX_ONE as CLAIM_ONE};
+use crate::db::sql::{
+    Db, ADOPT_STALE, BATCH_MARK, BATCH_MARK_BY_JOB, CHARGE, CLAIM_TX_ONE as CLAIM_ONE,
+};
 
 /// The queue and limit key of each job of a batch that has a limit key and
 /// holds no key slot (two arrays of the same length; `None`: no such job),
@@ -60,14 +62,17 @@ pub(super) enum Marked {
 /// asynchronous commit: see [`Mark`]), with the queue of each job when they
 /// hold no queue slots (`queues`: counted by a max_running limit set while
 /// they run), and the keyed jobs that hold no key slot (`keys`: counted by
-/// a per-key limit set while they run) — unless one of `ids` is a suspect
-/// (`batch_mark.sql` checks in the same statement, by job).
+/// a per-key limit set while they run). `by_job` (under pressure): unless
+/// one of `ids` is a suspect, checked in the same statement by job
+/// (`batch_mark_by_job.sql`); otherwise the claim has checked already
+/// (`suspects.sql`) and the batch is marked.
 pub(super) async fn mark_batch(
     ctx: &ClaimContext,
     xid: &str,
     ids: &[i64],
     queues: Option<Vec<String>>,
     keys: UnslottedKeys,
+    by_job: bool,
 ) -> Result<Marked> {
     let mut conn = crate::db::connect::PooledConn::get(
         &ctx.ledger_pool,
@@ -95,13 +100,25 @@ pub(super) async fn mark_batch(
     let (begun, marked, committed) = tokio::join!(
         biased;
         conn.batch_execute(begin),
-        Db::unnamed(&conn).query_one(&BATCH_MARK, &params),
+        Db::unnamed(&conn).query_one(
+            if by_job {
+                &BATCH_MARK_BY_JOB
+            } else {
+                &BATCH_MARK
+            },
+            &params
+        ),
         conn.batch_execute("COMMIT"),
     );
     let row = conn
         .check(begun.and(marked).and_then(|row| committed.map(|()| row)))
         .map_err(Error::db("claim: mark batch"))?;
-    Ok(match row.get::<_, Option<i64>>(0) {
+    let token = if by_job {
+        row.get::<_, Option<i64>>(0)
+    } else {
+        Some(row.get(0))
+    };
+    Ok(match token {
         Some(token) => Marked::Mark(Mark::new(token, durable, ctx.ledger_pool.clone())),
         None => Marked::Suspects(row.get(1)),
     })
@@ -226,7 +243,7 @@ pub(super) async fn run_suspect(ctx: &ClaimContext, id: i64) -> Result<()> {
     let mark = if queues.is_some() || keys.any() {
         let xid: String = row.get(CLAIM_COLUMNS);
         // No job ids: nothing to find suspect, so always a mark.
-        match mark_batch(ctx, &xid, &[], queues, keys).await? {
+        match mark_batch(ctx, &xid, &[], queues, keys, false).await? {
             Marked::Mark(mark) => Some(mark.token),
             Marked::Suspects(_) => unreachable!("a mark without jobs names no suspect"),
         }

@@ -47,7 +47,7 @@ use crate::metrics;
 
 use crate::db::sql::{
     Db, CLAIM_TX_ALL as CLAIM_ALL, CLAIM_TX_ALL_AFTER as CLAIM_ALL_AFTER,
-    CLAIM_TX_LIMITED as CLAIM_LIMITED, CLAIM_TX_QUEUE as CLAIM_QUEUE,
+    CLAIM_TX_LIMITED as CLAIM_LIMITED, CLAIM_TX_QUEUE as CLAIM_QUEUE, SUSPECTS,
 };
 
 pub(crate) mod ahead;
@@ -119,14 +119,26 @@ pub(crate) async fn claim_and_run(
     let c = tx.conn();
     let db = Db::pooled(c, ctx.config.prepared_statements);
     let limit = limit as i64;
-    // Pipelined: BEGIN and the first claim go out together. Queues are
-    // tried in turn (a scalar `queue = $2` is an
-    // ordered index scan) until one has jobs.
+    // Pipelined: BEGIN, the first claim and (without pressure) the crash
+    // check go out together. Queues are tried in turn (a scalar
+    // `queue = $2` is an ordered index scan) until one has jobs.
     // A rate-limited queue's admissions are committed first (targets.rs).
     let mut walk = Walk::new(ctx, spec, queues, limit);
+    let head_every = ctx.pressure_throttle();
     let claim_cursor = crate::claim::cursor::CursorUse {
         cursors: &ctx.claim_cursors,
-        head_every: ctx.pressure_throttle(),
+        head_every,
+    };
+    // Under pressure the crash check is made by job, in the mark's own
+    // statement (ledger.rs): a held horizon keeps every finished batch's
+    // dead mark, which the whole-table read below would walk.
+    let by_job = head_every.is_some();
+    let suspects_now = async || {
+        if by_job {
+            Ok(Vec::new())
+        } else {
+            db.query(&SUSPECTS, &[]).await
+        }
     };
     let first_target = walk
         .next()
@@ -135,8 +147,9 @@ pub(crate) async fn claim_and_run(
     // `biased`: polled in this order every time, so each request goes out
     // in this order even when a cached statement first waits for its
     // Prepare (the default rotates the first future polled, and could send
-    // the claim before the BEGIN on a fresh connection).
-    let (begun, first) = tokio::join!(
+    // the claim before the BEGIN, or the check before the claim, on a
+    // fresh connection).
+    let (begun, first, suspects) = tokio::join!(
         biased;
         c.batch_execute(&ctx.begin_sql),
         claim_rows(
@@ -150,9 +163,12 @@ pub(crate) async fn claim_and_run(
             &ctx.key_repairs,
             claim_cursor,
         ),
+        suspects_now(),
     );
     begun.map_err(Error::db("claim: begin"))?;
     let mut rows = first.map_err(Error::db("claim"))?;
+    let mut suspects = suspects.map_err(Error::db("claim: suspects"))?;
+    let first_claim = rows.len();
     // Fill the batch across plain queues (targets.rs): a limited queue is
     // claimed only by a round that found nothing before it, and ends it.
     let mut stop = !rows.is_empty() && !Walk::fills_with(first_target);
@@ -181,6 +197,10 @@ pub(crate) async fn claim_and_run(
         stop = !more.is_empty() && !Walk::fills_with(queue);
         rows.extend(more);
     }
+    if rows.len() > first_claim {
+        // Later claims locked more rows: check again, after them.
+        suspects = suspects_now().await.map_err(Error::db("claim: suspects"))?;
+    }
     // The limit key: after xid, backend pid and the three other keys.
     let used: Vec<Option<&str>> = rows.iter().map(|r| r.get(CLAIM_COLUMNS + 5)).collect();
     let settled = walk.settle(&used).await?;
@@ -200,6 +220,16 @@ pub(crate) async fn claim_and_run(
     let xid: String = rows[0].get(CLAIM_COLUMNS);
     let backend_pid: i32 = rows[0].get(CLAIM_COLUMNS + 1);
     let count = rows.len();
+    let suspect_ids: std::collections::HashSet<i64> =
+        suspects.iter().map(|r| r.get::<_, i64>(0)).collect();
+    let suspects: Vec<i64> = rows
+        .iter()
+        .map(|r| r.get::<_, i64>(0))
+        .filter(|id| suspect_ids.contains(id))
+        .collect();
+    if !suspects.is_empty() {
+        return give_back_and_run_alone(ctx, tx, suspects, count).await;
+    }
     if count as i64 == limit || limited_hit {
         // There is likely more: let one more task help drain. A limited
         // queue's claim takes one job per transaction (claim_tx_limited.sql),
@@ -246,17 +276,10 @@ pub(crate) async fn claim_and_run(
             .filter(|c| !key_slots.contains(&c.job.id))
             .filter_map(|c| Some((c.job.queue.as_str(), c.keys.limit_key.as_deref()?))),
     );
-    let mark = match mark_batch(ctx, &xid, &ids, queues, unslotted_keys).await? {
+    let mark = match mark_batch(ctx, &xid, &ids, queues, unslotted_keys, by_job).await? {
         Marked::Mark(mark) => mark,
         Marked::Suspects(suspects) => {
-            // Nothing has run: give every job back and run the suspects
-            // alone.
-            c.batch_execute("ROLLBACK")
-                .await
-                .map_err(Error::db("claim: rollback"))?;
-            tx.release();
-            run_suspects(ctx, suspects).await?;
-            return Ok(count);
+            return give_back_and_run_alone(ctx, tx, suspects, count).await;
         }
     };
 
@@ -278,6 +301,23 @@ pub(crate) async fn claim_and_run(
     for r in results {
         ctx.report(&r.claimed, r.resolution, r.duration);
     }
+    Ok(count)
+}
+
+/// Some of a claim's jobs are suspects and nothing has run: give every job
+/// back and run the suspects alone (`count`: the claim's size, returned).
+async fn give_back_and_run_alone(
+    ctx: &ClaimContext,
+    tx: OpenTx,
+    suspects: Vec<i64>,
+    count: usize,
+) -> Result<usize> {
+    tx.conn()
+        .batch_execute("ROLLBACK")
+        .await
+        .map_err(Error::db("claim: rollback"))?;
+    tx.release();
+    run_suspects(ctx, suspects).await?;
     Ok(count)
 }
 

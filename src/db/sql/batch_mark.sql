@@ -1,18 +1,10 @@
 -- Before a tx-mode batch's handlers start, on a connection outside the
--- claim transaction: "the claim transaction $1 holds the jobs $2" — unless
--- one of them is a suspect, when nothing is marked and the suspects come
--- back instead (the claim then gives every job back and runs the suspects
--- alone, claim/tx/ledger.rs).
---
--- A job is a suspect when an earlier claim of it ended without an outcome:
--- it is charged in pgwake.tx_attempts, or named in the mark of a batch whose
--- claim transaction is over. This statement's snapshot is taken after the
--- claim statement returned, so after it locked the jobs: a crashed claim
--- held its jobs until it ended, and had committed its mark before its
--- handlers ran, so its mark is seen here. Marks are looked up by job
--- (the GIN index of migration 0035): a held vacuum horizon leaves every
--- finished batch's deleted mark in the table, and this reads none of them
--- but those naming the jobs just claimed.
+-- claim transaction, while the database is not under pressure: "the claim
+-- transaction $1 holds the jobs $2". The crash check has already run, in
+-- the claim transaction (suspects.sql); under pressure the mark and the
+-- check are one statement that reads marks by job instead
+-- (batch_mark_by_job.sql). Not `by_job`: no GIN entry per job (migration
+-- 0036).
 --
 -- Committed asynchronously (claim/tx/ledger.rs): made durable before a
 -- handler first uses the database (batch_mark_durable.sql), the only way a
@@ -26,8 +18,6 @@
 -- job that has a limit key and holds no key slot (claimed while its key had
 -- no limit), so that a per-key limit set while it runs counts it
 -- (migration 0022); NULL: none.
---
--- Returns the mark's token (NULL when there are suspects) and the suspects.
--- The statement is pgwake.mark_batch's (functions/claims.sql), planned once
--- per session.
-SELECT * FROM pgwake.mark_batch($1::text, $2::bigint[], $3::text, $4::text[], $5::text[], $6::text[])
+INSERT INTO pgwake.tx_batches (xid, job_ids, worker_id, queues, key_queues, limit_keys)
+VALUES ($1::text::xid8, $2::bigint[], $3, $4::text[], $5::text[], $6::text[])
+RETURNING token

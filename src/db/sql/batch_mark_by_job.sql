@@ -1,0 +1,39 @@
+-- Before a tx-mode batch's handlers start, on a connection outside the
+-- claim transaction, while the database is under pressure (the worker's
+-- sampler says claims resume after their cursor; without pressure the
+-- check is suspects.sql and the mark batch_mark.sql): "the claim
+-- transaction $1 holds the jobs $2", a `by_job` mark — unless
+-- one of them is a suspect, when nothing is marked and the suspects come
+-- back instead (the claim then gives every job back and runs the suspects
+-- alone, claim/tx/ledger.rs).
+--
+-- A job is a suspect when an earlier claim of it ended without an outcome:
+-- it is charged in pgwake.tx_attempts, or named in the mark of a batch whose
+-- claim transaction is over. This statement's snapshot is taken after the
+-- claim statement returned, so after it locked the jobs: a crashed claim
+-- held its jobs until it ended, and had committed its mark before its
+-- handlers ran, so its mark is seen here. `by_job` marks are looked up by
+-- job (the partial GIN index of migration 0036): a held vacuum horizon
+-- leaves every finished batch's deleted mark in the table, and this reads
+-- none of them but those naming the jobs just claimed. Marks written
+-- without pressure are read whole through their own partial index: those
+-- of the seconds before the worker saw the pressure, no more, since none
+-- are written while it lasts.
+--
+-- Committed asynchronously (claim/tx/ledger.rs): made durable before a
+-- handler first uses the database (batch_mark_durable.sql), the only way a
+-- job can crash the server; a worker crash leaves the server, and the mark,
+-- alone. The claim transaction deletes this row in its own commit
+-- (batch_clear.sql); a row that outlives its transaction marks a batch that
+-- crashed or lost its connection while running. $4: the queue of each job
+-- when the batch holds no queue slots (a plain claim), so that a
+-- max_running limit set while it runs counts its jobs (migration 0015);
+-- NULL when its jobs hold slots. $5, $6: the queue and limit key of each
+-- job that has a limit key and holds no key slot (claimed while its key had
+-- no limit), so that a per-key limit set while it runs counts it
+-- (migration 0022); NULL: none.
+--
+-- Returns the mark's token (NULL when there are suspects) and the suspects.
+-- The statement is pgwake.mark_batch's (functions/claims.sql), planned once
+-- per session.
+SELECT * FROM pgwake.mark_batch($1::text, $2::bigint[], $3::text, $4::text[], $5::text[], $6::text[])
