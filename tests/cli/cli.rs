@@ -496,3 +496,49 @@ async fn a_payload_with_a_nul_character_is_refused_with_the_fix() {
     let jobs: i64 = db.scalar("SELECT count(*) FROM pgwake.jobs").await;
     assert_eq!(jobs, 0, "nothing of a rejected batch is inserted");
 }
+
+/// A handler's error is often many lines (stderr's tail, a traceback):
+/// printed raw, it broke `pgwake dead list` into lines that belong to no
+/// column. Each dead job is two lines whatever its error holds, the line
+/// breaks folded to ` ⏎ `, a terminal escape escaped, a long error cut.
+/// Teeth: printing `last_error` as stored, the listing has 8 lines for the
+/// two jobs and the escape reaches the terminal.
+#[tokio::test]
+async fn dead_list_keeps_one_row_per_job_when_errors_span_lines() {
+    let db = migrated_db().await;
+    let long = "x".repeat(500);
+    db.client()
+        .await
+        .execute(
+            "INSERT INTO pgwake.dead_jobs (id, queue, task, payload, priority, run_at, attempts, max_attempts, last_error, created_at)
+             VALUES (1, 'default', 'report', '{}', 0, now(), 3, 3, $1, now()),
+                    (2, 'default', 'report', '{}', 0, now(), 3, 3, $2, now())",
+            &[
+                &"Traceback (most recent call last):\r\n  File \"w.py\", line 3\n\u{1b}[31mValueError: boom\n",
+                &long,
+            ],
+        )
+        .await
+        .unwrap();
+    let o = run(&["dead", "list"], Some(&db.url));
+    assert!(o.status.success(), "{}", stderr(&o));
+    let out = String::from_utf8_lossy(&o.stdout).to_string();
+    let lines: Vec<&str> = out.lines().collect();
+    assert_eq!(lines.len(), 4, "two lines per dead job: {out}");
+    for row in lines.iter().step_by(2) {
+        assert!(row.contains("attempts 3/3"), "{out}");
+    }
+    assert!(
+        lines.iter().any(|l| l.ends_with(
+            r#"Traceback (most recent call last): ⏎   File "w.py", line 3 ⏎ \u{1b}[31mValueError: boom"#
+        )),
+        "{out}"
+    );
+    assert!(!out.contains('\u{1b}'), "a raw escape: {out:?}");
+    assert!(
+        lines
+            .iter()
+            .any(|l| l.ends_with(&format!("{}…", "x".repeat(200)))),
+        "a long error cut at 200 characters: {out}"
+    );
+}
