@@ -30,7 +30,7 @@ pub struct UiArgs {
 
 /// Who may reach the console: the flags `pgwake ui` and `pgwake run`
 /// share.
-#[derive(Args, Default, Clone)]
+#[derive(Args, Default, Clone, Debug)]
 pub struct ConsoleFlags {
     /// A host name the console answers to (the Host header), besides an IP address and
     /// localhost: the name operators reach it by, e.g. behind a proxy. NAME for any port,
