@@ -542,3 +542,41 @@ async fn dead_list_keeps_one_row_per_job_when_errors_span_lines() {
         "a long error cut at 200 characters: {out}"
     );
 }
+
+/// `pgwake ui` has no jobs: its signal line said "finishing running jobs"
+/// (the worker's words) and nothing said it had stopped. It says what
+/// stops, then "console stopped", and exits 0. Teeth: with
+/// `signals::spawn` (the worker's wording) and no closing line, both
+/// assertions on the log fail.
+#[tokio::test]
+async fn pgwake_ui_says_in_its_own_words_that_it_stops_and_stopped() {
+    let db = migrated_db().await;
+    let mut child = pgwake_cmd()
+        .env("DATABASE_URL", &db.url)
+        .args(["ui", "--ui-addr", "127.0.0.1:0"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let log = tail_stderr(&mut child);
+    let l = log.clone();
+    eventually("the console serves", Duration::from_secs(30), || {
+        let l = l.clone();
+        async move { l.lock().unwrap().contains("serving the console") }
+    })
+    .await;
+    send_signal(&child, libc::SIGTERM);
+    let o = wait_exit(child, Duration::from_secs(30)).await;
+    assert_eq!(o.status.code(), Some(0), "{}", log.lock().unwrap());
+    let log = log.lock().unwrap().clone();
+    assert!(
+        log.contains("signal received: the console stops serving"),
+        "{log}"
+    );
+    assert!(!log.contains("running jobs"), "the worker's words: {log}");
+    let last = log.lines().last().unwrap_or_default();
+    assert!(
+        last.contains("console stopped"),
+        "last line {last:?}: {log}"
+    );
+}

@@ -40,7 +40,7 @@ fn hard_deadline() -> Duration {
 fn latest_exit(grace: Duration) -> Duration {
     let signals = read("src/signals.rs");
     assert!(
-        signals.contains("watchdog(grace + HARD_DEADLINE + EXIT_MARGIN)"),
+        signals.contains("watchdog(grace + HARD_DEADLINE + EXIT_MARGIN,"),
         "src/signals.rs: the watchdog after the first signal is no longer grace + HARD_DEADLINE + \
          EXIT_MARGIN; update latest_exit here and the timeline of docs/src/deploying.md"
     );
