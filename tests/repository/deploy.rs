@@ -175,6 +175,40 @@ fn systemd_units_run_pgwake_with_flags_that_exist_and_no_password() {
     }
 }
 
+/// The units that stay up are bounded as a whole: `exec:` commands share
+/// the worker's cgroup, so without `MemoryMax=`/`TasksMax=` one leaking or
+/// fork-looping command takes the host. And the worker's unit says how a
+/// handler under /home runs, which `ProtectHome=yes` hides.
+#[test]
+fn systemd_units_bound_memory_and_tasks_and_say_where_handlers_live() {
+    for unit in [WORKER_UNIT, CONSOLE_UNIT] {
+        let settings = unit_settings(&read(unit));
+        for key in ["MemoryMax", "TasksMax"] {
+            let value = setting(&settings, key, unit);
+            assert!(
+                !value.is_empty() && value != "infinity",
+                "{unit}: {key}={value}: bound it"
+            );
+        }
+    }
+    let worker = read(WORKER_UNIT);
+    assert_eq!(
+        setting(&unit_settings(&worker), "ProtectHome", WORKER_UNIT),
+        "yes"
+    );
+    assert!(
+        worker.contains("ProtectHome=read-only in the drop-in"),
+        "{WORKER_UNIT}: say how a handler under /home runs"
+    );
+    let book = read("docs/src/deploying.md");
+    for needle in ["MemoryMax=", "TasksMax=", "ProtectHome=read-only"] {
+        assert!(
+            book.contains(needle),
+            "docs/src/deploying.md lacks {needle}"
+        );
+    }
+}
+
 #[test]
 fn the_console_unit_waits_longer_than_a_stopping_console_can_take() {
     let settings = unit_settings(&read(CONSOLE_UNIT));
