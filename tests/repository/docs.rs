@@ -277,3 +277,24 @@ fn every_command_shown_exists_with_the_flags_shown() {
     assert!(bad.is_empty(), "{bad:#?}");
     assert!(checked >= 15, "only {checked} commands checked");
 }
+
+/// `mdbook build docs` leaves the work tree clean: the book is rendered
+/// under target/, which git ignores (it wrote docs/book/, untracked).
+#[test]
+fn the_book_builds_outside_the_tracked_tree() {
+    let toml = read(&root().join("docs/book.toml"));
+    let dir = toml
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("build-dir = "))
+        .expect("docs/book.toml: no build-dir (mdbook would write docs/book/)");
+    let dir = dir.trim_matches('"');
+    let under = dir
+        .strip_prefix("../")
+        .expect("build-dir is relative to docs/");
+    let ignored = read(&root().join(".gitignore"));
+    let top = format!("/{}", under.split('/').next().unwrap());
+    assert!(
+        ignored.lines().any(|l| l.trim() == top),
+        ".gitignore does not ignore {top}, where the book is built"
+    );
+}
