@@ -278,6 +278,45 @@ fn every_command_shown_exists_with_the_flags_shown() {
     assert!(checked >= 15, "only {checked} commands checked");
 }
 
+/// The test command says what it installs and how long it takes: every
+/// package `.ci/deps --list` may install is named on the Quick start page,
+/// and the README's and the page's test line give the time. (The page
+/// named four of the eleven: a newcomer's machine got Chromium and Node.js
+/// unannounced.)
+#[test]
+fn the_test_command_says_what_it_installs_and_how_long_it_takes() {
+    let list = std::process::Command::new(root().join(".ci/deps"))
+        .arg("--list")
+        .output()
+        .unwrap();
+    assert!(list.status.success());
+    let packages: BTreeSet<String> = String::from_utf8_lossy(&list.stdout)
+        .split_whitespace()
+        .map(str::to_string)
+        .collect();
+    assert!(packages.len() >= 8, "{packages:?}");
+    let page = read(&root().join("docs/src/quick-start.md"));
+    let missing: Vec<_> = packages
+        .iter()
+        .filter(|p| !page.contains(&format!("`{p}`")))
+        .collect();
+    assert!(
+        missing.is_empty(),
+        "docs/src/quick-start.md does not name {missing:?}, which .ci/deps installs"
+    );
+    for file in ["README.md", "docs/src/quick-start.md"] {
+        let text = read(&root().join(file));
+        let line = text
+            .lines()
+            .find(|l| l.starts_with(".ci/test "))
+            .unwrap_or_else(|| panic!("{file}: no `.ci/test` line"));
+        assert!(
+            line.contains("apt") && line.contains(" min"),
+            "{file}: the test line says neither what it installs nor how long it takes: {line}"
+        );
+    }
+}
+
 /// `mdbook build docs` leaves the work tree clean: the book is rendered
 /// under target/, which git ignores (it wrote docs/book/, untracked).
 #[test]
