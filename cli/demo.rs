@@ -28,6 +28,12 @@ pub struct DemoOptions {
     /// Where to serve metrics; `None`: the default address, or a free port
     /// if that is taken.
     pub metrics_addr: Option<SocketAddr>,
+    /// Where to serve the read-only console; `None`: the default address,
+    /// or a free port if that is taken.
+    pub ui_addr: Option<SocketAddr>,
+    /// Who may reach the console (`--ui-host`, `--ui-open-reads`,
+    /// `--ui-secure-cookie`), as for `pgwake ui`.
+    pub console: crate::commands::ui::ConsoleFlags,
 }
 
 struct Resize;
@@ -190,22 +196,32 @@ async fn bind_metrics(addr: Option<SocketAddr>) -> Result<tokio::net::TcpListene
     }
 }
 
-/// Bind the console's default address, else a free port beside it.
-async fn bind_console() -> Result<tokio::net::TcpListener> {
+/// Bind the read-only console's address. An address the user chose must be
+/// free, and off loopback needs `PGWAKE_UI_TOKEN` for reads unless
+/// `--ui-open-reads` (as `pgwake ui --ui-addr`); the default falls back to
+/// a free port beside it.
+async fn bind_console(
+    addr: Option<SocketAddr>,
+    flags: &crate::commands::ui::ConsoleFlags,
+) -> Result<(tokio::net::TcpListener, pgwake::console::ConsoleConfig)> {
     let default: SocketAddr = pgwake::console::UI_ADDR_DEFAULT
         .parse()
         .map_err(|_| Error::Unexpected("the console's default address"))?;
-    match pgwake::console::bind(default).await {
-        Ok(l) => Ok(l),
-        Err(_) => pgwake::console::bind(SocketAddr::new(default.ip(), 0)).await,
+    if addr.is_some() || flags.any() {
+        return crate::commands::ui::prepare(addr.unwrap_or(default), false, flags).await;
     }
+    let listener = match pgwake::console::bind(default).await {
+        Ok(l) => l,
+        Err(_) => pgwake::console::bind(SocketAddr::new(default.ip(), 0)).await?,
+    };
+    Ok((listener, pgwake::console::ConsoleConfig::default()))
 }
 
 /// Run the demo until a signal.
 pub async fn run(opts: DemoOptions) -> Result<()> {
     let mut stop_signal = StopSignal::install()?;
     let metrics = bind_metrics(opts.metrics_addr).await?;
-    let console = bind_console().await?;
+    let console = bind_console(opts.ui_addr, &opts.console).await?;
     let mut cluster = None;
     let url = match &opts.database_url {
         Some(url) => url.clone(),
@@ -283,7 +299,7 @@ fn print_look_around(
     // Its full path may hold a space.
     let pgwake = quote(&pgwake);
     println!(
-        "\n{} up until Ctrl-C. From another terminal, try:\n",
+        "\n{} up until Ctrl-C.\n\nIn a browser, the console (queues, jobs and why they wait, workers):\n\n  {console}\n\nFrom another terminal, try:\n",
         if keeps_cluster {
             "The worker and the database stay"
         } else {
@@ -297,7 +313,6 @@ fn print_look_around(
         // The user's own URL may hold a password: never echoed.
         println!("  export DATABASE_URL=…   # the URL given to --database-url");
     }
-    println!("  open {console}   # the console: queues, jobs and why they wait, workers");
     println!("  {pgwake} stats");
     println!("  {pgwake} dead list");
     println!("  {pgwake} enqueue --task send_email --queue {} --payload '{{\"to\": \"you@example.com\"}}'", quote(email_queue));
@@ -309,7 +324,7 @@ fn print_look_around(
 async fn run_on(
     url: &str,
     metrics: tokio::net::TcpListener,
-    console: tokio::net::TcpListener,
+    console: (tokio::net::TcpListener, pgwake::console::ConsoleConfig),
     stop_signal: &mut StopSignal,
     own_cluster: bool,
 ) -> Result<()> {
@@ -359,12 +374,9 @@ async fn run_on(
     let abort = CancellationToken::new();
     let (addr, http) = pgwake::endpoint::serve_on(metrics, handle, worker.health(), stop.clone())?;
     println!("worker running; metrics at http://{addr}/metrics");
-    let (console_url, console) = crate::commands::ui::start(
-        console,
-        pgwake::console::ConsoleConfig::default(),
-        &console_db,
-        stop.clone(),
-    )?;
+    let (console_listener, console_config) = console;
+    let (console_url, console) =
+        crate::commands::ui::start(console_listener, console_config, &console_db, stop.clone())?;
     println!("console (read-only) at {console_url}\n");
     let run = tokio::spawn(worker.run(stop.clone(), abort.clone()));
 

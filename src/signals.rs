@@ -27,18 +27,58 @@ use crate::worker::HARD_DEADLINE;
 /// (flushing outcomes, closing pools) before the watchdog steps in.
 pub const EXIT_MARGIN: Duration = Duration::from_secs(5);
 
+/// What stops when the signal thread says so: the wording of its log lines.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Stopping {
+    /// A worker: running jobs finish within the grace period, a second
+    /// signal hands them back.
+    Worker,
+    /// The console alone (`pgwake ui`): requests in flight finish, there
+    /// are no jobs to hand back.
+    Console,
+}
+
+impl Stopping {
+    /// Logged at the first signal.
+    fn first(self) -> &'static str {
+        match self {
+            Stopping::Worker => {
+                "signal received: finishing running jobs (send again to stop at once)"
+            }
+            Stopping::Console => {
+                "signal received: the console stops serving once the requests in flight \
+                 finish (send again to stop at once)"
+            }
+        }
+    }
+
+    /// Logged at the second signal.
+    fn second(self) -> &'static str {
+        match self {
+            Stopping::Worker => "second signal: handing running jobs back now",
+            Stopping::Console => "second signal: the console stops now",
+        }
+    }
+
+    /// Written when the watchdog forces the exit.
+    fn forced(self) -> &'static [u8] {
+        match self {
+            Stopping::Worker => b"pgwake: error: forced exit: a handler ignored cancellation past the hard deadline; its job returns to the queue (tx: rolled back; lease: when the lease expires)\n",
+            Stopping::Console => b"pgwake: error: forced exit: the console did not stop within its deadline\n",
+        }
+    }
+}
+
 /// Exit the process `after` from now unless it has exited by then.
-fn watchdog(after: Duration) {
+fn watchdog(after: Duration, what: Stopping) {
     let spawned = std::thread::Builder::new()
         .name("pgwake-watchdog".into())
         .spawn(move || {
             std::thread::sleep(after);
             // Not eprintln!: it panics when stderr is a broken pipe, and the
             // exit below must happen whatever stderr is.
-            let _ = std::io::Write::write_all(
-                &mut std::io::stderr(),
-                b"pgwake: error: forced exit: a handler ignored cancellation past the hard deadline; its job returns to the queue (tx: rolled back; lease: when the lease expires)\n",
-            );
+            let _ = std::io::Write::write_all(&mut std::io::stderr(), what.forced());
             std::process::exit(1);
         });
     if let Err(e) = spawned {
@@ -48,6 +88,16 @@ fn watchdog(after: Duration) {
 
 /// Start the signal thread for a worker whose grace period is `grace`.
 pub fn spawn(stop: CancellationToken, abort: CancellationToken, grace: Duration) -> Result<()> {
+    spawn_for(Stopping::Worker, stop, abort, grace)
+}
+
+/// [`spawn`], saying what stops in `what`'s words.
+pub fn spawn_for(
+    what: Stopping,
+    stop: CancellationToken,
+    abort: CancellationToken,
+    grace: Duration,
+) -> Result<()> {
     let mut signals = Signals::new([SIGTERM, SIGINT, SIGHUP]).map_err(|source| Error::Io {
         context: "cannot install signal handlers".into(),
         source,
@@ -60,16 +110,14 @@ pub fn spawn(stop: CancellationToken, abort: CancellationToken, grace: Duration)
             for (seen, _) in signals.forever().enumerate() {
                 match seen {
                     0 => {
-                        tracing::info!(
-                            "signal received: finishing running jobs (send again to stop at once)"
-                        );
+                        tracing::info!("{}", what.first());
                         stop.cancel();
-                        watchdog(grace + HARD_DEADLINE + EXIT_MARGIN);
+                        watchdog(grace + HARD_DEADLINE + EXIT_MARGIN, what);
                     }
                     1 => {
-                        tracing::warn!("second signal: handing running jobs back now");
+                        tracing::warn!("{}", what.second());
                         abort.cancel();
-                        watchdog(HARD_DEADLINE + EXIT_MARGIN);
+                        watchdog(HARD_DEADLINE + EXIT_MARGIN, what);
                     }
                     _ => {}
                 }

@@ -376,7 +376,9 @@ impl Worker {
             database = %connect::describe(&self.db),
             concurrency = self.config.concurrency,
             connections = self.config.connections(self.tx),
-            prefetch = self.config.prefetch_jobs(),
+            prefetch = %crate::claim::prefetch::Size::of(self.config.prefetch).describe(
+                ctx.plan.iter().any(|s| s.mode == crate::handler::Delivery::Lease)
+            ),
             batch = self.config.batch,
             listen = self.config.listen,
             queues = %self.config.queues_label(),
@@ -635,13 +637,9 @@ impl Worker {
             plan,
             slots: Arc::new(Semaphore::new(self.config.concurrency)),
             leases: Default::default(),
-            prefetch: crate::claim::prefetch::Prefetch::sized(match self.config.prefetch {
-                Some(n) => crate::claim::prefetch::Size::Fixed(n),
-                None => crate::claim::prefetch::Size::ByRate {
-                    floor: 1,
-                    cap: crate::config::PREFETCH_CAP_DEFAULT,
-                },
-            }),
+            prefetch: crate::claim::prefetch::Prefetch::sized(crate::claim::prefetch::Size::of(
+                self.config.prefetch,
+            )),
             completer,
             start_marks: crate::claim::starts::StartMarks::spawn(self.pool.clone()),
             jobs: TaskTracker::new(),

@@ -107,6 +107,14 @@ pub struct DemoArgs {
         config::METRICS_ADDR_DEFAULT
     ))]
     pub metrics_addr: Option<SocketAddr>,
+    #[arg(long, help = format!(
+        "Where to serve the read-only console [default: {}, or a free port if that is taken]; \
+         on an address other than loopback reading needs PGWAKE_UI_TOKEN (operators log in)",
+        pgwake::console::UI_ADDR_DEFAULT
+    ))]
+    pub ui_addr: Option<SocketAddr>,
+    #[command(flatten)]
+    pub console: super::ui::ConsoleFlags,
 }
 
 /// A duration flag: `500ms`, `2s`, `1m`, `1h 30m`. Displayed the same way,

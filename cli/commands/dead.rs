@@ -1,37 +1,52 @@
 //! `pgwake dead list | retry | purge`, and how dead jobs are printed.
 
 use pgwake::admin::dead::DeadJob;
+use pgwake::admin::stats::printable;
 use pgwake::error::Error;
 use pgwake::{admin::dead, admin::schema, connect};
 
 use super::args::{DeadAction, SelectArgs};
 
-/// One line per dead job.
-fn print_table(rows: Vec<DeadJob>) {
-    if rows.is_empty() {
-        println!("no dead jobs");
-        return;
+/// Characters of an error or payload shown in the table; `pgwake job show
+/// ID` shows all of it.
+const CUT: usize = 200;
+
+/// `text` on one line of at most [`CUT`] characters: line breaks folded to
+/// ` ⏎ ` (an `exec:` error is stderr's tail, a Python traceback is many
+/// lines) so that every row keeps its columns, other control characters
+/// escaped (the text is a producer's or a handler's), and a cut marked `…`.
+fn one_line(text: &str) -> String {
+    let folded = text.trim_end().replace("\r\n", "\n").replace('\n', " ⏎ ");
+    let escaped = printable(&folded);
+    let mut chars = escaped.chars();
+    let mut out: String = chars.by_ref().take(CUT).collect();
+    if chars.next().is_some() {
+        out.push('…');
     }
+    out
+}
+
+/// Two lines per dead job: what it was and why it died, then its payload.
+fn render_table(rows: &[DeadJob]) -> String {
+    if rows.is_empty() {
+        return "no dead jobs\n".into();
+    }
+    let mut out = String::new();
     for r in rows {
-        println!(
-            "{:>8}  {:<12} {:<20} attempts {}/{}  died {}  {}",
+        out.push_str(&format!(
+            "{:>8}  {:<12} {:<20} attempts {}/{}  died {}  {}\n",
             r.id,
-            r.queue,
-            r.task,
+            printable(&r.queue),
+            printable(&r.task),
             r.attempts,
             r.max_attempts,
             r.failed_at,
-            r.last_error.unwrap_or_default()
-        );
-        // The payload as stored, cut at 200 characters.
-        let cut: String = r.payload.chars().take(200).collect();
-        let more = if cut.len() < r.payload.len() {
-            "…"
-        } else {
-            ""
-        };
-        println!("          payload {cut}{more}");
+            one_line(r.last_error.as_deref().unwrap_or_default())
+        ));
+        // The payload as stored, cut at CUT characters.
+        out.push_str(&format!("          payload {}\n", one_line(&r.payload)));
     }
+    out
 }
 
 /// Refuse ids that name no dead job, before anything changes: a typo must
@@ -77,7 +92,7 @@ pub async fn command(action: DeadAction) -> Result<(), Error> {
                     serde_json::to_string_pretty(&rows).unwrap_or_default()
                 );
             } else {
-                print_table(rows);
+                print!("{}", render_table(&rows));
             }
             Ok(())
         }

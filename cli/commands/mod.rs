@@ -74,6 +74,8 @@ pub async fn dispatch(command: Command) -> Result<ExitCode, Error> {
             crate::demo::run(crate::demo::DemoOptions {
                 database_url: args.database_url,
                 metrics_addr: args.metrics_addr,
+                ui_addr: args.ui_addr,
+                console: args.console,
             })
             .await
         }

@@ -10,6 +10,11 @@ use tokio_util::sync::CancellationToken;
 
 use super::database::Db;
 
+/// How long `pgwake ui` lets the requests in flight finish after SIGTERM
+/// before its watchdog counts down (`tests/repository/deploy.rs` reads it:
+/// the units' stop timeouts must exceed it plus the watchdog's margins).
+const STOP_GRACE: std::time::Duration = std::time::Duration::from_secs(1);
+
 /// `pgwake ui` flags.
 #[derive(Args)]
 pub struct UiArgs {
@@ -30,7 +35,7 @@ pub struct UiArgs {
 
 /// Who may reach the console: the flags `pgwake ui` and `pgwake run`
 /// share.
-#[derive(Args, Default, Clone)]
+#[derive(Args, Default, Clone, Debug)]
 pub struct ConsoleFlags {
     /// A host name the console answers to (the Host header), besides an IP address and
     /// localhost: the name operators reach it by, e.g. behind a proxy. NAME for any port,
@@ -119,10 +124,11 @@ pub async fn command(args: UiArgs) -> Result<(), Error> {
     schema::check(&client).await?;
     drop(client);
     let stop = CancellationToken::new();
-    pgwake::signals::spawn(
+    pgwake::signals::spawn_for(
+        pgwake::signals::Stopping::Console,
         stop.clone(),
         stop.clone(),
-        std::time::Duration::from_secs(1),
+        STOP_GRACE,
     )?;
     let actions = config.actions;
     let (url, task) = start(listener, config, &db, stop)?;
@@ -136,5 +142,6 @@ pub async fn command(args: UiArgs) -> Result<(), Error> {
     );
     task.await
         .map_err(|_| Error::Panicked("the console's server"))?;
+    tracing::info!("console stopped");
     Ok(())
 }

@@ -8,15 +8,39 @@ use serde::Serialize;
 use crate::db::sql::{self, Db};
 use crate::error::{Error, Result};
 
+/// Every reason `pgwake.explain` gives (`functions/jobs.sql`). The book lists each one where it
+/// explains the answer (`docs/src/sql.md`, `console.md`, `cli.md`), and
+/// `tests/repository/docs.rs` holds the function, this list and those
+/// pages to the same set.
+pub const REASONS: &[&str] = &[
+    "running",
+    "process_wait",
+    "buffered",
+    "locked",
+    "scheduled",
+    "snoozed",
+    "retry_backoff",
+    "paused",
+    "ordering_key",
+    "max_running",
+    "rate_limit",
+    "key_max_running",
+    "key_rate_limit",
+    "no_worker",
+    "no_handler",
+    "saturated",
+    "ready",
+    "dead",
+    "cancelled",
+    "not_found",
+];
+
 /// One reason a job is not running, and what ends it.
 #[derive(Debug, Clone, Serialize, PartialEq)]
 pub struct Reason {
-    /// `running` (then, maybe, `process_wait`: its worker's persistent
-    /// handler had jobs waiting for a free process), `buffered`, `locked`,
-    /// `scheduled`, `snoozed`, `retry_backoff`, `paused`, `ordering_key`,
-    /// `max_running`, `rate_limit`, `key_max_running`, `key_rate_limit`,
-    /// `no_worker`, `no_handler`, `saturated`, `ready`, `dead`,
-    /// `cancelled` or `not_found` (`docs/src/sql.md`).
+    /// One of [`REASONS`] (`running`, then maybe `process_wait`: its
+    /// worker's persistent handler had jobs waiting for a free process;
+    /// `docs/src/sql.md`).
     pub reason: String,
     /// What holds it and what will end it, in words.
     pub detail: String,

@@ -70,6 +70,40 @@ pub(crate) enum Size {
     ByRate { floor: usize, cap: usize },
 }
 
+impl Size {
+    /// The size `--prefetch` asks for: `Some(n)` fixed (0: off), `None` by
+    /// rate, from one job to [`PREFETCH_CAP_DEFAULT`](crate::config::PREFETCH_CAP_DEFAULT).
+    pub(crate) fn of(prefetch: Option<usize>) -> Size {
+        match prefetch {
+            Some(n) => Size::Fixed(n),
+            None => Size::ByRate {
+                floor: 1,
+                cap: crate::config::PREFETCH_CAP_DEFAULT,
+            },
+        }
+    }
+
+    /// The rule in words, for the worker's start line: `lease` says
+    /// whether any task is claimed in lease mode (tx mode never buffers).
+    /// A cap alone ("prefetch=200") read as 200 jobs held per worker,
+    /// where the default holds one to a few at a slow rate.
+    pub(crate) fn describe(self, lease: bool) -> String {
+        if !lease {
+            return "off (no lease-mode task)".into();
+        }
+        let unlimited = "; none for a limited or rate-limited queue";
+        match self {
+            Size::Fixed(0) => "off (--prefetch 0)".into(),
+            Size::Fixed(n) => format!("{n} lease-mode jobs (--prefetch){unlimited}"),
+            Size::ByRate { floor, cap } => format!(
+                "the lease-mode jobs this worker starts in {}ms at its measured rate, \
+                 {floor} to {cap}{unlimited}",
+                HORIZON.as_millis()
+            ),
+        }
+    }
+}
+
 /// Jobs started per second, averaged over windows of [`HORIZON`].
 #[derive(Debug)]
 struct StartRate {

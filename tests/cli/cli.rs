@@ -496,3 +496,87 @@ async fn a_payload_with_a_nul_character_is_refused_with_the_fix() {
     let jobs: i64 = db.scalar("SELECT count(*) FROM pgwake.jobs").await;
     assert_eq!(jobs, 0, "nothing of a rejected batch is inserted");
 }
+
+/// A handler's error is often many lines (stderr's tail, a traceback):
+/// printed raw, it broke `pgwake dead list` into lines that belong to no
+/// column. Each dead job is two lines whatever its error holds, the line
+/// breaks folded to ` ⏎ `, a terminal escape escaped, a long error cut.
+/// Teeth: printing `last_error` as stored, the listing has 8 lines for the
+/// two jobs and the escape reaches the terminal.
+#[tokio::test]
+async fn dead_list_keeps_one_row_per_job_when_errors_span_lines() {
+    let db = migrated_db().await;
+    let long = "x".repeat(500);
+    db.client()
+        .await
+        .execute(
+            "INSERT INTO pgwake.dead_jobs (id, queue, task, payload, priority, run_at, attempts, max_attempts, last_error, created_at)
+             VALUES (1, 'default', 'report', '{}', 0, now(), 3, 3, $1, now()),
+                    (2, 'default', 'report', '{}', 0, now(), 3, 3, $2, now())",
+            &[
+                &"Traceback (most recent call last):\r\n  File \"w.py\", line 3\n\u{1b}[31mValueError: boom\n",
+                &long,
+            ],
+        )
+        .await
+        .unwrap();
+    let o = run(&["dead", "list"], Some(&db.url));
+    assert!(o.status.success(), "{}", stderr(&o));
+    let out = String::from_utf8_lossy(&o.stdout).to_string();
+    let lines: Vec<&str> = out.lines().collect();
+    assert_eq!(lines.len(), 4, "two lines per dead job: {out}");
+    for row in lines.iter().step_by(2) {
+        assert!(row.contains("attempts 3/3"), "{out}");
+    }
+    assert!(
+        lines.iter().any(|l| l.ends_with(
+            r#"Traceback (most recent call last): ⏎   File "w.py", line 3 ⏎ \u{1b}[31mValueError: boom"#
+        )),
+        "{out}"
+    );
+    assert!(!out.contains('\u{1b}'), "a raw escape: {out:?}");
+    assert!(
+        lines
+            .iter()
+            .any(|l| l.ends_with(&format!("{}…", "x".repeat(200)))),
+        "a long error cut at 200 characters: {out}"
+    );
+}
+
+/// `pgwake ui` has no jobs: its signal line said "finishing running jobs"
+/// (the worker's words) and nothing said it had stopped. It says what
+/// stops, then "console stopped", and exits 0. Teeth: with
+/// `signals::spawn` (the worker's wording) and no closing line, both
+/// assertions on the log fail.
+#[tokio::test]
+async fn pgwake_ui_says_in_its_own_words_that_it_stops_and_stopped() {
+    let db = migrated_db().await;
+    let mut child = pgwake_cmd()
+        .env("DATABASE_URL", &db.url)
+        .args(["ui", "--ui-addr", "127.0.0.1:0"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let log = tail_stderr(&mut child);
+    let l = log.clone();
+    eventually("the console serves", Duration::from_secs(30), || {
+        let l = l.clone();
+        async move { l.lock().unwrap().contains("serving the console") }
+    })
+    .await;
+    send_signal(&child, libc::SIGTERM);
+    let o = wait_exit(child, Duration::from_secs(30)).await;
+    assert_eq!(o.status.code(), Some(0), "{}", log.lock().unwrap());
+    let log = log.lock().unwrap().clone();
+    assert!(
+        log.contains("signal received: the console stops serving"),
+        "{log}"
+    );
+    assert!(!log.contains("running jobs"), "the worker's words: {log}");
+    let last = log.lines().last().unwrap_or_default();
+    assert!(
+        last.contains("console stopped"),
+        "last line {last:?}: {log}"
+    );
+}

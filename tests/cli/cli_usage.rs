@@ -227,11 +227,27 @@ async fn migrate_says_whose_grants_it_reapplied() {
 #[tokio::test]
 async fn the_worker_start_line_shows_queues_as_a_person_would_write_them() {
     let db = migrated_db().await;
+    // The prefetch buffer's rule, not only its cap: "prefetch=200" read as
+    // 200 jobs held by every worker. Teeth: the cap alone fails the first
+    // and the third case.
+    let by_rate =
+        "prefetch=the lease-mode jobs this worker starts in 50ms at its measured rate, 1 to 200";
     for (args, expect) in [
-        (vec!["--handler", "t=exec:true"], "queues=all"),
+        (
+            vec!["--handler", "t=exec:true"],
+            vec!["queues=all", by_rate],
+        ),
         (
             vec!["--handler", "t=exec:true", "--queues", "a,b"],
-            "queues=a,b",
+            vec!["queues=a,b"],
+        ),
+        (
+            vec!["--handler", "t=exec:true", "--prefetch", "8"],
+            vec!["prefetch=8 lease-mode jobs (--prefetch)"],
+        ),
+        (
+            vec!["--handler", "t=exec:true", "--prefetch", "0"],
+            vec!["prefetch=off (--prefetch 0)"],
         ),
     ] {
         let mut child = spawn_pgwake_run(&db.url, &args);
@@ -246,7 +262,9 @@ async fn the_worker_start_line_shows_queues_as_a_person_would_write_them() {
         wait_exit(child, Duration::from_secs(30)).await;
         let log = log.lock().unwrap().clone();
         let line = log.lines().find(|l| l.contains("worker started")).unwrap();
-        assert!(line.contains(expect), "{line}");
+        for expect in expect {
+            assert!(line.contains(expect), "{line}");
+        }
         assert!(!line.contains("None") && !line.contains("Some("), "{line}");
         assert!(!log.contains('\u{1b}'), "colour codes in a pipe: {log:?}");
     }

@@ -48,8 +48,22 @@ fn http_get(addr: &str, path: &str) -> String {
 
 #[tokio::test]
 async fn the_demo_stays_up_until_one_ctrl_c_and_says_how_to_look_around() {
+    // A port that was free a moment ago, for --ui-addr (the default, 9190,
+    // falls back to a free port when taken: it would not show the flag).
+    let ui_port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let ui_addr = format!("127.0.0.1:{ui_port}");
     let mut child = pgwake_cmd()
-        .args(["demo", "--metrics-addr", "127.0.0.1:0"])
+        .args([
+            "demo",
+            "--metrics-addr",
+            "127.0.0.1:0",
+            "--ui-addr",
+            &ui_addr,
+        ])
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
@@ -89,9 +103,25 @@ async fn the_demo_stays_up_until_one_ctrl_c_and_says_how_to_look_around() {
     let addr = metrics_url.split('/').next().unwrap().to_string();
     let metrics = http_get(&addr, "/metrics");
     assert!(metrics.contains("pgwake_jobs_total"), "{metrics}");
-    // The console it prints serves the overview.
+    // The console it prints is on --ui-addr and serves the overview.
+    // Teeth: without --ui-addr the console is on 9190 (or a free port).
     let console = value_after(&text, "console (read-only) at http://");
     let console = console.trim_end_matches('/');
+    assert_eq!(console, ui_addr);
+    // Its URL is shown for a browser, not as macOS's `open` (no such
+    // command on Linux, where `open` is openvt). Teeth: the line
+    // `open http://…` it printed before.
+    let advice = &text[text.find("up until Ctrl-C").unwrap()..];
+    assert!(
+        advice
+            .lines()
+            .any(|l| l.trim() == format!("http://{ui_addr}/")),
+        "{advice}"
+    );
+    assert!(
+        !advice.lines().any(|l| l.trim_start().starts_with("open ")),
+        "{advice}"
+    );
     let page = http_get(console, "/");
     assert!(page.contains("<title>Overview"), "{page}");
     assert!(page.contains("Live workers"), "{page}");
@@ -110,6 +140,39 @@ async fn the_demo_stays_up_until_one_ctrl_c_and_says_how_to_look_around() {
         !after.contains("pgwake dead list"),
         "no advice about a cluster that is gone: {after}"
     );
+}
+
+/// `--ui-addr` is the user's choice: taken, it stops the demo with the
+/// fix instead of moving the console elsewhere; off loopback without
+/// PGWAKE_UI_TOKEN, it is refused as `pgwake ui` refuses it. Both before a
+/// cluster starts. Teeth: with the flag ignored, the demo starts.
+#[test]
+fn a_taken_or_open_ui_addr_stops_the_demo_before_it_starts_a_cluster() {
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = taken.local_addr().unwrap().to_string();
+    for (ui_addr, expect) in [
+        (addr.as_str(), format!("--ui-addr {addr}: cannot listen")),
+        ("0.0.0.0:0", "PGWAKE_UI_TOKEN".to_string()),
+    ] {
+        let o = pgwake_cmd()
+            .env_remove("PGWAKE_UI_TOKEN")
+            .args([
+                "demo",
+                "--metrics-addr",
+                "127.0.0.1:0",
+                "--ui-addr",
+                ui_addr,
+            ])
+            .output()
+            .unwrap();
+        let e = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(2), "{ui_addr}: {e}");
+        assert!(e.contains(&expect), "{ui_addr}: {e}");
+        assert!(
+            !String::from_utf8_lossy(&o.stdout).contains("starting a throwaway PostgreSQL"),
+            "checked before the start-up work"
+        );
+    }
 }
 
 #[test]

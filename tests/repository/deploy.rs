@@ -40,7 +40,7 @@ fn hard_deadline() -> Duration {
 fn latest_exit(grace: Duration) -> Duration {
     let signals = read("src/signals.rs");
     assert!(
-        signals.contains("watchdog(grace + HARD_DEADLINE + EXIT_MARGIN)"),
+        signals.contains("watchdog(grace + HARD_DEADLINE + EXIT_MARGIN,"),
         "src/signals.rs: the watchdog after the first signal is no longer grace + HARD_DEADLINE + \
          EXIT_MARGIN; update latest_exit here and the timeline of docs/src/deploying.md"
     );
@@ -107,6 +107,22 @@ fn exec_start(settings: &[(String, String)], unit: &str) -> Vec<String> {
 
 const WORKER_UNIT: &str = "deploy/systemd/pgwake.service";
 const MIGRATE_UNIT: &str = "deploy/systemd/pgwake-migrate.service";
+const CONSOLE_UNIT: &str = "deploy/systemd/pgwake-ui.service";
+
+/// `cli/commands/ui.rs`'s `STOP_GRACE` (the binary's): how long `pgwake ui`
+/// lets requests finish after SIGTERM before its watchdog counts down.
+fn console_stop_grace() -> Duration {
+    let source = read("cli/commands/ui.rs");
+    let decl = "const STOP_GRACE: std::time::Duration = std::time::Duration::from_secs(";
+    let at = source
+        .find(decl)
+        .unwrap_or_else(|| panic!("cli/commands/ui.rs no longer declares `{decl}N)`"));
+    let rest = &source[at + decl.len()..];
+    rest[..rest.find(')').unwrap()]
+        .parse()
+        .map(Duration::from_secs)
+        .unwrap()
+}
 
 #[test]
 fn systemd_waits_longer_than_a_stopping_worker_can_take() {
@@ -128,7 +144,11 @@ fn systemd_waits_longer_than_a_stopping_worker_can_take() {
 
 #[test]
 fn systemd_units_run_pgwake_with_flags_that_exist_and_no_password() {
-    for (unit, command) in [(WORKER_UNIT, "run"), (MIGRATE_UNIT, "migrate")] {
+    for (unit, command) in [
+        (WORKER_UNIT, "run"),
+        (MIGRATE_UNIT, "migrate"),
+        (CONSOLE_UNIT, "ui"),
+    ] {
         let settings = unit_settings(&read(unit));
         let args = exec_start(&settings, unit);
         assert_eq!(args[0], "/usr/local/bin/pgwake", "{unit}: ExecStart");
@@ -147,9 +167,67 @@ fn systemd_units_run_pgwake_with_flags_that_exist_and_no_password() {
             "{unit}"
         );
     }
-    let worker = unit_settings(&read(WORKER_UNIT));
-    assert_eq!(setting(&worker, "Type", WORKER_UNIT), "exec");
-    assert_eq!(setting(&worker, "Restart", WORKER_UNIT), "on-failure");
+    for unit in [WORKER_UNIT, CONSOLE_UNIT] {
+        let settings = unit_settings(&read(unit));
+        assert_eq!(setting(&settings, "Type", unit), "exec");
+        assert_eq!(setting(&settings, "Restart", unit), "on-failure");
+        assert_eq!(setting(&settings, "RestartPreventExitStatus", unit), "2");
+    }
+}
+
+/// The units that stay up are bounded as a whole: `exec:` commands share
+/// the worker's cgroup, so without `MemoryMax=`/`TasksMax=` one leaking or
+/// fork-looping command takes the host. And the worker's unit says how a
+/// handler under /home runs, which `ProtectHome=yes` hides.
+#[test]
+fn systemd_units_bound_memory_and_tasks_and_say_where_handlers_live() {
+    for unit in [WORKER_UNIT, CONSOLE_UNIT] {
+        let settings = unit_settings(&read(unit));
+        for key in ["MemoryMax", "TasksMax"] {
+            let value = setting(&settings, key, unit);
+            assert!(
+                !value.is_empty() && value != "infinity",
+                "{unit}: {key}={value}: bound it"
+            );
+        }
+    }
+    let worker = read(WORKER_UNIT);
+    assert_eq!(
+        setting(&unit_settings(&worker), "ProtectHome", WORKER_UNIT),
+        "yes"
+    );
+    assert!(
+        worker.contains("ProtectHome=read-only in the drop-in"),
+        "{WORKER_UNIT}: say how a handler under /home runs"
+    );
+    let book = read("docs/src/deploying.md");
+    for needle in ["MemoryMax=", "TasksMax=", "ProtectHome=read-only"] {
+        assert!(
+            book.contains(needle),
+            "docs/src/deploying.md lacks {needle}"
+        );
+    }
+}
+
+#[test]
+fn the_console_unit_waits_longer_than_a_stopping_console_can_take() {
+    let settings = unit_settings(&read(CONSOLE_UNIT));
+    let latest = console_stop_grace() + hard_deadline() + pgwake::signals::EXIT_MARGIN;
+    let timeout =
+        humantime::parse_duration(setting(&settings, "TimeoutStopSec", CONSOLE_UNIT)).unwrap();
+    assert!(
+        timeout > latest,
+        "{CONSOLE_UNIT}: TimeoutStopSec {timeout:?} <= {latest:?}"
+    );
+    assert_eq!(
+        setting(&settings, "EnvironmentFile", CONSOLE_UNIT),
+        "/etc/pgwake/console.env",
+        "the credential's file, as docs/src/deploying.md says"
+    );
+    let args = exec_start(&settings, CONSOLE_UNIT);
+    for flag in ["--ui-actions", "--ui-secure-cookie", "--ui-host"] {
+        assert!(args.iter().any(|a| a == flag), "{CONSOLE_UNIT}: {flag}");
+    }
 }
 
 /// Every `--flag` of `args` (a subcommand first) is in that subcommand's
@@ -173,6 +251,7 @@ fn flags_exist(file: &str, args: &[String]) {
 const WORKER_MANIFEST: &str = "deploy/kubernetes/worker.yaml";
 const MIGRATE_MANIFEST: &str = "deploy/kubernetes/migrate-job.yaml";
 const SERVICE_MONITOR: &str = "deploy/kubernetes/prometheus-operator/servicemonitor.yaml";
+const CONSOLE_MANIFEST: &str = "deploy/kubernetes/console.yaml";
 
 /// A YAML document's lines without comments and blank lines.
 struct Doc {
@@ -420,6 +499,7 @@ fn kubernetes_takes_the_database_url_from_a_secret() {
     for (file, kind, command) in [
         (WORKER_MANIFEST, "Deployment", "run"),
         (MIGRATE_MANIFEST, "Job", "migrate"),
+        (CONSOLE_MANIFEST, "Deployment", "ui"),
     ] {
         let container = doc(file, kind).block("containers");
         let args = container.list("args");
@@ -445,6 +525,61 @@ fn kubernetes_takes_the_database_url_from_a_secret() {
             "{file}: a database URL in the manifest: it belongs in the Secret"
         );
     }
+}
+
+/// The console's pod: off loopback (the Service reaches the pod's IP), so
+/// every page needs the login, with the credential from the Secret; one
+/// replica (sessions live in memory); TLS at the Ingress, and the cookie
+/// says so; the Service and the Ingress reach its port; the kubelet's
+/// SIGKILL comes after its watchdog.
+#[test]
+fn kubernetes_serves_the_console_behind_tls_with_a_credential_from_a_secret() {
+    let deployment = doc(CONSOLE_MANIFEST, "Deployment");
+    assert_eq!(deployment.get("replicas"), "1", "{CONSOLE_MANIFEST}");
+    let container = deployment.block("containers");
+    let args = container.list("args");
+    let at = args.iter().position(|a| a == "--ui-addr").unwrap();
+    let addr: SocketAddr = args[at + 1].parse().unwrap();
+    assert!(
+        addr.ip().is_unspecified(),
+        "{CONSOLE_MANIFEST}: --ui-addr {addr}"
+    );
+    assert!(
+        !args.iter().any(|a| a == "--ui-open-reads"),
+        "{CONSOLE_MANIFEST}"
+    );
+    assert!(
+        args.iter().any(|a| a == "--ui-secure-cookie"),
+        "{CONSOLE_MANIFEST}"
+    );
+    let host = &args[args.iter().position(|a| a == "--ui-host").unwrap() + 1];
+    let env = container.block("env");
+    let at = env
+        .lines
+        .iter()
+        .position(|l| l.trim_start() == "- name: PGWAKE_UI_TOKEN")
+        .unwrap_or_else(|| panic!("{CONSOLE_MANIFEST}: no PGWAKE_UI_TOKEN in env"));
+    Doc {
+        file: format!("{CONSOLE_MANIFEST}: PGWAKE_UI_TOKEN"),
+        lines: env.lines[at..].to_vec(),
+    }
+    .block("valueFrom")
+    .block("secretKeyRef")
+    .get("name");
+    let port = container.block("ports");
+    assert_eq!(port.get("containerPort"), addr.port().to_string());
+    let name = port.get("name");
+    assert_eq!(
+        doc(CONSOLE_MANIFEST, "Service")
+            .block("ports")
+            .get("targetPort"),
+        name
+    );
+    let ingress = doc(CONSOLE_MANIFEST, "Ingress");
+    assert_eq!(ingress.block("tls").list("hosts"), vec![host.clone()]);
+    assert_eq!(ingress.block("rules").get("host"), *host);
+    let latest = console_stop_grace() + hard_deadline() + pgwake::signals::EXIT_MARGIN;
+    assert!(seconds(&deployment, "terminationGracePeriodSeconds") > latest);
 }
 
 // ---- the image -----------------------------------------------------------
@@ -473,7 +608,11 @@ fn the_image_and_the_pods_run_as_the_same_unprivileged_user() {
         "deploy/Dockerfile: CMD"
     );
 
-    for (file, kind) in [(WORKER_MANIFEST, "Deployment"), (MIGRATE_MANIFEST, "Job")] {
+    for (file, kind) in [
+        (WORKER_MANIFEST, "Deployment"),
+        (MIGRATE_MANIFEST, "Job"),
+        (CONSOLE_MANIFEST, "Deployment"),
+    ] {
         let pod = doc(file, kind).block("template").block("spec");
         let security = pod.block("securityContext");
         assert_eq!(security.get("runAsNonRoot"), "true", "{}", security.file);
@@ -671,4 +810,79 @@ async fn keda_scales_the_worker_deployment_on_a_function_that_exists() {
     assert_eq!(rows[0].len(), 1, "{KEDA_MANIFEST}: KEDA reads one number");
     let demand: i64 = rows[0].get(0);
     assert_eq!(demand, 5, "{KEDA_MANIFEST}: the jobs waiting for a worker");
+}
+
+// ---- the console's role --------------------------------------------------
+
+fn http_get(addr: &str, path: &str) -> String {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(addr).unwrap();
+    write!(s, "GET {path} HTTP/1.0\r\nHost: {addr}\r\n\r\n").unwrap();
+    let mut body = String::new();
+    s.read_to_string(&mut body).unwrap();
+    body
+}
+
+/// docs/src/deploying.md ("The console") gives a read-only console the
+/// monitor's grants: every page answers 200 to that role, none with a
+/// refused statement. Teeth: as a role without grants, the overview
+/// answers with "permission denied".
+#[tokio::test]
+async fn a_read_only_console_serves_every_page_to_the_monitor_role() {
+    use std::io::BufRead;
+    let db = migrated_db().await;
+    let c = db.client().await;
+    c.batch_execute(&format!(
+        "DO $$ BEGIN
+             IF NOT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = 'dp_console') THEN
+                 CREATE ROLE dp_console LOGIN PASSWORD 'pw' NOSUPERUSER NOCREATEDB NOCREATEROLE;
+             END IF;
+         END $$;
+         GRANT CONNECT ON DATABASE {} TO dp_console;
+         SELECT pgwake.grant_monitor('dp_console');
+         SELECT pgwake.enqueue('report', '{{}}');",
+        db.name
+    ))
+    .await
+    .unwrap();
+    let id: i64 = db.scalar("SELECT max(id) FROM pgwake.jobs").await;
+    let url = db.url.replacen("://postgres", "://dp_console:pw", 1);
+    let mut child = pgwake_cmd()
+        .env("DATABASE_URL", &url)
+        .args(["ui", "--ui-addr", "127.0.0.1:0"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    std::io::BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    let addr = line
+        .split("http://")
+        .nth(1)
+        .unwrap_or_else(|| panic!("no URL in {line:?}"))
+        .split('/')
+        .next()
+        .unwrap()
+        .to_string();
+    let mut bad = Vec::new();
+    for path in [
+        "/".to_string(),
+        "/jobs".into(),
+        format!("/jobs/{id}"),
+        "/queues".into(),
+        "/workers".into(),
+        "/schedules".into(),
+    ] {
+        let page = http_get(&addr, &path);
+        if !page.starts_with("HTTP/1.0 200") && !page.starts_with("HTTP/1.1 200")
+            || page.contains("permission denied")
+        {
+            bad.push(format!("{path}: {}", &page[..page.len().min(2000)]));
+        }
+    }
+    send_signal(&child, libc::SIGTERM);
+    wait_exit(child, Duration::from_secs(30)).await;
+    assert!(bad.is_empty(), "{bad:#?}");
 }

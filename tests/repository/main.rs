@@ -9,3 +9,4 @@ mod common;
 mod deploy;
 mod docs;
 mod layout;
+mod reasons;
