@@ -282,6 +282,8 @@ struct Line {
     rate: Option<queues::RateLimit>,
     rate_used: i64,
     finished: Option<i64>,
+    /// Its settings, for the limit keys' column.
+    settings: Option<queues::QueueSettings>,
 }
 
 fn capped(n: i64) -> String {
@@ -336,6 +338,7 @@ async fn overview_body(app: &App) -> Result<Markup, PageError> {
         l.shed = s.paused && s.paused_by.as_deref() == Some("pressure");
         l.max_running = s.max_running;
         l.rate = s.rate;
+        l.settings = Some(s.clone());
     }
     if let Some(f) = &finished {
         for l in lines.values_mut() {
@@ -381,7 +384,7 @@ async fn overview_body(app: &App) -> Result<Markup, PageError> {
                         th { "Queue" } th { "State" } th.num { "Ready" } th.num { "Scheduled" }
                         th.num title="scheduled again after a failed attempt" { "Retrying" }
                         th.num { "Running" } th.num { "Dead" } th.num { "Oldest ready" }
-                        th.num { "Max running" } th.num { "Rate" }
+                        th.num { "Max running" } th.num { "Rate" } th { "Limit keys" }
                         @if finished.is_some() { th.num title="finished in the last minute, from the history" { "Jobs/s (1 min)" } }
                     } }
                     tbody {
@@ -403,6 +406,7 @@ async fn overview_body(app: &App) -> Result<Markup, PageError> {
                                     Some(r) => { (l.rate_used) " / " (r) },
                                     None => span.muted { "—" },
                                 } }
+                                td.keys { @match &l.settings { Some(s) => (key_limits(s)), None => span.muted { "—" } } }
                                 @if finished.is_some() {
                                     td.num { (format!("{:.1}", l.finished.unwrap_or(0) as f64 / window.as_secs_f64())) }
                                 }
@@ -1194,6 +1198,101 @@ pub(crate) async fn job_errors(
     )))
 }
 
+/// Own key limits a page lists per queue (the first by key; `pgwake queue
+/// list --json` has every one).
+pub(crate) const KEY_LIMITS_SHOWN: usize = 10;
+
+/// A queue's limit-key settings in words: where jobs take their key, the
+/// running limit and rate per key, keys with a limit of their own, and
+/// whether claims rotate between keys.
+pub(crate) fn key_limits(s: &queues::QueueSettings) -> Markup {
+    let none = s.limit_key_path.is_none()
+        && s.max_running_per_key.is_none()
+        && s.key_max_running.is_empty()
+        && s.rate_per_key.is_none()
+        && !s.fair_keys;
+    html! {
+        @if none { span.muted { "no per-key limit" } } @else {
+            ul.limits {
+                @if let Some(p) = &s.limit_key_path {
+                    li.key-path { "key: payload field " code { (p) } }
+                }
+                @if let Some(n) = s.max_running_per_key {
+                    li.key-max { (n) " running per key" }
+                }
+                @if !s.key_max_running.is_empty() {
+                    li.key-own { "own limits: "
+                        @for (i, (k, n)) in s.key_max_running.iter().take(KEY_LIMITS_SHOWN).enumerate() {
+                            @if i > 0 { ", " } code { (k) } " " (n)
+                        }
+                        @if s.key_max_running.len() > KEY_LIMITS_SHOWN {
+                            ", and " (s.key_max_running.len() - KEY_LIMITS_SHOWN) " more"
+                        }
+                    }
+                }
+                @if let Some(r) = &s.rate_per_key {
+                    li.key-rate title="starts of any one key in any window of this length" { (r) " per key" }
+                }
+                @if s.fair_keys {
+                    li.key-fair title="claims take ready jobs in rotation between limit keys" { "fair between keys" }
+                }
+            }
+        }
+    }
+}
+
+/// The forms that set a queue's limits (the session's CSRF token in each):
+/// max running and rate, the limit-key settings, and one key's own limit.
+pub(crate) fn limit_forms(q: &queues::QueueSettings, csrf: &str) -> Markup {
+    html! {
+        form.inline method="post" action="/actions/queue" {
+            input type="hidden" name="csrf" value=(csrf);
+            input type="hidden" name="queue" value=(q.queue);
+            input type="hidden" name="op" value="limits";
+            input type="number" name="max_running" min="1" placeholder="max running"
+                title="at most this many running at once; empty: no limit"
+                value=[q.max_running];
+            input name="rate" size="8" placeholder="rate, e.g. 20/s"
+                title="N/s, N/min, N/h or N/<duration>; empty: no limit"
+                value=[q.rate.map(|r| r.to_string())];
+            button type="submit" { "Set" }
+        }
+        details.key-forms {
+            summary { "Per-key limits…" }
+            form.stack method="post" action="/actions/queue" {
+                input type="hidden" name="csrf" value=(csrf);
+                input type="hidden" name="queue" value=(q.queue);
+                input type="hidden" name="op" value="keys";
+                label { "Limit key from payload field"
+                    input name="limit_key_path" placeholder="customer_id"
+                        title="jobs enqueued without a limit key take this top-level payload field as their key; empty: none"
+                        value=[q.limit_key_path.as_deref()]; }
+                label { "Max running per key"
+                    input type="number" name="max_running_per_key" min="1" placeholder="no limit"
+                        title="at most this many jobs of any one key running at once; empty: no limit"
+                        value=[q.max_running_per_key]; }
+                label { "Rate per key"
+                    input name="rate_per_key" size="8" placeholder="e.g. 5/s"
+                        title="N/s, N/min, N/h or N/<duration> for each key; empty: no limit"
+                        value=[q.rate_per_key.map(|r| r.to_string())]; }
+                label.check { input type="checkbox" name="fair_keys" value="on" checked[q.fair_keys];
+                    " fair: take ready jobs in rotation between keys" }
+                button type="submit" { "Set per-key limits" }
+            }
+            form.stack method="post" action="/actions/queue" {
+                input type="hidden" name="csrf" value=(csrf);
+                input type="hidden" name="queue" value=(q.queue);
+                input type="hidden" name="op" value="key_limit";
+                label { "Key" input name="key" required placeholder="acme"; }
+                label { "Its own max running"
+                    input type="number" name="key_max_running" min="1" placeholder="the per-key limit"
+                        title="empty: the queue's per-key limit again"; }
+                button type="submit" { "Set the key's limit" }
+            }
+        }
+    }
+}
+
 // ─── Queues ──────────────────────────────────────────────────────────────
 
 /// `GET /queues`.
@@ -1223,6 +1322,7 @@ pub(crate) async fn queues(
                 @if list.is_empty() { p.muted { "No queue has jobs or settings yet." } } @else {
                 table {
                     thead { tr { th { "Queue" } th { "State" } th.num { "Running" } th { "Max running" } th { "Rate" }
+                        th { "Limit keys" }
                         @if csrf.is_some() { th { "Change" } } } }
                     tbody { @for q in list {
                         @let a = activity.iter().find(|a| a.queue == q.queue);
@@ -1232,6 +1332,7 @@ pub(crate) async fn queues(
                             td.num { (a.map_or(0, |a| a.leased + a.tx_running)) }
                             td { @match q.max_running { Some(m) => { (a.and_then(|a| a.slots_used).unwrap_or(0)) " / " (m) }, None => span.muted { "no limit" } } }
                             td { @match q.rate { Some(r) => { (a.map_or(0, |a| a.rate_used)) " / " (r) }, None => span.muted { "no limit" } } }
+                            td.keys { (key_limits(q)) }
                             @if let Some(csrf) = &csrf {
                                 td {
                                     form.inline method="post" action="/actions/queue" {
@@ -1244,18 +1345,7 @@ pub(crate) async fn queues(
                                         }
                                     }
                                     " "
-                                    form.inline method="post" action="/actions/queue" {
-                                        input type="hidden" name="csrf" value=(csrf);
-                                        input type="hidden" name="queue" value=(q.queue);
-                                        input type="hidden" name="op" value="limits";
-                                        input type="number" name="max_running" min="1" placeholder="max running"
-                                            title="at most this many running at once; empty: no limit"
-                                            value=[q.max_running];
-                                        input name="rate" size="8" placeholder="rate, e.g. 20/s"
-                                            title="N/s, N/min, N/h or N/<duration>; empty: no limit"
-                                            value=[q.rate.map(|r| r.to_string())];
-                                        button type="submit" { "Set" }
-                                    }
+                                    (limit_forms(q, csrf))
                                 }
                             }
                         }

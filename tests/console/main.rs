@@ -14,6 +14,7 @@ mod browser;
 mod charts;
 mod fuzz;
 mod http;
+mod limits;
 mod paged;
 mod pressure;
 mod support;
