@@ -25,6 +25,7 @@ mod charts;
 mod error;
 mod input;
 mod pages;
+mod reasons;
 mod view;
 
 use std::net::SocketAddr;

@@ -909,6 +909,17 @@ pub(crate) async fn jobs(
             badge.insert(*id, first);
         }
     }
+    // What the reasons' words need: the queues' settings and limit use, and
+    // the running jobs of keys at their limit.
+    let settings = queues::list(c).await?;
+    let activity = activity::queues(c).await?;
+    let keys =
+        super::reasons::keys_needed(rows.iter().filter_map(|r| badge.get(&r.id).map(|b| (r, b))));
+    let key_running = if keys.is_empty() {
+        Vec::new()
+    } else {
+        activity::key_running(c, &keys).await?
+    };
     // A queue's page: its last hour, from the per-minute rollup.
     let queue = (!f.queue.is_empty()).then_some(f.queue.as_str());
     let last_hour = match queue {
@@ -919,6 +930,8 @@ pub(crate) async fn jobs(
     let next = (id.is_none() && rows.len() == PAGE as usize)
         .then(|| rows.last().map(|r| r.id))
         .flatten();
+    let mut cx = super::reasons::Context::new(&settings, &activity);
+    cx.key_running = key_running.into_iter().collect();
     let csrf = auth::session(&app, &headers);
     let here = format!("/jobs?{}", f.query());
     Ok(html_page(page(
@@ -957,9 +970,7 @@ pub(crate) async fn jobs(
                         tbody { @for r in &rows { tr data-job=(r.id) {
                             td.num { a href={ "/jobs/" (r.id) } { (r.id) } }
                             td { span class=(view::state_class(&r.state)) { (r.state) } }
-                            td { @if let Some(b) = badge.get(&r.id) {
-                                span class={ "reason " (view::reason_class(&b.reason)) } title=(b.detail) { (b.reason) }
-                            } }
+                            td { @if let Some(b) = badge.get(&r.id) { (super::reasons::badge(b, Some(r), &cx)) } }
                             td { (r.queue) }
                             td { (r.task) }
                             td.num { (r.attempts) @if let Some(m) = r.max_attempts { " / " (m) } }
@@ -967,7 +978,8 @@ pub(crate) async fn jobs(
                             td { (when(Some(&r.created_at))) }
                             td {
                                 @if let Some(k) = &r.ordering_key { span.muted { "order " } code { (k) } " " }
-                                @if let Some(k) = &r.unique_key { span.muted { "unique " } code { (k) } }
+                                @if let Some(k) = &r.unique_key { span.muted { "unique " } code { (k) } " " }
+                                @if let Some(k) = &r.limit_key { span.muted { "limit " } code.limit-key { (k) } }
                             }
                             td { @if let Some(e) = &r.last_error { span.clip title=(e) { (e) } } }
                         } } }
@@ -1011,12 +1023,31 @@ pub(crate) async fn job(
     let mut conn = conn(&app).await?;
     let tx = read_tx(&app, &mut conn).await?;
     let detail = jobs::show(tx.client(), id).await?;
-    tx.commit().await.map_err(Error::db("console: commit"))?;
     let Some(d) = detail else {
         return Err(PageError::NotFound(format!(
             "no job {id}: it never existed, or it finished while history was off"
         )));
     };
+    // What the reasons' words need (as on the Jobs page).
+    let settings = queues::list(tx.client()).await?;
+    let activity = activity::queues(tx.client()).await?;
+    let keys = match &d.job {
+        Some(j) => super::reasons::keys_needed(d.explanation.iter().map(|r| (j, r))),
+        None => Vec::new(),
+    };
+    let key_running = if keys.is_empty() {
+        Vec::new()
+    } else {
+        activity::key_running(tx.client(), &keys).await?
+    };
+    tx.commit().await.map_err(Error::db("console: commit"))?;
+    let mut cx = super::reasons::Context::new(&settings, &activity);
+    cx.key_running = key_running.into_iter().collect();
+    // Only its history remains: it finished, and explain has nothing on it.
+    let finished = !d.history.is_empty()
+        && d.explanation
+            .first()
+            .is_some_and(|r| r.reason == "not_found");
     let csrf = auth::session(&app, &headers);
     let here = format!("/jobs/{id}");
     let state = d
@@ -1025,7 +1056,17 @@ pub(crate) async fn job(
         .map(|j| j.state.clone())
         .or_else(|| d.history.last().map(|h| h.outcome.clone()))
         .unwrap_or_default();
-    let live = d.job.is_some();
+    let live = d.job.is_some() && !finished;
+    // The explanation's title follows the state: only a job that waits is
+    // asked why it is not running.
+    let title = match state.as_str() {
+        _ if finished => "Finished",
+        "waiting" | "scheduled" => "Why isn't it running?",
+        "running" | "buffered" => "What it is doing",
+        "dead" => "Why it is dead",
+        "cancelled" => "Cancelled",
+        _ => "Where it is",
+    };
     Ok(html_page(page(
         &format!("Job {id}"),
         "/jobs",
@@ -1046,17 +1087,28 @@ pub(crate) async fn job(
                         form.inline method="post" action="/actions/job" {
                             input type="hidden" name="csrf" value=(csrf);
                             input type="hidden" name="id" value=(id);
-                            button.danger type="submit" name="op" value="cancel" { "Cancel" }
+                            button.danger type="submit" name="op" value="cancel" {
+                                @if state == "running" || state == "buffered" { "Cancel…" } @else { "Cancel" }
+                            }
                         }
                     }
                 }
             }
             div.panel #explanation {
-                h2.first { "Why isn't it running?" }
+                h2.first #why { (title) }
+                @if finished {
+                    @if let Some(h) = d.history.last() {
+                        p #finished-words {
+                            span class=(view::state_class(&h.outcome)) { (h.outcome) }
+                            " after " (h.attempts) " attempt(s), " (when(Some(&h.finished_at)))
+                            @if d.history.len() > 1 { " (its newest of " (d.history.len()) " finished runs, below)" }
+                        }
+                    }
+                } @else {
                 ol.reasons {
                     @for r in &d.explanation {
                         li {
-                            span class=(view::reason_class(&r.reason)) { (r.reason) }
+                            (super::reasons::badge(r, d.job.as_ref(), &cx))
                             span {
                                 span.detail { (r.detail) }
                                 @if let Some(u) = &r.until { " " span.muted { "(until " (when(Some(u))) ")" } }
@@ -1064,6 +1116,7 @@ pub(crate) async fn job(
                             }
                         }
                     }
+                }
                 }
             }
             @if let Some(j) = &d.job {
