@@ -13,7 +13,7 @@ use serde::Deserialize;
 use super::auth;
 use super::input::Form;
 use super::pages::{self, conn, limits, who, Filters, PageError, PageResult};
-use super::view::{count, encode, page};
+use super::view::{count, page};
 use super::App;
 use crate::admin::bulk::{self, BulkAction};
 use crate::admin::dead::{self, Selection};
@@ -40,6 +40,48 @@ pub(crate) struct JobForm {
     csrf: String,
     id: i64,
     op: String,
+    /// `yes` once the operator confirmed cancelling a running job.
+    #[serde(default)]
+    confirm: String,
+}
+
+/// Whether job `id` runs now (explain's first reason): cancelling it
+/// interrupts a handler mid-work, so the console asks first.
+async fn runs_now(app: &App, id: i64) -> Result<bool, PageError> {
+    let mut conn = conn(app).await?;
+    let tx = pages::read_tx(app, &mut conn).await?;
+    let reasons = crate::admin::jobs::explain(tx.client(), id).await?;
+    tx.commit().await.map_err(Error::db("console: commit"))?;
+    Ok(reasons
+        .first()
+        .is_some_and(|r| r.reason == "running" || r.reason == "buffered"))
+}
+
+/// The confirmation before cancelling a running job: a form of its own
+/// (CSRF token in it), so it works without a script.
+fn confirm_cancel(app: &App, headers: &HeaderMap, csrf: &str, id: i64) -> PageResult {
+    let token = Some(csrf.to_string());
+    let here = format!("/jobs/{id}");
+    let body = html! {
+        h1 { "Cancel running job " (id) "?" }
+        div.panel.warning #confirm-cancel {
+            p { "Job " a href=(here) { (id) } " is running now. Cancelling it stops its handler in the middle of its work "
+                "(the worker running it interrupts it, as " code { "pgwake cancel" } " does) and records it as cancelled; "
+                "whatever the handler did so far stays done." }
+            form.inline method="post" action="/actions/job" {
+                input type="hidden" name="csrf" value=(csrf);
+                input type="hidden" name="id" value=(id);
+                input type="hidden" name="op" value="cancel";
+                input type="hidden" name="confirm" value="yes";
+                button.danger #confirm type="submit" { "Cancel job " (id) }
+                " " a href=(here) { "keep it running" }
+            }
+        }
+    };
+    Ok(
+        Html(page("Confirm", "/jobs", who(app, headers, &token, &here), body).into_string())
+            .into_response(),
+    )
 }
 
 /// `POST /actions/job`: `op=retry` (a dead or cancelled job) or
@@ -50,6 +92,9 @@ pub(crate) async fn job_action(
     Form(f): Form<JobForm>,
 ) -> PageResult {
     auth::authorize(&app, &headers, &f.csrf)?;
+    if f.op == "cancel" && f.confirm != "yes" && runs_now(&app, f.id).await? {
+        return confirm_cancel(&app, &headers, &f.csrf, f.id);
+    }
     let mut conn = conn(&app).await?;
     let tx = write_tx(&app, &mut conn).await?;
     let did = match f.op.as_str() {
@@ -345,7 +390,8 @@ pub(crate) async fn bulk_review(
 }
 
 /// `POST /bulk/apply`: select the matching jobs again and apply the
-/// action to them, in one transaction.
+/// action to them, in one transaction; then back to the Jobs page with
+/// these filters, which says what changed.
 pub(crate) async fn bulk_apply(
     State(app): State<App>,
     headers: HeaderMap,
@@ -360,23 +406,14 @@ pub(crate) async fn bulk_apply(
     let changed = bulk::apply(tx.client(), action, &matching.ids).await?;
     tx.commit().await.map_err(Error::db("console: commit"))?;
     tracing::info!(action = action.as_str(), changed, "console: bulk action");
+    // Post, redirect, get: a reload of the page shown after it does not
+    // send the action again.
     let query = f.filters.query();
-    let back = if query.is_empty() {
-        "/jobs?did=bulk".to_string()
-    } else {
-        format!("/jobs?{query}")
-    };
-    let csrf = Some(f.csrf.clone());
-    let body = html! {
-        h1 { "Done" }
-        div.panel.notice {
-            p #bulk-done { (action.as_str()) ": " strong { (count(changed as i64)) } " job(s) changed (" (f.filters.describe()) ")." }
-            @if matching.more { p { "More jobs match: repeat the action for the rest." } }
-            p { a href=(back) { "Back to the jobs" } " · " a href={ "/jobs?state=" (encode(action.states()[0])) } { "see " (action.states()[0]) " jobs" } }
-        }
-    };
-    Ok(
-        Html(page("Done", "/jobs", who(&app, &headers, &csrf, "/jobs"), body).into_string())
-            .into_response(),
-    )
+    let sep = if query.is_empty() { "" } else { "&" };
+    let more = if matching.more { "&more=1" } else { "" };
+    Ok(Redirect::to(&format!(
+        "/jobs?{query}{sep}did=bulk_{}&changed={changed}{more}",
+        action.as_str()
+    ))
+    .into_response())
 }

@@ -225,8 +225,47 @@ fn notice(did: &Did) -> Markup {
 /// while it is being sampled wait for that one sample (issue 33, item 7:
 /// with 2,020 (queue, priority) pairs a sample took 0.8–1.6 s, every open
 /// tab repeated it every 3 s, and 12 requests at once took 8 s).
+/// With it, the per-queue counts of that sample, which the Jobs page shows
+/// above its table.
 #[derive(Default)]
-pub(crate) struct SharedOverview(tokio::sync::Mutex<Option<(std::time::Instant, String)>>);
+pub(crate) struct SharedOverview(tokio::sync::Mutex<Option<Sampled>>);
+
+/// One sample of the overview: when, its rendering, its counts.
+struct Sampled {
+    at: std::time::Instant,
+    body: String,
+    counts: std::sync::Arc<Counts>,
+}
+
+/// Jobs per state of each queue, as the overview's sample counted them
+/// (capped at [`DEPTH_CAP`]), and when.
+#[derive(Default)]
+pub(crate) struct Counts {
+    /// By queue.
+    pub(crate) queues: BTreeMap<String, StateCounts>,
+    /// When they were sampled.
+    pub(crate) sampled: chrono::DateTime<chrono::Utc>,
+}
+
+/// One queue's (or every queue's) jobs per state.
+#[derive(Default, Clone, Copy)]
+pub(crate) struct StateCounts {
+    pub(crate) waiting: i64,
+    pub(crate) scheduled: i64,
+    pub(crate) retrying: i64,
+    pub(crate) running: i64,
+    pub(crate) dead: i64,
+}
+
+impl std::ops::AddAssign for StateCounts {
+    fn add_assign(&mut self, o: StateCounts) {
+        self.waiting += o.waiting;
+        self.scheduled += o.scheduled;
+        self.retrying += o.retrying;
+        self.running += o.running;
+        self.dead += o.dead;
+    }
+}
 
 /// Most queues the overview lists (the Queues page has every one).
 pub(crate) const OVERVIEW_QUEUES_MAX: usize = 200;
@@ -234,15 +273,26 @@ pub(crate) const OVERVIEW_QUEUES_MAX: usize = 200;
 /// The overview's body: the shared sample if it is fresher than the
 /// refresh interval, else a new one.
 async fn overview_shared(app: &App) -> Result<Markup, PageError> {
+    Ok(maud::PreEscaped(overview_sample(app).await?.0))
+}
+
+/// The shared sample (fresh within the refresh interval): its rendering
+/// and its counts.
+async fn overview_sample(app: &App) -> Result<(String, std::sync::Arc<Counts>), PageError> {
     let mut last = app.overview.0.lock().await;
-    if let Some((at, body)) = last.as_ref() {
-        if at.elapsed() < app.config.refresh {
-            return Ok(maud::PreEscaped(body.clone()));
+    if let Some(s) = last.as_ref() {
+        if s.at.elapsed() < app.config.refresh {
+            return Ok((s.body.clone(), s.counts.clone()));
         }
     }
-    let body = overview_body(app).await?.into_string();
-    *last = Some((std::time::Instant::now(), body.clone()));
-    Ok(maud::PreEscaped(body))
+    let (body, counts) = overview_body(app).await?;
+    let counts = std::sync::Arc::new(counts);
+    *last = Some(Sampled {
+        at: std::time::Instant::now(),
+        body: body.clone().into_string(),
+        counts: counts.clone(),
+    });
+    Ok((body.into_string(), counts))
 }
 
 /// `GET /`.
@@ -294,7 +344,7 @@ fn capped(n: i64) -> String {
     }
 }
 
-async fn overview_body(app: &App) -> Result<Markup, PageError> {
+async fn overview_body(app: &App) -> Result<(Markup, Counts), PageError> {
     let sample =
         gauges::sample_with(&app.pool, DEPTH_CAP, Some(app.config.statement_timeout)).await?;
     let mut conn = conn(app).await?;
@@ -356,7 +406,25 @@ async fn overview_body(app: &App) -> Result<Markup, PageError> {
     let notify = sample.notification_queue_usage * 100.0;
     let sampled = chrono::Utc::now();
     let more_queues = lines.len().saturating_sub(OVERVIEW_QUEUES_MAX);
-    Ok(html! {
+    let counts = Counts {
+        queues: lines
+            .iter()
+            .map(|(q, l)| {
+                (
+                    q.clone(),
+                    StateCounts {
+                        waiting: l.ready,
+                        scheduled: l.scheduled,
+                        retrying: l.retrying,
+                        running: l.leased + l.tx_running,
+                        dead: l.dead,
+                    },
+                )
+            })
+            .collect(),
+        sampled,
+    };
+    let body = html! {
         (pressure_banner(&governor, &settings))
         p.muted.sampled data-sampled=(sampled.timestamp_millis()) {
             "Sampled " (at(Some(sampled))) "; every open tab shares one sample per refresh."
@@ -473,7 +541,8 @@ async fn overview_body(app: &App) -> Result<Markup, PageError> {
             }
         }
         (pressure_timeline(&changes))
-    })
+    };
+    Ok((body, counts))
 }
 
 /// The badge of a governor level.
@@ -695,6 +764,15 @@ pub(crate) struct Filters {
     pub(crate) since: String,
     #[serde(default)]
     pub(crate) after: String,
+    /// After a bulk action (POST, redirect, GET): `bulk_ACTION`.
+    #[serde(default)]
+    pub(crate) did: String,
+    /// After a bulk action: how many jobs it changed.
+    #[serde(default)]
+    pub(crate) changed: String,
+    /// After a bulk action: `1` when more jobs matched than it changed.
+    #[serde(default)]
+    pub(crate) more: String,
 }
 
 /// A "since" filter: RFC 3339 (`2026-11-25T14:00:00+01:00`), or a date and
@@ -889,6 +967,8 @@ pub(crate) async fn jobs(
     Query(f): Query<Filters>,
 ) -> PageResult {
     let (filter, id) = f.to_filter()?;
+    // The counts per state above the table: the overview's shared sample.
+    let (_, counts) = overview_sample(&app).await?;
     let mut conn = conn(&app).await?;
     let tx = read_tx(&app, &mut conn).await?;
     let c = tx.client();
@@ -956,6 +1036,8 @@ pub(crate) async fn jobs(
                     div { button.primary type="submit" { "Filter" } " " a href="/jobs" { "clear" } }
                 }
             }
+            (state_counts(&counts, queue, &f))
+            (bulk_notice(&f))
             @if let (Some(s), Some(q)) = (&last_hour, queue) {
                 h2 { "Last hour of queue " (q) }
                 (super::charts::panel(s, &format!("queue {q}")))
@@ -1009,6 +1091,64 @@ pub(crate) async fn jobs(
             }
         },
     )))
+}
+
+/// Jobs per state of the queue filtered on (or of every queue) above the
+/// Jobs table, each a link to that state; from the overview's sample.
+fn state_counts(counts: &Counts, queue: Option<&str>, f: &Filters) -> Markup {
+    let mut n = StateCounts::default();
+    for (q, c) in &counts.queues {
+        if queue.is_none_or(|want| want == q) {
+            n += *c;
+        }
+    }
+    let link = |state: &str| {
+        let mut g = Filters {
+            state: state.to_string(),
+            ..Filters::default()
+        };
+        if let Some(q) = queue {
+            g.queue = q.to_string();
+        }
+        format!("/jobs?{}", g.query())
+    };
+    let others = !(f.task.trim().is_empty()
+        && f.ordering_key.trim().is_empty()
+        && f.unique_key.trim().is_empty()
+        && f.payload.trim().is_empty()
+        && f.id.trim().is_empty()
+        && f.since.trim().is_empty());
+    html! {
+        div.panel.state-counts #state-counts {
+            span.muted { @match queue { Some(q) => { "Queue " code { (q) } }, None => "Every queue" } ": " }
+            a.count data-state="waiting" href=(link("waiting")) { span class=(view::state_class("waiting")) { "waiting" } " " strong { (capped(n.waiting)) } }
+            a.count data-state="scheduled" href=(link("scheduled")) { span class=(view::state_class("scheduled")) { "scheduled" } " " strong { (capped(n.scheduled)) }
+                @if n.retrying > 0 { span.muted { " (" (count(n.retrying)) " retrying)" } } }
+            a.count data-state="running" href=(link("running")) { span class=(view::state_class("running")) { "running" } " " strong { (count(n.running)) } }
+            a.count data-state="dead" href=(link("dead")) { span class=(view::state_class("dead")) { "dead or cancelled" } " " strong { (capped(n.dead)) } }
+            span.muted { " · sampled " (at(Some(counts.sampled))) " with the overview"
+                @if others { "; the other filters are not counted" } }
+        }
+    }
+}
+
+/// What a bulk action did, on the Jobs page it redirects to (fixed words
+/// and numbers only: nothing of the query string is shown as is).
+fn bulk_notice(f: &Filters) -> Markup {
+    let Some(action) = f
+        .did
+        .strip_prefix("bulk_")
+        .and_then(|a| a.parse::<crate::admin::bulk::BulkAction>().ok())
+    else {
+        return html! {};
+    };
+    let changed: i64 = f.changed.trim().parse().unwrap_or(0);
+    html! {
+        div.panel.notice {
+            p #bulk-done { (action.as_str()) ": " strong { (count(changed)) } " job(s) changed (" (f.describe()) ")." }
+            @if f.more == "1" { p { "More jobs match: repeat the action for the rest." } }
+        }
+    }
 }
 
 // ─── Job ─────────────────────────────────────────────────────────────────

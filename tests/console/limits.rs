@@ -292,7 +292,7 @@ async fn a_job_held_at_its_keys_limit_says_so_in_words_with_the_reason_in_its_to
             // Each job's limit key in the table.
             let limit = format!("<code class=\"limit-key\">{key_html}</code>");
             assert!(
-                body.contains(&limit) || body.contains(&limit.replace(&key_html, &key_alt)),
+                body.contains(&limit) || body.contains(&limit.replace(key_html, &key_alt)),
                 "{path}: {body}"
             );
             // The running ones say so in words too.

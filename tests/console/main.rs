@@ -14,6 +14,7 @@ mod browser;
 mod charts;
 mod fuzz;
 mod http;
+mod jobs_page;
 mod limits;
 mod paged;
 mod pressure;
