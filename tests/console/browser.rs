@@ -582,6 +582,50 @@ async fn the_jobs_page_reads_in_words_and_fits_1400_px_in_a_browser() {
     assert_eq!(text(&b, "#why").await.to_lowercase(), "why it is dead");
     assert!(text(&b, "#last-error").await.contains(&"x".repeat(3900)));
 
+    // The Queues page sets the per-key limits (the form under its
+    // disclosure): the path, a per-key rate and fair keys.
+    b.client.goto(&console.url("/queues")).await.unwrap();
+    b.client
+        .find(Locator::Css("details.key-forms summary"))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
+    for (field, value) in [("limit_key_path", "customer_id"), ("rate_per_key", "5/s")] {
+        b.client
+            .find(Locator::Css(&format!("details.key-forms input[name={field}]")))
+            .await
+            .unwrap()
+            .send_keys(value)
+            .await
+            .unwrap();
+    }
+    b.client
+        .find(Locator::Css("details.key-forms input[name=fair_keys]"))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
+    click(&b, "form input[value=keys] ~ button").await;
+    assert!(text(&b, ".notice").await.contains("Limits saved"));
+    let s = pgwake::admin::queues::list(&c)
+        .await
+        .unwrap()
+        .into_iter()
+        .find(|q| q.queue == QUEUE)
+        .unwrap();
+    assert_eq!(s.limit_key_path.as_deref(), Some("customer_id"));
+    assert_eq!(s.rate_per_key.map(|r| r.to_string()).as_deref(), Some("5/s"));
+    assert!(s.fair_keys);
+    assert_eq!(s.max_running_per_key, Some(2), "left as it was");
+    let keys = text(&b, "td.keys").await;
+    assert!(
+        keys.contains("customer_id") && keys.contains("5/s per key") && keys.contains("fair"),
+        "{keys}"
+    );
+
     // The console's own icon, loaded from itself.
     let icon = b
         .client
