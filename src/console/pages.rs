@@ -474,7 +474,7 @@ async fn overview_body(app: &App) -> Result<(Markup, Counts), PageError> {
                                     Some(r) => { (l.rate_used) " / " (r) },
                                     None => span.muted { "—" },
                                 } }
-                                td.keys { @match &l.settings { Some(s) => (key_limits(s)), None => span.muted { "—" } } }
+                                td.keys { @match &l.settings { Some(s) => (key_limits(s, "—")), None => span.muted { "—" } } }
                                 @if finished.is_some() {
                                     td.num { (format!("{:.1}", l.finished.unwrap_or(0) as f64 / window.as_secs_f64())) }
                                 }
@@ -1398,14 +1398,14 @@ pub(crate) const KEY_LIMITS_SHOWN: usize = 10;
 /// A queue's limit-key settings in words: where jobs take their key, the
 /// running limit and rate per key, keys with a limit of their own, and
 /// whether claims rotate between keys.
-pub(crate) fn key_limits(s: &queues::QueueSettings) -> Markup {
-    let none = s.limit_key_path.is_none()
+pub(crate) fn key_limits(s: &queues::QueueSettings, none: &str) -> Markup {
+    let unset = s.limit_key_path.is_none()
         && s.max_running_per_key.is_none()
         && s.key_max_running.is_empty()
         && s.rate_per_key.is_none()
         && !s.fair_keys;
     html! {
-        @if none { span.muted { "no per-key limit" } } @else {
+        @if unset { span.muted { (none) } } @else {
             ul.limits {
                 @if let Some(p) = &s.limit_key_path {
                     li.key-path { "key: payload field " code { (p) } }
@@ -1525,7 +1525,7 @@ pub(crate) async fn queues(
                             td.num { (a.map_or(0, |a| a.leased + a.tx_running)) }
                             td { @match q.max_running { Some(m) => { (a.and_then(|a| a.slots_used).unwrap_or(0)) " / " (m) }, None => span.muted { "no limit" } } }
                             td { @match q.rate { Some(r) => { (a.map_or(0, |a| a.rate_used)) " / " (r) }, None => span.muted { "no limit" } } }
-                            td.keys { (key_limits(q)) }
+                            td.keys { (key_limits(q, "no per-key limit")) }
                             @if let Some(csrf) = &csrf {
                                 td {
                                     form.inline method="post" action="/actions/queue" {

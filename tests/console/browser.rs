@@ -394,7 +394,12 @@ async fn screenshots_for_the_docs() {
              ON CONFLICT (singleton) DO UPDATE SET keep = excluded.keep;
          SELECT pgwake.enqueue('sync_crm', jsonb_build_object('customer', 42, 'amount', 1234567890.123456789),
                                queue => 'crm', ordering_key => 'customer:42') FROM generate_series(1, 3);
-         SELECT pgwake.enqueue('send_email', jsonb_build_object('to', 'user' || g || '@example.com'), queue => 'email')
+         SELECT pgwake.set_queue_max_running_per_key('email', 1);
+         SELECT pgwake.set_queue_limit_key_path('email', 'customer');
+         SELECT pgwake.set_queue_fair_keys('email', true);
+         SELECT pgwake.enqueue('send_email', jsonb_build_object('to', 'user' || g || '@example.com',
+                                                                'customer', CASE WHEN g <= 4 THEN 'acme' ELSE 'globex' END),
+                               queue => 'email')
            FROM generate_series(1, 6) g;
          SELECT pgwake.enqueue('resize_image', jsonb_build_object('image', g || '.jpg', 'width', 1280), queue => 'images')
            FROM generate_series(1, 3) g;
@@ -594,7 +599,9 @@ async fn the_jobs_page_reads_in_words_and_fits_1400_px_in_a_browser() {
         .unwrap();
     for (field, value) in [("limit_key_path", "customer_id"), ("rate_per_key", "5/s")] {
         b.client
-            .find(Locator::Css(&format!("details.key-forms input[name={field}]")))
+            .find(Locator::Css(&format!(
+                "details.key-forms input[name={field}]"
+            )))
             .await
             .unwrap()
             .send_keys(value)
@@ -617,7 +624,10 @@ async fn the_jobs_page_reads_in_words_and_fits_1400_px_in_a_browser() {
         .find(|q| q.queue == QUEUE)
         .unwrap();
     assert_eq!(s.limit_key_path.as_deref(), Some("customer_id"));
-    assert_eq!(s.rate_per_key.map(|r| r.to_string()).as_deref(), Some("5/s"));
+    assert_eq!(
+        s.rate_per_key.map(|r| r.to_string()).as_deref(),
+        Some("5/s")
+    );
     assert!(s.fair_keys);
     assert_eq!(s.max_running_per_key, Some(2), "left as it was");
     let keys = text(&b, "td.keys").await;
