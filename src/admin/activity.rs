@@ -1,6 +1,6 @@
 //! What the console's overview reads besides the gauges
 //! ([`crate::admin::gauges`]): jobs running and retrying per queue and what
-//! the limits use, jobs finished per minute (history on), what holds back the vacuum
+//! the limits use (per limit key too), jobs finished per minute (history on), what holds back the vacuum
 //! horizon, and the queue tables' estimated sizes. Every read is bounded on
 //! any backlog (index ranges, catalog views, estimates: never a `count(*)`
 //! over the queue or the history) and takes no lock.
@@ -50,6 +50,25 @@ pub async fn queues(client: &tokio_postgres::Client) -> Result<Vec<QueueActivity
             rate_used: r.get(4),
             retrying: r.get(5),
         })
+        .collect())
+}
+
+/// Jobs running per (queue, limit key) of `keys`, as the key's running
+/// limit counts them: its key slots held and its jobs running without a
+/// slot. One index range per pair; pairs come back in no set order.
+pub async fn key_running(
+    client: &tokio_postgres::Client,
+    keys: &[(String, String)],
+) -> Result<Vec<((String, String), i64)>> {
+    let (queues, limit_keys): (Vec<&str>, Vec<&str>) =
+        keys.iter().map(|(q, k)| (q.as_str(), k.as_str())).unzip();
+    let rows = Db::unnamed(client)
+        .query(&sql::ACTIVITY_KEYS, &[&queues, &limit_keys])
+        .await
+        .map_err(Error::db("reading the limit keys' running jobs"))?;
+    Ok(rows
+        .iter()
+        .map(|r| ((r.get(0), r.get(1)), r.get(2)))
         .collect())
 }
 

@@ -246,7 +246,8 @@ pub struct Snoozes {
 /// Everything about one job.
 #[derive(Debug, Clone, Serialize, PartialEq)]
 pub struct JobDetail {
-    /// Where it is now; `None` when only its history remains.
+    /// Where it is now; when only its history remains, its newest history
+    /// row (the state its latest run left it in); `None` when neither.
     pub job: Option<JobRow>,
     /// Its payload, pretty-printed by the server (numbers exactly as
     /// stored).
@@ -302,7 +303,8 @@ pub async fn show(client: &tokio_postgres::Client, id: i64) -> Result<Option<Job
         .await?
         .into_iter()
         .find(|j| j.id == id);
-    if job.is_none() {
+    let from_history = job.is_none();
+    if from_history {
         job = list(client, &filter(Some("finished")))
             .await?
             .into_iter()
@@ -329,6 +331,15 @@ pub async fn show(client: &tokio_postgres::Client, id: i64) -> Result<Option<Job
             result: r.get(6),
         })
         .collect();
+    // A job that finished more than once (cancelled, retried, then done)
+    // has a history row per finish: it is where its newest run left it.
+    let newest = history.last();
+    if let (Some(j), Some(h), true) = (job.as_mut(), newest, from_history) {
+        j.state = h.outcome.clone();
+        j.attempts = h.attempts;
+        j.worker = h.worker.clone();
+        j.last_error = h.error.clone();
+    }
     let errors = errors(client, id).await?;
     if job.is_none() && payload.is_none() && history.is_empty() && errors.is_empty() {
         return Ok(None);

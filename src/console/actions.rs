@@ -13,7 +13,7 @@ use serde::Deserialize;
 use super::auth;
 use super::input::Form;
 use super::pages::{self, conn, limits, who, Filters, PageError, PageResult};
-use super::view::{count, encode, page};
+use super::view::{count, page};
 use super::App;
 use crate::admin::bulk::{self, BulkAction};
 use crate::admin::dead::{self, Selection};
@@ -40,6 +40,48 @@ pub(crate) struct JobForm {
     csrf: String,
     id: i64,
     op: String,
+    /// `yes` once the operator confirmed cancelling a running job.
+    #[serde(default)]
+    confirm: String,
+}
+
+/// Whether job `id` runs now (explain's first reason): cancelling it
+/// interrupts a handler mid-work, so the console asks first.
+async fn runs_now(app: &App, id: i64) -> Result<bool, PageError> {
+    let mut conn = conn(app).await?;
+    let tx = pages::read_tx(app, &mut conn).await?;
+    let reasons = crate::admin::jobs::explain(tx.client(), id).await?;
+    tx.commit().await.map_err(Error::db("console: commit"))?;
+    Ok(reasons
+        .first()
+        .is_some_and(|r| r.reason == "running" || r.reason == "buffered"))
+}
+
+/// The confirmation before cancelling a running job: a form of its own
+/// (CSRF token in it), so it works without a script.
+fn confirm_cancel(app: &App, headers: &HeaderMap, csrf: &str, id: i64) -> PageResult {
+    let token = Some(csrf.to_string());
+    let here = format!("/jobs/{id}");
+    let body = html! {
+        h1 { "Cancel running job " (id) "?" }
+        div.panel.warning #confirm-cancel {
+            p { "Job " a href=(here) { (id) } " is running now. Cancelling it stops its handler in the middle of its work "
+                "(the worker running it interrupts it, as " code { "pgwake cancel" } " does) and records it as cancelled; "
+                "whatever the handler did so far stays done." }
+            form.inline method="post" action="/actions/job" {
+                input type="hidden" name="csrf" value=(csrf);
+                input type="hidden" name="id" value=(id);
+                input type="hidden" name="op" value="cancel";
+                input type="hidden" name="confirm" value="yes";
+                button.danger #confirm type="submit" { "Cancel job " (id) }
+                " " a href=(here) { "keep it running" }
+            }
+        }
+    };
+    Ok(
+        Html(page("Confirm", "/jobs", who(app, headers, &token, &here), body).into_string())
+            .into_response(),
+    )
 }
 
 /// `POST /actions/job`: `op=retry` (a dead or cancelled job) or
@@ -50,6 +92,9 @@ pub(crate) async fn job_action(
     Form(f): Form<JobForm>,
 ) -> PageResult {
     auth::authorize(&app, &headers, &f.csrf)?;
+    if f.op == "cancel" && f.confirm != "yes" && runs_now(&app, f.id).await? {
+        return confirm_cancel(&app, &headers, &f.csrf, f.id);
+    }
     let mut conn = conn(&app).await?;
     let tx = write_tx(&app, &mut conn).await?;
     let did = match f.op.as_str() {
@@ -92,10 +137,91 @@ pub(crate) struct QueueForm {
     max_running: String,
     #[serde(default)]
     rate: String,
+    /// `op=keys`: the payload field jobs take their limit key from (empty: none).
+    #[serde(default)]
+    limit_key_path: String,
+    /// `op=keys`: jobs of any one key running at once (empty: no limit).
+    #[serde(default)]
+    max_running_per_key: String,
+    /// `op=keys`: starts of any one key per window (empty: no rate).
+    #[serde(default)]
+    rate_per_key: String,
+    /// `op=keys`: `on` (a ticked box) takes ready jobs in rotation between keys.
+    #[serde(default)]
+    fair_keys: String,
+    /// `op=key_limit`: the limit key with a limit of its own.
+    #[serde(default)]
+    key: String,
+    /// `op=key_limit`: its own limit (empty: the queue's per-key limit again).
+    #[serde(default)]
+    key_max_running: String,
 }
 
-/// `POST /actions/queue`: `op=pause`, `op=resume` or `op=limits` (with
-/// `max_running` and `rate`; empty removes the limit).
+/// A whole number from a form field named `what` (empty: `None`).
+fn whole(s: &str, what: &str) -> Result<Option<i32>, PageError> {
+    match s.trim() {
+        "" => Ok(None),
+        s => s.parse::<i32>().map(Some).map_err(|_| {
+            PageError::BadRequest(format!(
+                "{what} {s:?} is not a whole number (leave it empty for no limit)"
+            ))
+        }),
+    }
+}
+
+/// A rate from a form field (empty: `None`).
+fn rate_field(s: &str) -> Result<Option<queues::RateLimit>, PageError> {
+    match s.trim() {
+        "" => Ok(None),
+        s => s
+            .parse::<queues::RateLimit>()
+            .map(Some)
+            .map_err(PageError::BadRequest),
+    }
+}
+
+/// `op=keys`: the queue's limit-key settings, as `pgwake queue set Q
+/// --limit-key-path … --max-running-per-key … --rate-per-key …
+/// --[no-]fair-keys` sets them; only those that differ from the queue's
+/// current settings are set, in the caller's transaction.
+async fn set_keys(tx: &tokio_postgres::Client, f: &QueueForm) -> Result<(), PageError> {
+    let path = f.limit_key_path.trim();
+    let path = (!path.is_empty()).then_some(path);
+    let per_key = whole(&f.max_running_per_key, "max running per key")?;
+    let rate = rate_field(&f.rate_per_key)?;
+    let fair = match f.fair_keys.as_str() {
+        "" => false,
+        "on" => true,
+        other => {
+            return Err(PageError::BadRequest(format!(
+                "fair keys {other:?}: tick the box (on) or leave it"
+            )))
+        }
+    };
+    let now = queues::list(tx)
+        .await?
+        .into_iter()
+        .find(|q| q.queue == f.queue);
+    let was = |get: &dyn Fn(&queues::QueueSettings) -> bool| now.as_ref().is_some_and(get);
+    if !was(&|q| q.limit_key_path.as_deref() == path) && (path.is_some() || now.is_some()) {
+        queues::set_limit_key_path(tx, &f.queue, path).await?;
+    }
+    if !was(&|q| q.max_running_per_key == per_key) && (per_key.is_some() || now.is_some()) {
+        queues::set_max_running_per_key(tx, &f.queue, per_key).await?;
+    }
+    if !was(&|q| q.rate_per_key == rate) && (rate.is_some() || now.is_some()) {
+        queues::set_rate_per_key(tx, &f.queue, rate).await?;
+    }
+    if !was(&|q| q.fair_keys == fair) && (fair || now.is_some()) {
+        queues::set_fair_keys(tx, &f.queue, fair).await?;
+    }
+    Ok(())
+}
+
+/// `POST /actions/queue`: `op=pause`, `op=resume`, `op=limits` (with
+/// `max_running` and `rate`; empty removes the limit), `op=keys` (the
+/// limit-key path, the per-key running limit and rate, fair keys) or
+/// `op=key_limit` (one key's own running limit).
 pub(crate) async fn queue_action(
     State(app): State<App>,
     headers: HeaderMap,
@@ -114,26 +240,29 @@ pub(crate) async fn queue_action(
             "resumed"
         }
         "limits" => {
-            let max = match f.max_running.trim() {
-                "" => None,
-                s => Some(s.parse::<i32>().map_err(|_| {
-                    PageError::BadRequest(format!("max running {s:?} is not a whole number"))
-                })?),
-            };
-            let rate = match f.rate.trim() {
-                "" => None,
-                s => Some(
-                    s.parse::<queues::RateLimit>()
-                        .map_err(PageError::BadRequest)?,
-                ),
-            };
+            let max = whole(&f.max_running, "max running")?;
+            let rate = rate_field(&f.rate)?;
             queues::set_max_running(tx.client(), &f.queue, max).await?;
             queues::set_rate(tx.client(), &f.queue, rate).await?;
             "limits"
         }
+        "keys" => {
+            set_keys(tx.client(), &f).await?;
+            "limits"
+        }
+        "key_limit" => {
+            if f.key.is_empty() {
+                return Err(PageError::BadRequest(
+                    "a key's own limit needs the limit key: fill in Key".into(),
+                ));
+            }
+            let max = whole(&f.key_max_running, "the key's max running")?;
+            queues::set_key_max_running(tx.client(), &f.queue, &f.key, max).await?;
+            "limits"
+        }
         other => {
             return Err(PageError::BadRequest(format!(
-                "unknown queue action {other:?}: pause, resume or limits"
+                "unknown queue action {other:?}: pause, resume, limits, keys or key_limit"
             )))
         }
     };
@@ -261,7 +390,8 @@ pub(crate) async fn bulk_review(
 }
 
 /// `POST /bulk/apply`: select the matching jobs again and apply the
-/// action to them, in one transaction.
+/// action to them, in one transaction; then back to the Jobs page with
+/// these filters, which says what changed.
 pub(crate) async fn bulk_apply(
     State(app): State<App>,
     headers: HeaderMap,
@@ -276,23 +406,14 @@ pub(crate) async fn bulk_apply(
     let changed = bulk::apply(tx.client(), action, &matching.ids).await?;
     tx.commit().await.map_err(Error::db("console: commit"))?;
     tracing::info!(action = action.as_str(), changed, "console: bulk action");
+    // Post, redirect, get: a reload of the page shown after it does not
+    // send the action again.
     let query = f.filters.query();
-    let back = if query.is_empty() {
-        "/jobs?did=bulk".to_string()
-    } else {
-        format!("/jobs?{query}")
-    };
-    let csrf = Some(f.csrf.clone());
-    let body = html! {
-        h1 { "Done" }
-        div.panel.notice {
-            p #bulk-done { (action.as_str()) ": " strong { (count(changed as i64)) } " job(s) changed (" (f.filters.describe()) ")." }
-            @if matching.more { p { "More jobs match: repeat the action for the rest." } }
-            p { a href=(back) { "Back to the jobs" } " · " a href={ "/jobs?state=" (encode(action.states()[0])) } { "see " (action.states()[0]) " jobs" } }
-        }
-    };
-    Ok(
-        Html(page("Done", "/jobs", who(&app, &headers, &csrf, "/jobs"), body).into_string())
-            .into_response(),
-    )
+    let sep = if query.is_empty() { "" } else { "&" };
+    let more = if matching.more { "&more=1" } else { "" };
+    Ok(Redirect::to(&format!(
+        "/jobs?{query}{sep}did=bulk_{}&changed={changed}{more}",
+        action.as_str()
+    ))
+    .into_response())
 }

@@ -262,7 +262,7 @@ pub(crate) async fn gate(
         return PageError::MisdirectedHost(host).into_response();
     }
     let path = request.uri().path();
-    let open = path == "/login" || path.starts_with("/assets/");
+    let open = path == "/login" || path == "/favicon.ico" || path.starts_with("/assets/");
     if !open && app.config.reads_need_login(app.bound) && !logged_in(&app, request.headers()) {
         if request.method() == axum::http::Method::GET && path != "/fragment/overview" {
             // Back to this page after the login; to its path alone when
@@ -472,7 +472,7 @@ pub(crate) fn login_markup(app: &App, next: &str, failed: bool) -> String {
             }
         }
     };
-    page("Log in", "", Who::ReadOnly, body).into_string()
+    page("Log in", "", Who::Plain(app.config.actions), body).into_string()
 }
 
 #[cfg(test)]

@@ -10,6 +10,22 @@ use super::view::{page, Who};
 use crate::admin::schedules;
 use crate::error::Error;
 
+tokio::task_local! {
+    /// Whether the console serving this request has actions on, for the
+    /// header of an error page (which is made without the console's state).
+    static ACTIONS: bool;
+}
+
+/// Around every request: remember whether actions are on while it is
+/// answered, so that an error page's header says it as every page does.
+pub(crate) async fn with_actions(
+    axum::extract::State(app): axum::extract::State<super::App>,
+    request: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> Response {
+    ACTIONS.scope(app.config.actions, next.run(request)).await
+}
+
 /// Why a page could not be shown.
 #[derive(Debug)]
 pub(crate) enum PageError {
@@ -116,7 +132,15 @@ impl IntoResponse for PageError {
         };
         let mut response = (
             status,
-            Html(page("Error", "", Who::ReadOnly, body).into_string()),
+            Html(
+                page(
+                    "Error",
+                    "",
+                    Who::Plain(ACTIONS.try_with(|a| *a).unwrap_or(false)),
+                    body,
+                )
+                .into_string(),
+            ),
         )
             .into_response();
         if let Some(secs) = retry_after {

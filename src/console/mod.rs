@@ -25,6 +25,7 @@ mod charts;
 mod error;
 mod input;
 mod pages;
+mod reasons;
 mod view;
 
 use std::net::SocketAddr;
@@ -257,6 +258,8 @@ pub fn serve_on(
         .route("/bulk/apply", post(actions::bulk_apply))
         .route("/assets/console.css", get(view::css))
         .route("/assets/console.js", get(view::js))
+        .route("/assets/favicon.svg", get(view::favicon))
+        .route("/favicon.ico", get(view::favicon))
         .fallback(pages::not_found)
         .layer(axum::middleware::from_fn_with_state(
             app.clone(),
@@ -264,6 +267,10 @@ pub fn serve_on(
         ))
         .layer(axum::middleware::from_fn(input::bounds))
         .layer(axum::middleware::map_response(view::secure_headers))
+        .layer(axum::middleware::from_fn_with_state(
+            app.clone(),
+            error::with_actions,
+        ))
         .with_state(app);
     let task = tokio::spawn(async move {
         let _ = axum::serve(listener, router)

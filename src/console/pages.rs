@@ -225,8 +225,47 @@ fn notice(did: &Did) -> Markup {
 /// while it is being sampled wait for that one sample (issue 33, item 7:
 /// with 2,020 (queue, priority) pairs a sample took 0.8–1.6 s, every open
 /// tab repeated it every 3 s, and 12 requests at once took 8 s).
+/// With it, the per-queue counts of that sample, which the Jobs page shows
+/// above its table.
 #[derive(Default)]
-pub(crate) struct SharedOverview(tokio::sync::Mutex<Option<(std::time::Instant, String)>>);
+pub(crate) struct SharedOverview(tokio::sync::Mutex<Option<Sampled>>);
+
+/// One sample of the overview: when, its rendering, its counts.
+struct Sampled {
+    at: std::time::Instant,
+    body: String,
+    counts: std::sync::Arc<Counts>,
+}
+
+/// Jobs per state of each queue, as the overview's sample counted them
+/// (capped at [`DEPTH_CAP`]), and when.
+#[derive(Default)]
+pub(crate) struct Counts {
+    /// By queue.
+    pub(crate) queues: BTreeMap<String, StateCounts>,
+    /// When they were sampled.
+    pub(crate) sampled: chrono::DateTime<chrono::Utc>,
+}
+
+/// One queue's (or every queue's) jobs per state.
+#[derive(Default, Clone, Copy)]
+pub(crate) struct StateCounts {
+    pub(crate) waiting: i64,
+    pub(crate) scheduled: i64,
+    pub(crate) retrying: i64,
+    pub(crate) running: i64,
+    pub(crate) dead: i64,
+}
+
+impl std::ops::AddAssign for StateCounts {
+    fn add_assign(&mut self, o: StateCounts) {
+        self.waiting += o.waiting;
+        self.scheduled += o.scheduled;
+        self.retrying += o.retrying;
+        self.running += o.running;
+        self.dead += o.dead;
+    }
+}
 
 /// Most queues the overview lists (the Queues page has every one).
 pub(crate) const OVERVIEW_QUEUES_MAX: usize = 200;
@@ -234,15 +273,26 @@ pub(crate) const OVERVIEW_QUEUES_MAX: usize = 200;
 /// The overview's body: the shared sample if it is fresher than the
 /// refresh interval, else a new one.
 async fn overview_shared(app: &App) -> Result<Markup, PageError> {
+    Ok(maud::PreEscaped(overview_sample(app).await?.0))
+}
+
+/// The shared sample (fresh within the refresh interval): its rendering
+/// and its counts.
+async fn overview_sample(app: &App) -> Result<(String, std::sync::Arc<Counts>), PageError> {
     let mut last = app.overview.0.lock().await;
-    if let Some((at, body)) = last.as_ref() {
-        if at.elapsed() < app.config.refresh {
-            return Ok(maud::PreEscaped(body.clone()));
+    if let Some(s) = last.as_ref() {
+        if s.at.elapsed() < app.config.refresh {
+            return Ok((s.body.clone(), s.counts.clone()));
         }
     }
-    let body = overview_body(app).await?.into_string();
-    *last = Some((std::time::Instant::now(), body.clone()));
-    Ok(maud::PreEscaped(body))
+    let (body, counts) = overview_body(app).await?;
+    let counts = std::sync::Arc::new(counts);
+    *last = Some(Sampled {
+        at: std::time::Instant::now(),
+        body: body.clone().into_string(),
+        counts: counts.clone(),
+    });
+    Ok((body.into_string(), counts))
 }
 
 /// `GET /`.
@@ -282,6 +332,8 @@ struct Line {
     rate: Option<queues::RateLimit>,
     rate_used: i64,
     finished: Option<i64>,
+    /// Its settings, for the limit keys' column.
+    settings: Option<queues::QueueSettings>,
 }
 
 fn capped(n: i64) -> String {
@@ -292,7 +344,7 @@ fn capped(n: i64) -> String {
     }
 }
 
-async fn overview_body(app: &App) -> Result<Markup, PageError> {
+async fn overview_body(app: &App) -> Result<(Markup, Counts), PageError> {
     let sample =
         gauges::sample_with(&app.pool, DEPTH_CAP, Some(app.config.statement_timeout)).await?;
     let mut conn = conn(app).await?;
@@ -336,6 +388,7 @@ async fn overview_body(app: &App) -> Result<Markup, PageError> {
         l.shed = s.paused && s.paused_by.as_deref() == Some("pressure");
         l.max_running = s.max_running;
         l.rate = s.rate;
+        l.settings = Some(s.clone());
     }
     if let Some(f) = &finished {
         for l in lines.values_mut() {
@@ -353,7 +406,25 @@ async fn overview_body(app: &App) -> Result<Markup, PageError> {
     let notify = sample.notification_queue_usage * 100.0;
     let sampled = chrono::Utc::now();
     let more_queues = lines.len().saturating_sub(OVERVIEW_QUEUES_MAX);
-    Ok(html! {
+    let counts = Counts {
+        queues: lines
+            .iter()
+            .map(|(q, l)| {
+                (
+                    q.clone(),
+                    StateCounts {
+                        waiting: l.ready,
+                        scheduled: l.scheduled,
+                        retrying: l.retrying,
+                        running: l.leased + l.tx_running,
+                        dead: l.dead,
+                    },
+                )
+            })
+            .collect(),
+        sampled,
+    };
+    let body = html! {
         (pressure_banner(&governor, &settings))
         p.muted.sampled data-sampled=(sampled.timestamp_millis()) {
             "Sampled " (at(Some(sampled))) "; every open tab shares one sample per refresh."
@@ -381,7 +452,7 @@ async fn overview_body(app: &App) -> Result<Markup, PageError> {
                         th { "Queue" } th { "State" } th.num { "Ready" } th.num { "Scheduled" }
                         th.num title="scheduled again after a failed attempt" { "Retrying" }
                         th.num { "Running" } th.num { "Dead" } th.num { "Oldest ready" }
-                        th.num { "Max running" } th.num { "Rate" }
+                        th.num { "Max running" } th.num { "Rate" } th { "Limit keys" }
                         @if finished.is_some() { th.num title="finished in the last minute, from the history" { "Jobs/s (1 min)" } }
                     } }
                     tbody {
@@ -403,6 +474,7 @@ async fn overview_body(app: &App) -> Result<Markup, PageError> {
                                     Some(r) => { (l.rate_used) " / " (r) },
                                     None => span.muted { "—" },
                                 } }
+                                td.keys { @match &l.settings { Some(s) => (key_limits(s, "—")), None => span.muted { "—" } } }
                                 @if finished.is_some() {
                                     td.num { (format!("{:.1}", l.finished.unwrap_or(0) as f64 / window.as_secs_f64())) }
                                 }
@@ -469,7 +541,8 @@ async fn overview_body(app: &App) -> Result<Markup, PageError> {
             }
         }
         (pressure_timeline(&changes))
-    })
+    };
+    Ok((body, counts))
 }
 
 /// The badge of a governor level.
@@ -691,6 +764,15 @@ pub(crate) struct Filters {
     pub(crate) since: String,
     #[serde(default)]
     pub(crate) after: String,
+    /// After a bulk action (POST, redirect, GET): `bulk_ACTION`.
+    #[serde(default)]
+    pub(crate) did: String,
+    /// After a bulk action: how many jobs it changed.
+    #[serde(default)]
+    pub(crate) changed: String,
+    /// After a bulk action: `1` when more jobs matched than it changed.
+    #[serde(default)]
+    pub(crate) more: String,
 }
 
 /// A "since" filter: RFC 3339 (`2026-11-25T14:00:00+01:00`), or a date and
@@ -885,6 +967,8 @@ pub(crate) async fn jobs(
     Query(f): Query<Filters>,
 ) -> PageResult {
     let (filter, id) = f.to_filter()?;
+    // The counts per state above the table: the overview's shared sample.
+    let (_, counts) = overview_sample(&app).await?;
     let mut conn = conn(&app).await?;
     let tx = read_tx(&app, &mut conn).await?;
     let c = tx.client();
@@ -905,6 +989,17 @@ pub(crate) async fn jobs(
             badge.insert(*id, first);
         }
     }
+    // What the reasons' words need: the queues' settings and limit use, and
+    // the running jobs of keys at their limit.
+    let settings = queues::list(c).await?;
+    let activity = activity::queues(c).await?;
+    let keys =
+        super::reasons::keys_needed(rows.iter().filter_map(|r| badge.get(&r.id).map(|b| (r, b))));
+    let key_running = if keys.is_empty() {
+        Vec::new()
+    } else {
+        activity::key_running(c, &keys).await?
+    };
     // A queue's page: its last hour, from the per-minute rollup.
     let queue = (!f.queue.is_empty()).then_some(f.queue.as_str());
     let last_hour = match queue {
@@ -915,6 +1010,8 @@ pub(crate) async fn jobs(
     let next = (id.is_none() && rows.len() == PAGE as usize)
         .then(|| rows.last().map(|r| r.id))
         .flatten();
+    let mut cx = super::reasons::Context::new(&settings, &activity);
+    cx.key_running = key_running.into_iter().collect();
     let csrf = auth::session(&app, &headers);
     let here = format!("/jobs?{}", f.query());
     Ok(html_page(page(
@@ -939,6 +1036,8 @@ pub(crate) async fn jobs(
                     div { button.primary type="submit" { "Filter" } " " a href="/jobs" { "clear" } }
                 }
             }
+            (state_counts(&counts, queue, &f))
+            (bulk_notice(&f))
             @if let (Some(s), Some(q)) = (&last_hour, queue) {
                 h2 { "Last hour of queue " (q) }
                 (super::charts::panel(s, &format!("queue {q}")))
@@ -953,9 +1052,7 @@ pub(crate) async fn jobs(
                         tbody { @for r in &rows { tr data-job=(r.id) {
                             td.num { a href={ "/jobs/" (r.id) } { (r.id) } }
                             td { span class=(view::state_class(&r.state)) { (r.state) } }
-                            td { @if let Some(b) = badge.get(&r.id) {
-                                span class={ "reason " (view::reason_class(&b.reason)) } title=(b.detail) { (b.reason) }
-                            } }
+                            td { @if let Some(b) = badge.get(&r.id) { (super::reasons::badge(b, Some(r), &cx)) } }
                             td { (r.queue) }
                             td { (r.task) }
                             td.num { (r.attempts) @if let Some(m) = r.max_attempts { " / " (m) } }
@@ -963,7 +1060,8 @@ pub(crate) async fn jobs(
                             td { (when(Some(&r.created_at))) }
                             td {
                                 @if let Some(k) = &r.ordering_key { span.muted { "order " } code { (k) } " " }
-                                @if let Some(k) = &r.unique_key { span.muted { "unique " } code { (k) } }
+                                @if let Some(k) = &r.unique_key { span.muted { "unique " } code { (k) } " " }
+                                @if let Some(k) = &r.limit_key { span.muted { "limit " } code.limit-key { (k) } }
                             }
                             td { @if let Some(e) = &r.last_error { span.clip title=(e) { (e) } } }
                         } } }
@@ -995,6 +1093,64 @@ pub(crate) async fn jobs(
     )))
 }
 
+/// Jobs per state of the queue filtered on (or of every queue) above the
+/// Jobs table, each a link to that state; from the overview's sample.
+fn state_counts(counts: &Counts, queue: Option<&str>, f: &Filters) -> Markup {
+    let mut n = StateCounts::default();
+    for (q, c) in &counts.queues {
+        if queue.is_none_or(|want| want == q) {
+            n += *c;
+        }
+    }
+    let link = |state: &str| {
+        let mut g = Filters {
+            state: state.to_string(),
+            ..Filters::default()
+        };
+        if let Some(q) = queue {
+            g.queue = q.to_string();
+        }
+        format!("/jobs?{}", g.query())
+    };
+    let others = !(f.task.trim().is_empty()
+        && f.ordering_key.trim().is_empty()
+        && f.unique_key.trim().is_empty()
+        && f.payload.trim().is_empty()
+        && f.id.trim().is_empty()
+        && f.since.trim().is_empty());
+    html! {
+        div.panel.state-counts #state-counts {
+            span.muted { @match queue { Some(q) => { "Queue " code { (q) } }, None => "Every queue" } ": " }
+            a.count data-state="waiting" href=(link("waiting")) { span class=(view::state_class("waiting")) { "waiting" } " " strong { (capped(n.waiting)) } }
+            a.count data-state="scheduled" href=(link("scheduled")) { span class=(view::state_class("scheduled")) { "scheduled" } " " strong { (capped(n.scheduled)) }
+                @if n.retrying > 0 { span.muted { " (" (count(n.retrying)) " retrying)" } } }
+            a.count data-state="running" href=(link("running")) { span class=(view::state_class("running")) { "running" } " " strong { (count(n.running)) } }
+            a.count data-state="dead" href=(link("dead")) { span class=(view::state_class("dead")) { "dead or cancelled" } " " strong { (capped(n.dead)) } }
+            span.muted { " · sampled " (at(Some(counts.sampled))) " with the overview"
+                @if others { "; the other filters are not counted" } }
+        }
+    }
+}
+
+/// What a bulk action did, on the Jobs page it redirects to (fixed words
+/// and numbers only: nothing of the query string is shown as is).
+fn bulk_notice(f: &Filters) -> Markup {
+    let Some(action) = f
+        .did
+        .strip_prefix("bulk_")
+        .and_then(|a| a.parse::<crate::admin::bulk::BulkAction>().ok())
+    else {
+        return html! {};
+    };
+    let changed: i64 = f.changed.trim().parse().unwrap_or(0);
+    html! {
+        div.panel.notice {
+            p #bulk-done { (action.as_str()) ": " strong { (count(changed)) } " job(s) changed (" (f.describe()) ")." }
+            @if f.more == "1" { p { "More jobs match: repeat the action for the rest." } }
+        }
+    }
+}
+
 // ─── Job ─────────────────────────────────────────────────────────────────
 
 /// `GET /jobs/{id}`.
@@ -1007,12 +1163,31 @@ pub(crate) async fn job(
     let mut conn = conn(&app).await?;
     let tx = read_tx(&app, &mut conn).await?;
     let detail = jobs::show(tx.client(), id).await?;
-    tx.commit().await.map_err(Error::db("console: commit"))?;
     let Some(d) = detail else {
         return Err(PageError::NotFound(format!(
             "no job {id}: it never existed, or it finished while history was off"
         )));
     };
+    // What the reasons' words need (as on the Jobs page).
+    let settings = queues::list(tx.client()).await?;
+    let activity = activity::queues(tx.client()).await?;
+    let keys = match &d.job {
+        Some(j) => super::reasons::keys_needed(d.explanation.iter().map(|r| (j, r))),
+        None => Vec::new(),
+    };
+    let key_running = if keys.is_empty() {
+        Vec::new()
+    } else {
+        activity::key_running(tx.client(), &keys).await?
+    };
+    tx.commit().await.map_err(Error::db("console: commit"))?;
+    let mut cx = super::reasons::Context::new(&settings, &activity);
+    cx.key_running = key_running.into_iter().collect();
+    // Only its history remains: it finished, and explain has nothing on it.
+    let finished = !d.history.is_empty()
+        && d.explanation
+            .first()
+            .is_some_and(|r| r.reason == "not_found");
     let csrf = auth::session(&app, &headers);
     let here = format!("/jobs/{id}");
     let state = d
@@ -1021,7 +1196,17 @@ pub(crate) async fn job(
         .map(|j| j.state.clone())
         .or_else(|| d.history.last().map(|h| h.outcome.clone()))
         .unwrap_or_default();
-    let live = d.job.is_some();
+    let live = d.job.is_some() && !finished;
+    // The explanation's title follows the state: only a job that waits is
+    // asked why it is not running.
+    let title = match state.as_str() {
+        _ if finished => "Finished",
+        "waiting" | "scheduled" => "Why isn't it running?",
+        "running" | "buffered" => "What it is doing",
+        "dead" => "Why it is dead",
+        "cancelled" => "Cancelled",
+        _ => "Where it is",
+    };
     Ok(html_page(page(
         &format!("Job {id}"),
         "/jobs",
@@ -1042,17 +1227,28 @@ pub(crate) async fn job(
                         form.inline method="post" action="/actions/job" {
                             input type="hidden" name="csrf" value=(csrf);
                             input type="hidden" name="id" value=(id);
-                            button.danger type="submit" name="op" value="cancel" { "Cancel" }
+                            button.danger type="submit" name="op" value="cancel" {
+                                @if state == "running" || state == "buffered" { "Cancel…" } @else { "Cancel" }
+                            }
                         }
                     }
                 }
             }
             div.panel #explanation {
-                h2.first { "Why isn't it running?" }
+                h2.first #why { (title) }
+                @if finished {
+                    @if let Some(h) = d.history.last() {
+                        p #finished-words {
+                            span class=(view::state_class(&h.outcome)) { (h.outcome) }
+                            " after " (h.attempts) " attempt(s), " (when(Some(&h.finished_at)))
+                            @if d.history.len() > 1 { " (its newest of " (d.history.len()) " finished runs, below)" }
+                        }
+                    }
+                } @else {
                 ol.reasons {
                     @for r in &d.explanation {
                         li {
-                            span class=(view::reason_class(&r.reason)) { (r.reason) }
+                            (super::reasons::badge(r, d.job.as_ref(), &cx))
                             span {
                                 span.detail { (r.detail) }
                                 @if let Some(u) = &r.until { " " span.muted { "(until " (when(Some(u))) ")" } }
@@ -1060,6 +1256,7 @@ pub(crate) async fn job(
                             }
                         }
                     }
+                }
                 }
             }
             @if let Some(j) = &d.job {
@@ -1194,6 +1391,101 @@ pub(crate) async fn job_errors(
     )))
 }
 
+/// Own key limits a page lists per queue (the first by key; `pgwake queue
+/// list --json` has every one).
+pub(crate) const KEY_LIMITS_SHOWN: usize = 10;
+
+/// A queue's limit-key settings in words: where jobs take their key, the
+/// running limit and rate per key, keys with a limit of their own, and
+/// whether claims rotate between keys.
+pub(crate) fn key_limits(s: &queues::QueueSettings, none: &str) -> Markup {
+    let unset = s.limit_key_path.is_none()
+        && s.max_running_per_key.is_none()
+        && s.key_max_running.is_empty()
+        && s.rate_per_key.is_none()
+        && !s.fair_keys;
+    html! {
+        @if unset { span.muted { (none) } } @else {
+            ul.limits {
+                @if let Some(p) = &s.limit_key_path {
+                    li.key-path { "key: payload field " code { (p) } }
+                }
+                @if let Some(n) = s.max_running_per_key {
+                    li.key-max { (n) " running per key" }
+                }
+                @if !s.key_max_running.is_empty() {
+                    li.key-own { "own limits: "
+                        @for (i, (k, n)) in s.key_max_running.iter().take(KEY_LIMITS_SHOWN).enumerate() {
+                            @if i > 0 { ", " } code { (k) } " " (n)
+                        }
+                        @if s.key_max_running.len() > KEY_LIMITS_SHOWN {
+                            ", and " (s.key_max_running.len() - KEY_LIMITS_SHOWN) " more"
+                        }
+                    }
+                }
+                @if let Some(r) = &s.rate_per_key {
+                    li.key-rate title="starts of any one key in any window of this length" { (r) " per key" }
+                }
+                @if s.fair_keys {
+                    li.key-fair title="claims take ready jobs in rotation between limit keys" { "fair between keys" }
+                }
+            }
+        }
+    }
+}
+
+/// The forms that set a queue's limits (the session's CSRF token in each):
+/// max running and rate, the limit-key settings, and one key's own limit.
+pub(crate) fn limit_forms(q: &queues::QueueSettings, csrf: &str) -> Markup {
+    html! {
+        form.inline method="post" action="/actions/queue" {
+            input type="hidden" name="csrf" value=(csrf);
+            input type="hidden" name="queue" value=(q.queue);
+            input type="hidden" name="op" value="limits";
+            input type="number" name="max_running" min="1" placeholder="max running"
+                title="at most this many running at once; empty: no limit"
+                value=[q.max_running];
+            input name="rate" size="8" placeholder="rate, e.g. 20/s"
+                title="N/s, N/min, N/h or N/<duration>; empty: no limit"
+                value=[q.rate.map(|r| r.to_string())];
+            button type="submit" { "Set" }
+        }
+        details.key-forms {
+            summary { "Per-key limits…" }
+            form.stack method="post" action="/actions/queue" {
+                input type="hidden" name="csrf" value=(csrf);
+                input type="hidden" name="queue" value=(q.queue);
+                input type="hidden" name="op" value="keys";
+                label { "Limit key from payload field"
+                    input name="limit_key_path" placeholder="customer_id"
+                        title="jobs enqueued without a limit key take this top-level payload field as their key; empty: none"
+                        value=[q.limit_key_path.as_deref()]; }
+                label { "Max running per key"
+                    input type="number" name="max_running_per_key" min="1" placeholder="no limit"
+                        title="at most this many jobs of any one key running at once; empty: no limit"
+                        value=[q.max_running_per_key]; }
+                label { "Rate per key"
+                    input name="rate_per_key" size="8" placeholder="e.g. 5/s"
+                        title="N/s, N/min, N/h or N/<duration> for each key; empty: no limit"
+                        value=[q.rate_per_key.map(|r| r.to_string())]; }
+                label.check { input type="checkbox" name="fair_keys" value="on" checked[q.fair_keys];
+                    " fair: take ready jobs in rotation between keys" }
+                button type="submit" { "Set per-key limits" }
+            }
+            form.stack method="post" action="/actions/queue" {
+                input type="hidden" name="csrf" value=(csrf);
+                input type="hidden" name="queue" value=(q.queue);
+                input type="hidden" name="op" value="key_limit";
+                label { "Key" input name="key" required placeholder="acme"; }
+                label { "Its own max running"
+                    input type="number" name="key_max_running" min="1" placeholder="the per-key limit"
+                        title="empty: the queue's per-key limit again"; }
+                button type="submit" { "Set the key's limit" }
+            }
+        }
+    }
+}
+
 // ─── Queues ──────────────────────────────────────────────────────────────
 
 /// `GET /queues`.
@@ -1223,6 +1515,7 @@ pub(crate) async fn queues(
                 @if list.is_empty() { p.muted { "No queue has jobs or settings yet." } } @else {
                 table {
                     thead { tr { th { "Queue" } th { "State" } th.num { "Running" } th { "Max running" } th { "Rate" }
+                        th { "Limit keys" }
                         @if csrf.is_some() { th { "Change" } } } }
                     tbody { @for q in list {
                         @let a = activity.iter().find(|a| a.queue == q.queue);
@@ -1232,6 +1525,7 @@ pub(crate) async fn queues(
                             td.num { (a.map_or(0, |a| a.leased + a.tx_running)) }
                             td { @match q.max_running { Some(m) => { (a.and_then(|a| a.slots_used).unwrap_or(0)) " / " (m) }, None => span.muted { "no limit" } } }
                             td { @match q.rate { Some(r) => { (a.map_or(0, |a| a.rate_used)) " / " (r) }, None => span.muted { "no limit" } } }
+                            td.keys { (key_limits(q, "no per-key limit")) }
                             @if let Some(csrf) = &csrf {
                                 td {
                                     form.inline method="post" action="/actions/queue" {
@@ -1244,18 +1538,7 @@ pub(crate) async fn queues(
                                         }
                                     }
                                     " "
-                                    form.inline method="post" action="/actions/queue" {
-                                        input type="hidden" name="csrf" value=(csrf);
-                                        input type="hidden" name="queue" value=(q.queue);
-                                        input type="hidden" name="op" value="limits";
-                                        input type="number" name="max_running" min="1" placeholder="max running"
-                                            title="at most this many running at once; empty: no limit"
-                                            value=[q.max_running];
-                                        input name="rate" size="8" placeholder="rate, e.g. 20/s"
-                                            title="N/s, N/min, N/h or N/<duration>; empty: no limit"
-                                            value=[q.rate.map(|r| r.to_string())];
-                                        button type="submit" { "Set" }
-                                    }
+                                    (limit_forms(q, csrf))
                                 }
                             }
                         }

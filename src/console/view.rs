@@ -8,6 +8,13 @@ use maud::{html, Markup, DOCTYPE};
 
 const CSS: &str = include_str!("assets/console.css");
 const JS: &str = include_str!("assets/console.js");
+const FAVICON: &str = include_str!("assets/favicon.svg");
+
+/// `GET /assets/favicon.svg` and `GET /favicon.ico`: the console's icon,
+/// served by itself (nothing from another site).
+pub(crate) async fn favicon() -> impl IntoResponse {
+    ([(header::CONTENT_TYPE, "image/svg+xml")], FAVICON)
+}
 
 /// `GET /assets/console.css`.
 pub(crate) async fn css() -> impl IntoResponse {
@@ -63,6 +70,9 @@ pub(crate) enum Who<'a> {
     /// Read-only console, logged in to read (an address other than
     /// loopback), with the session's CSRF token for the logout.
     Reader(String),
+    /// A page that knows only whether actions are on (the login form, an
+    /// error).
+    Plain(bool),
 }
 
 /// A whole page.
@@ -75,6 +85,7 @@ pub(crate) fn page(title: &str, here: &str, who: Who<'_>, body: Markup) -> Marku
                 meta name="viewport" content="width=device-width, initial-scale=1";
                 meta name="referrer" content="same-origin";
                 title { (title) " · pgwake" }
+                link rel="icon" type="image/svg+xml" href="/assets/favicon.svg";
                 link rel="stylesheet" href="/assets/console.css";
                 script src="/assets/console.js" defer {}
             }
@@ -88,17 +99,21 @@ pub(crate) fn page(title: &str, here: &str, who: Who<'_>, body: Markup) -> Marku
                     }
                     div.who {
                         @match who {
-                            Who::ReadOnly => span.badge.b-muted title="start with --ui-actions to act" { "read-only" },
-                            Who::LoggedOut(next) => a href={ "/login?next=" (encode(next)) } { "Log in to act" },
+                            Who::ReadOnly | Who::Plain(false) => span.badge.b-muted #actions title="actions are off: start the console with --ui-actions to act" { "read-only" },
+                            Who::Plain(true) => span.badge.b-ok #actions title="this console was started with --ui-actions: log in to act" { "actions on" },
+                            Who::LoggedOut(next) => {
+                                span.badge.b-ok #actions title="this console was started with --ui-actions: log in to act" { "actions on" }
+                                a href={ "/login?next=" (encode(next)) } { "Log in to act" }
+                            },
                             Who::Reader(csrf) => {
-                                span.badge.b-muted title="start with --ui-actions to act" { "read-only" }
+                                span.badge.b-muted #actions title="actions are off: start the console with --ui-actions to act" { "read-only" }
                                 form.inline method="post" action="/logout" {
                                     input type="hidden" name="csrf" value=(csrf);
                                     button type="submit" { "Log out" }
                                 }
                             },
                             Who::LoggedIn(csrf) => {
-                                span.badge.b-ok { "actions on" }
+                                span.badge.b-ok #actions title="logged in: the forms act" { "actions on" }
                                 form.inline method="post" action="/logout" {
                                     input type="hidden" name="csrf" value=(csrf);
                                     button type="submit" { "Log out" }

@@ -65,6 +65,7 @@ macro_rules! statements {
 statements! {
     ACTIVITY_FINISHED = "activity_finished" [FLOAT8];
     ACTIVITY_HORIZON = "activity_horizon" [INT8];
+    ACTIVITY_KEYS = "activity_keys" [TEXT_ARRAY, TEXT_ARRAY];
     ACTIVITY_QUEUES = "activity_queues" [INT8];
     ACTIVITY_TABLES = "activity_tables" [];
     ADOPT_STALE = "adopt_stale" [];

@@ -243,6 +243,16 @@ async fn an_operator_sees_why_jobs_wait_and_retries_cancels_pauses_and_bulk_retr
             .unwrap();
         assert_eq!(text(&b, "#state").await, "running");
         click(&b, "button[value=cancel]").await;
+        // A running job: a confirmation first, nothing changed yet.
+        assert!(text(&b, "#confirm-cancel").await.contains("is running now"));
+        let still: i64 = scalar(
+            &c,
+            "SELECT count(*) FROM pgwake.dead_jobs WHERE id = $1",
+            id,
+        )
+        .await;
+        assert_eq!(still, 0, "nothing changes before the confirmation");
+        click(&b, "#confirm").await;
         let n = text(&b, ".notice").await;
         assert!(n.contains("Cancel"), "{n}");
         until("the job is cancelled", 60, || async {
@@ -384,7 +394,12 @@ async fn screenshots_for_the_docs() {
              ON CONFLICT (singleton) DO UPDATE SET keep = excluded.keep;
          SELECT pgwake.enqueue('sync_crm', jsonb_build_object('customer', 42, 'amount', 1234567890.123456789),
                                queue => 'crm', ordering_key => 'customer:42') FROM generate_series(1, 3);
-         SELECT pgwake.enqueue('send_email', jsonb_build_object('to', 'user' || g || '@example.com'), queue => 'email')
+         SELECT pgwake.set_queue_max_running_per_key('email', 1);
+         SELECT pgwake.set_queue_limit_key_path('email', 'customer');
+         SELECT pgwake.set_queue_fair_keys('email', true);
+         SELECT pgwake.enqueue('send_email', jsonb_build_object('to', 'user' || g || '@example.com',
+                                                                'customer', CASE WHEN g <= 4 THEN 'acme' ELSE 'globex' END),
+                               queue => 'email')
            FROM generate_series(1, 6) g;
          SELECT pgwake.enqueue('resize_image', jsonb_build_object('image', g || '.jpg', 'width', 1280), queue => 'images')
            FROM generate_series(1, 3) g;
@@ -453,6 +468,186 @@ async fn screenshots_for_the_docs() {
         let png = b.client.screenshot().await.unwrap();
         std::fs::write(dir.join(file), png).unwrap();
     }
+    b.close().await;
+    w.stop.cancel();
+    w.abort.cancel();
+    let _ = w.join.await;
+}
+
+/// Issue 38, item 1 in Chromium: a wrong credential is a page; the header
+/// says actions are on; the Jobs page, 1,400 px wide, counts per state,
+/// holds a 5,000-character error and hostile names without scrolling
+/// sideways, says why a job waits in words with the reason's machine name
+/// in its tooltip and shows its limit key; the page has the console's own
+/// icon; no producer value runs.
+#[tokio::test]
+async fn the_jobs_page_reads_in_words_and_fits_1400_px_in_a_browser() {
+    use crate::limits::{key_at_its_limit, KEY, QUEUE};
+    let db = migrated_db().await;
+    let (w, held) = key_at_its_limit(&db).await;
+    let c = db.client().await;
+    // A dead job whose error is one long line.
+    let long = format!("{}{}", crate::http::HOSTILE[1], "x".repeat(5000));
+    let boom: i64 = c
+        .query_one(
+            "SELECT pgwake.enqueue('boom', queue => $1, limit_key => $2, run_at => now() + interval '1 hour')",
+            &[&QUEUE, &KEY],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    c.execute(
+        "WITH d AS (DELETE FROM pgwake.jobs WHERE id = $1 RETURNING *)
+         INSERT INTO pgwake.dead_jobs (id, queue, task, payload, priority, run_at, attempts,
+                                       max_attempts, last_error, created_at, limit_key)
+         SELECT id, queue, task, payload, priority, run_at, 1, 1, $2, created_at, limit_key FROM d",
+        &[&boom, &long],
+    )
+    .await
+    .unwrap();
+    let console = Console::start(&db, true).await;
+    let b = Browser::start().await;
+    b.client.set_window_size(1400, 900).await.unwrap();
+
+    // A wrong credential: the login page again, rendered, saying so.
+    b.client
+        .goto(&console.url("/login?next=/jobs"))
+        .await
+        .unwrap();
+    b.client
+        .find(Locator::Css("#token"))
+        .await
+        .unwrap()
+        .send_keys("not-the-credential-at-all")
+        .await
+        .unwrap();
+    click(&b, "button[type=submit]").await;
+    assert!(text(&b, ".panel.error")
+        .await
+        .contains("That is not the credential"));
+    assert_eq!(text(&b, "h1").await, "Log in");
+    let kind = b
+        .client
+        .execute("return document.contentType;", vec![])
+        .await
+        .unwrap();
+    assert_eq!(kind, "text/html");
+    assert_eq!(text(&b, "#actions").await, "actions on");
+    b.client
+        .find(Locator::Css("#token"))
+        .await
+        .unwrap()
+        .send_keys(TOKEN)
+        .await
+        .unwrap();
+    click(&b, "button[type=submit]").await;
+    assert_eq!(text(&b, "#actions").await, "actions on");
+
+    // The Jobs page: counts, words, limit keys, no sideways overflow.
+    let counts = text(&b, "#state-counts").await;
+    assert!(
+        counts.contains("running 2") && counts.contains("dead or cancelled 1"),
+        "{counts}"
+    );
+    let badge = b
+        .client
+        .find(Locator::Css(&format!("tr[data-job='{held}'] .reason")))
+        .await
+        .unwrap();
+    let words = badge.text().await.unwrap();
+    assert_eq!(
+        words,
+        format!("waiting for a slot of key {KEY}: 2 of 2 running")
+    );
+    let title = badge.attr("title").await.unwrap().unwrap();
+    assert!(title.starts_with("key_max_running: "), "{title}");
+    let row = text(&b, &format!("tr[data-job='{held}']")).await;
+    assert!(row.contains(&format!("limit {KEY}")), "{row}");
+    let fits = b
+        .client
+        .execute(
+            "const t = document.querySelector('#jobs'); const p = t.parentElement;
+             return [document.documentElement.scrollWidth, document.documentElement.clientWidth,
+                     p.scrollWidth, p.clientWidth];",
+            vec![],
+        )
+        .await
+        .unwrap();
+    let n: Vec<i64> = serde_json::from_value(fits).unwrap();
+    assert!(n[0] <= n[1], "the page scrolls sideways: {n:?}");
+    assert!(
+        n[2] <= n[3],
+        "the jobs table scrolls sideways in its panel: {n:?}"
+    );
+    // The error is cut in the table, whole on the job page.
+    b.client
+        .goto(&console.url(&format!("/jobs/{boom}")))
+        .await
+        .unwrap();
+    assert_eq!(text(&b, "#why").await.to_lowercase(), "why it is dead");
+    assert!(text(&b, "#last-error").await.contains(&"x".repeat(3900)));
+
+    // The Queues page sets the per-key limits (the form under its
+    // disclosure): the path, a per-key rate and fair keys.
+    b.client.goto(&console.url("/queues")).await.unwrap();
+    b.client
+        .find(Locator::Css("details.key-forms summary"))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
+    for (field, value) in [("limit_key_path", "customer_id"), ("rate_per_key", "5/s")] {
+        b.client
+            .find(Locator::Css(&format!(
+                "details.key-forms input[name={field}]"
+            )))
+            .await
+            .unwrap()
+            .send_keys(value)
+            .await
+            .unwrap();
+    }
+    b.client
+        .find(Locator::Css("details.key-forms input[name=fair_keys]"))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
+    click(&b, "form input[value=keys] ~ button").await;
+    assert!(text(&b, ".notice").await.contains("Limits saved"));
+    let s = pgwake::admin::queues::list(&c)
+        .await
+        .unwrap()
+        .into_iter()
+        .find(|q| q.queue == QUEUE)
+        .unwrap();
+    assert_eq!(s.limit_key_path.as_deref(), Some("customer_id"));
+    assert_eq!(
+        s.rate_per_key.map(|r| r.to_string()).as_deref(),
+        Some("5/s")
+    );
+    assert!(s.fair_keys);
+    assert_eq!(s.max_running_per_key, Some(2), "left as it was");
+    let keys = text(&b, "td.keys").await;
+    assert!(
+        keys.contains("customer_id") && keys.contains("5/s per key") && keys.contains("fair"),
+        "{keys}"
+    );
+
+    // The console's own icon, loaded from itself.
+    let icon = b
+        .client
+        .execute(
+            "return fetch(document.querySelector('link[rel=icon]').href)
+               .then(r => r.headers.get('content-type'));",
+            vec![],
+        )
+        .await
+        .unwrap();
+    assert_eq!(icon, "image/svg+xml");
+    assert!(!b.pwned().await);
     b.close().await;
     w.stop.cancel();
     w.abort.cancel();

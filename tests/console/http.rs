@@ -692,7 +692,8 @@ async fn a_bulk_action_counts_first_and_changes_only_what_its_filters_match() {
     let still: i64 = db.scalar("SELECT count(*) FROM pgwake.dead_jobs").await;
     assert_eq!(still, 4, "the review changes nothing");
     let done = post("/bulk/apply", one).await;
-    assert_eq!(done.status, 200, "{}", done.body);
+    // Post, redirect, get: back to the Jobs page, which says what changed.
+    assert_eq!(done.status, 303, "{}", done.body);
     let left: Vec<i64> = c
         .query("SELECT id FROM pgwake.dead_jobs ORDER BY id", &[])
         .await
@@ -882,7 +883,11 @@ async fn a_snoozed_jobs_page_shows_its_snoozes() {
     let console = Console::start(&db, false).await;
     let page = get(&console, &format!("/jobs/{id}")).await;
     assert_eq!(page.status, 200);
-    assert!(page.body.contains(">snoozed<"), "the reason's badge");
+    assert!(
+        page.body.contains("data-reason=\"snoozed\"")
+            && page.body.contains("snoozed by its handler until"),
+        "the reason's badge, in words"
+    );
     assert!(page.body.contains("the 14th time"), "explain's count");
     assert!(
         page.body.contains("id=\"snoozes\">14 (no attempt used)"),

@@ -14,6 +14,8 @@ mod browser;
 mod charts;
 mod fuzz;
 mod http;
+mod jobs_page;
+mod limits;
 mod paged;
 mod pressure;
 mod support;
