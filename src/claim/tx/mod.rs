@@ -2,9 +2,10 @@
 //! handlers run (docs/src/delivery.md; ARCHITECTURE.md, "tx mode").
 //!
 //! ```text
-//!  BEGIN; SET LOCAL limits; DELETE … SKIP LOCKED RETURNING                one round trip
-//!  mark the batch in pgwake.tx_batches unless a job is a suspect
-//!    (other connection, one statement; suspects looked up by job)
+//!  BEGIN; SET LOCAL limits; DELETE … SKIP LOCKED RETURNING;
+//!    (no pressure) the crash check: every mark read                      one round trip
+//!  mark the batch in pgwake.tx_batches (other connection, one statement;
+//!    under pressure, unless a job is a suspect: marks looked up by job)
 //!  any suspect? ── yes ──▶ ROLLBACK; run each suspect alone (below)
 //!  for each job, in claim order:  handler [lazy SAVEPOINT … RELEASE | ROLLBACK TO]
 //!  write requeues and buries (savepoint; per-job fallback), clear the mark; COMMIT
