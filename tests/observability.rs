@@ -438,6 +438,40 @@ async fn a_session_idle_in_transaction_raises_the_idle_and_oldest_transaction_ga
     assert_eq!(s.idle_in_transaction_max_age, 0.0);
 }
 
+/// A transaction in another database of the cluster does not hold back
+/// this database's vacuum horizon, so it is not this database's oldest
+/// transaction: counted, it made claims resume after their cursor (as under
+/// pressure) for nothing. Fails when the gauge reads every database.
+#[tokio::test]
+async fn a_transaction_in_another_database_is_not_the_oldest_transaction() {
+    const APP: &str = "obs-other-database-tool";
+    let db = migrated_db().await;
+    let other = migrated_db().await;
+    let pool = sampler_pool(&db);
+    let idle = connect_as(&other, APP).await;
+    idle.batch_execute("BEGIN; SELECT txid_current();")
+        .await
+        .unwrap();
+    // Old enough to stand out from this database's own sessions (the
+    // sampler's, a few milliseconds into their statements).
+    wait_for(
+        "the other database's transaction to age",
+        DEADLINE,
+        async || {
+            let age = idle_transaction_age(&other, APP).await;
+            (age >= 1.0).then_some(()).ok_or(format!("{age} s"))
+        },
+    )
+    .await;
+    let s = sample(&pool, DEPTH_CAP_DEFAULT).await.unwrap();
+    assert!(
+        s.oldest_transaction_age < 1.0,
+        "a transaction in another database counted as this one's oldest: {} s",
+        s.oldest_transaction_age
+    );
+    idle.batch_execute("ROLLBACK").await.unwrap();
+}
+
 #[tokio::test]
 async fn a_listener_stuck_in_a_transaction_raises_the_notification_queue_usage() {
     let db = migrated_db().await;

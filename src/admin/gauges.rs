@@ -48,7 +48,7 @@ pub struct Sample {
     pub idle_in_transaction: Vec<(String, i64)>,
     /// Transaction age of the oldest idle-in-transaction session.
     pub idle_in_transaction_max_age: f64,
-    /// Age of the oldest open transaction on the server.
+    /// Age of the oldest open transaction in the database.
     pub oldest_transaction_age: f64,
     /// `pg_notification_queue_usage()`.
     pub notification_queue_usage: f64,
