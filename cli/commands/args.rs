@@ -64,6 +64,12 @@ pub enum Command {
         #[command(subcommand)]
         action: super::queue::QueueAction,
     },
+    /// The database pressure (a held vacuum horizon, dead tuples, the NOTIFY queue): show
+    /// the level with its causes and thresholds; set the thresholds.
+    Pressure {
+        #[command(subcommand)]
+        action: super::pressure::PressureAction,
+    },
     /// List jobs in every state, filtered (queue, task, state, keys, payload).
     Jobs {
         #[command(subcommand)]

@@ -2,7 +2,7 @@
 //! [`logging`], [`explain`] (error messages and exit codes), [`run`] (the
 //! worker's wiring), [`enqueue`] and [`ndjson`] (producing), [`dead`] (dead
 //! jobs), [`doctor`] (what breaks queues, with fixes), [`schedule`] (recurring jobs), [`cancel`] (cancelling jobs),
-//! [`queue`] (queue settings), [`protocol`] (the persistent
+//! [`queue`] (queue settings), [`pressure`] (the database pressure), [`protocol`] (the persistent
 //! handler protocol's conformance check), [`history`] (finished jobs), [`ui`] (the console), [`shell`]
 //! (quoting the names in the commands it suggests), and here the dispatch and
 //! the small commands.
@@ -18,6 +18,7 @@ pub mod history;
 pub mod jobs;
 pub mod logging;
 pub mod ndjson;
+pub mod pressure;
 pub mod protocol;
 pub mod queue;
 pub mod run;
@@ -64,6 +65,7 @@ pub async fn dispatch(command: Command) -> Result<ExitCode, Error> {
         Command::Schedule { action } => schedule::command(action).await,
         Command::Cancel(args) => cancel::command(args).await,
         Command::Queue { action } => queue::command(action).await,
+        Command::Pressure { action } => pressure::command(action).await,
         Command::Jobs { action } => jobs::jobs_command(action).await,
         Command::Job { action } => jobs::job_command(action).await,
         Command::Explain(args) => jobs::explain_command(args).await,

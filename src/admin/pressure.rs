@@ -231,3 +231,76 @@ pub async fn log(
         })
         .collect()
 }
+
+/// The thresholds of `pgwake.pressure()` (`pgwake.pressure_settings`): a
+/// measure at or above its `elevated` (`critical`) threshold raises the
+/// level to elevated (critical); a level is left only when every measure
+/// falls below its threshold × `leave_ratio`.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, serde::Deserialize)]
+#[non_exhaustive]
+pub struct Thresholds {
+    /// Seconds the horizon is held (the oldest transaction of the database).
+    pub horizon_elevated_seconds: Option<f64>,
+    /// Seconds the horizon is held, critical.
+    pub horizon_critical_seconds: Option<f64>,
+    /// Dead tuples of the queue tables, summed.
+    pub dead_tuples_elevated: Option<i64>,
+    /// Dead tuples, critical.
+    pub dead_tuples_critical: Option<i64>,
+    /// Fraction of the NOTIFY queue in use.
+    pub notify_elevated: Option<f64>,
+    /// NOTIFY queue, critical.
+    pub notify_critical: Option<f64>,
+    /// A level is left below threshold × this ratio, in (0, 1).
+    pub leave_ratio: Option<f64>,
+}
+
+impl Thresholds {
+    fn from_json(v: serde_json::Value) -> Result<Thresholds> {
+        serde_json::from_value(v)
+            .map_err(|e| Error::Schema(format!("pgwake.pressure_settings unreadable: {e}")))
+    }
+}
+
+/// The thresholds as set (every field `Some`).
+pub async fn thresholds(client: &tokio_postgres::Client) -> Result<Thresholds> {
+    let row = Db::unnamed(client)
+        .query_one(&sql::PRESSURE_THRESHOLDS, &[])
+        .await
+        .map_err(Error::db("reading the pressure thresholds"))?;
+    Thresholds::from_json(row.get(0))
+}
+
+/// Change the thresholds given (`None`: keep) in one statement; returns
+/// every threshold as now set. A set that makes no sense (elevated not
+/// below critical, a fraction over 1, a horizon over 7 days) is refused
+/// with [`Error::Config`] naming the range, and nothing changes.
+pub async fn set_thresholds(client: &tokio_postgres::Client, t: &Thresholds) -> Result<Thresholds> {
+    let r = Db::unnamed(client)
+        .query_one(
+            &sql::PRESSURE_SET_THRESHOLDS,
+            &[
+                &t.horizon_elevated_seconds,
+                &t.horizon_critical_seconds,
+                &t.dead_tuples_elevated,
+                &t.dead_tuples_critical,
+                &t.notify_elevated,
+                &t.notify_critical,
+                &t.leave_ratio,
+            ],
+        )
+        .await;
+    match r {
+        Ok(row) => Thresholds::from_json(row.get(0)),
+        Err(e) => match e.as_db_error() {
+            Some(d) if *d.code() == tokio_postgres::error::SqlState::INVALID_PARAMETER_VALUE => {
+                Err(Error::Config(
+                    d.message()
+                        .trim_start_matches("pgwake.set_pressure_thresholds: ")
+                        .to_string(),
+                ))
+            }
+            _ => Err(Error::db("setting the pressure thresholds")(e)),
+        },
+    }
+}

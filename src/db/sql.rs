@@ -151,7 +151,10 @@ statements! {
     SAMPLE_PRESSURE = "sample_pressure" [];
     PRESSURE = "pressure" [];
     PRESSURE_LOG = "pressure_log" [FLOAT8, INT8];
+    PRESSURE_SET_THRESHOLDS = "pressure_set_thresholds" [FLOAT8, FLOAT8, INT8, INT8, FLOAT8,
+        FLOAT8, FLOAT8];
     PRESSURE_STATE = "pressure_state" [];
+    PRESSURE_THRESHOLDS = "pressure_thresholds" [];
     SWEEP_KEY_SLOTS = "sweep_key_slots" [TEXT, TEXT, INT8];
     LIMITED_QUEUES = "limited_queues" [];
     QUEUE_LIST = "queue_list" [];

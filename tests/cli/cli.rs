@@ -580,3 +580,102 @@ async fn pgwake_ui_says_in_its_own_words_that_it_stops_and_stopped() {
         "last line {last:?}: {log}"
     );
 }
+
+/// `pgwake pressure show | set`: the thresholds can be changed without SQL,
+/// a nonsensical set is refused with the range and exit 2 and changes
+/// nothing, and `show` prints the level, a held horizon's holder and the
+/// thresholds as set.
+#[tokio::test]
+async fn pressure_thresholds_are_set_from_the_command_line_and_nonsense_is_refused() {
+    let db = migrated_db().await;
+    let url = Some(db.url.as_str());
+    let o = run(
+        &[
+            "pressure",
+            "set",
+            "--horizon-elevated",
+            "1s",
+            "--horizon-critical",
+            "1h",
+            "--leave-ratio",
+            "0.8",
+        ],
+        url,
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    let set = |col: &str| format!("SELECT {col}::float8 FROM pgwake.pressure_settings");
+    assert_eq!(
+        db.scalar::<f64>(&set("horizon_elevated_seconds")).await,
+        1.0
+    );
+    assert_eq!(
+        db.scalar::<f64>(&set("horizon_critical_seconds")).await,
+        3600.0
+    );
+    assert_eq!(db.scalar::<f64>(&set("leave_ratio")).await, 0.8);
+
+    // Elevated above critical: refused with the range, nothing changed.
+    let o = run(
+        &["pressure", "set", "--dead-tuples-elevated", "5000000"],
+        url,
+    );
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("0 < elevated < critical") && stderr(&o).contains("nothing changed"),
+        "{}",
+        stderr(&o)
+    );
+    assert_eq!(
+        db.scalar::<f64>(&set("dead_tuples_elevated")).await,
+        100000.0
+    );
+    let o = run(&["pressure", "set", "--notify-critical", "2"], url);
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    let o = run(&["pressure", "set"], url);
+    assert_eq!(
+        o.status.code(),
+        Some(2),
+        "no threshold given: a usage error"
+    );
+
+    // A session holding the horizon (PostgreSQL itself turns control
+    // characters of an application_name into '?').
+    let pin = connect_as(&db, "metabase\n\u{1b}[2J").await;
+    pin.batch_execute("BEGIN ISOLATION LEVEL REPEATABLE READ; SELECT 1;")
+        .await
+        .unwrap();
+    let c = db.client().await;
+    wait_for(
+        "the horizon to be held 1 s",
+        Duration::from_secs(60),
+        async || {
+            let age: f64 = c
+                .query_one(
+                    "SELECT coalesce(max(extract(epoch FROM now() - xact_start)), 0)::float8
+                 FROM pg_stat_activity WHERE datname = current_database()
+                   AND pid <> pg_backend_pid() AND xact_start IS NOT NULL",
+                    &[],
+                )
+                .await
+                .unwrap()
+                .get(0);
+            (age >= 1.5).then_some(()).ok_or(format!("{age} s"))
+        },
+    )
+    .await;
+    let o = run(&["pressure", "show"], url);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(out.contains("level: elevated"), "{out}");
+    assert!(out.contains("(metabase"), "the holder: {out}");
+    assert!(!out.contains('\u{1b}'), "{out}");
+    assert!(
+        out.contains("elevated 1s") && out.contains("critical 1h"),
+        "{out}"
+    );
+    let o = run(&["pressure", "show", "--json"], url);
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v["pressure"]["level"], "elevated");
+    assert_eq!(v["thresholds"]["leave_ratio"], 0.8);
+    pin.batch_execute("ROLLBACK").await.unwrap();
+}
