@@ -196,6 +196,12 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "0035_batch_job_index.sql",
         sql: include_str!("../../migrations/0035_batch_job_index.sql"),
     },
+    // 36 is another branch's (numbers taken before this one).
+    Migration {
+        version: 37,
+        name: "0037_progress.sql",
+        sql: include_str!("../../migrations/0037_progress.sql"),
+    },
 ];
 
 /// The functions and triggers of `functions/`, re-applied by every migrate
