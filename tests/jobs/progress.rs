@@ -328,3 +328,86 @@ async fn tx_mode_a_killed_runs_progress_is_not_shown_for_the_next_run() {
 async fn lease_mode_a_killed_runs_progress_is_not_shown_for_the_next_run() {
     a_killed_runs_progress_is_not_shown_for_the_next_run(LEASE).await;
 }
+
+/// An `exec` command's `pgwake-progress:` stderr lines: the first (a value
+/// and a message) is shown while the command runs; a line that is not
+/// JSON and one over the value's bound are refused and change nothing;
+/// the command goes on and its job is done, its row gone. With the line
+/// not parsed (taken for an ordinary stderr line) nothing is shown.
+async fn an_exec_commands_progress_line_is_shown_while_it_runs(tx: bool) {
+    let db = migrated_db().await;
+    let client = db.client().await;
+    let dir = tempfile::tempdir().unwrap();
+    let script = dir.path().join("report.sh");
+    let go = dir.path().join("go");
+    std::fs::write(
+        &script,
+        format!(
+            "#!/bin/sh\n\
+             echo 'pgwake-progress: {{\"done\": 2, \"of\": 3}} two of three' >&2\n\
+             echo 'pgwake-progress: {{oops' >&2\n\
+             printf 'pgwake-progress: \"%s\"\\n' \"$(head -c 5000 /dev/zero | tr '\\0' x)\" >&2\n\
+             while [ ! -e {} ]; do sleep 0.05; done\n",
+            go.display()
+        ),
+    )
+    .unwrap();
+    let id = enqueue(&client, &NewJob::new("report", json!({})))
+        .await
+        .unwrap();
+    let (task, h) =
+        pgwake::handlers::parse_flag(&format!("report=exec:sh {}", script.display())).unwrap();
+    let h = if tx {
+        pgwake::handlers::with_delivery(h, pgwake::Delivery::Tx)
+    } else {
+        h
+    };
+    let worker = Worker::builder(db.config())
+        .config(config(false))
+        .handler_arc(&task, h)
+        .build()
+        .unwrap();
+    let mut w = Running::start(worker);
+    let p = wait_for(
+        "the command's progress",
+        Duration::from_secs(30),
+        async || match jobs::show(&client, id).await.unwrap().unwrap().progress {
+            Some(p) => Ok(p),
+            None => Err("none".into()),
+        },
+    )
+    .await;
+    assert_eq!(
+        (p.value.as_str(), p.message.as_deref()),
+        (r#"{"of": 3, "done": 2}"#, Some("two of three"))
+    );
+    std::fs::write(&go, "").unwrap();
+    let ev = w
+        .next_events(1, Duration::from_secs(30), |e| e.id == id)
+        .await;
+    assert_eq!(ev[0].outcome(), "done", "{ev:?}");
+    wait_for("the run's row to go", Duration::from_secs(30), async || {
+        let left: i64 = db
+            .scalar(&format!(
+                "SELECT count(*) FROM pgwake.job_progress WHERE job_id = {id}"
+            ))
+            .await;
+        if left == 0 {
+            Ok(())
+        } else {
+            Err(format!("{left} row(s)"))
+        }
+    })
+    .await;
+    w.shutdown().await;
+}
+
+#[tokio::test]
+async fn tx_mode_an_exec_commands_progress_line_is_shown_while_it_runs() {
+    an_exec_commands_progress_line_is_shown_while_it_runs(true).await;
+}
+
+#[tokio::test]
+async fn lease_mode_an_exec_commands_progress_line_is_shown_while_it_runs() {
+    an_exec_commands_progress_line_is_shown_while_it_runs(false).await;
+}

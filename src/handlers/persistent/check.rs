@@ -757,6 +757,7 @@ fn kind(msg: &Incoming) -> &'static str {
         Incoming::Done { .. } => "done",
         Incoming::Fail { .. } => "fail",
         Incoming::Snooze { .. } => "snooze",
+        Incoming::Progress { .. } => "progress",
         Incoming::Pong { .. } => "pong",
         Incoming::Sql { .. } => "sql",
     }

@@ -566,6 +566,11 @@ impl Pool {
                     let _ = entry.replies.send(Reply::Sql { seq, sql, params });
                 }
             }
+            Incoming::Progress { value, message, .. } => {
+                if !entry.cancelled {
+                    let _ = entry.replies.send(Reply::Progress { value, message });
+                }
+            }
             Incoming::Done { result, .. } => {
                 let entry = inflight.remove(&id).expect("entry");
                 drop(inflight);
