@@ -16,4 +16,5 @@ mod fuzz;
 mod http;
 mod paged;
 mod pressure;
+mod progress;
 mod support;
