@@ -566,10 +566,9 @@ impl Pool {
                     let _ = entry.replies.send(Reply::Sql { seq, sql, params });
                 }
             }
-            Incoming::Progress { value, message, .. } => {
-                if !entry.cancelled {
-                    let _ = entry.replies.send(Reply::Progress { value, message });
-                }
+            // A cancelled job's reports are dropped.
+            Incoming::Progress { value, message, .. } if !entry.cancelled => {
+                let _ = entry.replies.send(Reply::Progress { value, message });
             }
             Incoming::Done { result, .. } => {
                 let entry = inflight.remove(&id).expect("entry");
