@@ -115,32 +115,6 @@ pub(crate) fn checked(
     Ok((text, message))
 }
 
-/// A report of an `exec` or persistent handler (`handler`: its kind, the
-/// metric's label): taken, or refused with a warning in the log and
-/// `pgwake_progress_refused_total`; the job goes on either way.
-pub(crate) fn report_or_warn(
-    ctx: &crate::JobContext<'_>,
-    job: &crate::Job,
-    handler: &'static str,
-    value: &serde_json::Value,
-    message: Option<&str>,
-) {
-    if let Err(e) = ctx.progress(value, message) {
-        refused(job, handler, &e.to_string());
-    }
-}
-
-/// Count and log a refused report of an `exec` or persistent handler.
-pub(crate) fn refused(job: &crate::Job, handler: &'static str, why: &str) {
-    ::metrics::counter!(crate::metrics::PROGRESS_REFUSED, "handler" => handler).increment(1);
-    tracing::warn!(
-        job = job.id,
-        attempt = job.attempt,
-        "refused a progress report of its {handler} handler, the job goes on: {}",
-        crate::handlers::exec::escape_line(why.as_bytes())
-    );
-}
-
 /// Which run of a job wrote a progress row: what fences its writes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub(crate) enum Run {

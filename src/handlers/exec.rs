@@ -541,14 +541,14 @@ impl Handler for ExecHandler {
                 lines.push(&buf[..n]);
                 for line in lines.take_progress() {
                     match line.and_then(|rest| stderr::parse_progress(&rest)) {
-                        Ok((value, message)) => crate::progress::report_or_warn(
+                        Ok((value, message)) => crate::handlers::report_or_warn(
                             &ctx,
                             job,
                             "exec",
                             &value,
                             message.as_deref(),
                         ),
-                        Err(why) => crate::progress::refused(job, "exec", &why),
+                        Err(why) => crate::handlers::progress_refused(job, "exec", &why),
                     }
                 }
             }

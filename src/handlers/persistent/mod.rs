@@ -384,7 +384,7 @@ impl Handler for PersistentHandler {
                         return Ok(Outcome::snooze(Duration::from_secs_f64(after)));
                     }
                     Reply::Progress { value, message } => {
-                        crate::progress::report_or_warn(
+                        crate::handlers::report_or_warn(
                             &ctx,
                             job,
                             "persistent",
