@@ -124,6 +124,19 @@ async fn progress_is_shown_while_it_runs_coalesced_and_gone_after(lease: bool) {
             && progress.detail.contains("row 999"),
         "{progress:?}"
     );
+    // The commands say it too.
+    let show = run_pgwake(&["job", "show", &id.to_string()], Some(&db.url));
+    let show = String::from_utf8_lossy(&show.stdout);
+    assert!(
+        show.contains(r#"  progress   {"i": 999, "of": 1000} row 999 (at "#),
+        "{show}"
+    );
+    let explain = run_pgwake(&["explain", &id.to_string()], Some(&db.url));
+    let explain = String::from_utf8_lossy(&explain.stdout);
+    assert!(
+        explain.contains(r#"progress: its handler reported {"i": 999, "of": 1000} (row 999) at "#),
+        "{explain}"
+    );
     let statements: i64 = db.scalar("SELECT n FROM progress_statements").await;
     assert!(
         (1..=5).contains(&statements),
