@@ -13,7 +13,9 @@
 //! `flaky` fails one run in five; `fail_once` fails its first attempt;
 //! `fail` always fails; `snooze` snoozes `{"times": N}` runs for `{"ms":
 //! M}`, then (`{"block": true}`) blocks its first attempt, then succeeds;
-//! `hog` blocks its thread for an hour; `gated`, once
+//! `hog` blocks its thread for an hour; `progress` reports its progress on
+//! its first attempt and blocks (to be killed), and runs as `gated` (with
+//! no report) after; `gated`, once
 //! its run is recorded, waits for the test's gate (the advisory lock
 //! [`GATE`], which the test holds while it wants these runs kept alive)
 //! and then sleeps `{"ms": N}` of its payload, or like `work` without it.
@@ -161,7 +163,16 @@ impl Handler for Chaos {
             "flaky" if rand::random::<u8>().is_multiple_of(5) => Err("flaky failure".into()),
             "fail_once" if job.attempt == 1 => Err("first attempt fails".into()),
             "fail" => Err("always fails".into()),
-            "gated" => {
+            "progress" if job.attempt == 1 => {
+                // Reports its run, then blocks to be killed.
+                ctx.progress(
+                    &serde_json::json!({"attempt": job.attempt, "pid": std::process::id()}),
+                    Some("the first run"),
+                )?;
+                std::future::pending::<()>().await;
+                Ok(Outcome::Done)
+            }
+            "gated" | "progress" => {
                 // Blocks while the test holds the gate exclusively.
                 conn.execute(
                     "SELECT pg_advisory_lock_shared($1, $2)",

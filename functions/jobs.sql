@@ -3,6 +3,8 @@
 --
 --   reason         detail (what and what ends it)                   until           blocking_job
 --   running        leased by worker W (lease mode) / in a tx claim  lease_until
+--   progress       (after running) what its handler last reported:
+--                  the value, its message, when (migration 0037)
 --   process_wait   (after running) its worker's persistent handler
 --                  had jobs waiting for a free process: it may be
 --                  one, started but not yet on a process
@@ -72,6 +74,47 @@ LANGUAGE sql STABLE AS $$
     ORDER BY w.id, p->>'command'
 $$;
 
+-- Whether the progress row of job `job` written by the run `run_token`
+-- (lease mode: its claim token) or `run_xid` (tx mode: its claim
+-- transaction) belongs to the job's current run (migration 0037): the
+-- token still holds the job's lease, or the claim transaction is still
+-- open (it holds the job until it ends, so no other run of it can exist
+-- meanwhile). Fences every progress write, and filters what readers show.
+CREATE OR REPLACE FUNCTION pgwake.progress_current(job bigint, run_token bigint, run_xid xid8)
+RETURNS boolean
+LANGUAGE sql STABLE AS $$
+    SELECT CASE
+        WHEN run_token IS NOT NULL THEN EXISTS (
+            SELECT 1 FROM pgwake.leased_jobs l WHERE l.token = run_token AND l.id = job)
+        WHEN run_xid IS NOT NULL THEN coalesce(pg_xact_status(run_xid) = 'in progress', false)
+        ELSE false
+    END
+$$;
+
+-- The progress of each of `ids` that is running and reported some in its
+-- current run: the value (JSON text), its message and when it was written.
+-- Used by `pgwake job show`, the console's pages and pgwake.explain.
+CREATE OR REPLACE FUNCTION pgwake.job_progress_of(ids bigint[])
+RETURNS TABLE (job_id bigint, value text, message text, updated_at timestamptz)
+LANGUAGE sql STABLE AS $$
+    SELECT p.job_id, p.value::text, p.message, p.updated_at
+    FROM pgwake.job_progress p
+    WHERE p.job_id = ANY(ids) AND pgwake.progress_current(p.job_id, p.token, p.xid)
+    ORDER BY p.job_id
+$$;
+
+-- Explain's `progress` row of a running job that reported some.
+CREATE OR REPLACE FUNCTION pgwake.explain_progress(job bigint)
+RETURNS TABLE (reason text, detail text, until timestamptz, blocking_job bigint)
+LANGUAGE sql STABLE AS $$
+    SELECT 'progress'::text,
+           format('its handler reported %s%s at %s', p.value,
+                  CASE WHEN p.message IS NULL THEN '' ELSE format(' (%s)', p.message) END,
+                  p.updated_at),
+           NULL::timestamptz, NULL::bigint
+    FROM pgwake.job_progress_of(ARRAY[job]) p
+$$;
+
 CREATE OR REPLACE FUNCTION pgwake.explain(job_id bigint)
 RETURNS TABLE (reason text, detail text, until timestamptz, blocking_job bigint)
 LANGUAGE plpgsql STABLE AS $$
@@ -103,6 +146,7 @@ BEGIN
             format('lease mode, attempt %s, leased by worker %s; its lease is renewed while it runs',
                    l.attempts, l.worker_id),
             l.lease_until, NULL::bigint;
+        RETURN QUERY SELECT * FROM pgwake.explain_progress(job_id);
         RETURN QUERY SELECT * FROM pgwake.explain_process_wait(l.task, ARRAY[l.worker_id]);
         RETURN;
     END IF;
@@ -132,6 +176,7 @@ BEGIN
         RETURN QUERY SELECT 'running'::text,
             format('tx mode, attempt %s: a worker''s claim transaction holds it until its handler ends', j.attempts + 1),
             NULL::timestamptz, NULL::bigint;
+        RETURN QUERY SELECT * FROM pgwake.explain_progress(job_id);
         -- Its worker: the batch's mark names it; before the mark, the
         -- workers of the holding backend's application_name.
         RETURN QUERY SELECT * FROM pgwake.explain_process_wait(j.task, coalesce(

@@ -88,7 +88,7 @@ BEGIN
     EXECUTE format('GRANT SELECT ON ALL TABLES IN SCHEMA pgwake TO %s', role);
     -- The read-only functions of `pgwake explain`, `pgwake jobs list`, the
     -- fleet's unserved jobs and the console's pages.
-    EXECUTE format('GRANT EXECUTE ON FUNCTION pgwake.explain(bigint), pgwake.list_jobs(text, text, text, text, text, jsonb, bigint, integer, timestamptz), pgwake.unserved_jobs(integer, integer), pgwake.unslotted_running(text), pgwake.unslotted_key_running(text, text), pgwake.held_by_claim(xid), pgwake.explain_process_wait(text, text[]), pgwake.queue_pressure(text, integer) TO %s', role);
+    EXECUTE format('GRANT EXECUTE ON FUNCTION pgwake.explain(bigint), pgwake.list_jobs(text, text, text, text, text, jsonb, bigint, integer, timestamptz), pgwake.unserved_jobs(integer, integer), pgwake.unslotted_running(text), pgwake.unslotted_key_running(text, text), pgwake.held_by_claim(xid), pgwake.explain_process_wait(text, text[]), pgwake.queue_pressure(text, integer), pgwake.progress_current(bigint, bigint, xid8), pgwake.job_progress_of(bigint[]), pgwake.explain_progress(bigint) TO %s', role);
     -- The governor's reading (a monitor's call records nothing: it may not
     -- write the state, see functions/pressure.sql).
     EXECUTE format('GRANT EXECUTE ON FUNCTION pgwake.pressure(), pgwake.pressure_duration(float8) TO %s', role);

@@ -172,6 +172,10 @@ pub const SAMPLE_INTERVAL_DEFAULT: Duration = Duration::from_secs(5);
 pub const LEASE_DURATION_DEFAULT: Duration = Duration::from_secs(30);
 /// Default interval at which every worker moves expired leases back.
 pub const RESCUE_INTERVAL_DEFAULT: Duration = Duration::from_secs(5);
+/// Default interval at which a worker writes what its running jobs
+/// reported of their progress ([`crate::JobContext::progress`]): one
+/// statement for every job that reported since the last.
+pub const PROGRESS_INTERVAL_DEFAULT: Duration = Duration::from_secs(1);
 
 /// Default interval at which a worker checks `pgwake.cancel_requests` for
 /// the jobs it runs: the fallback for a cancel whose notification its
@@ -294,6 +298,10 @@ pub struct WorkerConfig {
     /// How often this worker moves expired leases back to the queue.
     /// Default 5 s.
     pub rescue_interval: Duration,
+    /// How often this worker writes the progress its running jobs reported
+    /// ([`crate::JobContext::progress`]), one statement for all of them:
+    /// how old a value shown by `pgwake job show` may be. Default 1 s.
+    pub progress_interval: Duration,
     /// Interval of the database sampling query (queue depth, pressure
     /// gauges); `None` turns sampling off. Default 5 s.
     pub sample_interval: Option<Duration>,
@@ -353,6 +361,7 @@ impl Default for WorkerConfig {
             lease_duration: LEASE_DURATION_DEFAULT,
             tx_queues: Vec::new(),
             rescue_interval: RESCUE_INTERVAL_DEFAULT,
+            progress_interval: PROGRESS_INTERVAL_DEFAULT,
             sample_interval: Some(SAMPLE_INTERVAL_DEFAULT),
             cancel_poll_interval: CANCEL_POLL_INTERVAL_DEFAULT,
             scheduler: Some(SchedulerConfig::default()),
@@ -508,6 +517,7 @@ impl WorkerConfig {
         }
         for (setting, d) in [
             ("--rescue-interval", self.rescue_interval),
+            ("--progress-interval", self.progress_interval),
             ("--poll-interval", self.poll_interval),
             ("--cancel-poll-interval", self.cancel_poll_interval),
             ("--job-timeout", self.job_timeout),

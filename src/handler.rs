@@ -171,6 +171,7 @@ pub struct JobContext<'a> {
     pub(crate) deadline: &'a Deadline,
     pub(crate) admitted_at: Option<SystemTime>,
     pub(crate) keys: &'a Keys,
+    pub(crate) progress: &'a crate::progress::Reporter,
 }
 
 impl<'a> JobContext<'a> {
@@ -217,6 +218,32 @@ impl<'a> JobContext<'a> {
     /// rates and fair keys), if it has one.
     pub fn limit_key(&self) -> Option<&'a str> {
         self.keys.limit_key.as_deref()
+    }
+
+    /// Report how far this run has got: a small JSON value (at most
+    /// [`PROGRESS_VALUE_MAX`](crate::PROGRESS_VALUE_MAX) bytes of JSON,
+    /// [`PROGRESS_DEPTH_MAX`](crate::PROGRESS_DEPTH_MAX) deep) and an
+    /// optional message (at most
+    /// [`PROGRESS_MESSAGE_MAX`](crate::PROGRESS_MESSAGE_MAX) characters),
+    /// shown by `pgwake job show`, `pgwake explain` and the console while
+    /// the job runs. No I/O: the worker keeps the latest report and writes
+    /// it within `--progress-interval` (one statement for every running job
+    /// that reported), so calling it in a tight loop is fine. A report over
+    /// a bound is refused with an `Err` and changes nothing; the run goes
+    /// on. In both modes it is visible at once to other sessions (it is not
+    /// part of the claim transaction), and it goes when the run ends.
+    ///
+    /// ```no_run
+    /// # async fn f(ctx: pgwake::JobContext<'_>) -> Result<(), pgwake::ProgressError> {
+    /// ctx.progress(&serde_json::json!({"done": 40, "of": 100}), Some("importing rows"))?;
+    /// # Ok(()) }
+    /// ```
+    pub fn progress(
+        &self,
+        value: &serde_json::Value,
+        message: Option<&str>,
+    ) -> Result<(), crate::progress::ProgressError> {
+        self.progress.report(value, message)
     }
 
     /// The worker's pool, for work that must not be part of the claim

@@ -163,3 +163,29 @@ impl Handler for WithDelivery {
         self.handler.processes()
     }
 }
+
+/// A report of an `exec` or persistent handler (`handler`: its kind, the
+/// metric's label): taken, or refused with a warning in the log and
+/// `pgwake_progress_refused_total`; the job goes on either way.
+pub(crate) fn report_or_warn(
+    ctx: &JobContext<'_>,
+    job: &Job,
+    handler: &'static str,
+    value: &serde_json::Value,
+    message: Option<&str>,
+) {
+    if let Err(e) = ctx.progress(value, message) {
+        progress_refused(job, handler, &e.to_string());
+    }
+}
+
+/// Count and log a refused report of an `exec` or persistent handler.
+pub(crate) fn progress_refused(job: &Job, handler: &'static str, why: &str) {
+    ::metrics::counter!(crate::metrics::PROGRESS_REFUSED, "handler" => handler).increment(1);
+    tracing::warn!(
+        job = job.id,
+        attempt = job.attempt,
+        "refused a progress report of its {handler} handler, the job goes on: {}",
+        exec::escape_line(why.as_bytes())
+    );
+}

@@ -68,6 +68,7 @@ pub mod signals;
 mod handler;
 mod health;
 mod job;
+mod progress;
 mod worker;
 
 /// One job's way from claim to outcome (private).
@@ -101,6 +102,7 @@ pub use error::{Error, Result};
 pub use handler::{BoxError, ClaimClient, Delivery, Handler, HandlerProcesses, JobContext};
 pub use health::Health;
 pub use job::{Job, Outcome, Resolution, PAYLOAD_DEPTH_LIMIT, SNOOZES_WARN, SNOOZE_MAX};
+pub use progress::{ProgressError, PROGRESS_DEPTH_MAX, PROGRESS_MESSAGE_MAX, PROGRESS_VALUE_MAX};
 pub use worker::{Worker, WorkerBuilder};
 
 // The crates whose types the API takes and returns, so an embedder names

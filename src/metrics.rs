@@ -32,6 +32,14 @@ pub(crate) const PERSISTENT_RESTARTS: &str = "pgwake_persistent_restarts_total";
 pub(crate) const PERSISTENT_PROTOCOL_ERRORS: &str = "pgwake_persistent_protocol_errors_total";
 /// Gauge: jobs this worker is running, label `queue`.
 pub(crate) const JOBS_IN_FLIGHT: &str = "pgwake_jobs_in_flight";
+/// Counter: statements the progress writer sent (writes and clears).
+pub(crate) const PROGRESS_FLUSHES: &str = "pgwake_progress_statements_total";
+/// Counter: progress rows written (one per job per flush, whatever the
+/// number of reports it coalesced).
+pub(crate) const PROGRESS_WRITES: &str = "pgwake_progress_writes_total";
+/// Counter: progress reports of exec and persistent handlers refused (over
+/// a bound, or not JSON), label `handler` (`exec` or `persistent`).
+pub(crate) const PROGRESS_REFUSED: &str = "pgwake_progress_refused_total";
 /// Counter: claim queries, labels `trigger`, `result`.
 pub(crate) const CLAIMS: &str = "pgwake_claims_total";
 /// Counter: notifications received.
@@ -336,6 +344,18 @@ pub(crate) fn describe() {
         "Running jobs this worker stopped because of a cancel request (pgwake cancel), by queue; cancels of waiting jobs need no worker and show in pgwake_dead_jobs"
     );
     describe_gauge!(JOBS_IN_FLIGHT, "Jobs this worker is running now, by queue");
+    describe_counter!(
+        PROGRESS_FLUSHES,
+        "Statements the progress writer sent: one per --progress-interval at most for every job that reported, one more to clear the rows of runs that ended"
+    );
+    describe_counter!(
+        PROGRESS_WRITES,
+        "Progress rows written: one per job per write, whatever the number of reports it coalesced"
+    );
+    describe_counter!(
+        PROGRESS_REFUSED,
+        "Progress reports of exec and persistent handlers refused (over a bound, or not JSON), by handler kind; the job goes on"
+    );
     describe_gauge!(
         PERSISTENT_PROCESSES,
         "Live persistent handler processes (their hello done), by handler command"

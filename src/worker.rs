@@ -366,6 +366,14 @@ impl Worker {
             ctx.clone(),
             lease_stop.clone(),
         ));
+        // Stopped after the last run: its last flush clears their rows.
+        lease_services.spawn(crate::claim::progress::run(
+            ctx.progress.clone(),
+            ctx.pool.clone(),
+            ctx.config.prepared_statements,
+            self.config.progress_interval,
+            lease_stop.clone(),
+        ));
 
         let mut claimers = JoinSet::new();
         let tasks = self.config.claim_tasks(self.tx);
@@ -650,6 +658,7 @@ impl Worker {
             key_cursors: Default::default(),
             claim_cursors: Default::default(),
             key_repairs: crate::claim::key_repair::KeyRepairs::new(self.pool.clone()),
+            progress: Default::default(),
         }
     }
 
@@ -696,6 +705,14 @@ impl Worker {
         .map(|r| r.claimed);
         ctx.jobs.close();
         ctx.jobs.wait().await;
+        // What the round's runs reported, and their clears.
+        if let Err(e) = ctx
+            .progress
+            .flush(&ctx.pool, ctx.config.prepared_statements)
+            .await
+        {
+            tracing::warn!(error = %e, "writing progress failed");
+        }
         done.cancel();
         let _ = completer.await;
         let _ = heartbeat.await;

@@ -260,6 +260,9 @@ pub struct RunArgs {
     /// How often expired leases are moved back to the queue.
     #[arg(long, value_parser = duration, default_value_t = human(config::RESCUE_INTERVAL_DEFAULT))]
     pub rescue_interval: HumanDuration,
+    /// How often the progress running jobs report is written (one statement for all of them).
+    #[arg(long, value_parser = duration, default_value_t = human(config::PROGRESS_INTERVAL_DEFAULT))]
+    pub progress_interval: HumanDuration,
     /// How often the worker looks for cancel requests of the jobs it runs (fallback for missed notifications).
     #[arg(long, value_parser = duration, default_value_t = human(config::CANCEL_POLL_INTERVAL_DEFAULT))]
     pub cancel_poll_interval: HumanDuration,

@@ -256,6 +256,16 @@ fn render_detail(id: i64, d: &JobDetail) -> String {
             s.count, s.last_at, s.last_until
         ));
     }
+    if let Some(p) = &d.progress {
+        out.push_str(&format!(
+            "  progress   {}{} (at {})\n",
+            printable(&p.value),
+            p.message
+                .as_deref()
+                .map_or(String::new(), |m| format!(" {}", printable(m))),
+            p.at
+        ));
+    }
     if let Some(p) = &d.payload {
         out.push_str("payload\n");
         for line in p.lines() {

@@ -32,6 +32,7 @@ pub fn worker_config(args: &RunArgs) -> Result<WorkerConfig, Error> {
         lease_duration: args.lease_duration.into(),
         tx_queues: names(&args.tx_queues),
         rescue_interval: args.rescue_interval.into(),
+        progress_interval: args.progress_interval.into(),
         prepared_statements: args.prepared_statements,
         fail_fast: args.fail_fast,
         history: pgwake::config::HistoryConfig::keeping(args.keep_finished.unwrap_or_default()),

@@ -63,6 +63,11 @@ const tasks = {
   async snooze(job, payload) {
     return snooze(payload.secs ?? 60);
   },
+  // Reports its payload's value and message, then sleeps like `sleep`.
+  async progress(job, payload) {
+    job.progress(payload.value ?? null, payload.message);
+    return tasks.sleep(job, { secs: payload.secs ?? 0 });
+  },
   async sql(job, payload) {
     if (!job.msg.tx) return fail("task sql needs tx mode (--tx-tasks sql)", true);
     const results = [];
@@ -82,6 +87,12 @@ let draining = false;
 class Job {
   constructor(msg) {
     Object.assign(this, { msg, abort: new AbortController(), seq: 0, waiting: null });
+  }
+  // Reports how far the job has got (shown by pgwake job show while it runs); not an answer.
+  // At most 4 KiB of JSON and a 200-character message, else pgwake warns and ignores it.
+  progress(value, message) {
+    const { id, token } = this.msg;
+    send({ type: "progress", id, token, value, ...(message == null ? {} : { message }) });
   }
   // Runs one statement in the job's claim transaction; resolves to its sql_result.
   sql(sql, params) {

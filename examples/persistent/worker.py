@@ -53,6 +53,12 @@ class Job:
               "sql": sql, "params": params})
         return self.sql_results.get()  # handed over by the reader thread
 
+    def progress(self, value, message=None):
+        """Reports how far the job has got (shown by pgwake job show while it runs); not an answer.
+        At most 4 KiB of JSON and a 200-character message, else pgwake warns and ignores it."""
+        msg = {"type": "progress", "id": self.msg["id"], "token": self.msg["token"], "value": value}
+        send(msg if message is None else {**msg, "message": message})
+
 def echo(job, payload):
     print(f"echo {job.msg['id']}", flush=True)  # pgwake logs stdout and stderr, tagged with the job
     print(f"echo {job.msg['id']} on stderr", file=sys.stderr, flush=True)
@@ -67,6 +73,10 @@ def fail_task(job, p):
 def snooze_task(job, p):
     return snooze(p.get("secs", 60))
 
+def progress_task(job, p):  # reports its payload's value and message, then sleeps like `sleep`
+    job.progress(p.get("value"), p.get("message"))
+    return fail("cancelled") if job.cancelled.wait(float(p.get("secs", 0))) else done()
+
 def sql(job, payload):
     if not job.msg.get("tx"):
         return fail("task sql needs tx mode (--tx-tasks sql)", for_good=True)
@@ -79,7 +89,7 @@ def sql(job, payload):
     return fail("failed on purpose after its statements") if payload.get("fail") else done(results)
 
 TASKS = {"echo": echo, "sleep": sleep, "crash": crash, "fail": fail_task, "snooze": snooze_task,
-         "sql": sql}
+         "progress": progress_task, "sql": sql}
 jobs, jobs_lock, draining = {}, threading.Lock(), False  # jobs in flight by id
 
 def run(job):

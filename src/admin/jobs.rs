@@ -14,6 +14,7 @@ use crate::error::{Error, Result};
 /// pages to the same set.
 pub const REASONS: &[&str] = &[
     "running",
+    "progress",
     "process_wait",
     "buffered",
     "locked",
@@ -38,9 +39,9 @@ pub const REASONS: &[&str] = &[
 /// One reason a job is not running, and what ends it.
 #[derive(Debug, Clone, Serialize, PartialEq)]
 pub struct Reason {
-    /// One of [`REASONS`] (`running`, then maybe `process_wait`: its
-    /// worker's persistent handler had jobs waiting for a free process;
-    /// `docs/src/sql.md`).
+    /// One of [`REASONS`] (`running`, then maybe `progress`: what its
+    /// handler last reported, and `process_wait`: its worker's persistent
+    /// handler had jobs waiting for a free process; `docs/src/sql.md`).
     pub reason: String,
     /// What holds it and what will end it, in words.
     pub detail: String,
@@ -243,6 +244,47 @@ pub struct Snoozes {
     pub last_at: String,
 }
 
+/// What a running job last reported of its progress, in its current run
+/// ([`crate::JobContext::progress`]; `pgwake.job_progress`).
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct Progress {
+    /// The value, as JSON text (at most [`crate::PROGRESS_VALUE_MAX`] bytes).
+    pub value: String,
+    /// Its message, if any.
+    pub message: Option<String>,
+    /// When the worker wrote it (RFC 3339): within `--progress-interval`
+    /// of the report.
+    pub at: String,
+}
+
+/// The progress of each of `ids` that runs and reported some in its
+/// current run, by job id. The progress of a run that is over (its worker
+/// died, its lease was lost) is never returned, even before its row goes.
+pub async fn progress(
+    client: &tokio_postgres::Client,
+    ids: &[i64],
+) -> Result<std::collections::HashMap<i64, Progress>> {
+    if ids.is_empty() {
+        return Ok(Default::default());
+    }
+    Ok(Db::unnamed(client)
+        .query(&sql::JOB_PROGRESS, &[&ids])
+        .await
+        .map_err(Error::db("reading the progress"))?
+        .iter()
+        .map(|r| {
+            (
+                r.get(0),
+                Progress {
+                    value: r.get(1),
+                    message: r.get(2),
+                    at: time(r.get(3)).unwrap_or_default(),
+                },
+            )
+        })
+        .collect())
+}
+
 /// Everything about one job.
 #[derive(Debug, Clone, Serialize, PartialEq)]
 pub struct JobDetail {
@@ -258,6 +300,8 @@ pub struct JobDetail {
     pub errors: Vec<AttemptError>,
     /// Its snoozes, if its handler ever snoozed it.
     pub snoozes: Option<Snoozes>,
+    /// What it last reported of its progress, while it runs.
+    pub progress: Option<Progress>,
     /// Why it is not running ([`explain`]).
     pub explanation: Vec<Reason>,
     /// Whether history is on (its finishing run will be recorded).
@@ -361,12 +405,14 @@ pub async fn show(client: &tokio_postgres::Client, id: i64) -> Result<Option<Job
             last_until: time(r.get(1)).unwrap_or_default(),
             last_at: time(r.get(2)).unwrap_or_default(),
         });
+    let progress = progress(client, &[id]).await?.remove(&id);
     Ok(Some(JobDetail {
         job,
         payload,
         history,
         errors,
         snoozes,
+        progress,
         explanation,
         history_on,
     }))

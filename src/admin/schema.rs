@@ -201,6 +201,11 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "0036_batch_marks_by_job.sql",
         sql: include_str!("../../migrations/0036_batch_marks_by_job.sql"),
     },
+    Migration {
+        version: 37,
+        name: "0037_progress.sql",
+        sql: include_str!("../../migrations/0037_progress.sql"),
+    },
 ];
 
 /// The functions and triggers of `functions/`, re-applied by every migrate

@@ -131,6 +131,9 @@ pub(crate) struct ClaimContext {
     /// The per-minute rollup's counts (`services/rollup.rs`); `None` when
     /// the rollup is off.
     pub rollup: Option<Arc<crate::claim::tally::Tally>>,
+    /// What running jobs report of their progress, written every
+    /// `progress_interval` (`progress.rs`).
+    pub progress: Arc<crate::claim::progress::Progress>,
 }
 
 impl ClaimContext {

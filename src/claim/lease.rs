@@ -460,6 +460,11 @@ async fn run(
     let gauge =
         ::metrics::gauge!(metrics::JOBS_IN_FLIGHT, "queue" => metrics::queue_label(&job.queue));
     gauge.increment(1.0);
+    let progress = crate::progress::Reporter::new(
+        ctx.progress.clone(),
+        job.id,
+        crate::progress::Run::Lease(claimed.token),
+    );
     let job_ctx = JobContext {
         transaction: None,
         pool: &ctx.pool,
@@ -467,6 +472,7 @@ async fn run(
         deadline: &deadline,
         admitted_at: claimed.admitted_at,
         keys: &claimed.keys,
+        progress: &progress,
     };
     let (ended, _, duration) = execute(handler.as_ref(), job, job_ctx, watch.token()).await;
     gauge.decrement(1.0);

@@ -22,6 +22,7 @@ pub(crate) mod next_due;
 pub(crate) mod outcome;
 pub(crate) mod plan;
 pub(crate) mod prefetch;
+pub(crate) mod progress;
 pub(crate) mod rate;
 pub(crate) mod results;
 pub(crate) mod starts;

@@ -35,6 +35,19 @@ pub(crate) const TEXT_SHOWN_MAX: usize = 4_000;
 /// Characters of a payload the job page shows.
 pub(crate) const PAYLOAD_SHOWN_MAX: usize = 64 * 1024;
 
+/// Characters of a running job's progress value (and of its message) the
+/// jobs list shows; the job page shows all of it (at most 4 KiB).
+pub(crate) const PROGRESS_SHOWN_MAX: usize = 80;
+
+/// At most `max` characters of `s`, with "…" when there were more.
+fn clip(s: &str, max: usize) -> String {
+    let mut shown: String = s.chars().take(max).collect();
+    if s.chars().nth(max).is_some() {
+        shown.push('…');
+    }
+    shown
+}
+
 /// At most `max` characters of `s` in a `pre`, and how many more there are
 /// (`pgwake job show ID --json` shows everything).
 fn cut(s: &str, max: usize, id: &str) -> Markup {
@@ -1000,6 +1013,13 @@ pub(crate) async fn jobs(
     } else {
         activity::key_running(c, &keys).await?
     };
+    // What the running ones last reported (one statement).
+    let running: Vec<i64> = rows
+        .iter()
+        .filter(|r| r.state == "running")
+        .map(|r| r.id)
+        .collect();
+    let progress = jobs::progress(c, &running).await?;
     // A queue's page: its last hour, from the per-minute rollup.
     let queue = (!f.queue.is_empty()).then_some(f.queue.as_str());
     let last_hour = match queue {
@@ -1052,7 +1072,13 @@ pub(crate) async fn jobs(
                         tbody { @for r in &rows { tr data-job=(r.id) {
                             td.num { a href={ "/jobs/" (r.id) } { (r.id) } }
                             td { span class=(view::state_class(&r.state)) { (r.state) } }
-                            td { @if let Some(b) = badge.get(&r.id) { (super::reasons::badge(b, Some(r), &cx)) } }
+                            td { @if let Some(b) = badge.get(&r.id) { (super::reasons::badge(b, Some(r), &cx)) }
+                            @else if let Some(p) = progress.get(&r.id) {
+                                span.progress title={ "progress reported " (p.at) } {
+                                    code { (clip(&p.value, PROGRESS_SHOWN_MAX)) }
+                                    @if let Some(m) = &p.message { " " (clip(m, PROGRESS_SHOWN_MAX)) }
+                                }
+                            } }
                             td { (r.queue) }
                             td { (r.task) }
                             td.num { (r.attempts) @if let Some(m) = r.max_attempts { " / " (m) } }
@@ -1272,6 +1298,13 @@ pub(crate) async fn job(
                         @if let Some(k) = &j.limit_key { dt { "Limit key" } dd { code { (k) } } }
                         @if let Some(k) = &j.unique_key { dt { "Unique key" } dd { code { (k) } } }
                         @if let Some(w) = &j.worker { dt { "Worker" } dd { code { (w) } } }
+                        @if let Some(p) = &d.progress {
+                            dt { "Progress" } dd #progress {
+                                code { (p.value) }
+                                @if let Some(m) = &p.message { " " span.progress-message { (m) } }
+                                " " span.muted { "reported " (when(Some(&p.at))) }
+                            }
+                        }
                         @if let Some(s) = &d.snoozes {
                             dt { "Snoozes" } dd #snoozes { (s.count) " (no attempt used); the last " (when(Some(&s.last_at))) ", until " (when(Some(&s.last_until))) }
                         }

@@ -91,6 +91,7 @@ pub(crate) fn words(r: &Reason, job: Option<&JobRow>, cx: &Context<'_>) -> Marku
                 html! { "running (leased by a worker)" }
             }
         }
+        "progress" => html! { "its handler reported: " (r.detail) },
         "process_wait" => html! { "may be waiting for a free handler process" },
         "buffered" => {
             html! { "claimed ahead by a worker: starts when one of its slots frees" }
@@ -170,29 +171,9 @@ pub(crate) fn badge(r: &Reason, job: Option<&JobRow>, cx: &Context<'_>) -> Marku
 mod tests {
     use super::*;
 
-    /// Every reason `pgwake.explain` gives (functions/jobs.sql's table).
-    const REASONS: &[&str] = &[
-        "running",
-        "process_wait",
-        "buffered",
-        "locked",
-        "scheduled",
-        "snoozed",
-        "retry_backoff",
-        "paused",
-        "ordering_key",
-        "max_running",
-        "rate_limit",
-        "key_max_running",
-        "key_rate_limit",
-        "no_worker",
-        "no_handler",
-        "saturated",
-        "ready",
-        "dead",
-        "cancelled",
-        "not_found",
-    ];
+    /// Every reason `pgwake.explain` gives (checked against
+    /// functions/jobs.sql by tests/repository/reasons.rs).
+    use crate::admin::jobs::REASONS;
 
     fn reason(name: &str) -> Reason {
         Reason {

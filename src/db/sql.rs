@@ -120,6 +120,7 @@ statements! {
     JOB_ERRORS = "job_errors" [INT8];
     JOB_HISTORY = "job_history" [INT8];
     JOB_PAYLOAD = "job_payload" [INT8];
+    JOB_PROGRESS = "job_progress" [INT8_ARRAY];
     JOB_SNOOZES = "job_snoozes" [INT8];
     LIST_FINISHED = "list_finished" [INT8, TEXT, TEXT, TEXT, TEXT, INT4, TIMESTAMPTZ];
     LIST_JOBS = "list_jobs" [TEXT, TEXT, TEXT, TEXT, TEXT, TEXT, INT8, INT4, TIMESTAMPTZ];
@@ -173,6 +174,9 @@ statements! {
     KEY_RATE_RESERVE = "key_rate_reserve" [TEXT, TEXT, INT8, TEXT_ARRAY, TEXT_ARRAY, INT8];
     RATE_RELEASE = "rate_release" [TEXT, INT4_ARRAY, TIMESTAMPTZ];
     RATE_RESERVE = "rate_reserve" [TEXT, INT8, INT8];
+    PROGRESS_CLEAR = "progress_clear" [INT8_ARRAY, INT8_ARRAY, TEXT_ARRAY];
+    PROGRESS_EXPIRE = "progress_expire" [];
+    PROGRESS_FLUSH = "progress_flush" [INT8_ARRAY, INT8_ARRAY, TEXT_ARRAY, TEXT_ARRAY, TEXT_ARRAY];
     READY_QUEUES = "ready_queues" [TEXT_ARRAY, INT8];
     ROLLUP_DEPTH = "rollup_depth" [TEXT_ARRAY, INT8_ARRAY, INT8_ARRAY];
     ROLLUP_DEPTH_SERIES = "rollup_depth_series" [FLOAT8, TEXT];

@@ -64,8 +64,8 @@ pub use shim::{
     EXIT_CANNOT_START,
 };
 pub use stderr::{
-    escape_line, parse_retry_after, LOG_TARGET, RETRY_AFTER_LINE, SNOOZE_LINE,
-    STDERR_LOG_LINES_MAX, STDERR_LOG_LINE_MAX, STDERR_TAIL_BYTES,
+    escape_line, parse_progress, parse_retry_after, LOG_TARGET, PROGRESS_LINE, PROGRESS_LINE_MAX,
+    RETRY_AFTER_LINE, SNOOZE_LINE, STDERR_LOG_LINES_MAX, STDERR_LOG_LINE_MAX, STDERR_TAIL_BYTES,
 };
 
 /// Exit status of a command that failed for good (`EX_DATAERR` of
@@ -493,7 +493,7 @@ fn kill_descendants(root: i32) {
 
 #[async_trait]
 impl Handler for ExecHandler {
-    async fn handle(&self, job: &Job, _ctx: JobContext<'_>) -> Result<Outcome, BoxError> {
+    async fn handle(&self, job: &Job, ctx: JobContext<'_>) -> Result<Outcome, BoxError> {
         let mut shim = exec_shim();
         let spawned = match shim {
             Some(path) => self.command(job, Some(path)).spawn().or_else(|e| {
@@ -539,6 +539,18 @@ impl Handler for ExecHandler {
                     break;
                 }
                 lines.push(&buf[..n]);
+                for line in lines.take_progress() {
+                    match line.and_then(|rest| stderr::parse_progress(&rest)) {
+                        Ok((value, message)) => crate::handlers::report_or_warn(
+                            &ctx,
+                            job,
+                            "exec",
+                            &value,
+                            message.as_deref(),
+                        ),
+                        Err(why) => crate::handlers::progress_refused(job, "exec", &why),
+                    }
+                }
             }
             lines.finish();
         };

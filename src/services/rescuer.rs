@@ -52,6 +52,9 @@ pub struct RescueReport {
     pub keys_stalled: usize,
     /// Slot rows of limit keys that had no job left, deleted.
     pub key_slots_swept: usize,
+    /// Progress rows of runs that are over (their worker died mid-job),
+    /// deleted (migration 0037).
+    pub progress_expired: usize,
 }
 
 /// How the rescuer runs.
@@ -170,6 +173,10 @@ impl Rescuer {
         let r = Db::unnamed(&conn).execute(&sql::SNOOZES_EXPIRE, &[]).await;
         conn.check(r)
             .map_err(Error::db("rescuer: expire snooze counts"))?;
+        let r = Db::unnamed(&conn).execute(&sql::PROGRESS_EXPIRE, &[]).await;
+        report.progress_expired =
+            conn.check(r)
+                .map_err(Error::db("rescuer: expire progress"))? as usize;
         let after = self.key_sweep_after.lock().unwrap().clone();
         let r = Db::unnamed(&conn)
             .query_one(&sql::RELEASE_KEYS, &[&after, &KEY_SWEEP_BATCH])

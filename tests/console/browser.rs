@@ -29,7 +29,7 @@ async fn slow_sql_function(db: &TestDb) {
 
 /// The text of the first element matching `css`, once there (found again
 /// if the page replaced it meanwhile).
-async fn text(b: &Browser, css: &str) -> String {
+pub(crate) async fn text(b: &Browser, css: &str) -> String {
     let mut last = String::new();
     for _ in 0..200 {
         match b.client.find(Locator::Css(css)).await {

@@ -18,4 +18,5 @@ mod jobs_page;
 mod limits;
 mod paged;
 mod pressure;
+mod progress;
 mod support;

@@ -21,6 +21,7 @@ mod outcomes;
 mod payloads;
 mod prefetch;
 mod process_trees;
+mod progress;
 mod put_back;
 mod shutdown;
 mod snooze;

@@ -297,3 +297,83 @@ async fn the_job_message_carries_the_jobs_keys() {
         json!({"ordering": null, "unique": null, "limit": null})
     );
 }
+
+/// A `progress` message of a real Python or Node process is shown while
+/// its job runs (in both modes), a value over the bound is refused and the
+/// job goes on (done); the running job, cancelled, leaves no row. With
+/// the message ignored nothing is shown.
+async fn a_progress_message_is_shown_while_the_job_runs(command: &str, tx: bool) {
+    let db = migrated_db().await;
+    let client = db.client().await;
+    let long = enqueue(
+        &client,
+        &NewJob::new(
+            "progress",
+            json!({"value": {"done": 2, "of": 3}, "message": "two <b>of</b> three", "secs": 3600}),
+        ),
+    )
+    .await
+    .unwrap();
+    let big = enqueue(
+        &client,
+        &NewJob::new(
+            "progress",
+            json!({"value": "x".repeat(pgwake::PROGRESS_VALUE_MAX + 1), "secs": 0}),
+        ),
+    )
+    .await
+    .unwrap();
+    let mut config = test_config();
+    config.progress_interval = std::time::Duration::from_millis(50);
+    let tx_tasks: &[&str] = if tx { &["progress"] } else { &[] };
+    let mut w = Running::start(worker(
+        &db,
+        command,
+        &["progress"],
+        tx_tasks,
+        options(1),
+        config,
+    ));
+    let ev = w.next_events(1, WAIT, |e| e.id == big).await;
+    assert_eq!(
+        ev[0].outcome(),
+        "done",
+        "an over-bound report is refused, the job goes on"
+    );
+    let p = wait_for(
+        "the job's progress",
+        WAIT,
+        async || match pgwake::admin::jobs::show(&client, long)
+            .await
+            .unwrap()
+            .unwrap()
+            .progress
+        {
+            Some(p) => Ok(p),
+            None => Err("none".into()),
+        },
+    )
+    .await;
+    assert_eq!(
+        (p.value.as_str(), p.message.as_deref()),
+        (r#"{"of": 3, "done": 2}"#, Some("two <b>of</b> three"))
+    );
+    pgwake::cancel(&client, long).await.unwrap();
+    w.next_events(1, WAIT, |e| e.id == long).await;
+    eventually("the run's row to go", WAIT, || async {
+        let n: i64 = db.scalar("SELECT count(*) FROM pgwake.job_progress").await;
+        n == 0
+    })
+    .await;
+    w.shutdown().await;
+}
+
+#[tokio::test]
+async fn python_a_progress_message_is_shown_while_the_job_runs_lease_mode() {
+    a_progress_message_is_shown_while_the_job_runs(&python_worker("--inflight 2"), false).await;
+}
+
+#[tokio::test]
+async fn node_a_progress_message_is_shown_while_the_job_runs_tx_mode() {
+    a_progress_message_is_shown_while_the_job_runs(&node_worker("--inflight 2"), true).await;
+}

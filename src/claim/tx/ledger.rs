@@ -240,8 +240,8 @@ pub(super) async fn run_suspect(ctx: &ClaimContext, id: i64) -> Result<()> {
             .map(|k| (claimed.job.queue.as_str(), k))
             .into_iter(),
     );
+    let xid: String = row.get(CLAIM_COLUMNS);
     let mark = if queues.is_some() || keys.any() {
-        let xid: String = row.get(CLAIM_COLUMNS);
         // No job ids: nothing to find suspect, so always a mark.
         match mark_batch(ctx, &xid, &[], queues, keys, false).await? {
             Marked::Mark(mark) => Some(mark.token),
@@ -259,6 +259,7 @@ pub(super) async fn run_suspect(ctx: &ClaimContext, id: i64) -> Result<()> {
         last_sent: Instant::now(),
         limits_for: Some(ctx.config.job_timeout),
         backend_pid,
+        xid: super::parse_xid(&xid),
         // A suspect's charge is durable already (charge.sql).
         mark: None,
     };

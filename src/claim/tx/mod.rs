@@ -291,6 +291,7 @@ pub(crate) async fn claim_and_run(
         last_sent: Instant::now(),
         limits_for: Some(ctx.config.job_timeout),
         backend_pid,
+        xid: parse_xid(&xid),
         mark: Some(mark.clone()),
     };
     let results = run_batch(ctx, c, claimed, &mut session).await?;
@@ -417,4 +418,13 @@ pub(super) async fn claim_rows(
             Ok(rows)
         }
     }
+}
+
+/// A claim's transaction id, as the claim returns it (`xid8` as text).
+/// An xid8 is below 2^63 for as long as any server runs.
+pub(super) fn parse_xid(xid: &str) -> i64 {
+    xid.parse().unwrap_or_else(|e| {
+        tracing::warn!(xid, error = %e, "a claim transaction id that is not a number: its jobs' progress will not be shown");
+        0
+    })
 }

@@ -31,6 +31,9 @@ pub(super) struct Session {
     pub(super) limits_for: Option<Duration>,
     /// The claim connection's server process (to cancel a timed-out query).
     pub(super) backend_pid: i32,
+    /// The claim transaction's id (`xid8`): what fences its jobs' progress
+    /// (`claim/progress.rs`).
+    pub(super) xid: i64,
     /// The batch's asynchronous mark, made durable before a handler first
     /// uses the database (`mark::Mark`); none for a suspect run alone.
     pub(super) mark: Option<std::sync::Arc<super::mark::Mark>>,
@@ -311,6 +314,11 @@ pub(super) async fn run_one<'c>(
     let gauge =
         ::metrics::gauge!(metrics::JOBS_IN_FLIGHT, "queue" => metrics::queue_label(&job.queue));
     gauge.increment(1.0);
+    let progress = crate::progress::Reporter::new(
+        ctx.progress.clone(),
+        job.id,
+        crate::progress::Run::Tx(session.xid),
+    );
     let job_ctx = JobContext {
         transaction: Some(&claim_client),
         pool: &ctx.pool,
@@ -318,6 +326,7 @@ pub(super) async fn run_one<'c>(
         deadline: &deadline,
         admitted_at: claimed.admitted_at,
         keys: &claimed.keys,
+        progress: &progress,
     };
     let run = execute(handler.as_ref(), job, job_ctx, interrupt);
     // If the claim connection dies under a running handler (server restart,

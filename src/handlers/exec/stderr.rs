@@ -35,6 +35,34 @@ pub const RETRY_AFTER_LINE: &str = "pgwake-retry-after:";
 /// counts, and wins over a retry-after line.
 pub const SNOOZE_LINE: &str = "pgwake-snooze:";
 
+/// The reserved stderr line of a running command reporting its progress
+/// ([`JobContext::progress`](crate::JobContext::progress)): `pgwake-progress:`
+/// then a JSON value, then, optionally, a message to the end of the line:
+/// `pgwake-progress: {"done": 40, "of": 100} importing rows`. Not logged.
+/// A line that is not JSON, or over a bound (the value's
+/// [`PROGRESS_VALUE_MAX`](crate::PROGRESS_VALUE_MAX), the message's
+/// [`PROGRESS_MESSAGE_MAX`](crate::PROGRESS_MESSAGE_MAX), at most
+/// [`PROGRESS_LINE_MAX`] bytes in all), is refused with a warning counted
+/// in `pgwake_progress_refused_total`; the command goes on.
+pub const PROGRESS_LINE: &str = "pgwake-progress:";
+
+/// Longest `pgwake-progress:` line read, in bytes (8 KiB): a value of
+/// 4 KiB and a message of 200 characters fit.
+pub const PROGRESS_LINE_MAX: usize = 8192;
+
+/// The value and message of a `pgwake-progress:` line (what follows the
+/// prefix): the first JSON value, then the rest of the line as the message.
+pub fn parse_progress(rest: &str) -> Result<(serde_json::Value, Option<String>), String> {
+    let mut values = serde_json::Deserializer::from_str(rest).into_iter::<serde_json::Value>();
+    let value = match values.next() {
+        Some(Ok(v)) => v,
+        Some(Err(e)) => return Err(format!("{PROGRESS_LINE} line whose value is not JSON ({e}); expected e.g. `{PROGRESS_LINE} {{\"done\": 40, \"of\": 100}} importing rows`")),
+        None => return Err(format!("{PROGRESS_LINE} line with no value; expected e.g. `{PROGRESS_LINE} {{\"done\": 40}}`")),
+    };
+    let message = rest[values.byte_offset()..].trim();
+    Ok((value, (!message.is_empty()).then(|| message.to_string())))
+}
+
 /// A stderr line as it may reach a log or a terminal: control characters
 /// and bidirectional-text controls escaped like `pgwake stats` escapes
 /// names (`\u{1b}`), bytes that are not UTF-8 as `\xNN`, everything else as
@@ -94,6 +122,9 @@ pub(super) struct Stderr {
     retry_after: Option<String>,
     /// The value of the last `pgwake-snooze:` line.
     snooze: Option<String>,
+    /// `pgwake-progress:` lines not yet reported: what follows the prefix,
+    /// or why the line was refused.
+    progress: Vec<Result<String, String>>,
     tail: Vec<u8>,
     /// [`Stderr::finish`] has run.
     finished: bool,
@@ -118,6 +149,7 @@ impl Stderr {
             not_logged: 0,
             retry_after: None,
             snooze: None,
+            progress: Vec::new(),
             tail: Vec::new(),
             finished: false,
         }
@@ -134,7 +166,7 @@ impl Stderr {
                 Some(i) => (&bytes[..i], Some(i + 1)),
                 None => (bytes, None),
             };
-            let room = STDERR_LOG_LINE_MAX - self.line.len();
+            let room = PROGRESS_LINE_MAX - self.line.len();
             self.line.extend_from_slice(&part[..part.len().min(room)]);
             self.cut += part.len().saturating_sub(room);
             match ended {
@@ -148,8 +180,29 @@ impl Stderr {
     }
 
     fn end_line(&mut self) {
-        let line = std::mem::take(&mut self.line);
-        let cut = std::mem::replace(&mut self.cut, 0);
+        let mut line = std::mem::take(&mut self.line);
+        let mut cut = std::mem::replace(&mut self.cut, 0);
+        if line
+            .trim_ascii_start()
+            .starts_with(PROGRESS_LINE.as_bytes())
+        {
+            // Reported, never logged (a command may report ten times a second).
+            self.progress.push(if cut > 0 {
+                Err(format!(
+                    "a {PROGRESS_LINE} line of more than {PROGRESS_LINE_MAX} bytes"
+                ))
+            } else {
+                match std::str::from_utf8(&line) {
+                    Ok(l) => Ok(l.trim().trim_start_matches(PROGRESS_LINE).to_string()),
+                    Err(_) => Err(format!("a {PROGRESS_LINE} line that is not UTF-8")),
+                }
+            });
+            return;
+        }
+        if line.len() > STDERR_LOG_LINE_MAX {
+            cut += line.len() - STDERR_LOG_LINE_MAX;
+            line.truncate(STDERR_LOG_LINE_MAX);
+        }
         if cut == 0 {
             if let Ok(l) = std::str::from_utf8(&line) {
                 if let Some(value) = l.trim().strip_prefix(RETRY_AFTER_LINE) {
@@ -224,6 +277,12 @@ impl Stderr {
         self.retry_after.as_deref()
     }
 
+    /// The `pgwake-progress:` lines read since the last call: what follows
+    /// the prefix, or why the line was refused.
+    pub(super) fn take_progress(&mut self) -> Vec<Result<String, String>> {
+        std::mem::take(&mut self.progress)
+    }
+
     /// The value of the last `pgwake-snooze:` line, if any.
     pub(super) fn snooze(&self) -> Option<&str> {
         self.snooze.as_deref()
@@ -293,10 +352,10 @@ mod tests {
     #[test]
     fn long_lines_and_many_lines_are_bounded() {
         let mut s = Stderr::new(&job());
-        s.push(&vec![b'x'; STDERR_LOG_LINE_MAX * 3]);
+        s.push(&vec![b'x'; PROGRESS_LINE_MAX * 3]);
         assert_eq!(
             (s.line.len(), s.cut),
-            (STDERR_LOG_LINE_MAX, STDERR_LOG_LINE_MAX * 2)
+            (PROGRESS_LINE_MAX, PROGRESS_LINE_MAX * 2)
         );
         s.push(b"\n");
         assert_eq!((s.line.len(), s.cut, s.logged), (0, 0, 1));
@@ -308,5 +367,34 @@ mod tests {
         assert_eq!(s.logged, STDERR_LOG_LINES_MAX);
         assert_eq!(s.not_logged, 12);
         assert!(s.tail.len() <= STDERR_TAIL_BYTES * 2);
+    }
+
+    #[test]
+    fn progress_lines_are_reported_not_logged_and_bounded() {
+        let mut s = Stderr::new(&job());
+        s.push(format!("{PROGRESS_LINE} {{\"done\": 4}} rows <b>\nplain\n").as_bytes());
+        s.push(
+            format!(
+                "  {PROGRESS_LINE} 7\n{PROGRESS_LINE} {}\n",
+                "1".repeat(PROGRESS_LINE_MAX)
+            )
+            .as_bytes(),
+        );
+        let got = s.take_progress();
+        assert_eq!(got.len(), 3, "{got:?}");
+        assert_eq!(got[0].as_deref(), Ok(" {\"done\": 4} rows <b>"));
+        assert_eq!(got[1].as_deref(), Ok(" 7"));
+        assert!(
+            got[2].as_ref().unwrap_err().contains("8192 bytes"),
+            "{got:?}"
+        );
+        assert_eq!(s.logged, 1, "only the plain line is logged");
+        assert_eq!(
+            parse_progress(" {\"done\": 4} rows <b>").unwrap(),
+            (serde_json::json!({"done": 4}), Some("rows <b>".to_string()))
+        );
+        assert_eq!(parse_progress("7").unwrap(), (serde_json::json!(7), None));
+        assert!(parse_progress(" {oops").unwrap_err().contains("not JSON"));
+        assert!(parse_progress("  ").unwrap_err().contains("no value"));
     }
 }

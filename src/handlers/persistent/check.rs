@@ -286,7 +286,19 @@ impl Session {
 
     /// The next thing the candidate does within `within`.
     async fn next(&mut self, within: Duration) -> Heard {
-        match tokio::time::timeout(within, self.started.lines.recv()).await {
+        let deadline = tokio::time::Instant::now() + within;
+        loop {
+            let heard = self.next_line(deadline).await;
+            // Progress is not an answer: a process may report any time
+            // a job of its runs (pgwake checks its bounds when it runs).
+            if !matches!(heard, Heard::Message(Incoming::Progress { .. })) {
+                return heard;
+            }
+        }
+    }
+
+    async fn next_line(&mut self, deadline: tokio::time::Instant) -> Heard {
+        match tokio::time::timeout_at(deadline, self.started.lines.recv()).await {
             Err(_) => Heard::Silent,
             Ok(Some(Ok(line))) => match protocol::parse(&line) {
                 Ok(m) => Heard::Message(m),
@@ -757,6 +769,7 @@ fn kind(msg: &Incoming) -> &'static str {
         Incoming::Done { .. } => "done",
         Incoming::Fail { .. } => "fail",
         Incoming::Snooze { .. } => "snooze",
+        Incoming::Progress { .. } => "progress",
         Incoming::Pong { .. } => "pong",
         Incoming::Sql { .. } => "sql",
     }

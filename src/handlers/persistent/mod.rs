@@ -383,6 +383,15 @@ impl Handler for PersistentHandler {
                         // any outcome but done.
                         return Ok(Outcome::snooze(Duration::from_secs_f64(after)));
                     }
+                    Reply::Progress { value, message } => {
+                        crate::handlers::report_or_warn(
+                            &ctx,
+                            job,
+                            "persistent",
+                            &value,
+                            message.as_deref(),
+                        );
+                    }
                     Reply::Sql { seq, sql, params } => {
                         let line = self
                             .run_sql(&ctx, (job, &token), (seq, &sql, &params), &mut state)

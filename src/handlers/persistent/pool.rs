@@ -566,6 +566,10 @@ impl Pool {
                     let _ = entry.replies.send(Reply::Sql { seq, sql, params });
                 }
             }
+            // A cancelled job's reports are dropped.
+            Incoming::Progress { value, message, .. } if !entry.cancelled => {
+                let _ = entry.replies.send(Reply::Progress { value, message });
+            }
             Incoming::Done { result, .. } => {
                 let entry = inflight.remove(&id).expect("entry");
                 drop(inflight);

@@ -39,6 +39,11 @@ pub(super) enum Reply {
     },
     /// The process answered snooze (seconds).
     Snooze(f64),
+    /// The process reported the job's progress (not an answer).
+    Progress {
+        value: serde_json::Value,
+        message: Option<String>,
+    },
     /// The process asks to run SQL in the job's transaction.
     Sql {
         seq: u64,

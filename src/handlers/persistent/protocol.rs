@@ -80,6 +80,20 @@ pub enum Incoming {
         /// [`crate::SNOOZE_MAX`] the run is a failed attempt that says so).
         after: f64,
     },
+    /// How far the job has got ([`crate::JobContext::progress`]): not an
+    /// answer, the job goes on. A value or message over its bound is
+    /// refused with a counted warning, not a protocol error.
+    Progress {
+        /// The job.
+        id: i64,
+        /// The token of its job message.
+        token: String,
+        /// A small JSON value (at most [`crate::PROGRESS_VALUE_MAX`] bytes).
+        value: serde_json::Value,
+        /// An optional message (at most [`crate::PROGRESS_MESSAGE_MAX`]
+        /// characters).
+        message: Option<String>,
+    },
     /// An answer to a ping.
     Pong {
         /// The ping's `seq` (absent: a process that does not echo it).
@@ -107,6 +121,7 @@ impl Incoming {
             Incoming::Done { id, token, .. }
             | Incoming::Fail { id, token, .. }
             | Incoming::Snooze { id, token, .. }
+            | Incoming::Progress { id, token, .. }
             | Incoming::Sql { id, token, .. } => Some((*id, token)),
             _ => None,
         }
@@ -127,6 +142,8 @@ struct Raw {
     for_good: Option<bool>,
     retry_after: Option<f64>,
     after: Option<f64>,
+    value: Option<serde_json::Value>,
+    message: Option<String>,
     seq: Option<u64>,
     sql: Option<String>,
     params: Option<Vec<serde_json::Value>>,
@@ -209,6 +226,16 @@ pub fn parse(line: &[u8]) -> Result<Incoming, String> {
                 ));
             }
             Incoming::Snooze { id, token, after }
+        }
+        "progress" => {
+            let (id, token) = job(&raw)?;
+            let value = raw.value.ok_or_else(|| need("value"))?;
+            Incoming::Progress {
+                id,
+                token,
+                value,
+                message: raw.message,
+            }
         }
         "pong" => Incoming::Pong { seq: raw.seq },
         "sql" => {
