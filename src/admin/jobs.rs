@@ -219,6 +219,24 @@ pub struct Snoozes {
     pub last_at: String,
 }
 
+/// A job's W3C trace context, as its producer gave it
+/// (docs/src/tracing.md).
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct TraceContext {
+    /// Its `traceparent`: `00-<trace id>-<parent span id>-<flags>`.
+    pub traceparent: String,
+    /// Its `tracestate`, if the producer gave one.
+    pub tracestate: Option<String>,
+}
+
+impl TraceContext {
+    /// The trace id: the 32 hex digits after the version (the database
+    /// keeps only valid traceparents, 55 characters).
+    pub fn trace_id(&self) -> &str {
+        self.traceparent.get(3..35).unwrap_or_default()
+    }
+}
+
 /// Everything about one job.
 #[derive(Debug, Clone, Serialize, PartialEq)]
 pub struct JobDetail {
@@ -233,6 +251,9 @@ pub struct JobDetail {
     pub errors: Vec<AttemptError>,
     /// Its snoozes, if its handler ever snoozed it.
     pub snoozes: Option<Snoozes>,
+    /// Its producer's trace context, if it was enqueued with one (kept
+    /// while the job waits, runs, is dead or in the history).
+    pub trace: Option<TraceContext>,
     /// Why it is not running ([`explain`]).
     pub explanation: Vec<Reason>,
     /// Whether history is on (its finishing run will be recorded).
@@ -326,12 +347,22 @@ pub async fn show(client: &tokio_postgres::Client, id: i64) -> Result<Option<Job
             last_until: time(r.get(1)).unwrap_or_default(),
             last_at: time(r.get(2)).unwrap_or_default(),
         });
+    let trace = Db::unnamed(client)
+        .query(&sql::JOB_TRACE, &[&id])
+        .await
+        .map_err(Error::db("reading the trace context"))?
+        .first()
+        .map(|r| TraceContext {
+            traceparent: r.get(0),
+            tracestate: r.get(1),
+        });
     Ok(Some(JobDetail {
         job,
         payload,
         history,
         errors,
         snoozes,
+        trace,
         explanation,
         history_on,
     }))

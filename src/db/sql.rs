@@ -118,10 +118,12 @@ statements! {
     JOB_HISTORY = "job_history" [INT8];
     JOB_PAYLOAD = "job_payload" [INT8];
     JOB_SNOOZES = "job_snoozes" [INT8];
+    JOB_TRACE = "job_trace" [INT8];
     LIST_FINISHED = "list_finished" [INT8, TEXT, TEXT, TEXT, TEXT, INT4, TIMESTAMPTZ];
     LIST_JOBS = "list_jobs" [TEXT, TEXT, TEXT, TEXT, TEXT, TEXT, INT8, INT4, TIMESTAMPTZ];
     ENQUEUE = "enqueue" [TEXT_ARRAY, JSONB_ARRAY, TEXT_ARRAY, TEXT_ARRAY, INT4_ARRAY, INT4_ARRAY,
-        FLOAT8_ARRAY, FLOAT8_ARRAY, TEXT_ARRAY, TEXT_ARRAY, BOOL_ARRAY, TEXT_ARRAY];
+        FLOAT8_ARRAY, FLOAT8_ARRAY, TEXT_ARRAY, TEXT_ARRAY, BOOL_ARRAY, TEXT_ARRAY, TEXT_ARRAY,
+        TEXT_ARRAY];
     HISTORY_DONE = "history_done" [INT8_ARRAY, TEXT_ARRAY, TEXT_ARRAY, TEXT_ARRAY, INT4_ARRAY,
         TIMESTAMPTZ_ARRAY, TEXT_ARRAY, TEXT, TEXT_ARRAY, TEXT_ARRAY, TEXT_ARRAY];
     HISTORY_LIST = "history_list" [TEXT, TEXT, TEXT, INT8, FLOAT8, TIMESTAMPTZ, TIMESTAMPTZ,
@@ -201,6 +203,7 @@ statements! {
     SNOOZES_EXPIRE = "snoozes_expire" [];
     STATS_LEASED = "stats_leased" [];
     STATS_SNOOZED = "stats_snoozed" [];
+    TRACE_SWEEP = "trace_sweep" [INT8];
     WAITING_REGISTER = "waiting_register" [TEXT, TEXT_ARRAY, FLOAT8];
     WAITING_SETTLED = "waiting_settled" [TEXT];
     WAITING_SNAPSHOT = "waiting_snapshot" [];

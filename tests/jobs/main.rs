@@ -26,4 +26,5 @@ mod shutdown;
 mod snooze;
 mod suite;
 mod timeouts;
+mod trace_context;
 mod trigger;
