@@ -41,8 +41,9 @@ async fn rejected(db: &TestDb) -> i64 {
 /// Every job a transaction inserts after `SET LOCAL pgwake.traceparent`
 /// gets it (a plain INSERT of two rows, pgwake.enqueue), with its
 /// tracestate; a job inserted by the next transaction on the same session
-/// gets none. (Without the insert trigger jobs_trace_context, the first
-/// assertion fails: no job has a context.)
+/// gets none. (With the insert trigger jobs_trace_context's WHEN clause
+/// false, the first assertion fails: no job has a context; so does the
+/// enqueue argument's test, which goes through the trigger.)
 #[tokio::test]
 async fn set_local_gives_the_context_to_every_job_of_the_transaction() {
     let db = migrated_db().await;
@@ -215,7 +216,8 @@ async fn the_cli_and_ndjson_take_a_trace_context() {
 /// job is enqueued without a context (a bad tracestate alone is dropped,
 /// its traceparent kept), each is counted once, and the worker's sampler
 /// publishes the count. (With the check in pgwake.trace_job removed, the
-/// inserts fail on job_traces' length constraint or store the bad values.)
+/// Rust client's enqueue of a value of the wrong length fails on job_traces' length
+/// constraint.)
 #[tokio::test]
 async fn malformed_trace_contexts_are_ignored_and_counted_never_a_failed_insert() {
     let db = migrated_db().await;
@@ -318,7 +320,9 @@ fn config(lease: bool) -> WorkerConfig {
 /// from the dead jobs, and is done: its context is there at every step,
 /// in `pgwake job show` and beside its history rows; history maintenance
 /// keeps it while the history has the job, and sweeps it (and a stray
-/// one) once the history has not.
+/// one) once the history has not. (With the sweep's history check
+/// removed, the first round sweeps the done job's context too: 2 swept,
+/// not 1.)
 async fn a_context_is_kept_through_retries_death_dead_retry_and_history(lease: bool) {
     let db = migrated_db().await;
     let client = db.client().await;
