@@ -149,7 +149,7 @@ impl Maintenance {
         tx.commit()
             .await
             .map_err(Error::db("history maintenance: commit"))?;
-        report.traces_swept = Db::unnamed(&**conn)
+        report.traces_swept = Db::unnamed(&conn)
             .query_one(&sql::TRACE_SWEEP, &[&TRACE_SWEEP_BATCH])
             .await
             .map_err(Error::db("history maintenance: sweeping trace contexts"))?
