@@ -35,7 +35,7 @@ pub struct MaintenanceReport {
     /// tried again next round.
     pub failed: Vec<String>,
     /// Trace contexts of jobs that are gone, deleted (at most
-    /// [`TRACE_SWEEP_BATCH`] a round).
+    /// 10,000 a round).
     pub traces_swept: i64,
 }
 
