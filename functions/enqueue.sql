@@ -8,6 +8,10 @@
 -- `unique_running`: a running job of the key counts too.
 -- `limit_key`: who the job is for, for the queue's per-key settings (NULL:
 -- the queue's `limit_key_path` field of the payload, if it has one).
+-- `traceparent`, `tracestate`: the producer's W3C trace context (migration
+-- 0038, functions/traces.sql), as `SET LOCAL pgwake.traceparent` gives it to
+-- every job of a transaction; given here, it is this job's, whatever the
+-- transaction set. A malformed one is ignored with a WARNING.
 CREATE OR REPLACE FUNCTION pgwake.enqueue(
     task         text,
     payload      jsonb       DEFAULT '{}'::jsonb,
@@ -19,12 +23,25 @@ CREATE OR REPLACE FUNCTION pgwake.enqueue(
     ordering_key text        DEFAULT NULL,
     unique_key   text        DEFAULT NULL,
     unique_running boolean   DEFAULT false,
-    limit_key    text        DEFAULT NULL
+    limit_key    text        DEFAULT NULL,
+    traceparent  text        DEFAULT NULL,
+    tracestate   text        DEFAULT NULL
 ) RETURNS bigint
 LANGUAGE plpgsql AS $$
 DECLARE
     r record;
+    given_parent text;
+    given_state  text;
 BEGIN
+    -- The insert trigger jobs_trace_context records the context from the
+    -- settings: set them for this insert alone, then put back the
+    -- transaction's own.
+    IF nullif(enqueue.traceparent, '') IS NOT NULL THEN
+        given_parent := current_setting('pgwake.traceparent', true);
+        given_state := current_setting('pgwake.tracestate', true);
+        PERFORM set_config('pgwake.traceparent', enqueue.traceparent, true),
+                set_config('pgwake.tracestate', coalesce(enqueue.tracestate, ''), true);
+    END IF;
     IF enqueue.unique_key IS NULL THEN
         INSERT INTO pgwake.jobs (task, payload, queue, run_at, priority, max_attempts, timeout,
                                  ordering_key, limit_key)
@@ -32,12 +49,16 @@ BEGIN
                 coalesce(enqueue.queue, 'default'), coalesce(enqueue.run_at, now()),
                 coalesce(enqueue.priority, 0), coalesce(enqueue.max_attempts, 25),
                 enqueue.timeout, enqueue.ordering_key, enqueue.limit_key)
-        RETURNING id INTO r;
-        RETURN r.id;
+        RETURNING id, false AS duplicate INTO r;
+    ELSE
+        SELECT * INTO r FROM pgwake.enqueue_unique(enqueue.task, enqueue.payload, enqueue.queue,
+            enqueue.run_at, enqueue.priority, enqueue.max_attempts, enqueue.timeout,
+            enqueue.ordering_key, enqueue.unique_key, enqueue.unique_running, enqueue.limit_key);
     END IF;
-    SELECT * INTO r FROM pgwake.enqueue_unique(enqueue.task, enqueue.payload, enqueue.queue,
-        enqueue.run_at, enqueue.priority, enqueue.max_attempts, enqueue.timeout,
-        enqueue.ordering_key, enqueue.unique_key, enqueue.unique_running, enqueue.limit_key);
+    IF nullif(enqueue.traceparent, '') IS NOT NULL THEN
+        PERFORM set_config('pgwake.traceparent', coalesce(given_parent, ''), true),
+                set_config('pgwake.tracestate', coalesce(given_state, ''), true);
+    END IF;
     IF r.duplicate THEN
         RAISE NOTICE 'pgwake.enqueue: duplicate: job % already waits (or runs) with unique_key %',
             r.id, enqueue.unique_key;

@@ -34,7 +34,10 @@ BEGIN
     EXECUTE format('GRANT SELECT ON pgwake.schema_migrations TO %s', role);
     -- The insert trigger jobs_bounds reads the payload bound (migration 0027).
     EXECUTE format('GRANT SELECT ON pgwake.producer_limits TO %s', role);
-    EXECUTE format('GRANT EXECUTE ON FUNCTION pgwake.enqueue(text, jsonb, text, timestamptz, integer, integer, interval, text, text, boolean, text), pgwake.enqueue_unique(text, jsonb, text, timestamptz, integer, integer, interval, text, text, boolean, text) TO %s', role);
+    EXECUTE format('GRANT EXECUTE ON FUNCTION pgwake.enqueue(text, jsonb, text, timestamptz, integer, integer, interval, text, text, boolean, text, text, text), pgwake.enqueue_unique(text, jsonb, text, timestamptz, integer, integer, interval, text, text, boolean, text) TO %s', role);
+    -- The Rust client records each job's trace context (SECURITY DEFINER:
+    -- no grant on pgwake.job_traces; functions/traces.sql).
+    EXECUTE format('GRANT EXECUTE ON FUNCTION pgwake.trace_job(bigint, text, text) TO %s', role);
     -- What enqueue and the insert triggers that run as the inserting role
     -- (not SECURITY DEFINER) call: the unique key's lock number.
     EXECUTE format('GRANT EXECUTE ON FUNCTION pgwake.unique_key_lock(text) TO %s', role);
@@ -86,6 +89,9 @@ LANGUAGE plpgsql AS $$
 BEGIN
     EXECUTE format('GRANT USAGE ON SCHEMA pgwake TO %s', role);
     EXECUTE format('GRANT SELECT ON ALL TABLES IN SCHEMA pgwake TO %s', role);
+    -- The count of malformed trace contexts (a sequence: ALL TABLES leaves
+    -- it out), read by the sampler and `pgwake stats`.
+    EXECUTE format('GRANT SELECT ON SEQUENCE pgwake.trace_context_rejected TO %s', role);
     -- The read-only functions of `pgwake explain`, `pgwake jobs list`, the
     -- fleet's unserved jobs and the console's pages.
     EXECUTE format('GRANT EXECUTE ON FUNCTION pgwake.explain(bigint), pgwake.list_jobs(text, text, text, text, text, jsonb, bigint, integer, timestamptz), pgwake.unserved_jobs(integer, integer), pgwake.unslotted_running(text), pgwake.unslotted_key_running(text, text), pgwake.held_by_claim(xid), pgwake.explain_process_wait(text, text[]), pgwake.queue_pressure(text, integer), pgwake.progress_current(bigint, bigint, xid8), pgwake.job_progress_of(bigint[]), pgwake.explain_progress(bigint) TO %s', role);

@@ -71,6 +71,18 @@ pub struct NewJob {
     /// the queue has one.
     #[serde(default)]
     pub limit_key: Option<String>,
+    /// The producer's W3C trace context: its `traceparent`, e.g.
+    /// `00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01`, kept with
+    /// the job through its retries, death and history (docs/src/tracing.md).
+    /// A malformed one never fails the enqueue: the database ignores it
+    /// with a warning and counts it (`pgwake_trace_context_rejected`).
+    /// Default none (a transaction's `SET LOCAL pgwake.traceparent`, if any).
+    #[serde(default)]
+    pub traceparent: Option<String>,
+    /// With `traceparent`: its `tracestate` (vendors' entries, at most 512
+    /// bytes; a malformed one is dropped, counted, and the traceparent kept).
+    #[serde(default)]
+    pub tracestate: Option<String>,
     /// Run this long after the database's `now()` (not this machine's
     /// clock, which may be off). Ignored when `run_at` is set. Not read from
     /// NDJSON (use `run_at` there).
@@ -93,8 +105,23 @@ impl NewJob {
             unique_key: None,
             unique_running: None,
             limit_key: None,
+            traceparent: None,
+            tracestate: None,
             delay: None,
         }
+    }
+
+    /// With the producer's W3C trace context `traceparent` (see
+    /// [`NewJob::traceparent`](struct@NewJob#structfield.traceparent)).
+    pub fn traceparent(mut self, traceparent: impl Into<String>) -> NewJob {
+        self.traceparent = Some(traceparent.into());
+        self
+    }
+
+    /// With the trace context's `tracestate` (used with a traceparent).
+    pub fn tracestate(mut self, tracestate: impl Into<String>) -> NewJob {
+        self.tracestate = Some(tracestate.into());
+        self
     }
 
     /// Run one at a time and in order with the other jobs of `key`.
@@ -249,6 +276,24 @@ fn holds_nul(v: &serde_json::Value) -> bool {
     }
 }
 
+/// The most of a trace context value sent to the database: anything longer
+/// is malformed anyway (a traceparent is 55 bytes, a tracestate at most 512)
+/// and is sent cut, to be refused and counted there.
+const TRACE_VALUE_SENT_MAX: usize = 1024;
+
+/// A trace context value as PostgreSQL text can hold it, bounded: U+0000,
+/// which text cannot store and which would fail the whole insert, becomes
+/// U+FFFD, and a value over [`TRACE_VALUE_SENT_MAX`] bytes is cut, so the
+/// database refuses the value as malformed and counts it like any other bad
+/// context (functions/traces.sql) instead of failing the job.
+fn storable(value: &str) -> String {
+    let mut end = value.len().min(TRACE_VALUE_SENT_MAX);
+    while !value.is_char_boundary(end) {
+        end -= 1;
+    }
+    value[..end].replace('\0', "\u{FFFD}")
+}
+
 /// What an enqueue did with one job.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Enqueued {
@@ -315,6 +360,14 @@ pub async fn enqueue_many_detailed<C: GenericClient>(
     let unique_key: Vec<Option<&str>> = jobs.iter().map(|j| j.unique_key.as_deref()).collect();
     let unique_running: Vec<Option<bool>> = jobs.iter().map(|j| j.unique_running).collect();
     let limit_key: Vec<Option<&str>> = jobs.iter().map(|j| j.limit_key.as_deref()).collect();
+    let traceparent: Vec<Option<String>> = jobs
+        .iter()
+        .map(|j| j.traceparent.as_deref().map(storable))
+        .collect();
+    let tracestate: Vec<Option<String>> = jobs
+        .iter()
+        .map(|j| j.tracestate.as_deref().map(storable))
+        .collect();
     let rows = crate::db::sql::Db::unnamed(client.client())
         .query(
             &crate::db::sql::ENQUEUE,
@@ -331,6 +384,8 @@ pub async fn enqueue_many_detailed<C: GenericClient>(
                 &unique_key,
                 &unique_running,
                 &limit_key,
+                &traceparent,
+                &tracestate,
             ],
         )
         .await

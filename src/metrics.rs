@@ -96,6 +96,9 @@ pub(crate) const OLDEST_TX_AGE: &str = "pgwake_oldest_transaction_age_seconds";
 pub(crate) const NOTIFY_QUEUE_USAGE: &str = "pgwake_notification_queue_usage_ratio";
 /// Gauge: dead tuples of `pgwake.jobs`.
 pub(crate) const QUEUE_TABLE_DEAD_TUPLES: &str = "pgwake_queue_table_dead_tuples";
+/// Gauge: malformed trace contexts producers gave, ignored, since the
+/// schema was created (`pgwake.trace_context_rejected`, functions/traces.sql).
+pub(crate) const TRACE_CONTEXT_REJECTED: &str = "pgwake_trace_context_rejected";
 /// Gauge: the governor's level (`pgwake.pressure()`): 0 ok, 1 elevated,
 /// 2 critical.
 pub(crate) const PRESSURE_LEVEL: &str = "pgwake_pressure_level";
@@ -288,6 +291,7 @@ pub(crate) fn init_known(known: Known<'_>) {
         OLDEST_TX_AGE,
         NOTIFY_QUEUE_USAGE,
         QUEUE_TABLE_DEAD_TUPLES,
+        TRACE_CONTEXT_REJECTED,
         SAMPLER_DURATION,
         PRESSURE_LEVEL,
     ] {
@@ -456,6 +460,10 @@ pub(crate) fn describe() {
     describe_gauge!(
         QUEUE_TABLE_DEAD_TUPLES,
         "Dead tuples of pgwake.jobs (pg_stat_user_tables)"
+    );
+    describe_gauge!(
+        TRACE_CONTEXT_REJECTED,
+        "Malformed trace contexts (traceparent, tracestate) producers gave and the database ignored, in all, across every producer (a count in the database, sampled)"
     );
     describe_gauge!(
         PRESSURE_LEVEL,

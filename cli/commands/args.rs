@@ -454,8 +454,17 @@ pub struct EnqueueArgs {
     /// field of the payload].
     #[arg(long, conflicts_with = "ndjson")]
     pub limit_key: Option<String>,
+    /// The W3C trace context of the request that enqueues the job, e.g.
+    /// 00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01; with
+    /// --ndjson, of every line without its own (a malformed one is ignored
+    /// with a warning) [default: $TRACEPARENT].
+    #[arg(long, env = "TRACEPARENT")]
+    pub traceparent: Option<String>,
+    /// With --traceparent: its tracestate [default: $TRACESTATE].
+    #[arg(long, env = "TRACESTATE")]
+    pub tracestate: Option<String>,
     /// Read jobs from stdin, one JSON object per line:
-    /// {"task": "...", "payload": {...}, "queue": "...", "run_at": "...", "priority": 0, "max_attempts": 25, "timeout": "90s", "ordering_key": "...", "unique_key": "...", "unique_running": false, "limit_key": "..."}.
+    /// {"task": "...", "payload": {...}, "queue": "...", "run_at": "...", "priority": 0, "max_attempts": 25, "timeout": "90s", "ordering_key": "...", "unique_key": "...", "unique_running": false, "limit_key": "...", "traceparent": "...", "tracestate": "..."}.
     /// All lines commit together or not at all.
     #[arg(long)]
     pub ndjson: bool,

@@ -25,6 +25,8 @@ fn job_from_flags(args: EnqueueArgs) -> Result<NewJob, Error> {
     job.unique_key = args.unique_key;
     job.unique_running = args.unique_running.then_some(true);
     job.limit_key = args.limit_key;
+    job.traceparent = args.traceparent;
+    job.tracestate = args.tracestate;
     job.max_attempts = args.max_attempts;
     if let Some(t) = args.timeout {
         job = job.timeout(t.into());
@@ -37,7 +39,15 @@ fn job_from_flags(args: EnqueueArgs) -> Result<NewJob, Error> {
 pub async fn enqueue(args: EnqueueArgs) -> Result<(), Error> {
     let db = args.db.clone();
     let jobs = if args.ndjson {
-        ndjson::read(std::io::stdin().lock())?
+        let mut jobs = ndjson::read(std::io::stdin().lock())?;
+        // A line without a trace context of its own takes the command's.
+        if args.traceparent.is_some() {
+            for job in jobs.iter_mut().filter(|j| j.traceparent.is_none()) {
+                job.traceparent.clone_from(&args.traceparent);
+                job.tracestate.clone_from(&args.tracestate);
+            }
+        }
+        jobs
     } else {
         vec![job_from_flags(args)?]
     };

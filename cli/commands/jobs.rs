@@ -266,6 +266,18 @@ fn render_detail(id: i64, d: &JobDetail) -> String {
             p.at
         ));
     }
+    if let Some(t) = &d.trace {
+        // Stored only when valid (hex and dashes); the tracestate is
+        // printable ASCII, escaped all the same.
+        out.push_str(&format!(
+            "  trace      {} (traceparent {})\n",
+            t.trace_id(),
+            printable(&t.traceparent)
+        ));
+        if let Some(state) = &t.tracestate {
+            out.push_str(&format!("  tracestate {}\n", printable(state)));
+        }
+    }
     if let Some(p) = &d.payload {
         out.push_str("payload\n");
         for line in p.lines() {

@@ -126,15 +126,15 @@ pub async fn run(args: RunArgs) -> Result<(), Error> {
     let config = worker_config(&args)?;
     let handlers = handlers(&args)?;
     let metrics_listener = bind_metrics(args.metrics_addr).await?;
-    let console = match args.ui_addr {
-        Some(addr) => Some(super::ui::prepare(addr, args.ui_actions, &args.console).await?),
-        None if args.console.any() => {
-            return Err(Error::Config(
-                "--ui-host, --ui-open-reads and --ui-secure-cookie need --ui-addr".into(),
-            ))
-        }
-        None => None,
-    };
+    let console =
+        match args.ui_addr {
+            Some(addr) => Some(super::ui::prepare(addr, args.ui_actions, &args.console).await?),
+            None if args.console.any() => return Err(Error::Config(
+                "--ui-host, --ui-open-reads, --ui-secure-cookie and --ui-trace-link need --ui-addr"
+                    .into(),
+            )),
+            None => None,
+        };
     let db = args.db.config()?;
     let console_db = db.clone();
     let mut builder = Worker::builder(db).config(config);

@@ -49,12 +49,20 @@ pub struct ConsoleFlags {
     /// The console is served behind TLS: the session cookie gets Secure and the __Host- prefix.
     #[arg(long)]
     pub ui_secure_cookie: bool,
+    /// Link each job's trace id to the operator's tracing UI: an http(s) URL in which
+    /// {trace_id} is replaced, e.g. 'https://jaeger.example.com/trace/{trace_id}' or a
+    /// Grafana Tempo explore URL.
+    #[arg(long, value_name = "URL_TEMPLATE")]
+    pub ui_trace_link: Option<String>,
 }
 
 impl ConsoleFlags {
     /// Whether any of them was given.
     pub fn any(&self) -> bool {
-        !self.ui_host.is_empty() || self.ui_open_reads || self.ui_secure_cookie
+        !self.ui_host.is_empty()
+            || self.ui_open_reads
+            || self.ui_secure_cookie
+            || self.ui_trace_link.is_some()
     }
 }
 
@@ -70,6 +78,7 @@ pub async fn prepare(
         hosts: flags.ui_host.clone(),
         open_reads: flags.ui_open_reads,
         secure_cookie: flags.ui_secure_cookie,
+        trace_link: flags.ui_trace_link.clone(),
         ..console::ConsoleConfig::from_env(actions)?
     };
     for name in &config.hosts {

@@ -54,6 +54,9 @@ pub struct Sample {
     pub notification_queue_usage: f64,
     /// Dead tuples of `pgwake.jobs`.
     pub dead_tuples: i64,
+    /// Malformed trace contexts producers gave and the database ignored,
+    /// in all (`pgwake.trace_context_rejected`, functions/traces.sql).
+    pub trace_context_rejected: i64,
     /// Paused queues (`pgwake queue pause`), by name.
     pub paused: Vec<String>,
     /// Queues with a max-running limit (`pgwake queue set --max-running`)
@@ -154,6 +157,7 @@ pub async fn sample_with(
         oldest_transaction_age: pressure.get(2),
         notification_queue_usage: pressure.get(3),
         dead_tuples: pressure.get(4),
+        trace_context_rejected: pressure.get(5),
         paused: settings
             .iter()
             .filter(|r| r.get::<_, bool>(1))

@@ -285,6 +285,24 @@ pub async fn progress(
         .collect())
 }
 
+/// A job's W3C trace context, as its producer gave it
+/// (docs/src/tracing.md).
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct TraceContext {
+    /// Its `traceparent`: `00-<trace id>-<parent span id>-<flags>`.
+    pub traceparent: String,
+    /// Its `tracestate`, if the producer gave one.
+    pub tracestate: Option<String>,
+}
+
+impl TraceContext {
+    /// The trace id: the 32 hex digits after the version (the database
+    /// keeps only valid traceparents, 55 characters).
+    pub fn trace_id(&self) -> &str {
+        self.traceparent.get(3..35).unwrap_or_default()
+    }
+}
+
 /// Everything about one job.
 #[derive(Debug, Clone, Serialize, PartialEq)]
 pub struct JobDetail {
@@ -302,6 +320,9 @@ pub struct JobDetail {
     pub snoozes: Option<Snoozes>,
     /// What it last reported of its progress, while it runs.
     pub progress: Option<Progress>,
+    /// Its producer's trace context, if it was enqueued with one (kept
+    /// while the job waits, runs, is dead or in the history).
+    pub trace: Option<TraceContext>,
     /// Why it is not running ([`explain`]).
     pub explanation: Vec<Reason>,
     /// Whether history is on (its finishing run will be recorded).
@@ -406,6 +427,15 @@ pub async fn show(client: &tokio_postgres::Client, id: i64) -> Result<Option<Job
             last_at: time(r.get(2)).unwrap_or_default(),
         });
     let progress = progress(client, &[id]).await?.remove(&id);
+    let trace = Db::unnamed(client)
+        .query(&sql::JOB_TRACE, &[&id])
+        .await
+        .map_err(Error::db("reading the trace context"))?
+        .first()
+        .map(|r| TraceContext {
+            traceparent: r.get(0),
+            tracestate: r.get(1),
+        });
     Ok(Some(JobDetail {
         job,
         payload,
@@ -413,6 +443,7 @@ pub async fn show(client: &tokio_postgres::Client, id: i64) -> Result<Option<Job
         errors,
         snoozes,
         progress,
+        trace,
         explanation,
         history_on,
     }))

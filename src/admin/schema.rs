@@ -206,12 +206,18 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "0037_progress.sql",
         sql: include_str!("../../migrations/0037_progress.sql"),
     },
+    Migration {
+        version: 38,
+        name: "0038_trace_context.sql",
+        sql: include_str!("../../migrations/0038_trace_context.sql"),
+    },
 ];
 
 /// The functions and triggers of `functions/`, re-applied by every migrate
 /// whose text changed, in this order.
 pub const FUNCTIONS: &[(&str, &str)] = &[
     ("notify.sql", include_str!("../../functions/notify.sql")),
+    ("traces.sql", include_str!("../../functions/traces.sql")),
     ("keys.sql", include_str!("../../functions/keys.sql")),
     ("enqueue.sql", include_str!("../../functions/enqueue.sql")),
     (

@@ -93,7 +93,16 @@ pub struct ConsoleConfig {
     /// The session cookie is `__Host-pgwake_console` with `Secure`
     /// (`--ui-secure-cookie`): for a console served behind TLS.
     pub secure_cookie: bool,
+    /// Where a job's trace opens in the operator's tracing UI
+    /// (`--ui-trace-link`): an `http(s)://` URL holding `{trace_id}`, which
+    /// the job page replaces with the job's trace id, e.g.
+    /// `https://jaeger.example.com/trace/{trace_id}`. `None`: the page shows
+    /// the trace id without a link.
+    pub trace_link: Option<String>,
 }
+
+/// The longest [`ConsoleConfig::trace_link`] template, in bytes.
+pub const TRACE_LINK_MAX: usize = 2048;
 
 impl Default for ConsoleConfig {
     fn default() -> Self {
@@ -105,6 +114,7 @@ impl Default for ConsoleConfig {
             hosts: Vec::new(),
             open_reads: false,
             secure_cookie: false,
+            trace_link: None,
         }
     }
 }
@@ -125,6 +135,9 @@ impl ConsoleConfig {
     /// Refuse actions without a credential, and a credential too short to
     /// resist guessing.
     pub fn validate(&self) -> Result<()> {
+        if let Some(t) = &self.trace_link {
+            check_trace_link(t)?;
+        }
         if !self.actions {
             return Ok(());
         }
@@ -162,6 +175,23 @@ impl ConsoleConfig {
     pub fn reads_need_login(&self, addr: SocketAddr) -> bool {
         !addr.ip().is_loopback() && !self.open_reads
     }
+}
+
+/// A trace link template: `http://` or `https://`, with `{trace_id}`, no
+/// whitespace or control character, at most [`TRACE_LINK_MAX`] bytes.
+fn check_trace_link(t: &str) -> Result<()> {
+    let scheme = t.starts_with("https://") || t.starts_with("http://");
+    if !scheme
+        || !t.contains("{trace_id}")
+        || t.len() > TRACE_LINK_MAX
+        || t.chars().any(|c| c.is_whitespace() || c.is_control())
+    {
+        return Err(Error::Config(format!(
+            "--ui-trace-link {:?}: give an http:// or https:// URL of at most {TRACE_LINK_MAX} bytes, without spaces, holding {{trace_id}} where the trace id goes, e.g. --ui-trace-link 'https://jaeger.example.com/trace/{{trace_id}}'",
+            t.chars().take(80).collect::<String>()
+        )));
+    }
+    Ok(())
 }
 
 /// A credential an operator can type into the login form: at least
@@ -309,5 +339,25 @@ mod tests {
             ..ConsoleConfig::default()
         };
         assert!(open.validate_for(network).is_ok());
+    }
+
+    #[test]
+    fn a_trace_link_is_an_http_url_with_the_trace_id_in_it() {
+        let with = |t: &str| ConsoleConfig {
+            trace_link: Some(t.to_string()),
+            ..ConsoleConfig::default()
+        };
+        assert!(with("https://jaeger.example.com/trace/{trace_id}")
+            .validate()
+            .is_ok());
+        for bad in [
+            "https://jaeger.example.com/trace/".to_string(),
+            "javascript:alert(1)//{trace_id}".to_string(),
+            "https://tempo.example.com/{trace_id} x".to_string(),
+            format!("https://{}/{{trace_id}}", "x".repeat(TRACE_LINK_MAX)),
+        ] {
+            let e = with(&bad).validate().unwrap_err().to_string();
+            assert!(e.contains("--ui-trace-link"), "{bad:?}: {e}");
+        }
     }
 }

@@ -1308,6 +1308,16 @@ pub(crate) async fn job(
                         @if let Some(s) = &d.snoozes {
                             dt { "Snoozes" } dd #snoozes { (s.count) " (no attempt used); the last " (when(Some(&s.last_at))) ", until " (when(Some(&s.last_until))) }
                         }
+                        @if let Some(t) = &d.trace {
+                            // The trace id is 32 hex digits (the database keeps
+                            // valid traceparents only); escaped all the same.
+                            dt { "Trace" } dd #trace {
+                                code #trace-id { (t.trace_id()) }
+                                @if let Some(link) = &app.config.trace_link {
+                                    " " a #trace-link rel="noopener noreferrer" href=(link.replace("{trace_id}", t.trace_id())) { "open the trace" }
+                                }
+                            }
+                        }
                     }
                 }
                 @if let Some(e) = &j.last_error {

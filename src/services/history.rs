@@ -2,6 +2,8 @@
 //! maintains, under an advisory lock): reads the database's history setting
 //! into the claim path's [`Switch`], creates daily partitions ahead and
 //! drops expired ones. What history records and how: `admin/history.rs`.
+//! Each round also deletes the trace contexts of jobs that are gone
+//! (`pgwake.sweep_job_traces`, functions/traces.sql), history on or off.
 
 use std::sync::Arc;
 
@@ -32,7 +34,14 @@ pub struct MaintenanceReport {
     /// DDL that failed (e.g. a lock not obtained within the lock timeout);
     /// tried again next round.
     pub failed: Vec<String>,
+    /// Trace contexts of jobs that are gone, deleted (at most
+    /// 10,000 a round).
+    pub traces_swept: i64,
 }
+
+/// The most trace contexts one round deletes: a backlog of more goes in
+/// later rounds, each one statement of bounded length.
+pub(crate) const TRACE_SWEEP_BATCH: i64 = 10_000;
 
 /// The history maintenance service, run by every worker; one at a time
 /// maintains (advisory lock).
@@ -140,6 +149,11 @@ impl Maintenance {
         tx.commit()
             .await
             .map_err(Error::db("history maintenance: commit"))?;
+        report.traces_swept = Db::unnamed(&conn)
+            .query_one(&sql::TRACE_SWEEP, &[&TRACE_SWEEP_BATCH])
+            .await
+            .map_err(Error::db("history maintenance: sweeping trace contexts"))?
+            .get(0);
         if report.dropped > 0 {
             ::metrics::counter!(metrics::HISTORY_PARTITIONS_DROPPED)
                 .increment(report.dropped as u64);

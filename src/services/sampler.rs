@@ -310,6 +310,7 @@ impl Sampler {
         ::metrics::gauge!(metrics::OLDEST_TX_AGE).set(s.oldest_transaction_age);
         ::metrics::gauge!(metrics::NOTIFY_QUEUE_USAGE).set(s.notification_queue_usage);
         ::metrics::gauge!(metrics::QUEUE_TABLE_DEAD_TUPLES).set(s.dead_tuples as f64);
+        ::metrics::gauge!(metrics::TRACE_CONTEXT_REJECTED).set(s.trace_context_rejected as f64);
         ::metrics::gauge!(metrics::SAMPLER_DURATION).set(s.duration.as_secs_f64());
     }
 }

@@ -653,3 +653,61 @@ async fn the_jobs_page_reads_in_words_and_fits_1400_px_in_a_browser() {
     w.abort.cancel();
     let _ = w.join.await;
 }
+
+/// A job enqueued with a trace context: its page shows the trace id, and
+/// the link the operator configured (`--ui-trace-link`) opens that trace;
+/// a job without one shows neither. (Without the page's trace panel, the
+/// `#trace-id` element is never found.)
+#[tokio::test]
+async fn a_job_page_shows_the_trace_id_and_the_operators_trace_link() {
+    let db = migrated_db().await;
+    let c = db.client().await;
+    let traced: i64 = c
+        .query_one(
+            "SELECT pgwake.enqueue('t', traceparent => '00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01')",
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    let plain: i64 = c
+        .query_one("SELECT pgwake.enqueue('t')", &[])
+        .await
+        .unwrap()
+        .get(0);
+    let config = pgwake::console::ConsoleConfig {
+        trace_link: Some("https://jaeger.example.com/trace/{trace_id}?from=pgwake".into()),
+        ..pgwake::console::ConsoleConfig::default()
+    };
+    let console = Console::start_with(&db, "127.0.0.1:0", config)
+        .await
+        .unwrap();
+    let b = Browser::start().await;
+    b.client
+        .goto(&console.url(&format!("/jobs/{traced}")))
+        .await
+        .unwrap();
+    assert_eq!(
+        text(&b, "#trace-id").await,
+        "4bf92f3577b34da6a3ce929d0e0e4736"
+    );
+    let href = b
+        .client
+        .find(Locator::Css("#trace-link"))
+        .await
+        .unwrap()
+        .attr("href")
+        .await
+        .unwrap();
+    assert_eq!(
+        href.as_deref(),
+        Some("https://jaeger.example.com/trace/4bf92f3577b34da6a3ce929d0e0e4736?from=pgwake")
+    );
+    b.client
+        .goto(&console.url(&format!("/jobs/{plain}")))
+        .await
+        .unwrap();
+    text(&b, "#state").await;
+    assert!(b.client.find(Locator::Css("#trace")).await.is_err());
+    b.close().await;
+}

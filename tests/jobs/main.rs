@@ -27,4 +27,5 @@ mod shutdown;
 mod snooze;
 mod suite;
 mod timeouts;
+mod trace_context;
 mod trigger;

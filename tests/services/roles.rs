@@ -77,14 +77,20 @@ async fn producer_worker_and_monitor_roles_work_with_the_documented_grants() {
     let db = roles_db().await;
 
     // Producer: plain INSERT, pgwake.enqueue(), the CLI; nothing else.
+    // Trace contexts (functions/traces.sql) from each, and a malformed one
+    // counted, with no grant on their table or counter.
     let (producer_url, producer_cfg) = as_role(&db, "rl_producer");
     let producer = pgwake::connect::connect(&producer_cfg).await.unwrap();
     producer
         .batch_execute(
-            "INSERT INTO pgwake.jobs (task) VALUES ('ok');
-             SELECT pgwake.enqueue('ok', queue => 'long');
+            "BEGIN;
+             SET LOCAL pgwake.traceparent = '00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01';
+             INSERT INTO pgwake.jobs (task) VALUES ('ok');
+             COMMIT;
+             SELECT pgwake.enqueue('ok', queue => 'long', traceparent => 'malformed');
              SELECT pgwake.enqueue('fail_once');
-             SELECT pgwake.enqueue('doomed', max_attempts => 1);
+             SELECT pgwake.enqueue('doomed', max_attempts => 1,
+                 traceparent => '00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01');
              -- Keyed: the second of each key is held behind the first (the
              -- insert trigger reads and updates what a producer may not).
              SELECT pgwake.enqueue('ok', ordering_key => 'rk');
@@ -97,6 +103,10 @@ async fn producer_worker_and_monitor_roles_work_with_the_documented_grants() {
     let out = pgwake_cmd()
         .env("DATABASE_URL", &producer_url)
         .args(["enqueue", "--task", "ok"])
+        .env(
+            "TRACEPARENT",
+            "00-4bf92f3577b34da6a3ce929d0e0e4736-b7ad6b7169203331-01",
+        )
         .output()
         .unwrap();
     assert!(
@@ -104,6 +114,11 @@ async fn producer_worker_and_monitor_roles_work_with_the_documented_grants() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
+    let traced: i64 = db.scalar("SELECT count(*) FROM pgwake.job_traces").await;
+    let rejected: i64 = db
+        .scalar("SELECT last_value FROM pgwake.trace_context_rejected")
+        .await;
+    assert_eq!((traced, rejected), (3, 1));
     let e = producer
         .execute("DELETE FROM pgwake.jobs", &[])
         .await
@@ -166,6 +181,8 @@ async fn producer_worker_and_monitor_roles_work_with_the_documented_grants() {
         vec!["dead", "list", "--json"],
         vec!["jobs", "list", "--state", "dead"],
         vec!["explain", &dead_id],
+        // the dead job's trace context too
+        vec!["job", "show", &dead_id],
     ] {
         let out = pgwake_cmd()
             .env("DATABASE_URL", &monitor_url)

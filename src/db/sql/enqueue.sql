@@ -4,16 +4,19 @@
 -- client's clock) when run_at is NULL; $8: per-job timeouts in seconds
 -- (NULL: the worker's --job-timeout); $9 ordering keys; $10 unique keys;
 -- $11 unique_running (a running job of the key counts as a duplicate);
--- $12 limit keys (NULL: the queue's limit_key_path, migration 0020).
+-- $12 limit keys (NULL: the queue's limit_key_path, migration 0020);
+-- $13, $14: trace contexts (traceparent, tracestate; NULL: none given).
 -- Jobs without a unique key are one INSERT; jobs with one go through
 -- pgwake.enqueue_unique (functions/keys.sql), which returns the waiting
 -- job's id for a duplicate.
 WITH j AS (
     SELECT j.*, coalesce(t.run_at, now() + make_interval(secs => j.delay_secs), now()) AS at
     FROM unnest($1::text[], $2::jsonb[], $3::text[], $4::text[], $5::int[], $6::int[],
-                $7::float8[], $8::float8[], $9::text[], $10::text[], $11::boolean[], $12::text[])
+                $7::float8[], $8::float8[], $9::text[], $10::text[], $11::boolean[], $12::text[],
+                $13::text[], $14::text[])
         WITH ORDINALITY AS j(task, payload, queue, run_at_text, priority, max_attempts, delay_secs,
-                             timeout_secs, ordering_key, unique_key, unique_running, limit_key, n)
+                             timeout_secs, ordering_key, unique_key, unique_running, limit_key,
+                             traceparent, tracestate, n)
     CROSS JOIN LATERAL (SELECT j.run_at_text::timestamptz AS run_at) t
 ),
 plain AS (
@@ -38,9 +41,19 @@ keyed AS (
         coalesce(j.unique_running, false), j.limit_key) e
     WHERE j.unique_key IS NOT NULL
 )
-SELECT id, duplicate FROM (
+-- Third column: whether the job's trace context was recorded
+-- (pgwake.trace_job, functions/traces.sql: a malformed one is counted and
+-- ignored); NULL when none was given or for a duplicate, which keeps the
+-- waiting job's. Evaluated per returned row, before the statement's
+-- AFTER triggers: a context given here wins over the transaction's
+-- `SET LOCAL pgwake.traceparent` (jobs_trace_context keeps the first).
+SELECT x.id, x.duplicate,
+       CASE WHEN NOT x.duplicate AND j.traceparent IS NOT NULL
+            THEN pgwake.trace_job(x.id, j.traceparent, j.tracestate) END
+FROM (
     SELECT r.n, p.id, false AS duplicate FROM plain_rows r JOIN plain_ids p USING (k)
     UNION ALL
     SELECT n, id, duplicate FROM keyed
 ) x
-ORDER BY n
+JOIN j USING (n)
+ORDER BY x.n

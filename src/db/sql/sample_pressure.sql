@@ -29,4 +29,7 @@ SELECT
        AND backend_type = 'client backend') AS oldest_tx_age,
     pg_notification_queue_usage()::float8 AS notify_queue_usage,
     coalesce((SELECT n_dead_tup FROM pg_stat_user_tables
-              WHERE relid = 'pgwake.jobs'::regclass), 0) AS dead_tuples
+              WHERE relid = 'pgwake.jobs'::regclass), 0) AS dead_tuples,
+    -- malformed trace contexts ignored (a sequence as a counter, migration 0038)
+    (SELECT CASE WHEN is_called THEN last_value ELSE 0 END
+     FROM pgwake.trace_context_rejected) AS trace_context_rejected
