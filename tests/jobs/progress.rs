@@ -145,19 +145,7 @@ async fn progress_is_shown_while_it_runs_coalesced_and_gone_after(lease: bool) {
     release.add_permits(1);
     w.next_events(1, Duration::from_secs(30), |e| e.id == id)
         .await;
-    wait_for("the run's row to go", Duration::from_secs(30), async || {
-        let left: i64 = db
-            .scalar(&format!(
-                "SELECT count(*) FROM pgwake.job_progress WHERE job_id = {id}"
-            ))
-            .await;
-        if left == 0 {
-            Ok(())
-        } else {
-            Err(format!("{left} row(s)"))
-        }
-    })
-    .await;
+    until_progress_row_gone(&db, id, "the run's row to go").await;
     w.shutdown().await;
 }
 
@@ -308,23 +296,7 @@ async fn a_killed_runs_progress_is_not_shown_for_the_next_run(mode: &[&str]) {
     );
     let d = jobs::show(&client, id).await.unwrap().unwrap();
     assert_eq!(d.progress, None, "the dead run's progress shown as current");
-    wait_for(
-        "the dead run's row to go",
-        Duration::from_secs(30),
-        async || {
-            let left: i64 = db
-                .scalar(&format!(
-                    "SELECT count(*) FROM pgwake.job_progress WHERE job_id = {id}"
-                ))
-                .await;
-            if left == 0 {
-                Ok(())
-            } else {
-                Err(format!("{left} row(s)"))
-            }
-        },
-    )
-    .await;
+    until_progress_row_gone(&db, id, "the dead run's row to go").await;
     gate.open().await;
     until_drained(&db).await;
     assert!(b.terminate().await.success());
@@ -399,7 +371,24 @@ async fn an_exec_commands_progress_line_is_shown_while_it_runs(tx: bool) {
         .next_events(1, Duration::from_secs(30), |e| e.id == id)
         .await;
     assert_eq!(ev[0].outcome(), "done", "{ev:?}");
-    wait_for("the run's row to go", Duration::from_secs(30), async || {
+    until_progress_row_gone(&db, id, "the run's row to go").await;
+    w.shutdown().await;
+}
+
+#[tokio::test]
+async fn tx_mode_an_exec_commands_progress_line_is_shown_while_it_runs() {
+    an_exec_commands_progress_line_is_shown_while_it_runs(true).await;
+}
+
+#[tokio::test]
+async fn lease_mode_an_exec_commands_progress_line_is_shown_while_it_runs() {
+    an_exec_commands_progress_line_is_shown_while_it_runs(false).await;
+}
+
+/// Wait until job `id` has no row in `pgwake.job_progress` (its run ended,
+/// or the rescuer swept a dead run's).
+async fn until_progress_row_gone(db: &TestDb, id: i64, what: &str) {
+    wait_for(what, Duration::from_secs(30), async || {
         let left: i64 = db
             .scalar(&format!(
                 "SELECT count(*) FROM pgwake.job_progress WHERE job_id = {id}"
@@ -412,15 +401,4 @@ async fn an_exec_commands_progress_line_is_shown_while_it_runs(tx: bool) {
         }
     })
     .await;
-    w.shutdown().await;
-}
-
-#[tokio::test]
-async fn tx_mode_an_exec_commands_progress_line_is_shown_while_it_runs() {
-    an_exec_commands_progress_line_is_shown_while_it_runs(true).await;
-}
-
-#[tokio::test]
-async fn lease_mode_an_exec_commands_progress_line_is_shown_while_it_runs() {
-    an_exec_commands_progress_line_is_shown_while_it_runs(false).await;
 }
