@@ -384,21 +384,34 @@ pub fn render_table(stats: &[QueueStats]) -> String {
     out
 }
 
-/// `name` as it may reach a terminal: control characters escaped
-/// (`\u{1b}`), everything else as is. Names are chosen by producers.
+/// `name` as it may reach a terminal: control characters and the
+/// bidirectional-text controls that reorder what a terminal shows (Trojan
+/// Source) escaped (`\u{1b}`, `\u{202e}`), everything else as is. Names
+/// are chosen by producers.
 pub fn printable(name: &str) -> std::borrow::Cow<'_, str> {
-    if !name.chars().any(char::is_control) {
+    let escaped = |c: char| c.is_control() || is_bidi_control(c);
+    if !name.chars().any(escaped) {
         return std::borrow::Cow::Borrowed(name);
     }
     std::borrow::Cow::Owned(
         name.chars()
             .map(|c| {
-                if c.is_control() {
+                if escaped(c) {
                     c.escape_unicode().to_string()
                 } else {
                     c.to_string()
                 }
             })
             .collect(),
+    )
+}
+
+/// The characters that reorder text on display: the bidirectional marks,
+/// embeddings, overrides and isolates (Trojan Source). Escaped wherever a
+/// producer's text reaches a terminal, a log or a page.
+pub fn is_bidi_control(c: char) -> bool {
+    matches!(
+        c,
+        '\u{061c}' | '\u{200e}' | '\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}'
     )
 }

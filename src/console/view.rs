@@ -6,6 +6,8 @@ use axum::http::{header, HeaderValue};
 use axum::response::{IntoResponse, Response};
 use maud::{html, Markup, DOCTYPE};
 
+use crate::admin::stats::is_bidi_control;
+
 const CSS: &str = include_str!("assets/console.css");
 const JS: &str = include_str!("assets/console.js");
 const FAVICON: &str = include_str!("assets/favicon.svg");
@@ -31,8 +33,10 @@ pub(crate) async fn js() -> impl IntoResponse {
 
 /// On every response: nothing but this console's own files may load or
 /// run (no inline script, no other site), no framing, no caching, no
-/// referrer sent to another site.
-pub(crate) async fn secure_headers(mut response: Response) -> Response {
+/// referrer sent to another site; and no bidirectional-text control in a
+/// page ([`visible_bidi`]).
+pub(crate) async fn secure_headers(response: Response) -> Response {
+    let mut response = visible_bidi(response).await;
     let h = response.headers_mut();
     for (name, value) in [
         (
@@ -48,6 +52,44 @@ pub(crate) async fn secure_headers(mut response: Response) -> Response {
         h.insert(name, HeaderValue::from_static(value));
     }
     response
+}
+
+/// A page with every bidirectional-text control (a right-to-left override,
+/// an isolate: Trojan Source) shown as its escape, `\u{202e}`, the way the
+/// command line shows them. They can only come from producers (task, queue
+/// and key names, payloads, errors, sessions' statements); raw, they would
+/// reorder what the operator reads. `maud` escapes markup, not these; one
+/// pass over every HTML response covers every page, fragment and form.
+/// A page holding none (the usual case) is passed on as it is.
+async fn visible_bidi(response: Response) -> Response {
+    let html = response
+        .headers()
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.starts_with("text/html"));
+    if !html {
+        return response;
+    }
+    let (mut parts, body) = response.into_parts();
+    // The console's pages are bounded (lists paged, values cut), so whole.
+    let bytes = match axum::body::to_bytes(body, usize::MAX).await {
+        Ok(bytes) => bytes,
+        Err(_) => return axum::http::StatusCode::INTERNAL_SERVER_ERROR.into_response(),
+    };
+    let text = match std::str::from_utf8(&bytes) {
+        Ok(text) if text.chars().any(is_bidi_control) => text,
+        _ => return Response::from_parts(parts, axum::body::Body::from(bytes)),
+    };
+    let mut out = String::with_capacity(text.len() + 32);
+    for c in text.chars() {
+        if is_bidi_control(c) {
+            out.extend(c.escape_unicode());
+        } else {
+            out.push(c);
+        }
+    }
+    parts.headers.remove(header::CONTENT_LENGTH);
+    Response::from_parts(parts, axum::body::Body::from(out))
 }
 
 /// The navigation's pages: path and title.

@@ -679,3 +679,55 @@ async fn pressure_thresholds_are_set_from_the_command_line_and_nonsense_is_refus
     assert_eq!(v["thresholds"]["leave_ratio"], 0.8);
     pin.batch_execute("ROLLBACK").await.unwrap();
 }
+
+/// Characters that reorder what a terminal shows (a Trojan Source right-to-
+/// left override, an isolate): a producer's queue, task, keys, payload and
+/// error reach the operator's terminal with them escaped (`\u{202e}`),
+/// never raw. Teeth: without the bidi controls in `printable` and the
+/// error folding, `jobs list`, `job show`, `stats` and `dead list` print
+/// them raw.
+#[tokio::test]
+async fn bidi_controls_from_producers_never_reach_the_terminal_raw() {
+    let db = migrated_db().await;
+    let name = "pay\u{202e}fdp.exe\u{2066}x";
+    let c = db.client().await;
+    let id: i64 = c
+        .query_one(
+            "SELECT pgwake.enqueue($1, jsonb_build_object('k', $1::text), queue => $1,
+                                   ordering_key => $1)",
+            &[&name],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    c.execute(
+        "INSERT INTO pgwake.dead_jobs (id, queue, task, payload, priority, run_at, attempts, max_attempts, last_error, created_at)
+         VALUES ($2::bigint + 1, $1, $1, '{}', 0, now(), 3, 3, $1, now())",
+        &[&name, &id],
+    )
+    .await
+    .unwrap();
+    let bidi = |c: char| matches!(c, '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}');
+    let id = id.to_string();
+    let dead_id = (id.parse::<i64>().unwrap() + 1).to_string();
+    for args in [
+        vec!["jobs", "list"],
+        vec!["job", "show", &id],
+        vec!["explain", &id],
+        vec!["stats"],
+        vec!["dead", "list"],
+        vec!["job", "show", &dead_id],
+    ] {
+        let o = run(&args, Some(&db.url));
+        assert!(o.status.success(), "{args:?}: {}", stderr(&o));
+        let out = String::from_utf8_lossy(&o.stdout).to_string();
+        assert!(
+            !out.chars().any(bidi),
+            "{args:?} prints a bidi control raw: {out:?}"
+        );
+        assert!(
+            out.contains("\\u{202e}"),
+            "{args:?} shows the escape: {out}"
+        );
+    }
+}

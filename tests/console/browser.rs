@@ -351,6 +351,10 @@ async fn no_producer_value_runs_as_script_in_the_browser() {
         let body = text(&b, "main").await;
         assert!(!body.is_empty(), "{path}");
         assert!(!b.pwned().await, "{path} ran a producer's script");
+        assert!(
+            !body.chars().any(crate::http::bidi),
+            "{path} shows a bidi control raw: {body:?}"
+        );
         let images = b
             .client
             .find_all(Locator::Css("main img, main svg"))

@@ -212,7 +212,15 @@ pub const HOSTILE: &[&str] = &[
     "<script>window.pwned=1</script>",
     "\"'><img src=x onerror=\"window.pwned=1\">",
     "</code></pre><svg onload=window.pwned=1>",
+    // Trojan Source: a right-to-left override and an isolate reorder what
+    // the page shows.
+    "pay\u{202e}fdp.exe\u{2066}x",
 ];
+
+/// The bidirectional-text controls a page must never hold raw.
+pub fn bidi(c: char) -> bool {
+    matches!(c, '\u{061c}' | '\u{200e}' | '\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}')
+}
 
 /// Jobs with [`HOSTILE`] values in every field a producer sets (task,
 /// queue, payload keys and values, ordering and unique keys), a dead one
@@ -335,6 +343,10 @@ async fn every_producer_value_is_escaped_and_no_password_or_url_shows() {
         for raw in ["<img", "<svg", "onerror=\"window", "</pre><svg"] {
             assert!(!b.contains(raw), "{path} holds {raw}: {b}");
         }
+        assert!(
+            !b.chars().any(bidi),
+            "{path} holds a bidi control raw: {b:?}"
+        );
         for secret in [secret, url.as_str(), &db.url] {
             assert!(!b.contains(secret), "{path} shows {secret}");
         }
@@ -347,6 +359,11 @@ async fn every_producer_value_is_escaped_and_no_password_or_url_shows() {
     assert!(
         job.contains("&quot;&#39;&gt;&lt;img src=x") || job.contains("&quot;'&gt;&lt;img src=x"),
         "{job}"
+    );
+    let bidi_job = get(&console, &format!("/jobs/{}", ids[3])).await.body;
+    assert!(
+        bidi_job.contains(r"pay\u{202e}fdp.exe\u{2066}x"),
+        "the bidi controls shown escaped: {bidi_job}"
     );
     let overview = get(&console, "/").await.body;
     assert!(
