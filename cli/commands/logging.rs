@@ -115,11 +115,7 @@ impl fmt::Display for Escaped<'_> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         for c in self.0.chars() {
             // Bidi overrides and isolates reorder what a terminal shows.
-            let bidi = matches!(
-                c,
-                '\u{200e}' | '\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}'
-            );
-            if c.is_control() || bidi {
+            if c.is_control() || pgwake::admin::stats::is_bidi_control(c) {
                 for e in c.escape_default() {
                     fmt::Write::write_char(f, e)?;
                 }

@@ -45,8 +45,7 @@ pub fn quote(word: &str) -> Cow<'_, str> {
 /// Characters never written raw: control characters (C0, DEL, C1) and the
 /// bidirectional-text controls that reorder what a terminal shows.
 fn needs_escape(c: char) -> bool {
-    c.is_control()
-        || matches!(c, '\u{061c}' | '\u{200e}' | '\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}')
+    c.is_control() || pgwake::admin::stats::is_bidi_control(c)
 }
 
 /// A positional argument of a suggested command: [`quote`]d, and after `--`

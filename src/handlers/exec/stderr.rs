@@ -68,6 +68,7 @@ pub fn parse_progress(rest: &str) -> Result<(serde_json::Value, Option<String>),
 /// names (`\u{1b}`), bytes that are not UTF-8 as `\xNN`, everything else as
 /// written.
 pub fn escape_line(bytes: &[u8]) -> String {
+    use crate::admin::stats::is_bidi_control;
     let mut out = String::with_capacity(bytes.len());
     for chunk in bytes.utf8_chunks() {
         for c in chunk.valid().chars() {
@@ -82,11 +83,6 @@ pub fn escape_line(bytes: &[u8]) -> String {
         }
     }
     out
-}
-
-/// The characters that reorder text on display (Trojan Source).
-fn is_bidi_control(c: char) -> bool {
-    matches!(c, '\u{200e}' | '\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}')
 }
 
 /// The delay of a `pgwake-retry-after:` value.
