@@ -144,8 +144,9 @@ impl ConsoleConfig {
         match &self.token {
             None => Err(Error::Config(format!(
                 "--ui-actions needs a credential: set {TOKEN_ENV} to a secret of at least \
-                 {TOKEN_MIN_LEN} characters (e.g. {TOKEN_ENV}=$(openssl rand -hex 24)); \
-                 operators log in with it"
+                 {TOKEN_MIN_LEN} characters, saved first so that operators can log in with it: \
+                 (umask 077; openssl rand -hex 24 > ~/.pgwake-ui-token); then \
+                 start it with {TOKEN_ENV}=$(cat ~/.pgwake-ui-token) in its environment"
             ))),
             Some(t) => check_token(t),
         }

@@ -198,6 +198,13 @@ fn ui_actions_without_a_credential_is_refused_at_start_naming_it() {
     assert_eq!(out.status.code(), Some(2), "{out:?}");
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("PGWAKE_UI_TOKEN"), "{err}");
+    // The suggested credential is saved where the operators can read it
+    // back to log in, not generated straight into the environment.
+    assert!(
+        err.contains("openssl rand -hex 24 > ~/.pgwake-ui-token")
+            && err.contains("PGWAKE_UI_TOKEN=$(cat ~/.pgwake-ui-token)"),
+        "{err}"
+    );
     let short = pgwake_cmd()
         .args(["ui", "--ui-actions", "--ui-addr", "127.0.0.1:0"])
         .env("PGWAKE_UI_TOKEN", "short")
