@@ -44,8 +44,12 @@ pub struct ConsoleFlags {
     pub ui_host: Vec<String>,
     /// On an address other than loopback, serve the pages to anyone who can reach it, without
     /// a login. Without it, reading there needs PGWAKE_UI_TOKEN too (operators log in).
-    #[arg(long)]
+    #[arg(long, conflicts_with = "ui_login_reads")]
     pub ui_open_reads: bool,
+    /// Reading needs PGWAKE_UI_TOKEN on every address, loopback too: for a console on loopback
+    /// behind a proxy on the same host, which would serve the pages to whoever it lets through.
+    #[arg(long)]
+    pub ui_login_reads: bool,
     /// The console is served behind TLS: the session cookie gets Secure and the __Host- prefix.
     #[arg(long)]
     pub ui_secure_cookie: bool,
@@ -61,6 +65,7 @@ impl ConsoleFlags {
     pub fn any(&self) -> bool {
         !self.ui_host.is_empty()
             || self.ui_open_reads
+            || self.ui_login_reads
             || self.ui_secure_cookie
             || self.ui_trace_link.is_some()
     }
@@ -77,6 +82,7 @@ pub async fn prepare(
     let config = console::ConsoleConfig {
         hosts: flags.ui_host.clone(),
         open_reads: flags.ui_open_reads,
+        login_reads: flags.ui_login_reads,
         secure_cookie: flags.ui_secure_cookie,
         trace_link: flags.ui_trace_link.clone(),
         ..console::ConsoleConfig::from_env(actions)?
@@ -100,6 +106,14 @@ pub async fn prepare(
             "--ui-open-reads: the console serves every page without a login on a network \
              address: every payload, error and result, and other sessions' SQL, is readable by \
              anyone who can reach it"
+        );
+    }
+    if bound.ip().is_loopback() && !config.hosts.is_empty() && !config.reads_need_login(bound) {
+        tracing::warn!(
+            addr = %bound,
+            "--ui-host on a loopback address: a proxy on this host serves the console's pages \
+             without a login to whoever it lets through; pass --ui-login-reads (with \
+             PGWAKE_UI_TOKEN) to make reading need the credential"
         );
     }
     Ok((listener, config))

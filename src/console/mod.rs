@@ -90,6 +90,10 @@ pub struct ConsoleConfig {
     /// can reach it, without a login (`--ui-open-reads`). Off: reading
     /// needs the credential too, as acting does.
     pub open_reads: bool,
+    /// Reading needs the credential on every address, loopback too
+    /// (`--ui-login-reads`): for a console on loopback behind a proxy on
+    /// the same host, which serves it to whoever the proxy lets through.
+    pub login_reads: bool,
     /// The session cookie is `__Host-pgwake_console` with `Secure`
     /// (`--ui-secure-cookie`): for a console served behind TLS.
     pub secure_cookie: bool,
@@ -113,6 +117,7 @@ impl Default for ConsoleConfig {
             refresh: Duration::from_secs(3),
             hosts: Vec::new(),
             open_reads: false,
+            login_reads: false,
             secure_cookie: false,
             trace_link: None,
         }
@@ -160,6 +165,11 @@ impl ConsoleConfig {
             return Ok(());
         }
         match &self.token {
+            None if self.login_reads => Err(Error::Config(format!(
+                "--ui-login-reads needs a credential: set {TOKEN_ENV} to a secret of at least \
+                 {TOKEN_MIN_LEN} characters (operators log in with it to read, and with \
+                 --ui-actions to act)"
+            ))),
             None => Err(Error::Config(format!(
                 "--ui-addr {addr} is not a loopback address: anyone who reaches it could read \
                  every payload, error and result. Set {TOKEN_ENV} to a secret of at least \
@@ -172,9 +182,10 @@ impl ConsoleConfig {
     }
 
     /// Whether reading needs a login on `addr`: every address but
-    /// loopback, unless [`ConsoleConfig::open_reads`].
+    /// loopback, unless [`ConsoleConfig::open_reads`]; every address with
+    /// [`ConsoleConfig::login_reads`].
     pub fn reads_need_login(&self, addr: SocketAddr) -> bool {
-        !addr.ip().is_loopback() && !self.open_reads
+        self.login_reads || (!addr.ip().is_loopback() && !self.open_reads)
     }
 }
 

@@ -288,6 +288,58 @@ async fn on_a_network_address_reads_need_the_credential() {
     assert_eq!(get(&c, "/jobs").await.status, 200);
 }
 
+/// A console on loopback behind a proxy on the same host is reached by
+/// whoever the proxy lets through: `login_reads` (`--ui-login-reads`) makes
+/// reading need the credential there too; without a credential it does not
+/// start, naming it. Teeth: with `reads_need_login` looking at the address
+/// only, the pages are served to anyone.
+#[tokio::test]
+async fn behind_a_proxy_on_loopback_reads_can_need_the_credential() {
+    use pgwake::console::ConsoleConfig;
+    let db = migrated_db().await;
+    let e = match Console::start_with(
+        &db,
+        "127.0.0.1:0",
+        ConsoleConfig {
+            login_reads: true,
+            ..ConsoleConfig::default()
+        },
+    )
+    .await
+    {
+        Ok(_) => panic!("a console needing a login for reads started without a credential"),
+        Err(e) => e.to_string(),
+    };
+    assert!(
+        e.contains("PGWAKE_UI_TOKEN") && e.contains("--ui-login-reads"),
+        "{e}"
+    );
+    let c = Console::start_with(
+        &db,
+        "127.0.0.1:0",
+        ConsoleConfig {
+            login_reads: true,
+            token: Some(TOKEN.into()),
+            ..ConsoleConfig::default()
+        },
+    )
+    .await
+    .unwrap();
+    for path in ["/", "/jobs", "/queues", "/workers"] {
+        let r = get(&c, path).await;
+        assert_eq!(r.status, 303, "{path}: {}", r.body);
+    }
+    assert_eq!(get(&c, "/fragment/overview").await.status, 401);
+    let (cookie, _) = login(&c, TOKEN).await.unwrap();
+    let page = http(c.addr, "GET", "/jobs", &[("Cookie", &cookie)], None).await;
+    assert_eq!(page.status, 200, "{}", page.body);
+    // Without the setting, loopback reads stay open, as documented.
+    let open = Console::start_with(&db, "127.0.0.1:0", ConsoleConfig::default())
+        .await
+        .unwrap();
+    assert_eq!(get(&open, "/jobs").await.status, 200);
+}
+
 /// Behind TLS (`--ui-secure-cookie`) the session cookie is
 /// `__Host-pgwake_console` with `Secure`, `Path=/` and no `Domain`, and it
 /// is the one read back; without it, plain `pgwake_console`.
@@ -355,4 +407,33 @@ fn a_console_open_to_the_network_without_a_credential_is_refused_at_start() {
         String::from_utf8_lossy(&out.stderr).contains("need --ui-addr"),
         "{out:?}"
     );
+}
+
+/// A console on loopback given a proxy's name (`--ui-host`) is likely
+/// behind that proxy: it warns at start that its pages are open, naming
+/// `--ui-login-reads`; with it, no warning. Teeth: without the check the
+/// start-up log says nothing.
+#[test]
+fn a_loopback_console_behind_a_proxy_warns_until_reads_need_the_login() {
+    let start = |extra: &[&str]| {
+        let out = pgwake_cmd()
+            .args([
+                "ui",
+                "--ui-addr",
+                "127.0.0.1:0",
+                "--ui-host",
+                "console.example.com",
+            ])
+            .args(extra)
+            .env("PGWAKE_UI_TOKEN", TOKEN)
+            .env("DATABASE_URL", "postgres://nobody@127.0.0.1:1/none")
+            .output()
+            .unwrap();
+        assert!(!out.status.success(), "no database: {out:?}");
+        String::from_utf8_lossy(&out.stderr).to_string()
+    };
+    let open = start(&[]);
+    assert!(open.contains("pass --ui-login-reads"), "{open}");
+    let closed = start(&["--ui-login-reads"]);
+    assert!(!closed.contains("--ui-login-reads"), "{closed}");
 }
