@@ -597,6 +597,11 @@ impl Worker {
         } else {
             ""
         };
+        // The way out for jobs that never write through the claim
+        // transaction: lease mode holds no connection while they run.
+        let lease = format!(
+            "{lease}; jobs that never write through the claim transaction need no connection while they run: deliver them in lease mode (a Rust handler's Handler::delivery returning Delivery::Lease, or --lease-queues Q)"
+        );
         match self.config.max_connections {
             None => tracing::warn!(
                 "tx mode: at most {tasks} batches run at once, not --concurrency {slots}: each running tx batch holds a claim connection, and the claim pool opens at most {} by default ({tasks} for claims, {} for the services); set --max-connections {} to run {slots} at once (the server's max_connections must allow it){lease}",

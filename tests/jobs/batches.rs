@@ -635,6 +635,7 @@ async fn a_tx_worker_runs_as_many_jobs_at_once_as_its_concurrency_says() {
                 l.contains("WARN")
                     && l.contains("at most 64 batches run at once, not --concurrency 100")
                     && l.contains("--max-connections 102")
+                    && l.contains("Delivery::Lease, or --lease-queues")
             });
             if said {
                 Ok(())
