@@ -304,6 +304,7 @@ impl TraceContext {
 }
 
 /// Everything about one job.
+#[non_exhaustive]
 #[derive(Debug, Clone, Serialize, PartialEq)]
 pub struct JobDetail {
     /// Where it is now; when only its history remains, its newest history
