@@ -513,11 +513,14 @@ pub enum DeadAction {
 /// Which dead jobs a retry or purge acts on.
 #[derive(Args)]
 pub struct SelectArgs {
+    /// Job ids, as `pgwake job show` takes them (`pgwake dead retry 41 42`).
+    #[arg(value_name = "ID", allow_negative_numbers = true)]
+    pub positional: Vec<i64>,
     /// Job id (repeatable).
     #[arg(long = "id", allow_negative_numbers = true)]
     pub ids: Vec<i64>,
     /// Every dead job (of --queue, if given).
-    #[arg(long, conflicts_with = "ids")]
+    #[arg(long, conflicts_with_all = ["ids", "positional"])]
     pub all: bool,
     /// Only this queue.
     #[arg(long)]
@@ -527,8 +530,9 @@ pub struct SelectArgs {
 impl SelectArgs {
     /// The library's selection.
     pub fn selection(&self) -> pgwake::admin::dead::Selection {
+        let ids: Vec<i64> = self.positional.iter().chain(&self.ids).copied().collect();
         pgwake::admin::dead::Selection {
-            ids: (!self.ids.is_empty()).then(|| self.ids.clone()),
+            ids: (!ids.is_empty()).then_some(ids),
             queue: self.queue.clone(),
             all: self.all,
         }

@@ -53,7 +53,7 @@ impl Selection {
     fn check(&self) -> Result<()> {
         if self.ids.is_none() && !self.all {
             return Err(Error::Config(
-                "say which dead jobs: --id N (repeatable) or --all (optionally with --queue)"
+                "say which dead jobs: their ids (`pgwake dead retry 41 42`, or --id N) or --all (optionally with --queue)"
                     .into(),
             ));
         }

@@ -231,12 +231,31 @@ async fn migrate_enqueue_stats_and_dead_work_from_the_command_line() {
         Some(2),
         "retry without --id/--all is refused"
     );
+    // The id as `job show`, `cancel` and `explain` take it: positional
+    // (before, clap refused it as "unexpected argument", naming no fix).
+    let o = run(&["dead", "retry", &id.to_string()], url);
+    assert!(
+        String::from_utf8_lossy(&o.stdout).contains("moved 1 dead jobs back"),
+        "{}",
+        stderr(&o)
+    );
+    db.client()
+        .await
+        .batch_execute(&format!(
+            "WITH d AS (DELETE FROM pgwake.jobs WHERE id = {id} RETURNING *)
+             INSERT INTO pgwake.dead_jobs (id, queue, task, payload, priority, run_at, attempts, max_attempts, last_error, created_at)
+             SELECT id, queue, task, payload, priority, run_at, 25, 25, 'gave up', created_at FROM d"
+        ))
+        .await
+        .unwrap();
     let o = run(&["dead", "retry", "--id", &id.to_string()], url);
     assert!(
         String::from_utf8_lossy(&o.stdout).contains("moved 1 dead jobs back"),
         "{}",
         stderr(&o)
     );
+    let o = run(&["dead", "retry", &id.to_string(), "--all"], url);
+    assert_eq!(o.status.code(), Some(2), "an id and --all: {}", stderr(&o));
     let attempts: i32 = db
         .scalar(&format!("SELECT attempts FROM pgwake.jobs WHERE id = {id}"))
         .await;
