@@ -8,8 +8,10 @@
 # prints the producers' insert rate and latency (mean, p99), the worker's
 # pickup latency (from the INSERT statement to the handler, mean and max),
 # the backlog, and the dead tuples of the queue tables; at the end, per
-# phase, the same figures and the mean server time of the statements that
-# cost the most time (pg_stat_statements, when the server preloads it).
+# phase, the same figures, the mean server time of the statements that
+# cost the most time (pg_stat_statements, when the server preloads it), and
+# what the producers' sessions waited on (pg_stat_activity sampled every
+# 100 ms on one session: WAL flushes, the NOTIFY commit lock, a core).
 # Usage:
 #   cargo build --release
 #   scripts/bench-pinned-horizon.sh ADMIN_URL [RATE] [UNPINNED] [PINNED] [PGWAKE]
@@ -80,6 +82,13 @@ sample() {
 }
 printf '%6s %7s %9s %8s %9s %11s %10s %9s\n' t phase "ran/s" "pickup" "pickupmax" backlog "dead jobs" "dead other"
 phase=unpinned
+echo "$phase" > "$work/phase"
+# What the producers wait on, every 100 ms, through one psql session.
+(while kill -0 "$bench" 2>/dev/null; do
+    echo "SELECT '$(cat "$work/phase")', state, coalesce(wait_event_type, 'CPU'), coalesce(wait_event, '-') FROM pg_stat_activity WHERE datname = current_database() AND application_name = 'pgbench';"
+    sleep 0.1
+done | psql -qAt -F ' ' "$url" > "$work/waits" 2>/dev/null) &
+pids+=($!)
 reset_stats
 next=5
 while kill -0 "$bench" 2>/dev/null; do
@@ -93,10 +102,12 @@ while kill -0 "$bench" 2>/dev/null; do
             | psql -q "$url" >/dev/null &
         pids+=($!)
         phase=pinned
+        echo "$phase" > "$work/phase"
     fi
     if [ "$next" -eq $((unpinned + pinned)) ]; then
         echo "-- top statements, pinned:"; top_statements; reset_stats
         phase=after
+        echo "$phase" > "$work/phase"
     fi
     read -r backlog dead_jobs dead_other ran pickup pickup_max < <(sample)
     printf '%6s %7s %9s %8s %9s %11s %10s %9s\n' "$next" "$phase" "$((ran / 5))" "$pickup" "$pickup_max" "$backlog" "$dead_jobs" "$dead_other"
@@ -105,6 +116,10 @@ while kill -0 "$bench" 2>/dev/null; do
 done
 wait "$bench" || true
 echo "-- producers (pgbench): $(grep -E 'tps|latency average' "$work/pgbench.out" | tr '\n' ' ')"
+for p in unpinned pinned; do
+    echo "-- producers' sessions, $p (share of samples: state, wait event):"
+    awk -v p="$p" '$1 == p {n++; c[$2 " " $3 " " $4]++} END {for (k in c) printf "    %5.1f%%  %s\n", 100 * c[k] / n, k}' "$work/waits" | sort -rn | head -6
+done
 python3 - "$t0" "$unpinned" "$pinned" "$rate" "$work" <<'PY'
 import glob, os, sys
 t0, unpinned, pinned, rate, work = float(sys.argv[1]), float(sys.argv[2]), float(sys.argv[3]), float(sys.argv[4]), sys.argv[5]
