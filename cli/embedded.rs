@@ -12,6 +12,7 @@
 //! (through `runuser`).
 
 use std::net::TcpListener;
+use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
@@ -442,6 +443,38 @@ impl Cluster {
     /// Start a stopped server again on its port.
     pub fn start_again(&self) -> Result<()> {
         self.pg_ctl(&["start", "-w", "-t", "60"])
+    }
+
+    /// Stop the server now and leave its files to a detached `rm -rf`: a
+    /// test binary's shared cluster holds a database per test (tens of
+    /// thousands of files), and removing them in the exiting process kept
+    /// each test binary alive for a minute or two after its last test.
+    pub fn shutdown_removing_later(&mut self) {
+        if self.dir.is_none() {
+            return;
+        }
+        let _ = self.pg_ctl(&["stop", "-w", "-t", "30", "-m", "immediate"]);
+        if let Some(dir) = self.dir.take() {
+            let path = dir.keep();
+            let mut rm = Command::new("rm");
+            rm.arg("-rf")
+                .arg(&path)
+                .stdin(Stdio::null())
+                .stdout(Stdio::null())
+                .stderr(Stdio::null());
+            // Its own session: the test runner's signals and terminal are
+            // not its; the process exits without waiting for it.
+            // SAFETY: setsid is async-signal-safe.
+            unsafe {
+                rm.pre_exec(|| {
+                    libc::setsid();
+                    Ok(())
+                });
+            }
+            if rm.spawn().is_err() {
+                let _ = std::fs::remove_dir_all(&path);
+            }
+        }
     }
 }
 

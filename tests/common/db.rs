@@ -15,7 +15,7 @@ static DB_COUNTER: AtomicU32 = AtomicU32::new(0);
 extern "C" fn stop_cluster() {
     if let Ok(mut c) = CLUSTER.lock() {
         if let Some(mut c) = c.take() {
-            c.shutdown();
+            c.shutdown_removing_later();
         }
     }
 }
