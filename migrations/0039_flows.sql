@@ -16,8 +16,9 @@
 --   parent that ends dead or cancelled, and the edge's state.
 --
 -- Cost: three columns added without a rewrite (constant defaults), a brief
--- ACCESS EXCLUSIVE lock on jobs and leased_jobs; a new table; a small
--- partial index (held children only).
+-- ACCESS EXCLUSIVE lock on jobs and leased_jobs; a new table; a partial
+-- index of the held children, built CONCURRENTLY in a step of its own (a
+-- plain build would stop inserts for the scan of the whole queue).
 ALTER TABLE pgwake.jobs ADD COLUMN IF NOT EXISTS parents_open integer NOT NULL DEFAULT 0;
 ALTER TABLE pgwake.jobs ADD COLUMN IF NOT EXISTS has_children boolean NOT NULL DEFAULT false;
 ALTER TABLE pgwake.leased_jobs ADD COLUMN IF NOT EXISTS has_children boolean NOT NULL DEFAULT false;
@@ -47,9 +48,6 @@ CREATE TABLE IF NOT EXISTS pgwake.job_parents (
 );
 CREATE INDEX IF NOT EXISTS job_parents_child_idx ON pgwake.job_parents (child);
 
--- The children held by their parents: the sweep's walk, stats.
-CREATE INDEX IF NOT EXISTS jobs_parents_open_idx ON pgwake.jobs (id) WHERE parents_open > 0;
-
 -- pgwake.enqueue gains `after` and `on_parent_failure` (functions/enqueue.sql).
 DROP FUNCTION IF EXISTS pgwake.enqueue(text, jsonb, text, timestamptz, integer, integer, interval,
                                        text, text, boolean, text, text, text);
@@ -75,3 +73,8 @@ CREATE CONSTRAINT TRIGGER leased_jobs_release_children
     DEFERRABLE INITIALLY DEFERRED
     FOR EACH ROW WHEN (OLD.has_children)
     EXECUTE FUNCTION pgwake.release_children_trigger();
+
+-- pgwake:step no-transaction
+-- The children held by their parents: the rescuer's sweep walks them.
+CREATE INDEX CONCURRENTLY IF NOT EXISTS jobs_parents_open_idx ON pgwake.jobs (id)
+    WHERE parents_open > 0;

@@ -177,14 +177,68 @@ async fn lease_mode_children_run_after_their_parents_and_once() {
     children_run_after_their_parents_and_once(true).await;
 }
 
+/// The commit that ends a parent releases its child, with no worker and no
+/// rescuer running: tx mode, the claim transaction's commit (the child is
+/// still held while that transaction is open); lease mode, the completion
+/// statement (the lease claim's commit only moves the flag). (With the
+/// *_release_children triggers dropped, the child is still held after the
+/// commit in both modes.)
+async fn the_parents_end_releases_the_child_in_its_commit(lease: bool) {
+    let db = migrated_db().await;
+    let client = db.client().await;
+    let parent = enqueue(&client, &NewJob::new("t", serde_json::json!({})))
+        .await
+        .unwrap();
+    let child = enqueue(
+        &client,
+        &NewJob::new("t", serde_json::json!({})).after([parent]),
+    )
+    .await
+    .unwrap();
+    let observer = db.client().await;
+    let held = async || -> bool {
+        observer
+            .query_one("SELECT held FROM pgwake.jobs WHERE id = $1", &[&child])
+            .await
+            .unwrap()
+            .get(0)
+    };
+    if lease {
+        let rows = claim_lease_all(&client, "w").await;
+        assert_eq!(rows.len(), 1, "only the parent is claimable");
+        let token: i64 = rows[0].get(12);
+        assert!(held().await, "the lease claim is not the parent's end");
+        pgwake::internal::sql::Db::unnamed(&client)
+            .query(&pgwake::internal::sql::LEASE_DONE, &[&vec![token]])
+            .await
+            .unwrap();
+    } else {
+        client.batch_execute("BEGIN").await.unwrap();
+        let rows = claim_tx_all(&client).await;
+        assert_eq!(rows.len(), 1, "only the parent is claimable");
+        assert!(held().await, "the parent runs: the child waits");
+        client.batch_execute("COMMIT").await.unwrap();
+    }
+    assert!(!held().await, "the parent's commit released its child");
+}
+
+#[tokio::test]
+async fn tx_mode_the_parents_end_releases_the_child_in_its_commit() {
+    the_parents_end_releases_the_child_in_its_commit(false).await;
+}
+
+#[tokio::test]
+async fn lease_mode_the_parents_end_releases_the_child_in_its_commit() {
+    the_parents_end_releases_the_child_in_its_commit(true).await;
+}
+
 /// A parent that ends dead: its `cancel` child and that child's own child
 /// are cancelled at the same commit (with the reason among their errors);
 /// its `run` child runs; its `wait` child stays held. `pgwake dead retry`
 /// of the parent brings back the cancelled two, held for it; once it is
-/// done all three run. (With cancel_children's DELETE left out, the cancel
+/// done all three run. (With cancel_children doing nothing, the cancel
 /// child stays held and the first state check fails; with revive_parent
-/// returning at once, the cancelled children stay dead and the final wait
-/// times out.)
+/// returning at once, the cancelled children stay dead and never run.)
 async fn a_failed_parent_applies_each_policy_and_dead_retry_undoes_it(lease: bool) {
     let db = migrated_db().await;
     let client = db.client().await;
@@ -572,8 +626,11 @@ async fn an_ordered_key_never_releases_a_child_its_parents_hold() {
 
 /// A chain a → b → c whose first job's worker is killed (kill -9) while it
 /// runs: another worker runs it again, then b and c each once, each after
-/// its parent's last run ended; nothing is left held. (With the triggers'
-/// WHEN clause false, b is never released and the drain times out.)
+/// its parent's last run ended; nothing is left held. (With the flows'
+/// release removed from the rescuer's sweep (release_stalled_flows doing
+/// nothing) and the triggers dropped, b is never released and the drain
+/// times out; with the triggers dropped alone, the sweep releases b and c
+/// and the test passes: the sweep bounds a missed release.)
 async fn a_chain_survives_a_killed_worker(mode: &[&str]) {
     let db = migrated_db().await;
     create_run_ledger(&db).await;
