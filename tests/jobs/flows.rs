@@ -106,10 +106,8 @@ async fn until_no_job_left(db: &TestDb) {
 
 /// Three parents fan in to `c`; `c` is the parent of `d` (a chain): every
 /// child starts after each of its parents' handlers ended, every job runs
-/// once, none is left held. (With add_parents' UPDATE that holds the child
-/// removed, `c` and `d` start with the parents and the order check fails;
-/// with the triggers' WHEN clause false (`has_children` never read), no
-/// child is released and the wait for the end times out with 2 jobs held.)
+/// once, none is left held. (With add_parents' UPDATE no longer setting
+/// `held`, no job is held at enqueue: the first check fails, (0, 25).)
 async fn children_run_after_their_parents_and_once(lease: bool) {
     let db = migrated_db().await;
     let client = db.client().await;
