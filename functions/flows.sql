@@ -254,16 +254,15 @@ DECLARE
     seen bigint;
 BEGIN
     released := 0;
-    SELECT max(c.id), count(*) INTO next_after, seen
-    FROM (SELECT j.id FROM pgwake.jobs j
-          WHERE j.parents_open > 0 AND (after IS NULL OR j.id > after)
-          ORDER BY j.id LIMIT batch) c;
+    -- Walked by the edges (job_parents_child_idx), not the queue.
+    SELECT max(c.child), count(*) INTO next_after, seen
+    FROM (SELECT DISTINCT e.child FROM pgwake.job_parents e
+          WHERE e.state <> 'done' AND (after IS NULL OR e.child > after)
+          ORDER BY e.child LIMIT batch) c;
     FOR p IN
         SELECT DISTINCT e.parent FROM pgwake.job_parents e
-        WHERE e.child IN (SELECT j.id FROM pgwake.jobs j
-                          WHERE j.parents_open > 0 AND (after IS NULL OR j.id > after)
-                            AND j.id <= next_after)
-          AND e.state <> 'done'
+        WHERE e.state <> 'done' AND (after IS NULL OR e.child > after) AND e.child <= next_after
+          AND EXISTS (SELECT 1 FROM pgwake.jobs j WHERE j.id = e.child AND j.parents_open > 0)
           AND NOT EXISTS (SELECT 1 FROM pgwake.jobs w WHERE w.id = e.parent)
           AND NOT EXISTS (SELECT 1 FROM pgwake.leased_jobs l WHERE l.id = e.parent)
     LOOP

@@ -16,9 +16,9 @@
 --   parent that ends dead or cancelled, and the edge's state.
 --
 -- Cost: three columns added without a rewrite (constant defaults), a brief
--- ACCESS EXCLUSIVE lock on jobs and leased_jobs; a new table; a partial
--- index of the held children, built CONCURRENTLY in a step of its own (a
--- plain build would stop inserts for the scan of the whole queue).
+-- ACCESS EXCLUSIVE lock on jobs and leased_jobs; a new table. No index on
+-- jobs: the rescuer's sweep walks the edges (job_parents_child_idx), so
+-- nothing here scans the queue under a lock.
 ALTER TABLE pgwake.jobs ADD COLUMN IF NOT EXISTS parents_open integer NOT NULL DEFAULT 0;
 ALTER TABLE pgwake.jobs ADD COLUMN IF NOT EXISTS has_children boolean NOT NULL DEFAULT false;
 ALTER TABLE pgwake.leased_jobs ADD COLUMN IF NOT EXISTS has_children boolean NOT NULL DEFAULT false;
@@ -74,7 +74,3 @@ CREATE CONSTRAINT TRIGGER leased_jobs_release_children
     FOR EACH ROW WHEN (OLD.has_children)
     EXECUTE FUNCTION pgwake.release_children_trigger();
 
--- pgwake:step no-transaction
--- The children held by their parents: the rescuer's sweep walks them.
-CREATE INDEX CONCURRENTLY IF NOT EXISTS jobs_parents_open_idx ON pgwake.jobs (id)
-    WHERE parents_open > 0;
