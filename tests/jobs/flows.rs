@@ -16,9 +16,12 @@ use common::*;
 use pgwake::client::{enqueue, NewJob, ParentFailure};
 use pgwake::{async_trait, BoxError, Handler, Job, JobContext, Outcome, Worker, WorkerConfig};
 
-/// Every run: (job id, task, started, ended), written by the handler.
+/// One run: (job id, task, started, ended).
+type Run = (i64, String, Instant, Instant);
+
+/// Every run, written by the handler.
 #[derive(Clone, Default)]
-struct Runs(Arc<Mutex<Vec<(i64, String, Instant, Instant)>>>);
+struct Runs(Arc<Mutex<Vec<Run>>>);
 
 /// Records each run; a task named `fail` fails while `failing` is set.
 struct Timed {
