@@ -697,3 +697,42 @@ async fn tx_mode_a_chain_survives_a_killed_worker() {
 async fn lease_mode_a_chain_survives_a_killed_worker() {
     a_chain_survives_a_killed_worker(&["--lease", "--lease-ms", "1500"]).await;
 }
+
+/// `pgwake explain` of a held child names how many parents it waits for
+/// and each open one with its state, first; a parent that ended done is
+/// counted, not named. (Without the reason's block in pgwake.explain, the
+/// first reason is `no_worker`.)
+#[tokio::test]
+async fn explain_says_which_parents_a_child_waits_for() {
+    let db = migrated_db().await;
+    let client = db.client().await;
+    let a = enqueue(&client, &NewJob::new("t", serde_json::json!({})))
+        .await
+        .unwrap();
+    let b = enqueue(&client, &NewJob::new("t", serde_json::json!({})).after([a]))
+        .await
+        .unwrap();
+    let done = enqueue(&client, &NewJob::new("t", serde_json::json!({})))
+        .await
+        .unwrap();
+    let c = enqueue(
+        &client,
+        &NewJob::new("t", serde_json::json!({})).after([done, b, a]),
+    )
+    .await
+    .unwrap();
+    client
+        .execute("DELETE FROM pgwake.jobs WHERE id = $1", &[&done])
+        .await
+        .unwrap();
+    let reasons = pgwake::admin::jobs::explain(&client, c).await.unwrap();
+    assert_eq!(reasons[0].reason, "waiting_for_parents", "{reasons:?}");
+    assert_eq!(
+        reasons[0].detail,
+        format!(
+            "waiting for 2 of 3 parents: {a} (waiting), {b} (waiting for its own parents); \
+             it is released in the commit that ends the last"
+        )
+    );
+    assert_eq!(reasons[0].blocking_job, Some(a));
+}
