@@ -736,3 +736,82 @@ async fn explain_says_which_parents_a_child_waits_for() {
     );
     assert_eq!(reasons[0].blocking_job, Some(a));
 }
+
+/// `pgwake enqueue --after` (repeated, or a list) and NDJSON's `"after"`
+/// give a job its parents; a dead parent is refused with the database's
+/// message, exit non-zero, nothing inserted. (With `--after` not passed to
+/// the job, the edges are only NDJSON's: [(c, d, run)].)
+#[tokio::test]
+async fn the_cli_and_ndjson_take_parents() {
+    let db = migrated_db().await;
+    let url = db.url.clone();
+    let client = db.client().await;
+    let id_of = |o: &std::process::Output| -> i64 {
+        assert!(o.status.success(), "{}", stderr_of(o));
+        String::from_utf8_lossy(&o.stdout).trim().parse().unwrap()
+    };
+    let a = id_of(&run_pgwake(&["enqueue", "--task", "a"], Some(&url)));
+    let b = id_of(&run_pgwake(&["enqueue", "--task", "b"], Some(&url)));
+    let c = id_of(&run_pgwake(
+        &[
+            "enqueue",
+            "--task",
+            "c",
+            "--after",
+            &a.to_string(),
+            "--after",
+            &b.to_string(),
+            "--on-parent-failure",
+            "wait",
+        ],
+        Some(&url),
+    ));
+    let out = run_pgwake_stdin(
+        &["enqueue", "--ndjson"],
+        Some(&url),
+        &format!("{{\"task\": \"d\", \"after\": [{c}], \"on_parent_failure\": \"run\"}}\n"),
+    );
+    assert!(out.status.success(), "{}", stderr_of(&out));
+    let edges: Vec<(i64, i64, String)> = client
+        .query(
+            "SELECT parent, child, on_failure FROM pgwake.job_parents ORDER BY child, parent",
+            &[],
+        )
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| (r.get(0), r.get(1), r.get(2)))
+        .collect();
+    let d: i64 = db.scalar("SELECT max(id) FROM pgwake.jobs").await;
+    assert_eq!(
+        edges,
+        vec![
+            (a, c, "wait".into()),
+            (b, c, "wait".into()),
+            (c, d, "run".into())
+        ]
+    );
+    let held: i64 = db
+        .scalar("SELECT count(*) FROM pgwake.jobs WHERE held AND parents_open > 0")
+        .await;
+    assert_eq!(held, 2);
+
+    client
+        .execute("SELECT pgwake.cancel($1)", &[&a])
+        .await
+        .unwrap();
+    let out = run_pgwake(
+        &["enqueue", "--task", "e", "--after", &format!("{b},{a}")],
+        Some(&url),
+    );
+    assert!(!out.status.success());
+    assert!(
+        stderr_of(&out).contains(&format!("parent job {a} ended dead or cancelled")),
+        "{}",
+        stderr_of(&out)
+    );
+    let e: i64 = db
+        .scalar("SELECT count(*) FROM pgwake.jobs WHERE task = 'e'")
+        .await;
+    assert_eq!(e, 0);
+}
