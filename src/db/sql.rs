@@ -214,6 +214,7 @@ statements! {
     SNOOZES_EXPIRE = "snoozes_expire" [];
     STATS_LEASED = "stats_leased" [];
     STATS_SNOOZED = "stats_snoozed" [];
+    STATS_PARENTS = "stats_parents" [];
     SUSPECTS = "suspects" [];
     TRACE_SWEEP = "trace_sweep" [INT8];
     WAITING_REGISTER = "waiting_register" [TEXT, TEXT_ARRAY, FLOAT8];

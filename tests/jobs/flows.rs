@@ -700,10 +700,10 @@ async fn lease_mode_a_chain_survives_a_killed_worker() {
 
 /// `pgwake explain` of a held child names how many parents it waits for
 /// and each open one with its state, first; a parent that ended done is
-/// counted, not named. (Without the reason's block in pgwake.explain, the
-/// first reason is `no_worker`.)
+/// counted, not named; `pgwake stats` counts the held children. (Without
+/// the reason's block in pgwake.explain, the first reason is `no_worker`.)
 #[tokio::test]
-async fn explain_says_which_parents_a_child_waits_for() {
+async fn explain_and_stats_say_which_jobs_wait_for_parents() {
     let db = migrated_db().await;
     let client = db.client().await;
     let a = enqueue(&client, &NewJob::new("t", serde_json::json!({})))
@@ -735,6 +735,15 @@ async fn explain_says_which_parents_a_child_waits_for() {
         )
     );
     assert_eq!(reasons[0].blocking_job, Some(a));
+
+    // `pgwake stats` counts the two held children (b and c), and its table
+    // shows them. (Without the count's statement, 0.)
+    let pool = pgwake::connect::pool(&db.config(), 2).unwrap();
+    let stats = pgwake::admin::stats::read(&pool).await.unwrap();
+    let default = stats.iter().find(|s| s.queue == "default").unwrap();
+    assert_eq!(default.waiting_for_parents, 2, "{default:?}");
+    let table = pgwake::admin::stats::render_table(&stats);
+    assert!(table.lines().next().unwrap().contains("PARENTS"), "{table}");
 }
 
 /// `pgwake enqueue --after` (repeated, or a list) and NDJSON's `"after"`
