@@ -190,6 +190,15 @@ BEGIN
         RAISE EXCEPTION 'pgwake: on_parent_failure %: expected cancel, run or wait', to_jsonb(on_failure)::text
             USING ERRCODE = 'invalid_parameter_value';
     END IF;
+    -- Only a job this transaction just enqueued (its created_at is this
+    -- transaction's now()) and that has no parents yet: a producer, who may
+    -- call this function, cannot hold someone else's waiting job.
+    IF NOT EXISTS (SELECT 1 FROM pgwake.jobs j
+                   WHERE j.id = child_id AND j.created_at = now() AND j.parents_open = 0
+                     AND NOT EXISTS (SELECT 1 FROM pgwake.job_parents e WHERE e.child = child_id)) THEN
+        RAISE EXCEPTION 'pgwake: job % was not enqueued by this transaction: parents are given when a job is enqueued', child_id
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
     SELECT array_agg(DISTINCT x ORDER BY x) INTO wanted FROM unnest(parents) x WHERE x IS NOT NULL;
     IF wanted IS NULL THEN
         RETURN 0;
@@ -437,16 +446,16 @@ BEGIN
         INTO parent_ids
         FROM jsonb_array_elements(coalesce(node -> 'after', '[]')) d;
         ids := ids || jsonb_build_object(names[u], pgwake.enqueue(
-                node ->> 'task',
-                coalesce(node -> 'payload', '{}'),
-                coalesce(node ->> 'queue', 'default'),
-                coalesce((node ->> 'run_at')::timestamptz, now()),
-                coalesce((node ->> 'priority')::integer, 0),
-                coalesce((node ->> 'max_attempts')::integer, 25),
-                ordering_key => node ->> 'ordering_key',
-                limit_key => node ->> 'limit_key',
-                after => parent_ids,
-                on_parent_failure => node ->> 'on_parent_failure'));
+            node ->> 'task',
+            coalesce(node -> 'payload', '{}'),
+            coalesce(node ->> 'queue', 'default'),
+            coalesce((node ->> 'run_at')::timestamptz, now()),
+            coalesce((node ->> 'priority')::integer, 0),
+            coalesce((node ->> 'max_attempts')::integer, 25),
+            ordering_key => node ->> 'ordering_key',
+            limit_key => node ->> 'limit_key',
+            after => parent_ids,
+            on_parent_failure => node ->> 'on_parent_failure'));
     END LOOP;
     RETURN ids;
 END

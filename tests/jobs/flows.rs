@@ -442,7 +442,8 @@ async fn flow_enqueues_a_graph_and_refuses_cycles_and_malformed_nodes_inserting_
 
 /// Parents that would leave a child held forever are refused, in the
 /// enqueue's transaction, naming the parent; more than 1,000 parents are
-/// refused with the bound. (With the dead-parent check removed, the child
+/// refused with the bound; a job enqueued before cannot be given parents.
+/// (With the dead-parent check removed, the child
 /// of a dead parent is inserted held and the first assertion fails.)
 #[tokio::test]
 async fn parents_that_would_hold_a_child_forever_are_refused() {
@@ -526,6 +527,17 @@ async fn parents_that_would_hold_a_child_forever_are_refused() {
         .unwrap()
         .get(0);
     assert!(!held, "a parent the history shows done counts as done");
+    // A job enqueued earlier (by another transaction) cannot be given
+    // parents afterwards: a producer cannot hold someone else's job.
+    let msg = refused(
+        &client,
+        &format!("SELECT pgwake.add_parents({c}, ARRAY[{c}]::bigint[], NULL)"),
+    )
+    .await;
+    assert_eq!(
+        msg,
+        format!("pgwake: job {c} was not enqueued by this transaction: parents are given when a job is enqueued")
+    );
 }
 
 /// A child held with every parent ended (a release missed: made here by
