@@ -12,6 +12,13 @@
 -- 0038, functions/traces.sql), as `SET LOCAL pgwake.traceparent` gives it to
 -- every job of a transaction; given here, it is this job's, whatever the
 -- transaction set. A malformed one is ignored with a WARNING.
+-- `after`: the job's parents (migration 0039, functions/flows.sql): it is
+-- held until every one has ended done, and released in the commit that
+-- ends the last. At most pgwake.max_parents() (1,000); a parent that does
+-- not exist, ended dead or cancelled, or ended without the history showing
+-- it done is refused. `on_parent_failure`: what the job does when a
+-- parent ends dead or cancelled: 'cancel' (default), 'run' or 'wait'
+-- (docs/src/flows.md). A duplicate (`unique_key`) gets no parents.
 CREATE OR REPLACE FUNCTION pgwake.enqueue(
     task         text,
     payload      jsonb       DEFAULT '{}'::jsonb,
@@ -25,7 +32,9 @@ CREATE OR REPLACE FUNCTION pgwake.enqueue(
     unique_running boolean   DEFAULT false,
     limit_key    text        DEFAULT NULL,
     traceparent  text        DEFAULT NULL,
-    tracestate   text        DEFAULT NULL
+    tracestate   text        DEFAULT NULL,
+    after        bigint[]    DEFAULT NULL,
+    on_parent_failure text   DEFAULT NULL
 ) RETURNS bigint
 LANGUAGE plpgsql AS $$
 DECLARE
@@ -58,6 +67,9 @@ BEGIN
     IF nullif(enqueue.traceparent, '') IS NOT NULL THEN
         PERFORM set_config('pgwake.traceparent', coalesce(given_parent, ''), true),
                 set_config('pgwake.tracestate', coalesce(given_state, ''), true);
+    END IF;
+    IF cardinality(enqueue.after) > 0 AND NOT r.duplicate THEN
+        PERFORM pgwake.add_parents(r.id, enqueue.after, enqueue.on_parent_failure);
     END IF;
     IF r.duplicate THEN
         RAISE NOTICE 'pgwake.enqueue: duplicate: job % already waits (or runs) with unique_key %',

@@ -154,7 +154,8 @@ BEGIN
     SELECT jb.queue, jb.task, jb.run_at, jb.priority, jb.attempts, jb.max_attempts, jb.last_error,
            jb.ordering_key, coalesce(jb.ordering_at, jb.run_at) AS key_at, jb.xmax, jb.limit_key,
            jb.xmax IN (SELECT pl.transactionid FROM pg_locks pl
-                       WHERE pl.locktype = 'transactionid' AND pl.granted) AS in_tx
+                       WHERE pl.locktype = 'transactionid' AND pl.granted) AS in_tx,
+           jb.parents_open
     INTO j FROM pgwake.jobs jb WHERE jb.id = job_id;
     IF NOT FOUND THEN
         SELECT dj.last_error, dj.failed_at INTO d FROM pgwake.dead_jobs dj WHERE dj.id = job_id;
@@ -199,6 +200,43 @@ BEGIN
                       LIMIT 1),
                      'its row is locked by the open transaction of another session: claims skip locked rows until that transaction ends'),
             NULL::timestamptz, NULL::bigint;
+    END IF;
+
+    IF j.parents_open > 0 THEN
+        -- Held for its parents (migration 0039, functions/flows.sql): the
+        -- open ones (at most 10 named) and their states.
+        found_reason := true;
+        RETURN QUERY
+        WITH e AS (
+            SELECT x.parent, x.on_failure, x.state FROM pgwake.job_parents x
+            WHERE x.child = job_id
+        ), open AS (
+            SELECT e.parent,
+                   CASE WHEN EXISTS (SELECT 1 FROM pgwake.leased_jobs lj WHERE lj.id = e.parent)
+                            THEN 'running'
+                        WHEN EXISTS (SELECT 1 FROM pgwake.jobs jb WHERE jb.id = e.parent
+                                     AND jb.xmax IN (SELECT pl.transactionid FROM pg_locks pl
+                                                     WHERE pl.locktype = 'transactionid' AND pl.granted)
+                                     AND pgwake.held_by_claim(jb.xmax))
+                            THEN 'running'
+                        WHEN EXISTS (SELECT 1 FROM pgwake.jobs jb WHERE jb.id = e.parent AND jb.parents_open > 0)
+                            THEN 'waiting for its own parents'
+                        WHEN EXISTS (SELECT 1 FROM pgwake.jobs jb WHERE jb.id = e.parent)
+                            THEN 'waiting'
+                        WHEN EXISTS (SELECT 1 FROM pgwake.dead_jobs dj WHERE dj.id = e.parent)
+                            THEN 'dead: this job waits for its retry'
+                        ELSE 'ended: the rescuer''s sweep releases this job'
+                   END AS state
+            FROM e WHERE e.state <> 'done'
+        )
+        SELECT 'waiting_for_parents'::text,
+            format('waiting for %s of %s parents: %s%s; it is released in the commit that ends the last',
+                   j.parents_open, (SELECT count(*) FROM e),
+                   (SELECT string_agg(format('%s (%s)', o.parent, o.state), ', ' ORDER BY o.parent)
+                    FROM (SELECT * FROM open ORDER BY open.parent LIMIT 10) o),
+                   CASE WHEN (SELECT count(*) FROM open) > 10
+                        THEN format(' and %s more', (SELECT count(*) FROM open) - 10) ELSE '' END),
+            NULL::timestamptz, (SELECT min(o.parent) FROM open o);
     END IF;
 
     SELECT sn.snoozes, sn.snoozed_until, sn.snoozed_at INTO sz

@@ -236,6 +236,9 @@ $$;
 -- right on leased_jobs or to update jobs.
 CREATE OR REPLACE FUNCTION pgwake.hold_ordering_key() RETURNS trigger
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pgwake AS $$
+DECLARE
+    -- held for its parents (functions/flows.sql): the key does not undo it
+    for_parents boolean := NEW.parents_open > 0;
 BEGIN
     PERFORM pg_advisory_xact_lock_shared(pgwake.ordering_hold_lock(NEW.ordering_key));
     -- ordering_earlier(), inlined (one plpgsql call per row, not two).
@@ -249,6 +252,7 @@ BEGIN
              OR EXISTS (SELECT 1 FROM pgwake.leased_jobs l
                         WHERE l.ordering_key = NEW.ordering_key AND l.id <> NEW.id);
     IF NOT NEW.held THEN
+        NEW.held := for_parents;
         -- Usually none (the key was empty): a probe, not an UPDATE.
         IF NOT EXISTS (SELECT 1 FROM pgwake.jobs j
                        WHERE j.ordering_key = NEW.ordering_key AND NOT j.held) THEN
@@ -285,14 +289,16 @@ BEGIN
     END IF;
     -- A new snapshot, after the lock: every insert of the key that got the
     -- lock before us has committed.
-    SELECT j.id, j.held INTO head FROM pgwake.jobs j
+    SELECT j.id, j.held, j.parents_open INTO head FROM pgwake.jobs j
     WHERE j.ordering_key = key
     ORDER BY j.priority, coalesce(j.ordering_at, j.run_at), j.id
     LIMIT 1;
-    IF FOUND AND head.held THEN
+    -- A head that waits for its parents stays held (functions/flows.sql):
+    -- the release of its last parent releases the key again.
+    IF FOUND AND head.held AND head.parents_open = 0 THEN
         UPDATE pgwake.jobs SET held = false
         WHERE ctid = ANY(ARRAY(SELECT j.ctid FROM pgwake.jobs j
-                               WHERE j.id = head.id AND j.held
+                               WHERE j.id = head.id AND j.held AND j.parents_open = 0
                                FOR UPDATE SKIP LOCKED));
         IF NOT FOUND THEN
             sure := false;
@@ -384,10 +390,11 @@ BEGIN
 END
 $$;
 
--- Whether the first job of `key` in pgwake.jobs is held.
+-- Whether the first job of `key` in pgwake.jobs is held by its key (not
+-- for its parents: their release is the flows' sweep's).
 CREATE OR REPLACE FUNCTION pgwake.key_first_held(key text) RETURNS boolean
 LANGUAGE sql VOLATILE AS $$
-    SELECT coalesce((SELECT j.held FROM pgwake.jobs j WHERE j.ordering_key = key
+    SELECT coalesce((SELECT j.held AND j.parents_open = 0 FROM pgwake.jobs j WHERE j.ordering_key = key
                      ORDER BY j.priority, coalesce(j.ordering_at, j.run_at), j.id
                      LIMIT 1), false)
 $$;

@@ -34,7 +34,10 @@ BEGIN
     EXECUTE format('GRANT SELECT ON pgwake.schema_migrations TO %s', role);
     -- The insert trigger jobs_bounds reads the payload bound (migration 0027).
     EXECUTE format('GRANT SELECT ON pgwake.producer_limits TO %s', role);
-    EXECUTE format('GRANT EXECUTE ON FUNCTION pgwake.enqueue(text, jsonb, text, timestamptz, integer, integer, interval, text, text, boolean, text, text, text), pgwake.enqueue_unique(text, jsonb, text, timestamptz, integer, integer, interval, text, text, boolean, text) TO %s', role);
+    EXECUTE format('GRANT EXECUTE ON FUNCTION pgwake.enqueue(text, jsonb, text, timestamptz, integer, integer, interval, text, text, boolean, text, text, text, bigint[], text), pgwake.enqueue_unique(text, jsonb, text, timestamptz, integer, integer, interval, text, text, boolean, text) TO %s', role);
+    -- Parents of a job (SECURITY DEFINER: no grant on job_parents nor
+    -- UPDATE on jobs; functions/flows.sql), and pgwake.flow.
+    EXECUTE format('GRANT EXECUTE ON FUNCTION pgwake.add_parents(bigint, bigint[], text), pgwake.max_parents(), pgwake.flow(jsonb) TO %s', role);
     -- The Rust client records each job's trace context (SECURITY DEFINER:
     -- no grant on pgwake.job_traces; functions/traces.sql).
     EXECUTE format('GRANT EXECUTE ON FUNCTION pgwake.trace_job(bigint, text, text) TO %s', role);

@@ -83,6 +83,18 @@ pub struct NewJob {
     /// bytes; a malformed one is dropped, counted, and the traceparent kept).
     #[serde(default)]
     pub tracestate: Option<String>,
+    /// The job's parents: ids of jobs it waits for. It is held until every
+    /// one has ended done, and released in the commit that ends the last
+    /// (docs/src/flows.md). At most 1,000; an unknown parent, or one that
+    /// ended dead, cancelled or (without history showing it done) at all,
+    /// fails the enqueue. Ignored for a duplicate. Default none.
+    #[serde(default)]
+    pub after: Option<Vec<i64>>,
+    /// With `after`: what the job does when a parent ends dead or
+    /// cancelled: `cancel` (the default), `run` or `wait` (for the
+    /// parent's retry).
+    #[serde(default)]
+    pub on_parent_failure: Option<String>,
     /// Run this long after the database's `now()` (not this machine's
     /// clock, which may be off). Ignored when `run_at` is set. Not read from
     /// NDJSON (use `run_at` there).
@@ -107,6 +119,8 @@ impl NewJob {
             limit_key: None,
             traceparent: None,
             tracestate: None,
+            after: None,
+            on_parent_failure: None,
             delay: None,
         }
     }
@@ -115,6 +129,21 @@ impl NewJob {
     /// [`NewJob::traceparent`](struct@NewJob#structfield.traceparent)).
     pub fn traceparent(mut self, traceparent: impl Into<String>) -> NewJob {
         self.traceparent = Some(traceparent.into());
+        self
+    }
+
+    /// Waiting for the jobs `parents` (see
+    /// [`NewJob::after`](struct@NewJob#structfield.after)); added to any
+    /// given before.
+    pub fn after(mut self, parents: impl IntoIterator<Item = i64>) -> NewJob {
+        self.after.get_or_insert_with(Vec::new).extend(parents);
+        self
+    }
+
+    /// What the job does when a parent ends dead or cancelled (see
+    /// [`NewJob::on_parent_failure`](struct@NewJob#structfield.on_parent_failure)).
+    pub fn on_parent_failure(mut self, policy: ParentFailure) -> NewJob {
+        self.on_parent_failure = Some(policy.as_str().into());
         self
     }
 
@@ -305,6 +334,33 @@ pub struct Enqueued {
     pub duplicate: bool,
 }
 
+/// What a child does when one of its parents ends dead or cancelled
+/// (docs/src/flows.md → Failure policy).
+#[non_exhaustive]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ParentFailure {
+    /// The child is cancelled (with the reason in its errors), and its own
+    /// children by their policies. The default.
+    Cancel,
+    /// The edge counts as ended: the child runs once its other parents are
+    /// done.
+    Run,
+    /// The child keeps waiting until the parent is retried (`pgwake dead
+    /// retry`) and ends done.
+    Wait,
+}
+
+impl ParentFailure {
+    /// The name the SQL API takes (`on_parent_failure`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ParentFailure::Cancel => "cancel",
+            ParentFailure::Run => "run",
+            ParentFailure::Wait => "wait",
+        }
+    }
+}
+
 /// Enqueue one job; returns its id (for a duplicate of a waiting
 /// `unique_key`, the waiting job's id: [`enqueue_detailed`] says which).
 pub async fn enqueue<C: GenericClient>(client: &C, job: &NewJob) -> Result<i64> {
@@ -368,6 +424,14 @@ pub async fn enqueue_many_detailed<C: GenericClient>(
         .iter()
         .map(|j| j.tracestate.as_deref().map(storable))
         .collect();
+    let after: Vec<Option<serde_json::Value>> = jobs
+        .iter()
+        .map(|j| j.after.as_ref().map(|a| serde_json::json!(a)))
+        .collect();
+    let on_parent_failure: Vec<Option<&str>> = jobs
+        .iter()
+        .map(|j| j.on_parent_failure.as_deref())
+        .collect();
     let rows = crate::db::sql::Db::unnamed(client.client())
         .query(
             &crate::db::sql::ENQUEUE,
@@ -386,6 +450,8 @@ pub async fn enqueue_many_detailed<C: GenericClient>(
                 &limit_key,
                 &traceparent,
                 &tracestate,
+                &after,
+                &on_parent_failure,
             ],
         )
         .await

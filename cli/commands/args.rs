@@ -463,8 +463,21 @@ pub struct EnqueueArgs {
     /// With --traceparent: its tracestate [default: $TRACESTATE].
     #[arg(long, env = "TRACESTATE")]
     pub tracestate: Option<String>,
+    /// A parent: the job waits until job ID has ended done (repeat it, or
+    /// give a list: --after 41,42; at most 1,000).
+    #[arg(
+        long,
+        value_name = "ID",
+        value_delimiter = ',',
+        conflicts_with = "ndjson"
+    )]
+    pub after: Vec<i64>,
+    /// With --after: what the job does when a parent ends dead or
+    /// cancelled: cancel, run or wait [default: cancel].
+    #[arg(long, value_parser = ["cancel", "run", "wait"], requires = "after")]
+    pub on_parent_failure: Option<String>,
     /// Read jobs from stdin, one JSON object per line:
-    /// {"task": "...", "payload": {...}, "queue": "...", "run_at": "...", "priority": 0, "max_attempts": 25, "timeout": "90s", "ordering_key": "...", "unique_key": "...", "unique_running": false, "limit_key": "...", "traceparent": "...", "tracestate": "..."}.
+    /// {"task": "...", "payload": {...}, "queue": "...", "run_at": "...", "priority": 0, "max_attempts": 25, "timeout": "90s", "ordering_key": "...", "unique_key": "...", "unique_running": false, "limit_key": "...", "traceparent": "...", "tracestate": "...", "after": [41, 42], "on_parent_failure": "cancel"}.
     /// All lines commit together or not at all.
     #[arg(long)]
     pub ndjson: bool,

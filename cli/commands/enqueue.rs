@@ -27,6 +27,10 @@ fn job_from_flags(args: EnqueueArgs) -> Result<NewJob, Error> {
     job.limit_key = args.limit_key;
     job.traceparent = args.traceparent;
     job.tracestate = args.tracestate;
+    if !args.after.is_empty() {
+        job.after = Some(args.after);
+    }
+    job.on_parent_failure = args.on_parent_failure;
     job.max_attempts = args.max_attempts;
     if let Some(t) = args.timeout {
         job = job.timeout(t.into());

@@ -22,6 +22,7 @@ pub const REASONS: &[&str] = &[
     "snoozed",
     "retry_backoff",
     "paused",
+    "waiting_for_parents",
     "ordering_key",
     "max_running",
     "rate_limit",

@@ -211,6 +211,11 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "0038_trace_context.sql",
         sql: include_str!("../../migrations/0038_trace_context.sql"),
     },
+    Migration {
+        version: 39,
+        name: "0039_flows.sql",
+        sql: include_str!("../../migrations/0039_flows.sql"),
+    },
 ];
 
 /// The functions and triggers of `functions/`, re-applied by every migrate
@@ -219,6 +224,7 @@ pub const FUNCTIONS: &[(&str, &str)] = &[
     ("notify.sql", include_str!("../../functions/notify.sql")),
     ("traces.sql", include_str!("../../functions/traces.sql")),
     ("keys.sql", include_str!("../../functions/keys.sql")),
+    ("flows.sql", include_str!("../../functions/flows.sql")),
     ("enqueue.sql", include_str!("../../functions/enqueue.sql")),
     (
         "schedules.sql",

@@ -30,6 +30,9 @@ pub struct QueueStats {
     /// The most snoozes one of the `snoozed` jobs has had (0 when none);
     /// `pgwake explain` warns past [`crate::SNOOZES_WARN`].
     pub most_snoozes: i32,
+    /// Jobs held until their parents end done (docs/src/flows.md); they are
+    /// counted in `ready` or `scheduled` too.
+    pub waiting_for_parents: i64,
     /// Lease-mode jobs in flight: running, or held by a worker that died
     /// until the rescuer moves them back (`expired_leases` of them have
     /// passed their `lease_until`). Running tx-mode jobs are not counted
@@ -221,6 +224,15 @@ pub async fn read_since(
         .into_iter()
         .map(|r| (r.get(0), (r.get(1), r.get(2))))
         .collect();
+    let parents: std::collections::HashMap<String, i64> = crate::db::sql::Db::unnamed(&conn)
+        .query(&crate::db::sql::STATS_PARENTS, &[])
+        .await
+        .map_err(crate::error::Error::db(
+            "stats: reading jobs waiting for parents",
+        ))?
+        .into_iter()
+        .map(|r| (r.get(0), r.get(1)))
+        .collect();
     let unserved = crate::admin::workers::unserved(
         &conn,
         crate::admin::workers::UNSERVED_HEAD,
@@ -255,6 +267,7 @@ pub async fn read_since(
             expired_leases: leased.get(&q.queue).map_or(0, |l| l.1),
             snoozed: snoozed.get(&q.queue).map_or(0, |s| s.0),
             most_snoozes: snoozed.get(&q.queue).map_or(0, |s| s.1),
+            waiting_for_parents: parents.get(&q.queue).copied().unwrap_or(0),
             queue: q.queue,
             ready: q.ready,
             scheduled: q.scheduled,
@@ -290,6 +303,7 @@ pub async fn read_since(
                 scheduled: 0,
                 snoozed: 0,
                 most_snoozes: 0,
+                waiting_for_parents: 0,
                 leased,
                 expired_leases,
                 dead: 0,
@@ -310,11 +324,12 @@ pub fn render_table(stats: &[QueueStats]) -> String {
         .unwrap_or(5)
         .max(5);
     let mut out = format!(
-        "{:<width$}  {:>10}  {:>10}  {:>10}  {:>10}  {:>10}  {:>16}  {:<7}  {}\n",
+        "{:<width$}  {:>10}  {:>10}  {:>10}  {:>10}  {:>10}  {:>10}  {:>16}  {:<7}  {}\n",
         "QUEUE",
         "READY",
         "SCHEDULED",
         "SNOOZED",
+        "PARENTS",
         "LEASED",
         "DEAD",
         "OLDEST READY (s)",
@@ -327,7 +342,7 @@ pub fn render_table(stats: &[QueueStats]) -> String {
             n => format!("{} ({n} exp.)", s.leased),
         };
         out.push_str(&format!(
-            "{:<width$}  {:>10}  {:>10}  {:>10}  {:>10}  {:>10}  {:>16.3}  {:<7}  {}\n",
+            "{:<width$}  {:>10}  {:>10}  {:>10}  {:>10}  {:>10}  {:>10}  {:>16.3}  {:<7}  {}\n",
             printable(&s.queue),
             s.ready,
             s.scheduled,
@@ -335,6 +350,7 @@ pub fn render_table(stats: &[QueueStats]) -> String {
                 0 => s.snoozed.to_string(),
                 n => format!("{} (max {n})", s.snoozed),
             },
+            s.waiting_for_parents,
             leased,
             s.dead,
             s.oldest_ready_age_seconds,

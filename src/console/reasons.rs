@@ -110,6 +110,11 @@ pub(crate) fn words(r: &Reason, job: Option<&JobRow>, cx: &Context<'_>) -> Marku
                 html! { "queue" (q()) " is paused" }
             }
         }
+        "waiting_for_parents" => html! {
+            "waiting for its parents"
+            @if let Some(b) = r.blocking_job { ", first open: job " (b) }
+            ": released in the commit that ends the last"
+        },
         "ordering_key" => html! {
             "behind "
             @if let Some(b) = r.blocking_job { "job " (b) } @else { "an earlier job" }

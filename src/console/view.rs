@@ -256,8 +256,15 @@ pub(crate) fn reason_class(reason: &str) -> &'static str {
     match reason {
         "ready" | "running" => "badge b-ok",
         "scheduled" | "snoozed" | "retry_backoff" | "buffered" | "progress" => "badge b-info",
-        "paused" | "max_running" | "rate_limit" | "ordering_key" | "cancelled" | "saturated"
-        | "locked" | "process_wait" => "badge b-warn",
+        "paused"
+        | "max_running"
+        | "rate_limit"
+        | "ordering_key"
+        | "cancelled"
+        | "saturated"
+        | "locked"
+        | "process_wait"
+        | "waiting_for_parents" => "badge b-warn",
         _ => "badge b-bad",
     }
 }

@@ -127,7 +127,7 @@ statements! {
     LIST_JOBS = "list_jobs" [TEXT, TEXT, TEXT, TEXT, TEXT, TEXT, INT8, INT4, TIMESTAMPTZ];
     ENQUEUE = "enqueue" [TEXT_ARRAY, JSONB_ARRAY, TEXT_ARRAY, TEXT_ARRAY, INT4_ARRAY, INT4_ARRAY,
         FLOAT8_ARRAY, FLOAT8_ARRAY, TEXT_ARRAY, TEXT_ARRAY, BOOL_ARRAY, TEXT_ARRAY, TEXT_ARRAY,
-        TEXT_ARRAY];
+        TEXT_ARRAY, JSONB_ARRAY, TEXT_ARRAY];
     HISTORY_DONE = "history_done" [INT8_ARRAY, TEXT_ARRAY, TEXT_ARRAY, TEXT_ARRAY, INT4_ARRAY,
         TIMESTAMPTZ_ARRAY, TEXT_ARRAY, TEXT, TEXT_ARRAY, TEXT_ARRAY, TEXT_ARRAY];
     HISTORY_LIST = "history_list" [TEXT, TEXT, TEXT, INT8, FLOAT8, TIMESTAMPTZ, TIMESTAMPTZ,
@@ -149,6 +149,7 @@ statements! {
         TIMESTAMPTZ_ARRAY, FLOAT8_ARRAY, INT4_ARRAY, INT4_ARRAY, TEXT_ARRAY, TIMESTAMPTZ_ARRAY,
         FLOAT8_ARRAY, TEXT_ARRAY, TEXT_ARRAY, TIMESTAMPTZ_ARRAY, TEXT_ARRAY];
     RELEASE_KEYS = "release_keys" [TEXT, INT8];
+    RELEASE_FLOWS = "release_flows" [INT8, INT8];
     REPAIR_KEY_SLOTS = "repair_key_slots" [TEXT, TEXT_ARRAY];
     RESCUE = "rescue" [INT8];
     SAMPLE_PRESSURE = "sample_pressure" [];
@@ -213,6 +214,7 @@ statements! {
     SNOOZES_EXPIRE = "snoozes_expire" [];
     STATS_LEASED = "stats_leased" [];
     STATS_SNOOZED = "stats_snoozed" [];
+    STATS_PARENTS = "stats_parents" [];
     SUSPECTS = "suspects" [];
     TRACE_SWEEP = "trace_sweep" [INT8];
     WAITING_REGISTER = "waiting_register" [TEXT, TEXT_ARRAY, FLOAT8];

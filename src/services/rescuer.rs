@@ -55,6 +55,10 @@ pub struct RescueReport {
     /// Progress rows of runs that are over (their worker died mid-job),
     /// deleted (migration 0037).
     pub progress_expired: usize,
+    /// Jobs waiting for parents that had all ended, released by the sweep
+    /// (a missed release, e.g. a child added while its parent ran in tx
+    /// mode; migration 0039, functions/flows.sql). Logged at warn level.
+    pub flows_released: usize,
 }
 
 /// How the rescuer runs.
@@ -95,6 +99,8 @@ pub struct Rescuer {
     /// The last limit key (queue, key) whose slot rows the sweep looked at
     /// (None: start over).
     slot_sweep_after: std::sync::Mutex<Option<(String, String)>>,
+    /// The last held child id the flows' sweep looked at (None: start over).
+    flow_sweep_after: std::sync::Mutex<Option<i64>>,
 }
 
 impl Rescuer {
@@ -105,6 +111,7 @@ impl Rescuer {
             config,
             key_sweep_after: std::sync::Mutex::new(None),
             slot_sweep_after: std::sync::Mutex::new(None),
+            flow_sweep_after: std::sync::Mutex::new(None),
         }
     }
 
@@ -134,6 +141,12 @@ impl Rescuer {
                         tracing::debug!(
                             rows = r.key_slots_swept,
                             "deleted the slot rows of limit keys that have no job left"
+                        )
+                    }
+                    if r.flows_released > 0 {
+                        tracing::warn!(
+                            jobs = r.flows_released,
+                            "released jobs whose parents had all ended (a missed release)"
                         )
                     }
                     if r.keys_rechecked > 0 {
@@ -185,6 +198,13 @@ impl Rescuer {
         report.keys_rechecked = row.get::<_, i64>(0) as usize;
         report.keys_stalled = row.get::<_, i64>(1) as usize;
         *self.key_sweep_after.lock().unwrap() = row.get(2);
+        let after = *self.flow_sweep_after.lock().unwrap();
+        let r = Db::unnamed(&conn)
+            .query_one(&sql::RELEASE_FLOWS, &[&after, &KEY_SWEEP_BATCH])
+            .await;
+        let row = conn.check(r).map_err(Error::db("rescuer: flows"))?;
+        report.flows_released = row.get::<_, i64>(0) as usize;
+        *self.flow_sweep_after.lock().unwrap() = row.get(1);
         let after = self.slot_sweep_after.lock().unwrap().clone();
         let (after_queue, after_key) = after.unzip();
         let r = Db::unnamed(&conn)

@@ -14,6 +14,7 @@ mod delivery;
 mod exec_protocol;
 mod explain;
 mod fencing;
+mod flows;
 mod handlers;
 mod hostile;
 mod lease;

@@ -586,3 +586,47 @@ async fn a_migrate_that_stops_halfway_leaves_no_function_to_public() {
         .await;
     assert!(!public, "a function of a half-done migrate is PUBLIC's");
 }
+
+/// A producer gives jobs parents (pgwake.enqueue's `after`, pgwake.flow,
+/// the Rust client) with no grant but the producer's: the edges, the
+/// parents' flags and the child's hold are written by SECURITY DEFINER
+/// functions (functions/flows.sql). (Without add_parents and flow in
+/// grant_producer, each call is refused with permission denied.)
+#[tokio::test]
+async fn a_producer_enqueues_children_and_flows_with_its_grants() {
+    let db = roles_db().await;
+    let (_, producer_cfg) = as_role(&db, "rl_producer");
+    let producer = pgwake::connect::connect(&producer_cfg).await.unwrap();
+    producer
+        .batch_execute(
+            "DO $$
+             DECLARE a bigint := pgwake.enqueue('ok');
+             BEGIN
+                 PERFORM pgwake.enqueue('ok', after => ARRAY[a], on_parent_failure => 'wait');
+             END $$;
+             SELECT pgwake.flow('[{\"name\": \"p\", \"task\": \"ok\"},
+                                  {\"name\": \"c\", \"task\": \"ok\", \"after\": [\"p\"]}]');",
+        )
+        .await
+        .unwrap();
+    let parent = pgwake::client::enqueue(
+        &producer,
+        &pgwake::client::NewJob::new("ok", serde_json::json!({})),
+    )
+    .await
+    .unwrap();
+    pgwake::client::enqueue(
+        &producer,
+        &pgwake::client::NewJob::new("ok", serde_json::json!({})).after([parent]),
+    )
+    .await
+    .unwrap();
+    let held: i64 = db
+        .scalar("SELECT count(*) FROM pgwake.jobs WHERE held AND parents_open = 1")
+        .await;
+    assert_eq!(held, 3);
+    let flagged: i64 = db
+        .scalar("SELECT count(*) FROM pgwake.jobs WHERE has_children")
+        .await;
+    assert_eq!(flagged, 3);
+}

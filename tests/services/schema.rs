@@ -42,9 +42,10 @@ async fn concurrent_migrate_leaves_one_correct_schema() {
         // jobs_add_key_slots: per-key limits (migration 0020); jobs_bounds:
         // a new job's task name and payload (0027); the limit-key-path
         // trigger exists only once a queue has a path; jobs_trace_context:
-        // a transaction's trace context (0038, functions/traces.sql).
+        // a transaction's trace context (0038, functions/traces.sql);
+        // jobs_release_children: a parent's end (0039, functions/flows.sql).
         "jobs_add_key_slots,jobs_bounds,jobs_hold_ordering_key,jobs_hold_unique_key,jobs_notify,jobs_record_error,\
-         jobs_release_ordering_key,jobs_trace_context",
+         jobs_release_children,jobs_release_ordering_key,jobs_trace_context",
         "each trigger once"
     );
 }

@@ -14,13 +14,17 @@ forgotten AS (
 )
 INSERT INTO pgwake.jobs
     (id, queue, task, payload, priority, run_at, attempts, max_attempts, last_error, created_at,
-     timeout, ordering_key, unique_key, ordering_at, limit_key)
+     timeout, ordering_key, unique_key, ordering_at, limit_key, has_children)
 SELECT id, queue, task, payload, priority, now(), 0, max_attempts, last_error, created_at,
        timeout, ordering_key,
        -- a job enqueued with this unique key meanwhile keeps the key, even
        -- one a producer has not committed yet: never waits (functions/keys.sql)
        pgwake.requeued_unique_key(unique_key),
        -- back in its place in its ordering key
-       coalesce(ordering_at, run_at), limit_key
+       coalesce(ordering_at, run_at), limit_key,
+       -- a parent: what its failure did to its children is undone
+       -- (functions/flows.sql); false at once for a job that never had any
+       EXISTS (SELECT 1 FROM pgwake.job_parents e WHERE e.parent = revived.id)
+           AND pgwake.revive_parent(id)
 FROM revived
 RETURNING id

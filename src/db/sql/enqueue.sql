@@ -5,7 +5,9 @@
 -- (NULL: the worker's --job-timeout); $9 ordering keys; $10 unique keys;
 -- $11 unique_running (a running job of the key counts as a duplicate);
 -- $12 limit keys (NULL: the queue's limit_key_path, migration 0020);
--- $13, $14: trace contexts (traceparent, tracestate; NULL: none given).
+-- $13, $14: trace contexts (traceparent, tracestate; NULL: none given);
+-- $15: each job's parents as a JSON array of ids (NULL: none), $16 its
+-- on_parent_failure (functions/flows.sql).
 -- Jobs without a unique key are one INSERT; jobs with one go through
 -- pgwake.enqueue_unique (functions/keys.sql), which returns the waiting
 -- job's id for a duplicate.
@@ -13,10 +15,10 @@ WITH j AS (
     SELECT j.*, coalesce(t.run_at, now() + make_interval(secs => j.delay_secs), now()) AS at
     FROM unnest($1::text[], $2::jsonb[], $3::text[], $4::text[], $5::int[], $6::int[],
                 $7::float8[], $8::float8[], $9::text[], $10::text[], $11::boolean[], $12::text[],
-                $13::text[], $14::text[])
+                $13::text[], $14::text[], $15::jsonb[], $16::text[])
         WITH ORDINALITY AS j(task, payload, queue, run_at_text, priority, max_attempts, delay_secs,
                              timeout_secs, ordering_key, unique_key, unique_running, limit_key,
-                             traceparent, tracestate, n)
+                             traceparent, tracestate, after, on_parent_failure, n)
     CROSS JOIN LATERAL (SELECT j.run_at_text::timestamptz AS run_at) t
 ),
 plain AS (
@@ -49,7 +51,12 @@ keyed AS (
 -- `SET LOCAL pgwake.traceparent` (jobs_trace_context keeps the first).
 SELECT x.id, x.duplicate,
        CASE WHEN NOT x.duplicate AND j.traceparent IS NOT NULL
-            THEN pgwake.trace_job(x.id, j.traceparent, j.tracestate) END
+            THEN pgwake.trace_job(x.id, j.traceparent, j.tracestate) END,
+       -- Parents: added per returned row (a VOLATILE call sees the rows
+       -- this statement inserted); none for a duplicate.
+       CASE WHEN NOT x.duplicate AND j.after IS NOT NULL
+            THEN pgwake.add_parents(x.id, ARRAY(SELECT jsonb_array_elements_text(j.after)::bigint),
+                                    j.on_parent_failure) END
 FROM (
     SELECT r.n, p.id, false AS duplicate FROM plain_rows r JOIN plain_ids p USING (k)
     UNION ALL
