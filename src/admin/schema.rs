@@ -211,6 +211,12 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "0038_trace_context.sql",
         sql: include_str!("../../migrations/0038_trace_context.sql"),
     },
+    // 39 is another branch's (numbers taken before this one).
+    Migration {
+        version: 40,
+        name: "0040_steps.sql",
+        sql: include_str!("../../migrations/0040_steps.sql"),
+    },
 ];
 
 /// The functions and triggers of `functions/`, re-applied by every migrate
@@ -218,6 +224,7 @@ pub const MIGRATIONS: &[Migration] = &[
 pub const FUNCTIONS: &[(&str, &str)] = &[
     ("notify.sql", include_str!("../../functions/notify.sql")),
     ("traces.sql", include_str!("../../functions/traces.sql")),
+    ("steps.sql", include_str!("../../functions/steps.sql")),
     ("keys.sql", include_str!("../../functions/keys.sql")),
     ("enqueue.sql", include_str!("../../functions/enqueue.sql")),
     (

@@ -25,6 +25,7 @@ mod progress;
 mod put_back;
 mod shutdown;
 mod snooze;
+mod steps;
 mod suite;
 mod timeouts;
 mod trace_context;
