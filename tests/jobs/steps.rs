@@ -376,7 +376,20 @@ async fn steps_stay_with_a_dead_job_and_go_when_it_is_gone() {
     let report = maintenance.run_once().await.unwrap();
     assert_eq!(report.steps_swept, 2, "{report:?}");
     assert_eq!(jobs::steps(&c, id).await.unwrap().len(), 1);
-    c.execute("DELETE FROM pgwake.jobs WHERE id = $1", &[&id])
+    // Dead: kept (a `pgwake dead retry` resumes after its steps).
+    c.execute(
+        "WITH j AS (DELETE FROM pgwake.jobs WHERE id = $1 RETURNING *)
+         INSERT INTO pgwake.dead_jobs (id, queue, task, payload, priority, run_at, attempts,
+                                       max_attempts, last_error, created_at)
+         SELECT id, queue, task, payload, priority, run_at, 1, 1, 'failed', created_at FROM j",
+        &[&id],
+    )
+    .await
+    .unwrap();
+    let report = maintenance.run_once().await.unwrap();
+    assert_eq!(report.steps_swept, 0, "{report:?}");
+    assert_eq!(jobs::steps(&c, id).await.unwrap().len(), 1);
+    c.execute("DELETE FROM pgwake.dead_jobs WHERE id = $1", &[&id])
         .await
         .unwrap();
     let report = maintenance.run_once().await.unwrap();
@@ -406,4 +419,32 @@ async fn lease_steps_are_fenced_by_the_claim_token() {
     assert!(record("a", token).await);
     assert!(!record("a", token).await, "a name recorded twice");
     assert_eq!(jobs::steps(&c, id).await.unwrap().len(), 1);
+}
+
+/// `pgwake job show` lists a job's steps: name, attempt, output cut to 200
+/// characters, control characters and bidi controls in an output escaped.
+#[tokio::test]
+async fn job_show_lists_the_steps_escaped_and_cut() {
+    let db = migrated_db().await;
+    let c = db.client().await;
+    let id = enqueue(&c, &NewJob::new("t", json!({}))).await.unwrap();
+    c.execute(
+        "INSERT INTO pgwake.job_steps (job_id, name, output, attempt)
+         VALUES ($1, 'charge', jsonb_build_object('v', E'\\u001b[2Jpay\\u202efdp'), 1),
+                ($1, 'big', to_jsonb(repeat('y', 5000)), 2)",
+        &[&id],
+    )
+    .await
+    .unwrap();
+    let o = run_pgwake(&["job", "show", &id.to_string()], Some(&db.url));
+    assert!(o.status.success(), "{o:?}");
+    let out = String::from_utf8_lossy(&o.stdout).to_string();
+    assert!(out.contains("steps\n"), "{out}");
+    assert!(out.contains("  charge  attempt 1  "), "{out}");
+    assert!(
+        !out.contains('\u{1b}') && !out.contains('\u{202e}'),
+        "a control character raw: {out:?}"
+    );
+    assert!(out.contains(&format!("\"{}…", "y".repeat(199))), "{out}");
+    assert!(!out.contains(&"y".repeat(201)), "{out}");
 }
