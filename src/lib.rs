@@ -125,6 +125,9 @@ struct ProducingExamples;
 #[doc = include_str!("../docs/src/handlers.md")]
 struct HandlersExamples;
 #[cfg(doctest)]
+#[doc = include_str!("../docs/src/steps.md")]
+struct StepsExamples;
+#[cfg(doctest)]
 #[doc = include_str!("../docs/src/cancelling.md")]
 struct CancellingExamples;
 #[cfg(doctest)]
