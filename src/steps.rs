@@ -23,7 +23,10 @@ use std::collections::{HashMap, HashSet};
 use std::sync::Mutex;
 
 use crate::db::sql::{Db, STEPS_OF_JOB, STEP_RECORD_LEASE, STEP_RECORD_TX};
-use crate::handler::BoxError;
+
+/// [`crate::BoxError`], spelt out: this file is used by `handler.rs` and
+/// must not use it back (tests/repository/layout.rs: no import cycles).
+type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;
 
 /// Longest step name, in characters (100); a name is made of ASCII letters,
 /// digits and `_ . : -`.
