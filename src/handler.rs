@@ -256,7 +256,7 @@ impl<'a> JobContext<'a> {
     ///
     /// - **Lease mode:** the output is written on the worker's pool before
     ///   this returns, fenced by the run's lease token: a run that lost its
-    ///   lease records nothing ([`StepError::LostLease`]; stop the run).
+    ///   lease records nothing ([`StepError::LostLease`](crate::StepError::LostLease); stop the run).
     /// - **tx mode:** the output is written through the claim transaction,
     ///   so it commits with what the step wrote through it, and a crash
     ///   loses both. A failed attempt (an `Err`, a panic, a timeout, a
