@@ -294,23 +294,25 @@ impl<'a> JobContext<'a> {
             name: name.to_string(),
             error,
         };
-        // Tx mode: through the claim transaction (its savepoint taken);
-        // lease mode: a connection of the pool, for as long as it takes.
-        let pooled;
-        let client: &Client = match self.transaction().await.map_err(database)? {
-            Some(tx) => tx,
-            None => {
-                pooled = self.pool.get().await.map_err(|e| match e {
-                    deadpool_postgres::PoolError::Backend(error) => database(error),
-                    other => StepError::Failed {
-                        name: name.to_string(),
-                        error: format!("no connection to record it: {other}").into(),
-                    },
-                })?;
-                &pooled
-            }
+        // Tx mode: through the claim transaction (its savepoint taken).
+        // Lease mode: a connection of the pool to read the recorded steps
+        // and another to record, none held while the step runs (a step
+        // may take minutes; the pool is the worker's).
+        let pooled = async || {
+            self.pool.get().await.map_err(|e| match e {
+                deadpool_postgres::PoolError::Backend(error) => database(error),
+                other => StepError::Failed {
+                    name: name.to_string(),
+                    error: format!("no connection to read or record it: {other}").into(),
+                },
+            })
         };
-        if let Some(output) = self.steps.begin(client, name).await? {
+        let tx = self.transaction().await.map_err(database)?;
+        let recorded = match tx {
+            Some(tx) => self.steps.begin(tx, name).await?,
+            None => self.steps.begin(&**pooled().await?, name).await?,
+        };
+        if let Some(output) = recorded {
             return serde_json::from_str(&output).map_err(|e| StepError::Json {
                 name: name.to_string(),
                 error: format!("its recorded output {output:.200} is not the type asked for: {e}"),
@@ -321,7 +323,10 @@ impl<'a> JobContext<'a> {
             error: e.into(),
         })?;
         let text = crate::steps::output_text(name, &output)?;
-        self.steps.record(client, name, text).await?;
+        match tx {
+            Some(tx) => self.steps.record(tx, name, text).await?,
+            None => self.steps.record(&**pooled().await?, name, text).await?,
+        }
         Ok(output)
     }
 
