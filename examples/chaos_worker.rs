@@ -13,7 +13,8 @@
 //! `flaky` fails one run in five; `fail_once` fails its first attempt;
 //! `fail` always fails; `snooze` snoozes `{"times": N}` runs for `{"ms":
 //! M}`, then (`{"block": true}`) blocks its first attempt, then succeeds;
-//! `hog` blocks its thread for an hour; `progress` reports its progress on
+//! `hog` blocks its thread for an hour; `steps` runs three durable steps
+//! (see [`steps`]); `progress` reports its progress on
 //! its first attempt and blocks (to be killed), and runs as `gated` (with
 //! no report) after; `gated`, once
 //! its run is recorded, waits for the test's gate (the advisory lock
@@ -172,6 +173,7 @@ impl Handler for Chaos {
                 std::future::pending::<()>().await;
                 Ok(Outcome::Done)
             }
+            "steps" => steps(job, &ctx, conn).await,
             "gated" | "progress" => {
                 // Blocks while the test holds the gate exclusively.
                 conn.execute(
@@ -213,6 +215,75 @@ impl Handler for Chaos {
         guard.0.take();
         result
     }
+}
+
+/// The `steps` task: durable steps `s1`, `s2`, `s3`, each recording
+/// `(job_id, step, run)` in `pgwake_step_ledger` — through the claim
+/// transaction in tx mode (so a rolled-back step leaves no ledger row, as
+/// it leaves no record), on the ledger's own connection in lease mode —
+/// and returning its run's number (the job's count of runs in
+/// `pgwake_runs`). Its payload says where the first two runs stop:
+/// `{"fail_after": "s1"}` fails run 1 after that step; `{"block_in":
+/// "s3"}` and `{"block_after": "s2"}` block run 2 inside or after a step,
+/// to be killed, once they have said so in `pgwake_step_blocked`.
+async fn steps(
+    job: &Job,
+    ctx: &JobContext<'_>,
+    conn: &deadpool_postgres::Object,
+) -> Result<Outcome, BoxError> {
+    let run: i64 = conn
+        .query_one(
+            "SELECT count(*) FROM pgwake_runs WHERE job_id = $1",
+            &[&job.id],
+        )
+        .await?
+        .get(0);
+    let at = |key: &str| {
+        job.payload
+            .get(key)
+            .and_then(|v| v.as_str())
+            .map(str::to_string)
+    };
+    let (fail_after, block_in, block_after) = (at("fail_after"), at("block_in"), at("block_after"));
+    for name in ["s1", "s2", "s3"] {
+        let ran: i64 = ctx
+            .step(name, async {
+                let ledger =
+                    "INSERT INTO pgwake_step_ledger (job_id, step, run) VALUES ($1, $2, $3)";
+                match ctx.transaction().await? {
+                    Some(tx) => tx.execute(ledger, &[&job.id, &name, &run]).await?,
+                    None => conn.execute(ledger, &[&job.id, &name, &run]).await?,
+                };
+                if run == 2 && block_in.as_deref() == Some(name) {
+                    blocked(conn, job, name).await?;
+                }
+                Ok::<_, BoxError>(run)
+            })
+            .await?;
+        debug_assert!(
+            ran <= run,
+            "a step's output comes from this run or an earlier one"
+        );
+        if run == 1 && fail_after.as_deref() == Some(name) {
+            return Err(format!("run 1 fails after step {name}").into());
+        }
+        if run == 2 && block_after.as_deref() == Some(name) {
+            blocked(conn, job, name).await?;
+        }
+    }
+    Ok(Outcome::Done)
+}
+
+/// Say in `pgwake_step_blocked` (on the ledger's own connection: visible
+/// at once) where this run blocks, then block, to be killed.
+async fn blocked(conn: &deadpool_postgres::Object, job: &Job, at: &str) -> Result<(), BoxError> {
+    conn.execute(
+        "INSERT INTO pgwake_step_blocked (job_id, at) VALUES ($1, $2)",
+        &[&job.id, &at],
+    )
+    .await?;
+    std::future::pending::<()>().await;
+    Ok(())
 }
 
 fn arg<T: std::str::FromStr>(args: &[String], name: &str, default: T) -> T {

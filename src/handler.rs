@@ -172,6 +172,7 @@ pub struct JobContext<'a> {
     pub(crate) admitted_at: Option<SystemTime>,
     pub(crate) keys: &'a Keys,
     pub(crate) progress: &'a crate::progress::Reporter,
+    pub(crate) steps: crate::steps::Steps,
 }
 
 impl<'a> JobContext<'a> {
@@ -244,6 +245,89 @@ impl<'a> JobContext<'a> {
         message: Option<&str>,
     ) -> Result<(), crate::progress::ProgressError> {
         self.progress.report(value, message)
+    }
+
+    /// Run one durable step of this job: if the job has a recorded step of
+    /// this `name` (from an earlier run: a retry, a crash, a lost lease, a
+    /// deploy), return its stored output without polling `step`; otherwise
+    /// run `step` and, when it returns `Ok`, record its output (as JSON)
+    /// before returning it. An `Err` records nothing: the step runs again
+    /// on the job's next run. See the book's "Durable steps" page.
+    ///
+    /// - **Lease mode:** the output is written on the worker's pool before
+    ///   this returns, fenced by the run's lease token: a run that lost its
+    ///   lease records nothing ([`StepError::LostLease`](crate::StepError::LostLease); stop the run).
+    /// - **tx mode:** the output is written through the claim transaction,
+    ///   so it commits with what the step wrote through it, and a crash
+    ///   loses both. A failed attempt (an `Err`, a panic, a timeout, a
+    ///   cancel) is rolled back only to its last finished step: its
+    ///   finished steps and their writes commit with the retry. Run the
+    ///   steps of a tx-mode job one after another, not concurrently.
+    ///
+    /// Bounds: a name of 1 to [`STEP_NAME_MAX`](crate::STEP_NAME_MAX)
+    /// characters of `A-Z a-z 0-9 _ . : -`, unique within the run; an
+    /// output of at most [`STEP_OUTPUT_MAX`](crate::STEP_OUTPUT_MAX) bytes
+    /// of JSON; at most [`STEPS_PER_JOB_MAX`](crate::STEPS_PER_JOB_MAX)
+    /// steps a job. Recorded steps go with the job (kept in its history
+    /// when history is on).
+    ///
+    /// ```no_run
+    /// # async fn f(ctx: pgwake::JobContext<'_>) -> Result<(), pgwake::BoxError> {
+    /// let charge: String = ctx
+    ///     .step("charge", async { Ok::<_, pgwake::BoxError>("ch_123".to_string()) })
+    ///     .await?;
+    /// ctx.step("email", async move {
+    ///     println!("receipt for {charge}");
+    ///     Ok::<_, pgwake::BoxError>(())
+    /// })
+    /// .await?;
+    /// # Ok(()) }
+    /// ```
+    pub async fn step<T, E, F>(&self, name: &str, step: F) -> Result<T, crate::steps::StepError>
+    where
+        T: serde::Serialize + serde::de::DeserializeOwned,
+        E: Into<BoxError>,
+        F: std::future::Future<Output = Result<T, E>>,
+    {
+        use crate::steps::StepError;
+        let database = |error| StepError::Database {
+            name: name.to_string(),
+            error,
+        };
+        // Tx mode: through the claim transaction (its savepoint taken).
+        // Lease mode: a connection of the pool to read the recorded steps
+        // and another to record, none held while the step runs (a step
+        // may take minutes; the pool is the worker's).
+        let pooled = async || {
+            self.pool.get().await.map_err(|e| match e {
+                deadpool_postgres::PoolError::Backend(error) => database(error),
+                other => StepError::Failed {
+                    name: name.to_string(),
+                    error: format!("no connection to read or record it: {other}").into(),
+                },
+            })
+        };
+        let tx = self.transaction().await.map_err(database)?;
+        let recorded = match tx {
+            Some(tx) => self.steps.begin(tx, name).await?,
+            None => self.steps.begin(&**pooled().await?, name).await?,
+        };
+        if let Some(output) = recorded {
+            return serde_json::from_str(&output).map_err(|e| StepError::Json {
+                name: name.to_string(),
+                error: format!("its recorded output {output:.200} is not the type asked for: {e}"),
+            });
+        }
+        let output = step.await.map_err(|e| StepError::Failed {
+            name: name.to_string(),
+            error: e.into(),
+        })?;
+        let text = crate::steps::output_text(name, &output)?;
+        match tx {
+            Some(tx) => self.steps.record(tx, name, text).await?,
+            None => self.steps.record(&**pooled().await?, name, text).await?,
+        }
+        Ok(output)
     }
 
     /// The worker's pool, for work that must not be part of the claim

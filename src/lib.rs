@@ -69,6 +69,7 @@ mod handler;
 mod health;
 mod job;
 mod progress;
+mod steps;
 mod worker;
 
 /// One job's way from claim to outcome (private).
@@ -103,6 +104,7 @@ pub use handler::{BoxError, ClaimClient, Delivery, Handler, HandlerProcesses, Jo
 pub use health::Health;
 pub use job::{Job, Outcome, Resolution, PAYLOAD_DEPTH_LIMIT, SNOOZES_WARN, SNOOZE_MAX};
 pub use progress::{ProgressError, PROGRESS_DEPTH_MAX, PROGRESS_MESSAGE_MAX, PROGRESS_VALUE_MAX};
+pub use steps::{StepError, STEPS_PER_JOB_MAX, STEP_NAME_MAX, STEP_OUTPUT_MAX};
 pub use worker::{Worker, WorkerBuilder};
 
 // The crates whose types the API takes and returns, so an embedder names
@@ -122,6 +124,9 @@ struct ProducingExamples;
 #[cfg(doctest)]
 #[doc = include_str!("../docs/src/handlers.md")]
 struct HandlersExamples;
+#[cfg(doctest)]
+#[doc = include_str!("../docs/src/steps.md")]
+struct StepsExamples;
 #[cfg(doctest)]
 #[doc = include_str!("../docs/src/cancelling.md")]
 struct CancellingExamples;

@@ -8,7 +8,7 @@ use pgwake::{admin::schema, connect};
 use super::args::{HistoryArgs, Since};
 
 /// Cut `s` to `n` characters, marking the cut.
-fn cut(s: &str, n: usize) -> String {
+pub(super) fn cut(s: &str, n: usize) -> String {
     let kept: String = s.chars().take(n).collect();
     if kept.len() < s.len() {
         format!("{kept}…")

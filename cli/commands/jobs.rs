@@ -10,6 +10,9 @@ use pgwake::{admin::schema, connect};
 
 use super::database::Db;
 
+/// Characters of a recorded step's output `pgwake job show` prints.
+const STEP_OUTPUT_SHOWN: usize = 200;
+
 /// `pgwake jobs …`.
 #[derive(Subcommand)]
 pub enum JobsAction {
@@ -282,6 +285,20 @@ fn render_detail(id: i64, d: &JobDetail) -> String {
         out.push_str("payload\n");
         for line in p.lines() {
             out.push_str(&format!("  {}\n", printable(line)));
+        }
+    }
+    if !d.steps.is_empty() {
+        // A step's output is the handler's JSON: cut to one screen line's
+        // worth, escaped (a string in it may hold anything).
+        out.push_str("steps\n");
+        for s in &d.steps {
+            out.push_str(&format!(
+                "  {}  attempt {}  {}  {}\n",
+                printable(&s.name),
+                s.attempt,
+                s.at,
+                printable(&super::history::cut(&s.output, STEP_OUTPUT_SHOWN))
+            ));
         }
     }
     if !d.errors.is_empty() {

@@ -286,6 +286,37 @@ pub async fn progress(
         .collect())
 }
 
+/// A step a job's handler finished and recorded
+/// ([`crate::JobContext::step`]; `pgwake.job_steps`).
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct Step {
+    /// Its name (ASCII letters, digits and `_ . : -`).
+    pub name: String,
+    /// Its output, as JSON text (at most [`crate::STEP_OUTPUT_MAX`] bytes).
+    pub output: String,
+    /// The attempt that recorded it.
+    pub attempt: i32,
+    /// When it was recorded (RFC 3339).
+    pub at: String,
+}
+
+/// Job `id`'s recorded steps, oldest first. A tx-mode run's steps show
+/// once its claim transaction commits (with its outcome).
+pub async fn steps(client: &tokio_postgres::Client, id: i64) -> Result<Vec<Step>> {
+    Ok(Db::unnamed(client)
+        .query(&sql::STEPS_OF_JOB, &[&id])
+        .await
+        .map_err(Error::db("reading the steps"))?
+        .iter()
+        .map(|r| Step {
+            name: r.get(0),
+            output: r.get(1),
+            attempt: r.get(2),
+            at: time(r.get(3)).unwrap_or_default(),
+        })
+        .collect())
+}
+
 /// A job's W3C trace context, as its producer gave it
 /// (docs/src/tracing.md).
 #[derive(Debug, Clone, Serialize, PartialEq)]
@@ -322,6 +353,9 @@ pub struct JobDetail {
     pub snoozes: Option<Snoozes>,
     /// What it last reported of its progress, while it runs.
     pub progress: Option<Progress>,
+    /// The steps its handler finished and recorded, oldest first (kept
+    /// while the job waits, runs, is dead or in the history).
+    pub steps: Vec<Step>,
     /// Its producer's trace context, if it was enqueued with one (kept
     /// while the job waits, runs, is dead or in the history).
     pub trace: Option<TraceContext>,
@@ -429,6 +463,7 @@ pub async fn show(client: &tokio_postgres::Client, id: i64) -> Result<Option<Job
             last_at: time(r.get(2)).unwrap_or_default(),
         });
     let progress = progress(client, &[id]).await?.remove(&id);
+    let steps = steps(client, id).await?;
     let trace = Db::unnamed(client)
         .query(&sql::JOB_TRACE, &[&id])
         .await
@@ -445,6 +480,7 @@ pub async fn show(client: &tokio_postgres::Client, id: i64) -> Result<Option<Job
         errors,
         snoozes,
         progress,
+        steps,
         trace,
         explanation,
         history_on,

@@ -216,6 +216,11 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "0039_flows.sql",
         sql: include_str!("../../migrations/0039_flows.sql"),
     },
+    Migration {
+        version: 40,
+        name: "0040_steps.sql",
+        sql: include_str!("../../migrations/0040_steps.sql"),
+    },
 ];
 
 /// The functions and triggers of `functions/`, re-applied by every migrate
@@ -223,6 +228,7 @@ pub const MIGRATIONS: &[Migration] = &[
 pub const FUNCTIONS: &[(&str, &str)] = &[
     ("notify.sql", include_str!("../../functions/notify.sql")),
     ("traces.sql", include_str!("../../functions/traces.sql")),
+    ("steps.sql", include_str!("../../functions/steps.sql")),
     ("keys.sql", include_str!("../../functions/keys.sql")),
     ("flows.sql", include_str!("../../functions/flows.sql")),
     ("enqueue.sql", include_str!("../../functions/enqueue.sql")),

@@ -473,6 +473,7 @@ async fn run(
         admitted_at: claimed.admitted_at,
         keys: &claimed.keys,
         progress: &progress,
+        steps: crate::steps::Steps::new(job.id, job.attempt, Some(claimed.token)),
     };
     let (ended, _, duration) = execute(handler.as_ref(), job, job_ctx, watch.token()).await;
     gauge.decrement(1.0);

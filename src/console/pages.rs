@@ -39,6 +39,10 @@ pub(crate) const PAYLOAD_SHOWN_MAX: usize = 64 * 1024;
 /// jobs list shows; the job page shows all of it (at most 4 KiB).
 pub(crate) const PROGRESS_SHOWN_MAX: usize = 80;
 
+/// Characters of a recorded step's output the job page shows (outputs may
+/// be 64 KiB).
+pub(crate) const STEP_OUTPUT_SHOWN_MAX: usize = 1_000;
+
 /// At most `max` characters of `s`, with "…" when there were more.
 fn clip(s: &str, max: usize) -> String {
     let mut shown: String = s.chars().take(max).collect();
@@ -1329,6 +1333,22 @@ pub(crate) async fn job(
             @match &d.payload {
                 Some(p) => (cut(p, PAYLOAD_SHOWN_MAX, "payload")),
                 None => p.muted { "Not kept (the job finished; history keeps results and errors)." },
+            }
+            @if !d.steps.is_empty() {
+                h2 { "Steps" }
+                table #steps {
+                    thead { tr { th { "Step" } th { "Attempt" } th { "Recorded" } th { "Output" } } }
+                    tbody {
+                        @for s in &d.steps {
+                            tr {
+                                td { code { (s.name) } }
+                                td { (s.attempt) }
+                                td { (when(Some(&s.at))) }
+                                td { code.step-output { (clip(&s.output, STEP_OUTPUT_SHOWN_MAX)) } }
+                            }
+                        }
+                    }
+                }
             }
             h2 { "Errors" }
             @if d.errors.is_empty() {

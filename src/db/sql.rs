@@ -215,6 +215,10 @@ statements! {
     STATS_LEASED = "stats_leased" [];
     STATS_SNOOZED = "stats_snoozed" [];
     STATS_PARENTS = "stats_parents" [];
+    STEP_RECORD_LEASE = "step_record_lease" [INT8, TEXT, TEXT, INT4, INT8];
+    STEP_RECORD_TX = "step_record_tx" [INT8, TEXT, TEXT, INT4];
+    STEP_SWEEP = "step_sweep" [INT8];
+    STEPS_OF_JOB = "steps_of_job" [INT8];
     SUSPECTS = "suspects" [];
     TRACE_SWEEP = "trace_sweep" [INT8];
     WAITING_REGISTER = "waiting_register" [TEXT, TEXT_ARRAY, FLOAT8];

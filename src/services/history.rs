@@ -3,7 +3,8 @@
 //! into the claim path's [`Switch`], creates daily partitions ahead and
 //! drops expired ones. What history records and how: `admin/history.rs`.
 //! Each round also deletes the trace contexts of jobs that are gone
-//! (`pgwake.sweep_job_traces`, functions/traces.sql), history on or off.
+//! (`pgwake.sweep_job_traces`, functions/traces.sql) and their recorded
+//! steps (`pgwake.sweep_job_steps`, functions/steps.sql), history on or off.
 
 use std::sync::Arc;
 
@@ -37,6 +38,9 @@ pub struct MaintenanceReport {
     /// Trace contexts of jobs that are gone, deleted (at most
     /// 10,000 a round).
     pub traces_swept: i64,
+    /// Recorded steps of jobs that are gone, deleted (those of at most
+    /// 10,000 jobs a round).
+    pub steps_swept: i64,
 }
 
 /// The most trace contexts one round deletes: a backlog of more goes in
@@ -153,6 +157,11 @@ impl Maintenance {
             .query_one(&sql::TRACE_SWEEP, &[&TRACE_SWEEP_BATCH])
             .await
             .map_err(Error::db("history maintenance: sweeping trace contexts"))?
+            .get(0);
+        report.steps_swept = Db::unnamed(&conn)
+            .query_one(&sql::STEP_SWEEP, &[&TRACE_SWEEP_BATCH])
+            .await
+            .map_err(Error::db("history maintenance: sweeping recorded steps"))?
             .get(0);
         if report.dropped > 0 {
             ::metrics::counter!(metrics::HISTORY_PARTITIONS_DROPPED)

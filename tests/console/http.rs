@@ -918,3 +918,58 @@ async fn a_snoozed_jobs_page_shows_its_snoozes() {
         "the count among the facts"
     );
 }
+
+/// A job's recorded steps on its page: each name, attempt and output, the
+/// outputs' hostile strings escaped (no markup, no raw bidi control), a
+/// 64 KiB output cut. With the output written unescaped (`PreEscaped`)
+/// the script tag reaches the page.
+#[tokio::test]
+async fn a_jobs_steps_are_shown_escaped_and_cut() {
+    let db = migrated_db().await;
+    let c = db.client().await;
+    let id: i64 = c
+        .query_one("SELECT pgwake.enqueue('t', '{}'::jsonb)", &[])
+        .await
+        .unwrap()
+        .get(0);
+    for (i, h) in HOSTILE.iter().enumerate() {
+        c.execute(
+            "INSERT INTO pgwake.job_steps (job_id, name, output, attempt)
+             VALUES ($1, 'step-' || $2::int, jsonb_build_object('v', $3::text), 1)",
+            &[&id, &(i as i32), h],
+        )
+        .await
+        .unwrap();
+    }
+    c.execute(
+        "INSERT INTO pgwake.job_steps (job_id, name, output, attempt)
+         VALUES ($1, 'big', to_jsonb(repeat('y', 65000)), 2)",
+        &[&id],
+    )
+    .await
+    .unwrap();
+    let console = Console::start(&db, false).await;
+    let page = get(&console, &format!("/jobs/{id}")).await;
+    assert_eq!(page.status, 200);
+    assert!(page.body.contains("id=\"steps\""), "{}", page.body);
+    assert!(page.body.contains("<code>step-0</code>"), "{}", page.body);
+    assert!(!page.body.contains("<script>window.pwned"), "{}", page.body);
+    assert!(!page.body.contains("<img src=x"), "{}", page.body);
+    assert!(!page.body.contains("<svg onload"), "{}", page.body);
+    assert!(
+        page.body.contains("&lt;script&gt;window.pwned"),
+        "escaped, shown"
+    );
+    assert!(
+        !page.body.chars().any(bidi),
+        "a bidi control raw on the page"
+    );
+    assert!(
+        !page.body.contains(&"y".repeat(2_000)),
+        "the big output cut"
+    );
+    assert!(
+        page.body.contains(&format!("{}…", "y".repeat(100))),
+        "cut, marked"
+    );
+}

@@ -26,6 +26,7 @@ mod progress;
 mod put_back;
 mod shutdown;
 mod snooze;
+mod steps;
 mod suite;
 mod timeouts;
 mod trace_context;

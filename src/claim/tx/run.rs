@@ -327,6 +327,7 @@ pub(super) async fn run_one<'c>(
         admitted_at: claimed.admitted_at,
         keys: &claimed.keys,
         progress: &progress,
+        steps: crate::steps::Steps::new(job.id, job.attempt, None),
     };
     let run = execute(handler.as_ref(), job, job_ctx, interrupt);
     // If the claim connection dies under a running handler (server restart,
