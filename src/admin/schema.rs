@@ -360,16 +360,35 @@ pub async fn migrate_list(
     opts: &MigrateOptions,
     migrations: &[Migration],
 ) -> Result<MigrateReport> {
-    client
-        .execute("SELECT pg_advisory_lock($1)", &[&MIGRATE_LOCK_KEY])
-        .await
-        .map_err(Error::db("cannot take the migration lock"))?;
+    take_migrate_lock(client).await?;
     let result = migrate_locked(client, opts, migrations).await;
     // Unlock even when a migration failed; a lost connection drops it anyway.
     let _ = client
         .execute("SELECT pg_advisory_unlock($1)", &[&MIGRATE_LOCK_KEY])
         .await;
     result
+}
+
+/// Take the migrate lock (session level), waiting for another migrate by
+/// trying again every 20 ms to 1 s rather than in `pg_advisory_lock`: a
+/// waiter blocked in that statement is a transaction holding a snapshot,
+/// and the other migrate's `CREATE INDEX CONCURRENTLY` waits for every such
+/// transaction to end, which would be a deadlock. Between tries a waiter
+/// holds nothing.
+async fn take_migrate_lock(client: &Client) -> Result<()> {
+    let mut pause = std::time::Duration::from_millis(20);
+    loop {
+        let taken: bool = client
+            .query_one("SELECT pg_try_advisory_lock($1)", &[&MIGRATE_LOCK_KEY])
+            .await
+            .map_err(Error::db("cannot take the migration lock"))?
+            .get(0);
+        if taken {
+            return Ok(());
+        }
+        tokio::time::sleep(pause).await;
+        pause = (pause * 2).min(std::time::Duration::from_secs(1));
+    }
 }
 
 async fn migrate_locked(

@@ -530,3 +530,42 @@ fn a_concurrent_index_step_must_say_if_not_exists() {
         pgwake::admin::schema::steps(*m).unwrap();
     }
 }
+
+/// Several `pgwake migrate` at once (a Deployment's replicas, a migrate
+/// Job retried beside a manual one) while a migration builds an index
+/// concurrently: the build waits for every transaction that holds a
+/// snapshot, and a migrate waiting for the migration lock inside a
+/// `SELECT pg_advisory_lock(…)` was one, waiting in turn for the build's
+/// session: a deadlock (found when the flows migration first built its
+/// index concurrently). Waiting migrates now hold no transaction between
+/// tries. Teeth: with the blocking `pg_advisory_lock` the build and a
+/// waiter deadlock (one fails with "deadlock detected").
+#[tokio::test]
+async fn concurrent_migrates_do_not_deadlock_a_concurrent_index_build() {
+    let db = empty_db().await;
+    let online = pgwake::admin::schema::Migration {
+        version: 9002,
+        name: "9002_online_index.sql",
+        sql: "-- pgwake:step no-transaction
+CREATE INDEX CONCURRENTLY IF NOT EXISTS jobs_task_online ON pgwake.jobs (task);
+",
+    };
+    let mut tasks = Vec::new();
+    for _ in 0..3 {
+        let url = db.url.clone();
+        tasks.push(tokio::spawn(async move {
+            let mut c = pgwake::connect::connect(&pgwake::connect::parse_url(&url).unwrap())
+                .await
+                .unwrap();
+            let mut list = pgwake::admin::schema::MIGRATIONS.to_vec();
+            list.push(online);
+            pgwake::admin::schema::migrate_list(&mut c, &Default::default(), &list).await
+        }));
+    }
+    let mut applied = Vec::new();
+    for t in tasks {
+        applied.extend(t.await.unwrap().expect("every migrate succeeds").applied);
+    }
+    assert_eq!(applied.iter().filter(|v| **v == 9002).count(), 1);
+    assert_eq!(index_valid(&db, "jobs_task_online").await, Some(true));
+}
