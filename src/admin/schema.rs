@@ -211,6 +211,11 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "0038_trace_context.sql",
         sql: include_str!("../../migrations/0038_trace_context.sql"),
     },
+    Migration {
+        version: 41,
+        name: "0041_waits.sql",
+        sql: include_str!("../../migrations/0041_waits.sql"),
+    },
 ];
 
 /// The functions and triggers of `functions/`, re-applied by every migrate

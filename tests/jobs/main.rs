@@ -29,3 +29,4 @@ mod suite;
 mod timeouts;
 mod trace_context;
 mod trigger;
+mod waits;
