@@ -94,7 +94,8 @@ async fn lease_mode_a_sleeping_job_wakes_at_its_time_without_an_attempt() {
 
 /// A job that sleeps for a day: back in the queue due then, with its
 /// attempt given back and its last error kept; `pgwake explain` says
-/// "sleeping until …" (not "snoozed", not "retry_backoff").
+/// "sleeping until …" (not "snoozed", not "retry_backoff"); a cancel
+/// ends it at once.
 async fn a_sleeping_job_waits_and_explain_says_so(lease: bool) {
     let db = migrated_db().await;
     let client = db.client().await;
@@ -156,6 +157,11 @@ async fn a_sleeping_job_waits_and_explain_says_so(lease: bool) {
         "{}",
         first.detail
     );
+    // A sleeping job is a waiting one: cancelled at once.
+    pgwake::cancel(&client, id).await.unwrap();
+    assert_eq!(dead_reason(&client, id).await, "cancelled");
+    let explained = pgwake::admin::jobs::explain(&client, id).await.unwrap();
+    assert_eq!(explained[0].reason, "cancelled", "{explained:?}");
 }
 
 #[tokio::test]
