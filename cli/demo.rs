@@ -394,6 +394,7 @@ async fn run_on(
                     Resolution::Retry { .. } => { t.retries += 1; "retry" }
                     Resolution::Dead { .. } => { t.dead += 1; resolved += 1; "dead " }
                     Resolution::Snoozed { .. } => "snooz",
+                    Resolution::Sleeping { .. } => "sleep",
                     Resolution::Returned | Resolution::Lost => "back ",
                     Resolution::Cancelled => { t.dead += 1; resolved += 1; "cancl" }
                     _ => "     ",

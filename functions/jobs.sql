@@ -14,6 +14,8 @@
 --                  transaction (pid, application, since): claims skip it
 --   scheduled      runs at T                                        run_at
 --   snoozed        snoozed until T by its handler, the Nth time     run_at
+--   sleeping       sleeping until T by its handler (no attempt      run_at
+--                  used; pgwake.job_waits, migration 0041)
 --                  (no attempt used; a warning past 100 snoozes)
 --   retry_backoff  attempt N failed (error); retried at T           run_at
 --   paused         queue Q is paused: pgwake queue resume Q; or paused by
@@ -129,6 +131,7 @@ DECLARE
     next_admission timestamptz;
     key_limit integer;
     sz record;
+    wt record;
     found_reason boolean := false;
 BEGIN
     SELECT lj.worker_id, lj.lease_until, lj.attempts, lj.queue, lj.buffered, lj.leased_at, lj.task
@@ -241,9 +244,17 @@ BEGIN
 
     SELECT sn.snoozes, sn.snoozed_until, sn.snoozed_at INTO sz
     FROM pgwake.job_snoozes sn WHERE sn.job_id = explain.job_id;
+    SELECT w.kind, w.wait_until INTO wt
+    FROM pgwake.job_waits w WHERE w.job_id = explain.job_id;
     IF j.run_at > now() THEN
         found_reason := true;
-        IF sz.snoozed_until IS NOT DISTINCT FROM j.run_at THEN
+        IF wt.kind = 'sleep' AND wt.wait_until = j.run_at THEN
+            -- Its last sleep set this run_at (migration 0041).
+            RETURN QUERY SELECT 'sleeping'::text,
+                format('sleeping until %s by its handler (no attempt used: %s of %s used; holds no slot)',
+                       j.run_at, j.attempts, j.max_attempts),
+                j.run_at, NULL::bigint;
+        ELSIF sz.snoozed_until IS NOT DISTINCT FROM j.run_at THEN
             -- Its last snooze set this run_at (migration 0034).
             RETURN QUERY SELECT 'snoozed'::text,
                 format('snoozed until %s by its handler, the %s time (no attempt used: %s of %s used)%s',

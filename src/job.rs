@@ -86,6 +86,15 @@ pub enum Outcome {
     /// [`SNOOZE_MAX`]: a longer snooze is refused, and the run counts as a
     /// failed attempt whose error says so. Build it with [`Outcome::snooze`].
     Snooze(Duration),
+    /// Sleep until this time without using an attempt and without counting
+    /// as a failure (a step of the job's work is due later: a reminder, a
+    /// follow-up). The job leaves the claim path until then and holds no
+    /// slot; its `last_error` is kept; the sleep is recorded
+    /// (`pgwake.job_waits`, shown by `pgwake explain` as "sleeping until
+    /// …"). A time in the past wakes it at once. At most [`SLEEP_MAX`]
+    /// ahead: a longer sleep is refused, and the run counts as a failed
+    /// attempt whose error says so. Build it with [`Outcome::sleep_until`].
+    Sleep(SystemTime),
 }
 
 impl Outcome {
@@ -122,7 +131,19 @@ impl Outcome {
     pub fn snooze(after: Duration) -> Outcome {
         Outcome::Snooze(after)
     }
+
+    /// Wake at `until`, with no attempt used (see [`Outcome::Sleep`]).
+    pub fn sleep_until(until: SystemTime) -> Outcome {
+        Outcome::Sleep(until)
+    }
 }
+
+/// Furthest ahead a handler may sleep its job (365 days from the end of the
+/// run). A longer sleep (a sleep of 100 years, a timestamp in the wrong
+/// unit) is refused: the run counts as a failed attempt (retried with the
+/// backoff, or dead when it was the last) whose error names this bound. A
+/// job to run that far ahead is enqueued with its `run_at`.
+pub const SLEEP_MAX: Duration = Duration::from_secs(365 * 24 * 3600);
 
 /// Longest snooze a handler may ask for (30 days). A longer one is refused:
 /// the run counts as a failed attempt (retried with the backoff, or dead
@@ -170,6 +191,13 @@ pub enum Resolution {
         /// How long it sleeps.
         delay: Duration,
     },
+    /// Sleeping ([`Outcome::Sleep`]): put back, due again after `delay`
+    /// (its wake time less the end of the run), with this attempt given
+    /// back and the sleep recorded.
+    Sleeping {
+        /// How long it sleeps.
+        delay: Duration,
+    },
     /// Not run to an end (shutdown, or the worker lost its claim connection
     /// before the handler started): put back without using an attempt.
     Returned,
@@ -191,6 +219,7 @@ impl Resolution {
             Resolution::Retry { .. } => "retry",
             Resolution::Dead { .. } => "dead",
             Resolution::Snoozed { .. } => "snoozed",
+            Resolution::Sleeping { .. } => "sleeping",
             Resolution::Returned => "returned",
             Resolution::Lost => "lost",
             Resolution::Cancelled => "cancelled",

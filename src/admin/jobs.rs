@@ -20,6 +20,7 @@ pub const REASONS: &[&str] = &[
     "locked",
     "scheduled",
     "snoozed",
+    "sleeping",
     "retry_backoff",
     "paused",
     "waiting_for_parents",

@@ -221,6 +221,11 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "0040_steps.sql",
         sql: include_str!("../../migrations/0040_steps.sql"),
     },
+    Migration {
+        version: 41,
+        name: "0041_waits.sql",
+        sql: include_str!("../../migrations/0041_waits.sql"),
+    },
 ];
 
 /// The functions and triggers of `functions/`, re-applied by every migrate

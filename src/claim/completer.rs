@@ -1,7 +1,7 @@
 //! The completer: writes lease-mode outcomes in batches. Every run that
 //! ends sends its resolution here; the completer takes everything that has
-//! arrived and writes it with at most four statements (done, back to the
-//! queue, snoozed, dead), each fenced by the claim tokens. While a flush is in
+//! arrived and writes it with at most five statements (done, back to the
+//! queue, snoozed, sleeping, dead), each fenced by the claim tokens. While a flush is in
 //! flight, new outcomes queue up and go out together in the next one, so
 //! the batch size follows the load with no added delay when idle.
 //!
@@ -27,7 +27,7 @@ use crate::job::Resolution;
 
 use crate::db::sql::{
     Db, LEASE_BURY as BURY, LEASE_DONE as DONE, LEASE_DONE_HISTORY as DONE_HISTORY,
-    LEASE_REQUEUE as REQUEUE, LEASE_SNOOZE as SNOOZE,
+    LEASE_REQUEUE as REQUEUE, LEASE_SLEEP as SLEEP, LEASE_SNOOZE as SNOOZE,
 };
 
 /// Most outcomes written by one flush.
@@ -71,6 +71,9 @@ struct Writes {
     snooze_tokens: Vec<i64>,
     snooze_attempts: Vec<i32>,
     snooze_delays: Vec<f64>,
+    sleep_tokens: Vec<i64>,
+    sleep_attempts: Vec<i32>,
+    sleep_delays: Vec<f64>,
     dead_tokens: Vec<i64>,
     dead_errors: Vec<String>,
 }
@@ -109,6 +112,13 @@ impl Writes {
                     w.snooze_attempts.push(attempts);
                     w.snooze_delays.push(delay.as_secs_f64());
                 }
+                Write::Sleep {
+                    delay, attempts, ..
+                } => {
+                    w.sleep_tokens.push(token);
+                    w.sleep_attempts.push(attempts);
+                    w.sleep_delays.push(delay.as_secs_f64());
+                }
                 Write::Dead { reason, .. } => {
                     w.dead_tokens.push(token);
                     w.dead_errors.push(reason);
@@ -130,7 +140,7 @@ impl Writes {
     /// Run the writes (pipelined); returns the tokens that matched.
     async fn write(&self, ctx: &ClaimContext) -> Result<HashSet<i64>> {
         let mut conn = PooledConn::get(&ctx.pool, "completer: no connection").await?;
-        let (done, back, snoozed, dead) = {
+        let (done, back, snoozed, sleeping, dead) = {
             let c = Db::pooled(&conn, ctx.config.prepared_statements);
             let done = async {
                 if self.done.is_empty() {
@@ -172,6 +182,16 @@ impl Writes {
                 )
                 .await
             };
+            let sleeping = async {
+                if self.sleep_tokens.is_empty() {
+                    return Ok(Vec::new());
+                }
+                c.query(
+                    &SLEEP,
+                    &[&self.sleep_tokens, &self.sleep_attempts, &self.sleep_delays],
+                )
+                .await
+            };
             let dead = async {
                 if self.dead_tokens.is_empty() {
                     return Ok(Vec::new());
@@ -179,10 +199,10 @@ impl Writes {
                 c.query(&BURY, &[&self.dead_tokens, &self.dead_errors])
                     .await
             };
-            tokio::join!(done, back, snoozed, dead)
+            tokio::join!(done, back, snoozed, sleeping, dead)
         };
         let mut matched = HashSet::new();
-        for rows in [done, back, snoozed, dead] {
+        for rows in [done, back, snoozed, sleeping, dead] {
             let rows = conn.check(rows).map_err(Error::db("completer"))?;
             matched.extend(rows.iter().map(|r| r.get::<_, i64>(0)));
         }

@@ -31,7 +31,7 @@ use crate::claim::wake::Wakeup;
 use crate::config::WorkerConfig;
 use crate::handler::{Handler, Registry};
 use crate::health::Health;
-use crate::job::{sanitize_reason, Job, Outcome, Resolution, SNOOZE_MAX};
+use crate::job::{sanitize_reason, Job, Outcome, Resolution, SLEEP_MAX, SNOOZE_MAX};
 use crate::metrics;
 
 /// What became of one job; sent to [`crate::Worker::subscribe`]rs after the
@@ -235,6 +235,24 @@ impl ClaimContext {
                     humantime::format_duration(SNOOZE_MAX)
                 ))),
             ),
+            Ended::Outcome(Outcome::Sleep(until)) => {
+                // A wake time already past wakes it at once.
+                let delay = until
+                    .duration_since(SystemTime::now())
+                    .unwrap_or(Duration::ZERO);
+                if delay <= SLEEP_MAX {
+                    Resolution::Sleeping { delay }
+                } else {
+                    self.resolve(
+                        job,
+                        Ended::Outcome(Outcome::retry(format!(
+                            "the handler asked to sleep for {}, further ahead than the longest sleep, {} (pgwake::SLEEP_MAX): sleep less, or enqueue a job with a later run_at",
+                            humantime::format_duration(Duration::from_secs(delay.as_secs())),
+                            humantime::format_duration(SLEEP_MAX)
+                        ))),
+                    )
+                }
+            }
             Ended::Outcome(Outcome::Retry { reason, after }) => {
                 let reason = sanitize_reason(&reason);
                 if job.attempt >= job.max_attempts {
@@ -260,7 +278,10 @@ impl ClaimContext {
     /// due time of retried jobs for the poller.
     pub(crate) fn report(&self, claimed: &Claimed, resolution: Resolution, duration: Duration) {
         let job = &claimed.job;
-        if let Resolution::Retry { delay, .. } | Resolution::Snoozed { delay } = &resolution {
+        if let Resolution::Retry { delay, .. }
+        | Resolution::Snoozed { delay }
+        | Resolution::Sleeping { delay } = &resolution
+        {
             self.schedule.hint(SystemTime::now() + *delay);
         }
         let outcome = resolution.label();
@@ -302,6 +323,9 @@ impl ClaimContext {
             }
             Resolution::Snoozed { delay } => {
                 tracing::debug!(job = job.id, task = %job.task, attempt = job.attempt, ?delay, "job snoozed, no attempt used")
+            }
+            Resolution::Sleeping { delay } => {
+                tracing::debug!(job = job.id, task = %job.task, attempt = job.attempt, ?delay, "job sleeping, no attempt used")
             }
             Resolution::Lost => {
                 tracing::warn!(job = job.id, task = %job.task, attempt = job.attempt, "lease lost: this run's outcome was not recorded; the job runs again")

@@ -38,6 +38,13 @@ pub(crate) enum Write {
         attempts: i32,
         last_error: Option<String>,
     },
+    /// Sleeping: as [`Write::Snooze`], but the sleep is recorded in
+    /// `pgwake.job_waits` (migration 0041) instead of counted as a snooze.
+    Sleep {
+        delay: std::time::Duration,
+        attempts: i32,
+        last_error: Option<String>,
+    },
     /// To `pgwake.dead_jobs` with this reason.
     Dead { attempts: i32, reason: String },
     /// Nothing: the job is no longer this worker's to write.
@@ -59,6 +66,12 @@ pub(crate) fn write_of(c: &Claimed, resolution: &Resolution, delivery: Delivery)
         },
         // A snooze uses no attempt: the claim's is given back.
         Resolution::Snoozed { delay } => Write::Snooze {
+            delay: *delay,
+            attempts: attempt - 1,
+            last_error: c.last_error.clone(),
+        },
+        // A sleep uses no attempt either.
+        Resolution::Sleeping { delay } => Write::Sleep {
             delay: *delay,
             attempts: attempt - 1,
             last_error: c.last_error.clone(),
@@ -108,6 +121,9 @@ mod tests {
             Resolution::Returned,
             Resolution::Snoozed {
                 delay: Duration::from_secs(9),
+            },
+            Resolution::Sleeping {
+                delay: Duration::from_secs(60),
             },
             Resolution::Dead { reason: "d".into() },
             Resolution::Cancelled,

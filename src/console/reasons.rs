@@ -99,6 +99,7 @@ pub(crate) fn words(r: &Reason, job: Option<&JobRow>, cx: &Context<'_>) -> Marku
         "locked" => html! { "its row is locked by another session's transaction" },
         "scheduled" => html! { "scheduled: runs" (until()) },
         "snoozed" => html! { "snoozed by its handler until" (until()) },
+        "sleeping" => html! { "sleeping (its handler's wait, no slot held) until" (until()) },
         "retry_backoff" => html! {
             @if let Some(j) = job { "attempt " (j.attempts) " failed; retried" (until()) }
             @else { "a failed attempt: retried" (until()) }

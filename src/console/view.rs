@@ -255,7 +255,9 @@ pub(crate) fn state_class(state: &str) -> &'static str {
 pub(crate) fn reason_class(reason: &str) -> &'static str {
     match reason {
         "ready" | "running" => "badge b-ok",
-        "scheduled" | "snoozed" | "retry_backoff" | "buffered" | "progress" => "badge b-info",
+        "scheduled" | "snoozed" | "sleeping" | "retry_backoff" | "buffered" | "progress" => {
+            "badge b-info"
+        }
         "paused"
         | "max_running"
         | "rate_limit"

@@ -142,6 +142,7 @@ statements! {
     LEASE_HEARTBEAT = "lease_heartbeat" [INT8_ARRAY, FLOAT8];
     LEASE_REQUEUE = "lease_requeue" [INT8_ARRAY, INT4_ARRAY, TEXT_ARRAY, FLOAT8_ARRAY];
     LEASE_SNOOZE = "lease_snooze" [INT8_ARRAY, INT4_ARRAY, FLOAT8_ARRAY];
+    LEASE_SLEEP = "lease_sleep" [INT8_ARRAY, INT4_ARRAY, FLOAT8_ARRAY];
     LEASE_STARTED = "lease_started" [INT8_ARRAY];
     NEXT_RUN_AT_ALL = "next_run_at_all" [];
     NEXT_RUN_AT_QUEUES = "next_run_at_queues" [TEXT_ARRAY];
@@ -208,6 +209,9 @@ statements! {
     SCHEDULE_SET_ENABLED = "schedule_set_enabled" [TEXT, BOOL];
     SCHEDULE_RUN_NOW = "schedule_run_now" [TEXT];
     SET_LIMITS = "set_limits" [TEXT];
+    SLEEP = "sleep" [INT8_ARRAY, TEXT_ARRAY, TEXT_ARRAY, TEXT_ARRAY, INT4_ARRAY,
+        TIMESTAMPTZ_ARRAY, FLOAT8_ARRAY, INT4_ARRAY, INT4_ARRAY, TEXT_ARRAY, TIMESTAMPTZ_ARRAY,
+        FLOAT8_ARRAY, TEXT_ARRAY, TEXT_ARRAY, TIMESTAMPTZ_ARRAY, TEXT_ARRAY];
     SNOOZE = "snooze" [INT8_ARRAY, TEXT_ARRAY, TEXT_ARRAY, TEXT_ARRAY, INT4_ARRAY,
         TIMESTAMPTZ_ARRAY, FLOAT8_ARRAY, INT4_ARRAY, INT4_ARRAY, TEXT_ARRAY, TIMESTAMPTZ_ARRAY,
         FLOAT8_ARRAY, TEXT_ARRAY, TEXT_ARRAY, TIMESTAMPTZ_ARRAY, TEXT_ARRAY];
@@ -221,6 +225,7 @@ statements! {
     STEPS_OF_JOB = "steps_of_job" [INT8];
     SUSPECTS = "suspects" [];
     TRACE_SWEEP = "trace_sweep" [INT8];
+    WAITS_EXPIRE = "waits_expire" [];
     WAITING_REGISTER = "waiting_register" [TEXT, TEXT_ARRAY, FLOAT8];
     WAITING_SETTLED = "waiting_settled" [TEXT];
     WAITING_SNAPSHOT = "waiting_snapshot" [];

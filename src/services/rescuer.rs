@@ -186,6 +186,8 @@ impl Rescuer {
         let r = Db::unnamed(&conn).execute(&sql::SNOOZES_EXPIRE, &[]).await;
         conn.check(r)
             .map_err(Error::db("rescuer: expire snooze counts"))?;
+        let r = Db::unnamed(&conn).execute(&sql::WAITS_EXPIRE, &[]).await;
+        conn.check(r).map_err(Error::db("rescuer: expire waits"))?;
         let r = Db::unnamed(&conn).execute(&sql::PROGRESS_EXPIRE, &[]).await;
         report.progress_expired =
             conn.check(r)

@@ -31,3 +31,4 @@ mod suite;
 mod timeouts;
 mod trace_context;
 mod trigger;
+mod waits;

@@ -1,5 +1,5 @@
-//! Writing a batch's outcomes in the claim transaction: requeues, snoozes
-//! and buries as the outcome mapping says, history rows, the per-job fallback.
+//! Writing a batch's outcomes in the claim transaction: requeues, snoozes,
+//! sleeps and buries as the outcome mapping says, history rows, the per-job fallback.
 
 use std::time::SystemTime;
 
@@ -12,7 +12,7 @@ use crate::error::{Error, Result};
 use crate::handler::Delivery;
 use crate::job::Resolution;
 
-use crate::db::sql::{Db, BATCH_CLEAR, BURY, CLEAR_ATTEMPTS, HISTORY_DONE, REQUEUE, SNOOZE};
+use crate::db::sql::{Db, BATCH_CLEAR, BURY, CLEAR_ATTEMPTS, HISTORY_DONE, REQUEUE, SLEEP, SNOOZE};
 
 /// Columns of jobs being written back (requeue) or buried.
 #[derive(Default)]
@@ -109,12 +109,16 @@ impl Columns {
 pub(super) struct Outcomes {
     back: Columns,
     snoozed: Columns,
+    sleeping: Columns,
     dead: Columns,
 }
 
 impl Outcomes {
     fn is_empty(&self) -> bool {
-        self.back.is_empty() && self.snoozed.is_empty() && self.dead.is_empty()
+        self.back.is_empty()
+            && self.snoozed.is_empty()
+            && self.sleeping.is_empty()
+            && self.dead.is_empty()
     }
 }
 
@@ -139,6 +143,13 @@ pub(super) fn columns<'a>(
                 last_error,
             } => o
                 .snoozed
+                .push(c, Some(delay.as_secs_f64()), attempts, last_error),
+            Write::Sleep {
+                delay,
+                attempts,
+                last_error,
+            } => o
+                .sleeping
                 .push(c, Some(delay.as_secs_f64()), attempts, last_error),
             Write::Dead { attempts, reason } => o.dead.push(c, None, attempts, Some(reason)),
         }
@@ -240,13 +251,19 @@ pub(super) async fn write_outcomes(
         }
         db.execute(&SNOOZE, &o.snoozed.requeue_params()).await
     };
+    let sleep = async {
+        if o.sleeping.is_empty() {
+            return Ok(0);
+        }
+        db.execute(&SLEEP, &o.sleeping.requeue_params()).await
+    };
     let bury = async {
         if o.dead.is_empty() {
             return Ok(0);
         }
         db.execute(&BURY, &o.dead.bury_params(worker)).await
     };
-    tokio::try_join!(requeue, snooze, bury).map(|_| ())
+    tokio::try_join!(requeue, snooze, sleep, bury).map(|_| ())
 }
 
 /// One job's outcome in its own savepoint; if even that fails, the job is
