@@ -391,6 +391,9 @@ async fn take_migrate_lock(client: &Client) -> Result<()> {
         if taken {
             return Ok(());
         }
+        if pause == std::time::Duration::from_millis(20) {
+            tracing::info!("another `pgwake migrate` holds the migration lock: waiting for it");
+        }
         tokio::time::sleep(pause).await;
         pause = (pause * 2).min(std::time::Duration::from_secs(1));
     }
