@@ -43,7 +43,7 @@ fn main() -> ExitCode {
         }
         Err(e) => e.exit(),
     };
-    commands::logging::init(&cli.log_format, commands::default_log_level(&cli.command));
+    let mut cli = cli;
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -56,7 +56,31 @@ fn main() -> ExitCode {
             return ExitCode::from(1);
         }
     };
+    // Spans are exported by `pgwake run` alone, when an OTLP endpoint is
+    // set; the exporter's task and clients need the runtime.
+    let exporter = {
+        let _in_runtime = runtime.enter();
+        match commands::otel::exporter(&mut cli.command) {
+            Ok(e) => e,
+            Err(e) => {
+                say(&format!(
+                    "pgwake: error: {}",
+                    commands::explain::explain(&e)
+                ));
+                return commands::explain::exit_code(&e);
+            }
+        }
+    };
+    commands::logging::init(
+        &cli.log_format,
+        commands::default_log_level(&cli.command),
+        exporter.as_ref(),
+    );
     let result = runtime.block_on(commands::dispatch(cli.command));
+    if let Some(exporter) = exporter {
+        // What the last jobs' spans left in the queue.
+        runtime.block_on(exporter.shutdown());
+    }
     // A handler that ignores cancellation must not keep the process alive.
     runtime.shutdown_timeout(Duration::from_secs(1));
     match result {

@@ -76,7 +76,11 @@ pub struct NewJob {
     /// the job through its retries, death and history (docs/src/tracing.md).
     /// A malformed one never fails the enqueue: the database ignores it
     /// with a warning and counts it (`pgwake_trace_context_rejected`).
-    /// Default none (a transaction's `SET LOCAL pgwake.traceparent`, if any).
+    /// Default none: then the current `tracing` span's context, when the
+    /// `otel` feature is built and an OpenTelemetry layer makes that span an
+    /// OpenTelemetry span (a request handler's span, or a job's run span:
+    /// jobs enqueued by a handler join its trace); else the transaction's
+    /// `SET LOCAL pgwake.traceparent`, if any.
     #[serde(default)]
     pub traceparent: Option<String>,
     /// With `traceparent`: its `tracestate` (vendors' entries, at most 512
@@ -416,13 +420,27 @@ pub async fn enqueue_many_detailed<C: GenericClient>(
     let unique_key: Vec<Option<&str>> = jobs.iter().map(|j| j.unique_key.as_deref()).collect();
     let unique_running: Vec<Option<bool>> = jobs.iter().map(|j| j.unique_running).collect();
     let limit_key: Vec<Option<&str>> = jobs.iter().map(|j| j.limit_key.as_deref()).collect();
+    // A job without a context of its own takes the current span's, when an
+    // OpenTelemetry layer makes it an OpenTelemetry span (feature `otel`).
+    #[cfg(feature = "otel")]
+    let current = crate::otel::context_of(&tracing::Span::current());
+    #[cfg(not(feature = "otel"))]
+    let current: Option<crate::trace::TraceContext> = None;
     let traceparent: Vec<Option<String>> = jobs
         .iter()
-        .map(|j| j.traceparent.as_deref().map(storable))
+        .map(|j| match (&j.traceparent, &current) {
+            (Some(tp), _) => Some(storable(tp)),
+            (None, Some(c)) => Some(c.traceparent.clone()),
+            (None, None) => None,
+        })
         .collect();
     let tracestate: Vec<Option<String>> = jobs
         .iter()
-        .map(|j| j.tracestate.as_deref().map(storable))
+        .map(|j| match (&j.traceparent, &current) {
+            (Some(_), _) => j.tracestate.as_deref().map(storable),
+            (None, Some(c)) => c.tracestate.clone(),
+            (None, None) => None,
+        })
         .collect();
     let after: Vec<Option<serde_json::Value>> = jobs
         .iter()

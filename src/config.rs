@@ -334,6 +334,14 @@ pub struct WorkerConfig {
     /// charts; `crate::services::rollup`); `None` turns it off on this
     /// worker. Default on, with `RollupConfig::default()`.
     pub rollup: Option<RollupConfig>,
+    /// Trace jobs (`crate::trace`): each claim reads its jobs' stored W3C
+    /// contexts (one statement), each job gets `pgwake.job`, `pgwake.run`
+    /// and `pgwake.outcome` spans (parented on the producer's context with
+    /// the `otel` feature), its log lines carry its trace id, and handlers
+    /// get the context ([`crate::JobContext::traceparent`]; `TRACEPARENT`
+    /// for `exec`). The `pgwake` binary turns it on with an OTLP endpoint
+    /// or `--trace-jobs`. Default false: the claim path does none of it.
+    pub trace_jobs: bool,
 }
 
 impl Default for WorkerConfig {
@@ -369,6 +377,7 @@ impl Default for WorkerConfig {
             fail_fast: false,
             history: HistoryConfig::default(),
             rollup: Some(RollupConfig::default()),
+            trace_jobs: false,
         }
     }
 }

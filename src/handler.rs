@@ -173,6 +173,7 @@ pub struct JobContext<'a> {
     pub(crate) keys: &'a Keys,
     pub(crate) progress: &'a crate::progress::Reporter,
     pub(crate) steps: crate::steps::Steps,
+    pub(crate) trace: Option<crate::trace::TraceContext>,
 }
 
 impl<'a> JobContext<'a> {
@@ -203,6 +204,24 @@ impl<'a> JobContext<'a> {
     /// between them).
     pub fn admitted_at(&self) -> Option<SystemTime> {
         self.admitted_at
+    }
+
+    /// The W3C trace context of this run, when the worker traces jobs
+    /// ([`WorkerConfig::trace_jobs`](crate::WorkerConfig::trace_jobs), on
+    /// with an OTLP endpoint or `pgwake run --trace-jobs`): with spans
+    /// exported, the context of this run's `pgwake.run` span (a child of
+    /// the producer's span), so what the handler calls with it nests under
+    /// the run; without, the producer's context as stored. `None` when the
+    /// worker does not trace jobs, or the job came without a context and no
+    /// span was exported. A Rust handler's own `tracing` spans nest under
+    /// the run span without it.
+    pub fn trace(&self) -> Option<&crate::trace::TraceContext> {
+        self.trace.as_ref()
+    }
+
+    /// This run's `traceparent` (see [`JobContext::trace`]).
+    pub fn traceparent(&self) -> Option<&str> {
+        self.trace.as_ref().map(|t| t.traceparent.as_str())
     }
 
     /// The job's ordering key (`ordering_key`), if it has one.

@@ -63,7 +63,11 @@ pub mod endpoint;
 pub mod error;
 pub mod handlers;
 pub mod metrics;
+#[cfg(feature = "otel")]
+#[cfg_attr(docsrs, doc(cfg(feature = "otel")))]
+pub mod otel;
 pub mod signals;
+pub mod trace;
 
 mod handler;
 mod health;
@@ -105,6 +109,7 @@ pub use health::Health;
 pub use job::{Job, Outcome, Resolution, PAYLOAD_DEPTH_LIMIT, SLEEP_MAX, SNOOZES_WARN, SNOOZE_MAX};
 pub use progress::{ProgressError, PROGRESS_DEPTH_MAX, PROGRESS_MESSAGE_MAX, PROGRESS_VALUE_MAX};
 pub use steps::{StepError, STEPS_PER_JOB_MAX, STEP_NAME_MAX, STEP_OUTPUT_MAX};
+pub use trace::TraceContext;
 pub use worker::{Worker, WorkerBuilder};
 
 // The crates whose types the API takes and returns, so an embedder names

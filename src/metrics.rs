@@ -99,6 +99,14 @@ pub(crate) const QUEUE_TABLE_DEAD_TUPLES: &str = "pgwake_queue_table_dead_tuples
 /// Gauge: malformed trace contexts producers gave, ignored, since the
 /// schema was created (`pgwake.trace_context_rejected`, functions/traces.sql).
 pub(crate) const TRACE_CONTEXT_REJECTED: &str = "pgwake_trace_context_rejected";
+/// Counter: spans this worker's OTLP exporter delivered to the collector
+/// (feature `otel`, `crate::otel`).
+pub(crate) const TRACE_SPANS_EXPORTED: &str = "pgwake_trace_spans_exported_total";
+/// Counter: spans dropped, label `reason`: `queue_full` (the bounded export
+/// queue was full: the collector is slower than the worker, or away) or
+/// `export_failed` (the collector refused them, or could not be reached in
+/// time).
+pub(crate) const TRACE_SPANS_DROPPED: &str = "pgwake_trace_spans_dropped_total";
 /// Gauge: the governor's level (`pgwake.pressure()`): 0 ok, 1 elevated,
 /// 2 critical.
 pub(crate) const PRESSURE_LEVEL: &str = "pgwake_pressure_level";
@@ -460,6 +468,14 @@ pub(crate) fn describe() {
     describe_gauge!(
         QUEUE_TABLE_DEAD_TUPLES,
         "Dead tuples of pgwake.jobs (pg_stat_user_tables)"
+    );
+    describe_counter!(
+        TRACE_SPANS_EXPORTED,
+        "Spans this worker exported over OTLP and the collector accepted"
+    );
+    describe_counter!(
+        TRACE_SPANS_DROPPED,
+        "Spans this worker dropped instead of exporting, by reason: queue_full (the bounded export queue was full), export_failed (the collector refused them or was unreachable)"
     );
     describe_gauge!(
         TRACE_CONTEXT_REJECTED,

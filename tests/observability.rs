@@ -18,10 +18,14 @@ mod dashboard;
 mod http;
 #[path = "observability/load.rs"]
 mod load;
+#[path = "observability/otlp.rs"]
+mod otlp;
 #[path = "observability/prometheus.rs"]
 mod prometheus;
 #[path = "observability/promql.rs"]
 mod promql;
+#[path = "observability/traces.rs"]
+mod traces;
 
 use std::collections::{BTreeSet, HashMap};
 use std::process::Command;

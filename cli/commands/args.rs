@@ -234,6 +234,20 @@ pub struct RunArgs {
     /// this pgwake exits 2 either way.
     #[arg(long, env = "PGWAKE_FAIL_FAST")]
     pub fail_fast: bool,
+    /// Trace jobs: read each claimed job's stored trace context, run it in spans parented on
+    /// its producer's, put its trace id in its log lines and give its handler the context
+    /// (TRACEPARENT for exec). On by itself when spans are exported (an OTLP endpoint set).
+    #[arg(long, env = "PGWAKE_TRACE_JOBS")]
+    pub trace_jobs: bool,
+    /// Export the jobs' spans over OTLP to this collector: its base address, e.g.
+    /// http://localhost:4318 (http/protobuf; /v1/traces is added) or http://localhost:4317
+    /// (grpc). OTEL_EXPORTER_OTLP_ENDPOINT or OTEL_EXPORTER_OTLP_TRACES_ENDPOINT do the same.
+    #[arg(long, value_name = "URL")]
+    pub otlp_endpoint: Option<String>,
+    /// The OTLP protocol: grpc or http/protobuf [default: OTEL_EXPORTER_OTLP_PROTOCOL, else
+    /// http/protobuf].
+    #[arg(long, value_name = "PROTOCOL")]
+    pub otlp_protocol: Option<String>,
     /// Per-job timeout; a job running longer fails its attempt.
     #[arg(long, value_parser = duration, default_value_t = human(config::JOB_TIMEOUT_DEFAULT))]
     pub job_timeout: HumanDuration,

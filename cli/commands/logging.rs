@@ -21,21 +21,41 @@ use tracing_subscriber::fmt::format::Writer;
 /// handler's error quoting a payload) can neither forge a log line with a
 /// newline nor drive the operator's terminal with escape codes. JSON lines
 /// escape them by JSON's own rules.
-pub fn init(format: &str, default_level: &str) {
+///
+/// With an OTLP `exporter` (`pgwake run` with an endpoint), the job spans
+/// (target `pgwake`, level info, whatever `RUST_LOG` says of the log) also
+/// go to it as OpenTelemetry spans.
+pub fn init(format: &str, default_level: &str, exporter: Option<&pgwake::otel::Exporter>) {
+    use tracing_subscriber::layer::SubscriberExt;
+    use tracing_subscriber::util::SubscriberInitExt;
+    use tracing_subscriber::Layer;
+
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default_level));
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
+    let fmt = tracing_subscriber::fmt::layer()
         .with_writer(std::io::stderr)
         .log_internal_errors(false);
-    if format == "json" {
-        builder.json().init();
+    let fmt = if format == "json" {
+        fmt.json().boxed()
     } else {
-        builder
-            .fmt_fields(EscapedFields)
+        fmt.fmt_fields(EscapedFields)
             .with_ansi(std::io::stderr().is_terminal())
-            .init();
-    }
+            .boxed()
+    };
+    // Only pgwake's own spans: the exporter's HTTP and gRPC clients trace
+    // too, and exporting their spans would make spans of every export.
+    let spans = exporter.map(|e| {
+        tracing_opentelemetry::layer()
+            .with_tracer(e.tracer())
+            .with_filter(
+                tracing_subscriber::filter::Targets::new()
+                    .with_target("pgwake", tracing::Level::INFO),
+            )
+    });
+    tracing_subscriber::registry()
+        .with(fmt.with_filter(filter))
+        .with(spans)
+        .init();
 }
 
 /// The text format's fields: `name=value` separated by spaces, strings

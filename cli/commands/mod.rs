@@ -18,6 +18,7 @@ pub mod history;
 pub mod jobs;
 pub mod logging;
 pub mod ndjson;
+pub mod otel;
 pub mod pressure;
 pub mod protocol;
 pub mod queue;

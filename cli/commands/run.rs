@@ -35,6 +35,7 @@ pub fn worker_config(args: &RunArgs) -> Result<WorkerConfig, Error> {
         progress_interval: args.progress_interval.into(),
         prepared_statements: args.prepared_statements,
         fail_fast: args.fail_fast,
+        trace_jobs: args.trace_jobs,
         history: pgwake::config::HistoryConfig::keeping(args.keep_finished.unwrap_or_default()),
         cancel_poll_interval: args.cancel_poll_interval.into(),
         rollup: (!args.no_stats_rollup).then(|| pgwake::config::RollupConfig {

@@ -35,6 +35,9 @@ pub(crate) struct Claimed {
     /// Seconds it was ready before the claim (its pickup latency), for the
     /// per-minute rollup.
     pub ready_for: f64,
+    /// Its trace context and spans, when the worker traces jobs
+    /// (`crate::claim::trace::attach`).
+    pub trace: Option<std::sync::Arc<JobTrace>>,
 }
 
 /// Defined beside the handler's context, which reads it.
@@ -92,7 +95,20 @@ pub(crate) fn claimed_from_row(row: &Row) -> Claimed {
         buffered: false,
         suspect: false,
         ready_for: ready_for.max(0.0),
+        trace: None,
     }
+}
+
+/// One claimed job's tracing: the producer's context (if it gave one), the
+/// job's span, and the outcome span while its outcome is being written.
+#[derive(Debug)]
+pub(crate) struct JobTrace {
+    /// The producer's context, as stored.
+    pub producer: Option<crate::trace::TraceContext>,
+    /// `pgwake.job`: from the claim to the committed outcome.
+    pub span: tracing::Span,
+    /// `pgwake.outcome`: from the end of the run to the committed outcome.
+    pub outcome: std::sync::Mutex<Option<tracing::Span>>,
 }
 
 /// Claim order (RETURNING order is not the claim order).
@@ -129,6 +145,7 @@ impl Claimed {
             buffered: false,
             suspect: false,
             ready_for: 0.0,
+            trace: None,
         }
     }
 }

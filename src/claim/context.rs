@@ -278,6 +278,8 @@ impl ClaimContext {
     /// due time of retried jobs for the poller.
     pub(crate) fn report(&self, claimed: &Claimed, resolution: Resolution, duration: Duration) {
         let job = &claimed.job;
+        // The job's log lines below carry its span's fields (its trace id).
+        let _span = claimed.trace.as_ref().map(|t| t.span.enter());
         if let Resolution::Retry { delay, .. }
         | Resolution::Snoozed { delay }
         | Resolution::Sleeping { delay } = &resolution
@@ -337,6 +339,9 @@ impl ClaimContext {
             }
             _ => tracing::debug!(job = job.id, task = %job.task, outcome, "job resolved"),
         }
+        // After the log lines, which need not repeat the outcome and error
+        // the span then records.
+        crate::claim::trace::ended(claimed, &resolution);
         let _ = self.events.send(JobEvent {
             id: job.id,
             queue: job.queue.clone(),

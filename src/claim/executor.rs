@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 
 use futures::FutureExt;
 use tokio_util::sync::CancellationToken;
+use tracing::Instrument;
 
 use crate::handler::{Deadline, Handler, JobContext};
 use crate::job::{Job, Outcome};
@@ -59,11 +60,14 @@ pub(crate) async fn execute(
     job: &Job,
     ctx: JobContext<'_>,
     interrupt: &CancellationToken,
+    span: tracing::Span,
 ) -> (Ended, TimedOut, Duration) {
     let started = Instant::now();
     let cancel = ctx.cancel.clone();
     let deadline = ctx.deadline;
-    let run = AssertUnwindSafe(handler.handle(job, ctx)).catch_unwind();
+    // The run span (`Span::none()` unless the worker traces jobs): the
+    // handler's own spans nest under it.
+    let run = AssertUnwindSafe(handler.handle(job, ctx).instrument(span)).catch_unwind();
     let (ended, timed_out) = tokio::select! {
         biased;
         _ = interrupt.cancelled() => (Ended::Interrupted, false),

@@ -233,6 +233,10 @@ pub(crate) async fn claim(
         })
         .collect();
     sort_claim_order(&mut claimed);
+    if ctx.config.trace_jobs {
+        let db = Db::pooled(&conn, ctx.config.prepared_statements);
+        crate::claim::trace::attach(db, &mut claimed, sent, "lease").await;
+    }
     // The jobs the database took for free slots first: those start now, the
     // others go into the buffer (claimer.rs hands out the slots in order).
     claimed.sort_by_key(|c| c.buffered);
@@ -465,6 +469,7 @@ async fn run(
         job.id,
         crate::progress::Run::Lease(claimed.token),
     );
+    let (span, trace) = crate::claim::trace::run_span(claimed);
     let job_ctx = JobContext {
         transaction: None,
         pool: &ctx.pool,
@@ -474,8 +479,10 @@ async fn run(
         keys: &claimed.keys,
         progress: &progress,
         steps: crate::steps::Steps::new(job.id, job.attempt, Some(claimed.token)),
+        trace,
     };
-    let (ended, _, duration) = execute(handler.as_ref(), job, job_ctx, watch.token()).await;
+    let (ended, _, duration) = execute(handler.as_ref(), job, job_ctx, watch.token(), span).await;
+    crate::claim::trace::run_ended(claimed);
     gauge.decrement(1.0);
     let result = ctx.result_of(&ended);
     let resolution = match ended {

@@ -28,6 +28,7 @@ pub(crate) mod results;
 pub(crate) mod starts;
 pub(crate) mod tally;
 pub(crate) mod targets;
+pub(crate) mod trace;
 pub(crate) mod turn;
 pub(crate) mod tx;
 pub(crate) mod wake;

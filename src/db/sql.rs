@@ -123,6 +123,7 @@ statements! {
     JOB_PROGRESS = "job_progress" [INT8_ARRAY];
     JOB_SNOOZES = "job_snoozes" [INT8];
     JOB_TRACE = "job_trace" [INT8];
+    JOB_TRACES = "job_traces" [INT8_ARRAY];
     LIST_FINISHED = "list_finished" [INT8, TEXT, TEXT, TEXT, TEXT, INT4, TIMESTAMPTZ];
     LIST_JOBS = "list_jobs" [TEXT, TEXT, TEXT, TEXT, TEXT, TEXT, INT8, INT4, TIMESTAMPTZ];
     ENQUEUE = "enqueue" [TEXT_ARRAY, JSONB_ARRAY, TEXT_ARRAY, TEXT_ARRAY, INT4_ARRAY, INT4_ARRAY,
@@ -224,6 +225,7 @@ statements! {
     STEP_SWEEP = "step_sweep" [INT8];
     STEPS_OF_JOB = "steps_of_job" [INT8];
     SUSPECTS = "suspects" [];
+    TRACE_SETTINGS = "trace_settings" [TEXT, TEXT];
     TRACE_SWEEP = "trace_sweep" [INT8];
     WAITS_EXPIRE = "waits_expire" [];
     WAITING_REGISTER = "waiting_register" [TEXT, TEXT_ARRAY, FLOAT8];

@@ -274,7 +274,12 @@ impl ExecHandler {
     }
 
     /// The command of `job`, started through `shim` if given.
-    fn command(&self, job: &Job, shim: Option<&Path>) -> Command {
+    fn command(
+        &self,
+        job: &Job,
+        shim: Option<&Path>,
+        trace: Option<&crate::trace::TraceContext>,
+    ) -> Command {
         let mut cmd = match shim {
             // `posix_spawn` of the shim, which supervises the command's
             // process tree (see `shim.rs`). Not killed when the job's future
@@ -322,6 +327,14 @@ impl ExecHandler {
             })
             .stderr(Stdio::piped())
             .process_group(0);
+        // The run's W3C context (the standard variables OpenTelemetry's
+        // environment propagators read), when the worker traces jobs.
+        if let Some(t) = trace {
+            cmd.env("TRACEPARENT", &t.traceparent);
+            if let Some(state) = &t.tracestate {
+                cmd.env("TRACESTATE", state);
+            }
+        }
         cmd
     }
 }
@@ -496,7 +509,7 @@ impl Handler for ExecHandler {
     async fn handle(&self, job: &Job, ctx: JobContext<'_>) -> Result<Outcome, BoxError> {
         let mut shim = exec_shim();
         let spawned = match shim {
-            Some(path) => self.command(job, Some(path)).spawn().or_else(|e| {
+            Some(path) => self.command(job, Some(path), ctx.trace()).spawn().or_else(|e| {
                 // The shim is gone or broken (e.g. removed by an upgrade
                 // since start-up): start the command the slow way.
                 tracing::warn!(
@@ -504,9 +517,9 @@ impl Handler for ExecHandler {
                     "cannot start the exec shim ({e}); forking the worker for this command instead"
                 );
                 shim = None;
-                self.command(job, None).spawn()
+                self.command(job, None, ctx.trace()).spawn()
             }),
-            None => self.command(job, None).spawn(),
+            None => self.command(job, None, ctx.trace()).spawn(),
         };
         let mut child =
             spawned.map_err(|e| format!("cannot start {}: {e}", self.program.display()))?;

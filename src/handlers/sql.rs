@@ -175,11 +175,36 @@ impl SqlHandler {
         &self,
         client: &tokio_postgres::Client,
         job: &Job,
+        trace: Option<&crate::trace::TraceContext>,
+    ) -> std::result::Result<Vec<tokio_postgres::Row>, tokio_postgres::Error> {
+        let db = Db::unnamed(client);
+        let Some(t) = trace else {
+            return self.call_function(db, job).await;
+        };
+        // The run's context as the settings a producer sets: the function
+        // reads it, and jobs it enqueues get it. Local to the transaction;
+        // in tx mode the claim transaction goes on to other jobs, so the
+        // settings are emptied after the call.
+        db.query(
+            &sql::TRACE_SETTINGS,
+            &[&t.traceparent, &t.tracestate.as_deref().unwrap_or("")],
+        )
+        .await?;
+        let rows = self.call_function(db, job).await;
+        if rows.is_ok() {
+            db.query(&sql::TRACE_SETTINGS, &[&"", &""]).await?;
+        }
+        rows
+    }
+
+    async fn call_function(
+        &self,
+        db: Db<'_>,
+        job: &Job,
     ) -> std::result::Result<Vec<tokio_postgres::Row>, tokio_postgres::Error> {
         // Unnamed: the statement is built per handler, and the call must
         // go through a transaction-mode pooler too (`crate::db::sql`).
         let statement = self.statement();
-        let db = Db::unnamed(client);
         if self.signature().takes_job() {
             db.query_text(
                 &statement,
@@ -292,7 +317,7 @@ impl Drop for Running {
 impl Handler for SqlHandler {
     async fn handle(&self, job: &Job, ctx: JobContext<'_>) -> Result<Outcome, BoxError> {
         if let Some(tx) = ctx.transaction().await? {
-            return outcome_of(self.call(tx, job).await);
+            return outcome_of(self.call(tx, job, ctx.trace()).await);
         }
         let conn = ctx.pool().get().await?;
         let (begun, pid) = tokio::join!(
@@ -313,7 +338,7 @@ impl Handler for SqlHandler {
             pool: ctx.pool().clone(),
         };
         let c = running.conn.as_ref().expect("present");
-        let result = self.call(c, job).await;
+        let result = self.call(c, job, ctx.trace()).await;
         // What the function wrote commits only if the job is done (a
         // snooze keeps nothing, as in tx mode).
         let done = match &result {

@@ -298,6 +298,32 @@ async fn the_job_message_carries_the_jobs_keys() {
     );
 }
 
+/// A real Python process gets the job's trace context in the job message
+/// when the worker traces jobs (the producer's, without an exporter), and
+/// an untraced job's message has none.
+#[tokio::test]
+async fn the_job_message_carries_the_trace_context_when_the_worker_traces_jobs() {
+    const TP: &str = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+    let db = migrated_db().await;
+    let client = db.client().await;
+    let traced = enqueue(&client, &NewJob::new("pid", json!({})).traceparent(TP))
+        .await
+        .unwrap();
+    let bare = enqueue(&client, &NewJob::new("pid", json!({})))
+        .await
+        .unwrap();
+    let mut config = history_config();
+    // Teeth: without it, no context reaches the process.
+    config.trace_jobs = true;
+    let mut w = Running::start(worker(&db, &quirky(""), &["pid"], &[], options(1), config));
+    w.next_events(2, WAIT, |_| true).await;
+    w.shutdown().await;
+    let (_, _, result, _) = finished(&db, traced).await;
+    assert_eq!(result.unwrap()["traceparent"], TP);
+    let (_, _, result, _) = finished(&db, bare).await;
+    assert_eq!(result.unwrap()["traceparent"], serde_json::Value::Null);
+}
+
 /// A `progress` message of a real Python or Node process is shown while
 /// its job runs (in both modes), a value over the bound is refused and the
 /// job goes on (done); the running job, cancelled, leaves no row. With

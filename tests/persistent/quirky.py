@@ -41,7 +41,7 @@ def answer(msg):
     if msg["task"] == "sleep" or (isinstance(payload, dict) and "secs" in payload):
         time.sleep(payload["secs"])
     send({"type": "done", "id": msg["id"], "token": msg["token"],
-          "result": {"pid": os.getpid(), "keys": msg.get("keys")}})
+          "result": {"pid": os.getpid(), "keys": msg.get("keys"), "traceparent": msg.get("traceparent")}})
 
 for line in inp:
     msg = json.loads(line)

@@ -150,6 +150,7 @@ pub(crate) async fn claim_and_run(
     // Prepare (the default rotates the first future polled, and could send
     // the claim before the BEGIN, or the check before the claim, on a
     // fresh connection).
+    let claim_sent = Instant::now();
     let (begun, first, suspects) = tokio::join!(
         biased;
         c.batch_execute(&ctx.begin_sql),
@@ -252,6 +253,9 @@ pub(crate) async fn claim_and_run(
         c.job.attempt += 1;
     }
     sort_claim_order(&mut claimed);
+    if ctx.config.trace_jobs {
+        crate::claim::trace::attach(db, &mut claimed, claim_sent, "tx").await;
+    }
     let ids: Vec<i64> = claimed.iter().map(|c| c.job.id).collect();
     // A plain claim's jobs hold no queue slot (their queue had no limit); a
     // limited claim says whether it took one (claim_tx_limited.sql, the

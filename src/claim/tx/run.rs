@@ -76,10 +76,13 @@ async fn run_jobs<'c>(
     let mut rest = claimed.into_iter().peekable();
     while let Some(first) = rest.next() {
         let mut group = vec![first];
-        let batching = ctx
-            .precheck(&group[0])
-            .map(|h| h.batches())
-            .unwrap_or(false);
+        // A traced job runs alone: its own spans, its own context for the
+        // handler (one call for many jobs has neither).
+        let batching = !ctx.config.trace_jobs
+            && ctx
+                .precheck(&group[0])
+                .map(|h| h.batches())
+                .unwrap_or(false);
         if batching {
             while let Some(next) = rest.peek() {
                 if next.job.task == group[0].job.task && ctx.precheck(next).is_ok() {
@@ -319,6 +322,7 @@ pub(super) async fn run_one<'c>(
         job.id,
         crate::progress::Run::Tx(session.xid),
     );
+    let (span, trace) = crate::claim::trace::run_span(claimed);
     let job_ctx = JobContext {
         transaction: Some(&claim_client),
         pool: &ctx.pool,
@@ -328,8 +332,9 @@ pub(super) async fn run_one<'c>(
         keys: &claimed.keys,
         progress: &progress,
         steps: crate::steps::Steps::new(job.id, job.attempt, None),
+        trace,
     };
-    let run = execute(handler.as_ref(), job, job_ctx, interrupt);
+    let run = execute(handler.as_ref(), job, job_ctx, interrupt, span);
     // If the claim connection dies under a running handler (server restart,
     // pg_terminate_backend), the claim is already rolled back and another
     // worker may take the job: stop this run now rather than let it go on
@@ -342,6 +347,7 @@ pub(super) async fn run_one<'c>(
         }
     };
     gauge.decrement(1.0);
+    crate::claim::trace::run_ended(claimed);
     let used = claim_client.savepoint.load(Ordering::Acquire);
     if deadline.at() > Instant::now() + timeout {
         // The handler extended its deadline (and the server's limits).

@@ -496,6 +496,7 @@ impl Checker {
             deadline: chrono::Utc::now() + chrono::Duration::hours(1),
             tx: false,
             keys: [None, None, None],
+            trace: None,
         });
         (id, token, line)
     }

@@ -331,6 +331,7 @@ impl Handler for PersistentHandler {
                         deadline: wall_deadline,
                         tx,
                         keys,
+                        trace: ctx.trace(),
                     })
                 })
                 .await;

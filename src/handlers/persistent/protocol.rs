@@ -291,6 +291,9 @@ pub struct JobLine<'a> {
     pub tx: bool,
     /// Its ordering, unique and limit keys.
     pub keys: [Option<&'a str>; 3],
+    /// The run's W3C trace context, when the worker traces jobs: sent as
+    /// `"traceparent"` (and `"tracestate"`); absent otherwise.
+    pub trace: Option<&'a crate::trace::TraceContext>,
 }
 
 /// The `job` line: the payload goes in exactly as stored (a JSON value
@@ -307,8 +310,20 @@ pub fn job(j: &JobLine<'_>) -> String {
     } else {
         j.payload.into()
     };
+    // Only a traced run's line names its context.
+    let trace = match j.trace {
+        None => String::new(),
+        Some(t) => match &t.tracestate {
+            None => format!(",\"traceparent\":{}", quote(&t.traceparent)),
+            Some(s) => format!(
+                ",\"traceparent\":{},\"tracestate\":{}",
+                quote(&t.traceparent),
+                quote(s)
+            ),
+        },
+    };
     format!(
-        "{{\"type\":\"job\",\"id\":{},\"token\":{},\"task\":{},\"queue\":{},\"payload\":{},\"attempt\":{},\"max_attempts\":{},\"deadline\":{},\"tx\":{},\"keys\":{{\"ordering\":{},\"unique\":{},\"limit\":{}}}}}\n",
+        "{{\"type\":\"job\",\"id\":{},\"token\":{},\"task\":{},\"queue\":{},\"payload\":{},\"attempt\":{},\"max_attempts\":{},\"deadline\":{},\"tx\":{},\"keys\":{{\"ordering\":{},\"unique\":{},\"limit\":{}}}{}}}\n",
         j.id,
         quote(j.token),
         quote(j.task),
@@ -321,6 +336,7 @@ pub fn job(j: &JobLine<'_>) -> String {
         key(j.keys[0]),
         key(j.keys[1]),
         key(j.keys[2]),
+        trace,
     )
 }
 
@@ -444,6 +460,36 @@ mod tests {
     }
 
     #[test]
+    fn a_traced_job_line_names_its_context_and_an_untraced_one_does_not() {
+        let trace = crate::trace::TraceContext {
+            traceparent: "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01".into(),
+            tracestate: Some("congo=t61rcWkgMzE".into()),
+        };
+        let mut line = JobLine {
+            id: 1,
+            token: "t",
+            task: "t",
+            queue: "q",
+            payload: "{}",
+            attempt: 1,
+            max_attempts: 3,
+            deadline: chrono::DateTime::from_timestamp(0, 0).unwrap(),
+            tx: false,
+            keys: [None, None, None],
+            trace: Some(&trace),
+        };
+        let v: serde_json::Value = serde_json::from_str(&job(&line)).unwrap();
+        assert_eq!(v["traceparent"], trace.traceparent.as_str());
+        assert_eq!(v["tracestate"], "congo=t61rcWkgMzE");
+        line.trace = None;
+        let v: serde_json::Value = serde_json::from_str(&job(&line)).unwrap();
+        assert!(
+            v.get("traceparent").is_none() && v.get("tracestate").is_none(),
+            "{v}"
+        );
+    }
+
+    #[test]
     fn job_lines_are_one_line_of_json_with_the_payload_as_stored() {
         let line = job(&JobLine {
             id: 1,
@@ -456,6 +502,7 @@ mod tests {
             deadline: chrono::DateTime::from_timestamp(0, 0).unwrap(),
             tx: false,
             keys: [Some("customer:42"), None, Some("tenant\"7")],
+            trace: None,
         });
         assert!(line.ends_with('\n') && !line[..line.len() - 1].contains('\n'));
         assert!(line.contains("12345678901234567890123"), "{line}");
