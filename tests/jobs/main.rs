@@ -15,6 +15,7 @@ mod exec_protocol;
 mod explain;
 mod fencing;
 mod flows;
+mod flows_outage;
 mod handlers;
 mod hostile;
 mod lease;
