@@ -17,6 +17,15 @@
 -- children again, so a missed release (a child added while its parent
 -- ran in tx mode) waits at most one rescuer interval.
 
+-- The functions below that add parents and release children run with
+-- `enable_seqscan = off`: every statement in them finds rows by key (a job
+-- by id, edges by parent or by child), and a plan cached while the tables
+-- were small, or chosen on the statistics a long transaction cannot
+-- refresh, scanned pgwake.jobs or pgwake.job_parents whole once per child
+-- added or per parent ended: quadratic in one transaction (10,000 children
+-- of one parent took 16 s to enqueue and over a minute to release under
+-- load; tests/jobs/flows_scale.rs counts the scans).
+
 -- The largest number of parents one job may have.
 CREATE OR REPLACE FUNCTION pgwake.max_parents() RETURNS integer
 LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$ SELECT 1000 $$;
@@ -27,7 +36,8 @@ LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$ SELECT 1000 $$;
 -- release decides, functions/keys.sql). Returns how many were released.
 CREATE OR REPLACE FUNCTION pgwake.end_parent_edges(parent_id bigint, from_state text, policies text[])
 RETURNS integer
-LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pgwake AS $$
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pgwake
+SET enable_seqscan = off AS $$
 DECLARE
     kids bigint[];
     released integer := 0;
@@ -81,7 +91,8 @@ $$;
 -- has_children, so its delete fires the trigger again).
 CREATE OR REPLACE FUNCTION pgwake.cancel_children(parent_id bigint, reason text)
 RETURNS integer
-LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pgwake AS $$
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pgwake
+SET enable_seqscan = off AS $$
 DECLARE
     moved integer;
 BEGIN
@@ -113,7 +124,8 @@ $$;
 -- Apply the end (or not) of `parent_id` to its children. Returns how many
 -- children were released.
 CREATE OR REPLACE FUNCTION pgwake.settle_parent(parent_id bigint) RETURNS integer
-LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pgwake AS $$
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pgwake
+SET enable_seqscan = off AS $$
 DECLARE
     err text;
     released integer;
@@ -172,7 +184,8 @@ $$;
 -- as ended. Holds the child when a parent is open. Returns how many are open.
 CREATE OR REPLACE FUNCTION pgwake.add_parents(child_id bigint, parents bigint[], on_failure text)
 RETURNS integer
-LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pgwake AS $$
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pgwake
+SET enable_seqscan = off AS $$
 DECLARE
     p bigint;
     wanted bigint[];

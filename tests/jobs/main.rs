@@ -16,6 +16,7 @@ mod explain;
 mod fencing;
 mod flows;
 mod flows_outage;
+mod flows_scale;
 mod handlers;
 mod hostile;
 mod lease;
