@@ -83,14 +83,34 @@ impl pgwake::Handler for Timed {
 }
 
 impl Times {
-    /// Wait until `n` children ran in all.
-    async fn children(&self, n: usize) {
+    /// Wait until `n` children ran in all (saying what is left after a
+    /// minute, and every minute).
+    async fn children(&self, n: usize, c: &tokio_postgres::Client) {
+        let mut since = Instant::now();
         loop {
             let notified = self.done.notified();
             if self.children_done.load(Ordering::SeqCst) >= n {
                 return;
             }
             let _ = tokio::time::timeout(Duration::from_millis(100), notified).await;
+            if since.elapsed() > Duration::from_secs(60) {
+                since = Instant::now();
+                let r = c
+                    .query_one(
+                        "SELECT (SELECT count(*) FROM pgwake.jobs), (SELECT count(*) FROM pgwake.jobs WHERE held), (SELECT count(*) FROM pgwake.leased_jobs)",
+                        &[],
+                    )
+                    .await
+                    .unwrap();
+                eprintln!(
+                    "waiting for {} children ({} so far): jobs {}, held {}, leased {}",
+                    n,
+                    self.children_done.load(Ordering::SeqCst),
+                    r.get::<_, i64>(0),
+                    r.get::<_, i64>(1),
+                    r.get::<_, i64>(2)
+                );
+            }
         }
     }
 
@@ -183,7 +203,7 @@ async fn run(url: &str, delivery: Delivery, pairs: usize, fanout: usize, concurr
         .unwrap();
         tx.commit().await.unwrap();
         children += 1;
-        times.children(children).await;
+        times.children(children, &c).await;
         latencies.push(ms(times.start_of(child) - times.end_of(parent)));
     }
     println!(
@@ -202,7 +222,7 @@ async fn run(url: &str, delivery: Delivery, pairs: usize, fanout: usize, concurr
     let started = Instant::now();
     due_now(&c, &plain_ids).await;
     children += fanout;
-    times.children(children).await;
+    times.children(children, &c).await;
     let plain_rate = fanout as f64 / started.elapsed().as_secs_f64();
 
     let tx = c.transaction().await.unwrap();
@@ -225,7 +245,7 @@ async fn run(url: &str, delivery: Delivery, pairs: usize, fanout: usize, concurr
     // The parent runs now: its end releases every child.
     due_now(&c, &[parent]).await;
     children += fanout;
-    times.children(children).await;
+    times.children(children, &c).await;
     let end = times.end_of(parent);
     let starts: Vec<Instant> = ids.iter().map(|id| times.start_of(*id)).collect();
     let first = *starts.iter().min().unwrap();
@@ -267,18 +287,29 @@ async fn run(url: &str, delivery: Delivery, pairs: usize, fanout: usize, concurr
             }
             mids
         };
-        let child = enqueue(&tx, &NewJob::new("c", serde_json::json!({})).after(over))
-            .await
-            .unwrap();
+        let child = enqueue(
+            &tx,
+            &NewJob::new("c", serde_json::json!({})).after(over.clone()),
+        )
+        .await
+        .unwrap();
         let enqueue_took = enqueued.elapsed();
         tx.commit().await.unwrap();
         due_now(&c, &parents).await;
         children += 1;
-        times.children(children).await;
+        times.children(children, &c).await;
         let last_leaf = parents.iter().map(|id| times.end_of(*id)).max().unwrap();
+        let through = if leaves > 1000 {
+            let last_mid = over.iter().map(|id| times.end_of(*id)).max().unwrap();
+            format!(
+                " (10 × 1,000, then 10 → 1; the last of the 10 ended {:.1} ms after the last leaf)",
+                ms(last_mid - last_leaf)
+            )
+        } else {
+            String::new()
+        };
         println!(
-            "{mode}: fan-in {leaves} → 1{}: child enqueued in {:.0} ms; last leaf's end → child's start {:.1} ms",
-            if leaves > 1000 { " (10 × 1,000, then 10 → 1)" } else { "" },
+            "{mode}: fan-in {leaves} → 1{through}: child enqueued in {:.0} ms; last leaf's end → child's start {:.1} ms",
             ms(enqueue_took),
             ms(times.start_of(child) - last_leaf)
         );
@@ -310,7 +341,13 @@ async fn main() {
         "machine: {} cores; {pairs} pairs, fan-out {fanout}, concurrency {concurrency}",
         std::thread::available_parallelism().map_or(0, |n| n.get())
     );
-    run(&url, Delivery::Tx, pairs, fanout, concurrency).await;
-    run(&url, Delivery::Lease, pairs, fanout, concurrency).await;
+    let modes: String = arg(&args, "--mode", "tx,lease".to_string());
+    for mode in modes.split(',') {
+        match mode {
+            "tx" => run(&url, Delivery::Tx, pairs, fanout, concurrency).await,
+            "lease" => run(&url, Delivery::Lease, pairs, fanout, concurrency).await,
+            other => panic!("--mode {other:?}: give tx, lease or tx,lease"),
+        }
+    }
     drop(cluster);
 }
