@@ -125,10 +125,27 @@ async fn children_read_their_parents_results(lease: bool) {
         other => panic!("the dead parent gave {other:?}"),
     }
     let got = &seen[&capped];
-    assert_eq!(got[&b1], ParentResult::Result(serde_json::json!(big)));
-    assert_eq!(got[&b2], ParentResult::Omitted { bytes: 700_002 });
+    assert!(
+        got[&b1] == ParentResult::Result(serde_json::json!(big)),
+        "the first big result is received whole: {}",
+        brief(&got[&b1])
+    );
+    assert!(
+        got[&b2] == ParentResult::Omitted { bytes: 700_002 },
+        "the second passes the cap and is omitted with its size: {}",
+        brief(&got[&b2])
+    );
     let history: i64 = db.scalar("SELECT count(*) FROM pgwake.finished_jobs").await;
     assert_eq!(history, 0, "history is off: the results came from the edges");
+}
+
+/// A result in a few words (a big one is not printed whole).
+fn brief(r: &ParentResult) -> String {
+    let text = format!("{r:?}");
+    match text.char_indices().nth(80) {
+        Some((at, _)) => format!("{}… ({} bytes)", &text[..at], text.len()),
+        None => text,
+    }
 }
 
 #[tokio::test]
@@ -139,4 +156,88 @@ async fn tx_mode_children_read_their_parents_results() {
 #[tokio::test]
 async fn lease_mode_children_read_their_parents_results() {
     children_read_their_parents_results(true).await;
+}
+
+/// A `sql` handler's function that takes the job's id reads its parents'
+/// results with `pgwake.parent_results(job_id)`; one parent is a Rust
+/// handler, the other a `sql` function whose value is its result. History
+/// off. (With the worker's edge write switched off, `seen` holds
+/// `{"result": null}` for both and this fails.)
+async fn a_sql_child_reads_its_parents_results(lease: bool) {
+    let db = migrated_db().await;
+    let client = db.client().await;
+    client
+        .batch_execute(
+            "CREATE TABLE seen (job_id bigint, results jsonb);
+             CREATE FUNCTION sql_parent(payload jsonb) RETURNS jsonb
+             LANGUAGE sql AS $$ SELECT jsonb_build_object('from', 'sql') $$;
+             CREATE FUNCTION sql_child(payload jsonb, job_id bigint, attempt int) RETURNS void
+             LANGUAGE sql AS $$ INSERT INTO seen VALUES (job_id, pgwake.parent_results(job_id)) $$;",
+        )
+        .await
+        .unwrap();
+    let rust = enqueue(
+        &client,
+        &NewJob::new("produce", serde_json::json!({"value": {"from": "rust"}})),
+    )
+    .await
+    .unwrap();
+    let sql = enqueue(&client, &NewJob::new("sql_parent", serde_json::json!({})))
+        .await
+        .unwrap();
+    let child = enqueue(
+        &client,
+        &NewJob::new("sql_child", serde_json::json!({})).after([rust, sql]),
+    )
+    .await
+    .unwrap();
+    let config = WorkerConfig {
+        lease_queues: if lease {
+            vec!["default".into()]
+        } else {
+            vec![]
+        },
+        ..test_config()
+    };
+    let seen: Seen = Default::default();
+    let mut builder = Worker::builder(db.config())
+        .config(config)
+        .handler("produce", Flow { seen });
+    for flag in ["sql_parent=sql:sql_parent", "sql_child=sql:sql_child"] {
+        let (task, h) = pgwake::handlers::parse_flag_with(flag, 1024).unwrap();
+        builder = builder.handler_arc(&task, h);
+    }
+    let worker = Running::start(builder.build().unwrap());
+    wait_for("the sql child to run", Duration::from_secs(60), async || {
+        let n: i64 = db.scalar("SELECT count(*) FROM seen").await;
+        if n == 1 {
+            Ok(())
+        } else {
+            Err("not yet".into())
+        }
+    })
+    .await;
+    worker.shutdown().await;
+    let row = client
+        .query_one("SELECT job_id, results FROM seen", &[])
+        .await
+        .unwrap();
+    assert_eq!(row.get::<_, i64>(0), child);
+    assert_eq!(
+        row.get::<_, serde_json::Value>(1),
+        serde_json::json!({
+            rust.to_string(): {"result": {"from": "rust"}},
+            sql.to_string(): {"result": {"from": "sql"}},
+        })
+    );
+}
+
+#[tokio::test]
+async fn tx_mode_a_sql_child_reads_its_parents_results() {
+    a_sql_child_reads_its_parents_results(false).await;
+}
+
+#[tokio::test]
+async fn lease_mode_a_sql_child_reads_its_parents_results() {
+    a_sql_child_reads_its_parents_results(true).await;
 }
