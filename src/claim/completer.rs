@@ -27,8 +27,8 @@ use crate::job::Resolution;
 
 use crate::db::sql::{
     Db, LEASE_BURY as BURY, LEASE_DONE as DONE, LEASE_DONE_HISTORY as DONE_HISTORY,
-    LEASE_DONE_RESULTS as DONE_RESULTS,
-    LEASE_REQUEUE as REQUEUE, LEASE_SLEEP as SLEEP, LEASE_SNOOZE as SNOOZE,
+    LEASE_DONE_RESULTS as DONE_RESULTS, LEASE_REQUEUE as REQUEUE, LEASE_SLEEP as SLEEP,
+    LEASE_SNOOZE as SNOOZE,
 };
 
 /// Most outcomes written by one flush.

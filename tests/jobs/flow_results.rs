@@ -104,18 +104,22 @@ async fn children_read_their_parents_results(lease: bool) {
 
     let seen: Seen = Default::default();
     let worker = start(&db, lease, &seen);
-    wait_for("both children to run", Duration::from_secs(60), async || {
-        let n = seen.lock().unwrap().len();
-        if n == 2 {
-            Ok(())
-        } else {
-            Err(format!("{n} of 2 ran"))
-        }
-    })
+    wait_for(
+        "both children to run",
+        Duration::from_secs(60),
+        async || {
+            let n = seen.lock().unwrap().len();
+            if n == 2 {
+                Ok(())
+            } else {
+                Err(format!("{n} of 2 ran"))
+            }
+        },
+    )
     .await;
     worker.shutdown().await;
 
-    let seen = seen.lock().unwrap();
+    let seen = seen.lock().unwrap().clone();
     let got = &seen[&child];
     assert_eq!(got.len(), 3, "{got:?}");
     assert_eq!(got[&p1], ParentResult::Result(serde_json::json!({"n": 1})));
@@ -136,7 +140,10 @@ async fn children_read_their_parents_results(lease: bool) {
         brief(&got[&b2])
     );
     let history: i64 = db.scalar("SELECT count(*) FROM pgwake.finished_jobs").await;
-    assert_eq!(history, 0, "history is off: the results came from the edges");
+    assert_eq!(
+        history, 0,
+        "history is off: the results came from the edges"
+    );
 }
 
 /// A result in a few words (a big one is not printed whole).
@@ -208,14 +215,18 @@ async fn a_sql_child_reads_its_parents_results(lease: bool) {
         builder = builder.handler_arc(&task, h);
     }
     let worker = Running::start(builder.build().unwrap());
-    wait_for("the sql child to run", Duration::from_secs(60), async || {
-        let n: i64 = db.scalar("SELECT count(*) FROM seen").await;
-        if n == 1 {
-            Ok(())
-        } else {
-            Err("not yet".into())
-        }
-    })
+    wait_for(
+        "the sql child to run",
+        Duration::from_secs(60),
+        async || {
+            let n: i64 = db.scalar("SELECT count(*) FROM seen").await;
+            if n == 1 {
+                Ok(())
+            } else {
+                Err("not yet".into())
+            }
+        },
+    )
     .await;
     worker.shutdown().await;
     let row = client
