@@ -150,7 +150,10 @@ BEGIN
     END IF;
     SELECT d.last_error INTO err FROM pgwake.dead_jobs d WHERE d.id = parent_id;
     IF FOUND THEN
-        -- 'run': as if done; 'wait' and 'cancel': marked failed.
+        -- 'run': as if done, the child seeing the parent's error
+        -- (pgwake.parent_results); 'wait' and 'cancel': marked failed.
+        UPDATE pgwake.job_parents SET error = coalesce(err, 'dead'), result = NULL
+        WHERE parent = parent_id AND state = 'open' AND on_failure = 'run';
         released := pgwake.end_parent_edges(parent_id, 'open', ARRAY['run']);
         UPDATE pgwake.job_parents SET state = 'failed'
         WHERE parent = parent_id AND state = 'open';
@@ -514,3 +517,44 @@ BEGIN
     RETURN EXISTS (SELECT 1 FROM pgwake.job_parents e WHERE e.parent = parent_id AND e.state <> 'done');
 END
 $$;
+
+
+-- The most bytes of parents' results one child receives (1 MiB of JSON
+-- text, summed over its parents in parent id order).
+CREATE OR REPLACE FUNCTION pgwake.max_parent_results_bytes() RETURNS integer
+LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$ SELECT 1048576 $$;
+
+-- What job `child_id`'s parents left it (migration 0043; docs/src/flows.md
+-- → "Results"): a JSON object with one member per parent that ended, keyed
+-- by the parent's id as text:
+--   {"result": <value>}   the parent ended done with a result (`null`
+--                         when it returned none);
+--   {"error": "<text>"}   the parent ended dead or cancelled and the child
+--                         runs anyway (on_parent_failure 'run');
+--   {"omitted": <bytes>}  the result would take the child past
+--                         pgwake.max_parent_results_bytes(): it is left
+--                         out, and its size said (read it from
+--                         pgwake.job_parents).
+-- A parent that ended before the child was enqueued (counted done from the
+-- history) has {"result": <its history row's result>} when history kept it.
+CREATE OR REPLACE FUNCTION pgwake.parent_results(child_id bigint) RETURNS jsonb
+LANGUAGE sql STABLE SECURITY DEFINER SET search_path = pg_catalog, pgwake AS $$
+    WITH e AS (
+        SELECT e.parent, e.error,
+               coalesce(e.result, (SELECT f.result FROM pgwake.finished_jobs f
+                                   WHERE f.id = e.parent AND f.outcome = 'done'
+                                   ORDER BY f.finished_at DESC LIMIT 1)) AS result
+        FROM pgwake.job_parents e
+        WHERE e.child = child_id AND e.state = 'done'
+    ), sized AS (
+        SELECT e.*, octet_length(e.result::text) AS bytes,
+               sum(coalesce(octet_length(e.result::text), 0)) OVER (ORDER BY e.parent) AS running
+        FROM e
+    )
+    SELECT coalesce(jsonb_object_agg(s.parent::text,
+        CASE WHEN s.error IS NOT NULL THEN jsonb_build_object('error', s.error)
+             WHEN s.running > pgwake.max_parent_results_bytes() THEN jsonb_build_object('omitted', s.bytes)
+             ELSE jsonb_build_object('result', s.result) END), '{}')
+    FROM sized s
+$$;
+REVOKE EXECUTE ON FUNCTION pgwake.parent_results(bigint) FROM PUBLIC;

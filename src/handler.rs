@@ -195,6 +195,44 @@ impl<'a> JobContext<'a> {
         Ok(Some(tx))
     }
 
+    /// What this job's parents left it (a flow's child, see the book's
+    /// "Flows" page, "Results"): one entry per parent that ended, by the
+    /// parent's id. A parent that ended done gives
+    /// [`ParentResult::Result`] (its [`Outcome::DoneWith`](crate::Outcome::DoneWith)
+    /// value, `Null` when it returned none); one that ended dead or
+    /// cancelled, when this job runs anyway (`on_parent_failure 'run'`),
+    /// gives [`ParentResult::Error`]. A child receives at most
+    /// [`PARENT_RESULTS_MAX`] bytes of results, summed in parent id order;
+    /// a result past that is [`ParentResult::Omitted`] with its size.
+    /// Results are kept for the child whatever the history setting. One
+    /// query on the worker's pool per call (a job without parents gets an
+    /// empty map); it does not use the claim transaction.
+    ///
+    /// ```no_run
+    /// # async fn f(ctx: pgwake::JobContext<'_>) -> pgwake::Result<()> {
+    /// for (parent, got) in ctx.parent_results().await? {
+    ///     if let pgwake::ParentResult::Result(value) = got {
+    ///         println!("parent {parent} returned {value}");
+    ///     }
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub async fn parent_results(
+        &self,
+    ) -> crate::Result<std::collections::BTreeMap<i64, ParentResult>> {
+        let conn = self
+            .pool
+            .get()
+            .await
+            .map_err(crate::Error::pool("parent results: no connection"))?;
+        let row = crate::db::sql::Db::unnamed(&conn)
+            .query_one(&crate::db::sql::PARENT_RESULTS, &[&self.steps.job])
+            .await
+            .map_err(crate::Error::db("parent results"))?;
+        let text: String = row.get(0);
+        parse_parent_results(&text)
+    }
+
     /// When this run was admitted by its queue's rate limit (`pgwake queue
     /// set Q --rate N/s`) or, for a job with a limit key, by its key's rate
     /// (`--rate-per-key N/s`, which takes precedence when both are set), by
@@ -543,4 +581,48 @@ impl Registry {
     pub(crate) fn is_empty(&self) -> bool {
         self.by_task.is_empty() && self.catch_all.is_none()
     }
+}
+
+/// The most bytes of JSON a job receives from its parents' results
+/// ([`JobContext::parent_results`]), summed over its parents in id order
+/// (the database's `pgwake.max_parent_results_bytes()`).
+pub const PARENT_RESULTS_MAX: usize = 1 << 20;
+
+/// What one parent left a child ([`JobContext::parent_results`]).
+#[derive(Debug, Clone, PartialEq)]
+pub enum ParentResult {
+    /// The parent ended done with this result (`Null` when it returned none).
+    Result(serde_json::Value),
+    /// The parent ended dead or cancelled with this error, and the child
+    /// runs anyway (`on_parent_failure 'run'`).
+    Error(String),
+    /// The result would have taken the child past [`PARENT_RESULTS_MAX`]:
+    /// left out. Its size in bytes of JSON; it stays readable in
+    /// `pgwake.job_parents.result` until the child ends.
+    Omitted {
+        /// The result's size, in bytes of JSON text.
+        bytes: u64,
+    },
+}
+
+/// Parse `pgwake.parent_results`'s object.
+pub(crate) fn parse_parent_results(
+    text: &str,
+) -> crate::Result<std::collections::BTreeMap<i64, ParentResult>> {
+    let bad = |_| crate::Error::Unexpected("parent results: not an object of parent ids");
+    let value: serde_json::Map<String, serde_json::Value> =
+        serde_json::from_str(text).map_err(|e: serde_json::Error| bad(e.to_string()))?;
+    let mut out = std::collections::BTreeMap::new();
+    for (id, entry) in value {
+        let id: i64 = id.parse().map_err(|_| bad(String::new()))?;
+        let got = if let Some(e) = entry.get("error").and_then(|e| e.as_str()) {
+            ParentResult::Error(e.to_string())
+        } else if let Some(bytes) = entry.get("omitted").and_then(|b| b.as_u64()) {
+            ParentResult::Omitted { bytes }
+        } else {
+            ParentResult::Result(entry.get("result").cloned().unwrap_or_default())
+        };
+        out.insert(id, got);
+    }
+    Ok(out)
 }

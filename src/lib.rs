@@ -104,7 +104,10 @@ pub use claim::context::JobEvent;
 pub use claim::tx::{TX_BATCH_TARGET, TX_BATCH_UNDER_PRESSURE};
 pub use config::WorkerConfig;
 pub use error::{Error, Result};
-pub use handler::{BoxError, ClaimClient, Delivery, Handler, HandlerProcesses, JobContext};
+pub use handler::{
+    BoxError, ClaimClient, Delivery, Handler, HandlerProcesses, JobContext, ParentResult,
+    PARENT_RESULTS_MAX,
+};
 pub use health::Health;
 pub use job::{Job, Outcome, Resolution, PAYLOAD_DEPTH_LIMIT, SLEEP_MAX, SNOOZES_WARN, SNOOZE_MAX};
 pub use progress::{ProgressError, PROGRESS_DEPTH_MAX, PROGRESS_MESSAGE_MAX, PROGRESS_VALUE_MAX};

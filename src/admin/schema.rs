@@ -226,6 +226,11 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "0041_waits.sql",
         sql: include_str!("../../migrations/0041_waits.sql"),
     },
+    Migration {
+        version: 43,
+        name: "0043_flow_results.sql",
+        sql: include_str!("../../migrations/0043_flow_results.sql"),
+    },
 ];
 
 /// The functions and triggers of `functions/`, re-applied by every migrate

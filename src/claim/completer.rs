@@ -27,7 +27,8 @@ use crate::job::Resolution;
 
 use crate::db::sql::{
     Db, LEASE_BURY as BURY, LEASE_DONE as DONE, LEASE_DONE_HISTORY as DONE_HISTORY,
-    LEASE_REQUEUE as REQUEUE, LEASE_SLEEP as SLEEP, LEASE_SNOOZE as SNOOZE,
+    LEASE_DONE_RESULTS as DONE_RESULTS, LEASE_REQUEUE as REQUEUE, LEASE_SLEEP as SLEEP,
+    LEASE_SNOOZE as SNOOZE,
 };
 
 /// Most outcomes written by one flush.
@@ -62,8 +63,10 @@ pub(crate) async fn run(
 #[derive(Default)]
 struct Writes {
     done: Vec<i64>,
-    /// Results of `done` (JSON text or NULL), when history is on.
-    done_results: Option<Vec<Option<String>>>,
+    /// Results of `done` (JSON text or NULL).
+    done_results: Vec<Option<String>>,
+    /// Whether history is on: done jobs are recorded with their results.
+    history: bool,
     back_tokens: Vec<i64>,
     back_attempts: Vec<i32>,
     back_errors: Vec<Option<String>>,
@@ -80,18 +83,16 @@ struct Writes {
 
 impl Writes {
     fn of<'a>(batch: impl Iterator<Item = &'a Finished>, history: bool) -> Writes {
-        let mut w = Writes::default();
-        if history {
-            w.done_results = Some(Vec::new());
-        }
+        let mut w = Writes {
+            history,
+            ..Writes::default()
+        };
         for f in batch {
             let token = f.claimed.token;
             match write_of(&f.claimed, &f.resolution, Delivery::Lease) {
                 Write::Done => {
                     w.done.push(token);
-                    if let Some(results) = &mut w.done_results {
-                        results.push(f.result.clone());
-                    }
+                    w.done_results.push(f.result.clone());
                 }
                 Write::Back {
                     delay,
@@ -131,9 +132,7 @@ impl Writes {
 
     /// The same writes, done jobs recorded without their results.
     fn without_results(mut self) -> Writes {
-        if let Some(results) = &mut self.done_results {
-            results.iter_mut().for_each(|r| *r = None);
-        }
+        self.done_results.iter_mut().for_each(|r| *r = None);
         self
     }
 
@@ -147,10 +146,16 @@ impl Writes {
                     return Ok(Vec::new());
                 }
                 // History on: the completion and its history row are one
-                // statement, fenced by the same tokens.
-                match &self.done_results {
-                    Some(results) => c.query(&DONE_HISTORY, &[&self.done, results]).await,
-                    None => c.query(&DONE, &[&self.done]).await,
+                // statement, fenced by the same tokens. Results (history on
+                // or off) are kept on the edges of jobs with children by the
+                // same statement (a flow's child reads them).
+                let results = &self.done_results;
+                if self.history {
+                    c.query(&DONE_HISTORY, &[&self.done, results]).await
+                } else if results.iter().any(Option::is_some) {
+                    c.query(&DONE_RESULTS, &[&self.done, results]).await
+                } else {
+                    c.query(&DONE, &[&self.done]).await
                 }
             };
             let back = async {

@@ -205,13 +205,13 @@ impl ClaimContext {
             .min(crate::config::JOB_TIMEOUT_MAX)
     }
 
-    /// The result to record for a run that ended so: only while history is
-    /// on (off, no work at all is done for results).
+    /// The result to record for a run that ended so: in the history while
+    /// it is on, and on the job's edges to its children whatever the
+    /// history setting (a flow's child reads it). A run that returned no
+    /// result costs nothing.
     pub(crate) fn result_of(&self, ended: &Ended) -> Option<String> {
         match ended {
-            Ended::Outcome(outcome) if self.history.on() => {
-                crate::claim::results::result_of(outcome)
-            }
+            Ended::Outcome(outcome) => crate::claim::results::result_of(outcome),
             _ => None,
         }
     }

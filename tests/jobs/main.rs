@@ -14,6 +14,7 @@ mod delivery;
 mod exec_protocol;
 mod explain;
 mod fencing;
+mod flow_results;
 mod flows;
 mod flows_outage;
 mod flows_scale;

@@ -12,7 +12,9 @@ use crate::error::{Error, Result};
 use crate::handler::Delivery;
 use crate::job::Resolution;
 
-use crate::db::sql::{Db, BATCH_CLEAR, BURY, CLEAR_ATTEMPTS, HISTORY_DONE, REQUEUE, SLEEP, SNOOZE};
+use crate::db::sql::{
+    Db, BATCH_CLEAR, BURY, CLEAR_ATTEMPTS, EDGE_RESULTS, HISTORY_DONE, REQUEUE, SLEEP, SNOOZE,
+};
 
 /// Columns of jobs being written back (requeue) or buried.
 #[derive(Default)]
@@ -177,6 +179,7 @@ pub(super) async fn finish(
     if ctx.history.on() {
         record_done(ctx, db, results).await?;
     }
+    keep_edge_results(db, results).await?;
     debug_assert!(
         mark.is_some() || clear.is_some(),
         "a statement before COMMIT"
@@ -230,6 +233,42 @@ pub(super) async fn finish(
     let (b, commit) = tokio::join!(biased; bookkeeping, c.batch_execute("COMMIT"));
     b.and(commit).map_err(Error::db("claim: commit"))?;
     Ok(())
+}
+
+/// Keep the results of the batch's done jobs on their edges to children
+/// that wait (a flow's child reads them: `pgwake.parent_results`), in the
+/// claim transaction, whatever the history setting. Sent only when a done
+/// job returned a result. A result the database refuses (not expected:
+/// results are scrubbed JSON) is rolled back to a savepoint and the jobs
+/// end done without it on their edges.
+async fn keep_edge_results(db: Db<'_>, results: &[Finished]) -> Result<()> {
+    let (ids, values): (Vec<i64>, Vec<Option<String>>) = results
+        .iter()
+        .filter(|r| r.resolution == Resolution::Done && r.result.is_some())
+        .map(|r| (r.claimed.job.id, r.result.clone()))
+        .unzip();
+    if ids.is_empty() {
+        return Ok(());
+    }
+    let c = db.client();
+    let params: [&(dyn ToSql + Sync); 2] = [&ids, &values];
+    let (savepoint, kept) = tokio::join!(
+        c.batch_execute("SAVEPOINT pgwake_edges"),
+        db.execute(&EDGE_RESULTS, &params)
+    );
+    savepoint.map_err(Error::db("claim: savepoint"))?;
+    match kept {
+        Ok(_) => Ok(()),
+        Err(e) if crate::error::pg_is_connection_lost(&e) => {
+            Err(Error::db("claim: keeping results")(e))
+        }
+        Err(e) => {
+            tracing::error!(error = %crate::error::PgDisplay(&e), "a result could not be kept for the job's children; they will see none");
+            c.batch_execute("ROLLBACK TO SAVEPOINT pgwake_edges")
+                .await
+                .map_err(Error::db("claim: keeping results"))
+        }
+    }
 }
 
 /// Requeue, snooze and bury (recording `worker`'s id with dead jobs),
