@@ -226,6 +226,11 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "0041_waits.sql",
         sql: include_str!("../../migrations/0041_waits.sql"),
     },
+    Migration {
+        version: 42,
+        name: "0042_signals.sql",
+        sql: include_str!("../../migrations/0042_signals.sql"),
+    },
 ];
 
 /// The functions and triggers of `functions/`, re-applied by every migrate
@@ -234,6 +239,7 @@ pub const FUNCTIONS: &[(&str, &str)] = &[
     ("notify.sql", include_str!("../../functions/notify.sql")),
     ("traces.sql", include_str!("../../functions/traces.sql")),
     ("steps.sql", include_str!("../../functions/steps.sql")),
+    ("signals.sql", include_str!("../../functions/signals.sql")),
     ("keys.sql", include_str!("../../functions/keys.sql")),
     ("flows.sql", include_str!("../../functions/flows.sql")),
     ("enqueue.sql", include_str!("../../functions/enqueue.sql")),
