@@ -257,7 +257,7 @@ impl ClaimContext {
                 let refused = if timeout > SLEEP_MAX {
                     Some(format!(
                         "the handler asked to wait for signal {:?} for {}, longer than the longest wait, {} (pgwake::SLEEP_MAX): wait less, and wait again on the timeout if need be",
-                        crate::admin::stats::printable(&signal.chars().take(120).collect::<String>()),
+                        signal.chars().take(120).collect::<String>(),
                         humantime::format_duration(Duration::from_secs(timeout.as_secs())),
                         humantime::format_duration(SLEEP_MAX)
                     ))
@@ -350,7 +350,7 @@ impl ClaimContext {
                 tracing::debug!(job = job.id, task = %job.task, attempt = job.attempt, ?delay, "job sleeping, no attempt used")
             }
             Resolution::WaitingForSignal { key, timeout } => {
-                tracing::debug!(job = job.id, task = %job.task, attempt = job.attempt, key = %crate::admin::stats::printable(key), ?timeout, "job waiting for a signal, no attempt used")
+                tracing::debug!(job = job.id, task = %job.task, attempt = job.attempt, ?key, ?timeout, "job waiting for a signal, no attempt used")
             }
             Resolution::Lost => {
                 tracing::warn!(job = job.id, task = %job.task, attempt = job.attempt, "lease lost: this run's outcome was not recorded; the job runs again")
