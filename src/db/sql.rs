@@ -228,6 +228,7 @@ statements! {
     SIGNAL_TAKE = "signal_take" [TEXT_ARRAY];
     SIGNALS_EXPIRE = "signals_expire" [];
     SIGNALS_SWEEP = "signals_sweep" [];
+    STATS_WAITS = "stats_waits" [];
     STEPS_OF_JOB = "steps_of_job" [INT8];
     SUSPECTS = "suspects" [];
     TRACE_SWEEP = "trace_sweep" [INT8];

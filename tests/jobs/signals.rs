@@ -99,6 +99,18 @@ async fn a_signal_wakes_every_job_waiting_for_it(lease: bool) {
     };
     assert_eq!(reason, "waiting_for_signal", "{words}");
     assert!(words.contains("payment:42"), "{words}");
+    let pool = pgwake::connect::pool(&db.config(), 2).unwrap();
+    let stats = pgwake::admin::stats::read(&pool).await.unwrap();
+    let default = stats.iter().find(|s| s.queue == "default").unwrap();
+    assert_eq!(
+        (
+            default.scheduled,
+            default.sleeping,
+            default.waiting_for_signal
+        ),
+        (2, 0, 2),
+        "stats counts them by kind"
+    );
     let woke = signal(
         &client,
         "payment:42",
