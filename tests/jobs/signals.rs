@@ -29,7 +29,10 @@ fn config(lease: bool) -> WorkerConfig {
 /// then, once it has one (or timed out), is done; records what
 /// `ctx.signal()` said on each run.
 #[derive(Clone, Default)]
-struct Waiter(Arc<Mutex<Vec<(i64, Option<Signal>)>>>);
+struct Waiter(Arc<Mutex<Vec<Said>>>);
+
+/// A job's id and what `ctx.signal()` said to one of its runs.
+type Said = (i64, Option<Signal>);
 
 #[pgwake::async_trait]
 impl pgwake::Handler for Waiter {
