@@ -16,6 +16,8 @@
 --   snoozed        snoozed until T by its handler, the Nth time     run_at
 --   sleeping       sleeping until T by its handler (no attempt      run_at
 --                  used; pgwake.job_waits, migration 0041)
+--   waiting_for_signal  waiting for signal KEY until T (its timeout) run_at
+--                  by its handler (no attempt used; migration 0042)
 --                  (no attempt used; a warning past 100 snoozes)
 --   retry_backoff  attempt N failed (error); retried at T           run_at
 --   paused         queue Q is paused: pgwake queue resume Q; or paused by
@@ -244,11 +246,17 @@ BEGIN
 
     SELECT sn.snoozes, sn.snoozed_until, sn.snoozed_at INTO sz
     FROM pgwake.job_snoozes sn WHERE sn.job_id = explain.job_id;
-    SELECT w.kind, w.wait_until INTO wt
+    SELECT w.kind, w.wait_until, w.signal_key, w.signal_state INTO wt
     FROM pgwake.job_waits w WHERE w.job_id = explain.job_id;
     IF j.run_at > now() THEN
         found_reason := true;
-        IF wt.kind = 'sleep' AND wt.wait_until = j.run_at THEN
+        IF wt.kind = 'signal' AND wt.wait_until = j.run_at AND wt.signal_state = 'waiting' THEN
+            -- Its wait for a signal set this run_at (migration 0042).
+            RETURN QUERY SELECT 'waiting_for_signal'::text,
+                format('waiting for signal %L until %s by its handler (then resumes timed out; pgwake signal KEY wakes it; no attempt used: %s of %s used; holds no slot)',
+                       wt.signal_key, j.run_at, j.attempts, j.max_attempts),
+                j.run_at, NULL::bigint;
+        ELSIF wt.kind = 'sleep' AND wt.wait_until = j.run_at THEN
             -- Its last sleep set this run_at (migration 0041).
             RETURN QUERY SELECT 'sleeping'::text,
                 format('sleeping until %s by its handler (no attempt used: %s of %s used; holds no slot)',

@@ -47,6 +47,9 @@ BEGIN
     -- A producer that paces itself reads how much its queue has waiting
     -- (SECURITY DEFINER: counts only, no table of the queue's).
     EXECUTE format('GRANT EXECUTE ON FUNCTION pgwake.queue_pressure(text, integer) TO %s', role);
+    -- Signals to waiting jobs (SECURITY DEFINER: no UPDATE on jobs;
+    -- functions/signals.sql).
+    EXECUTE format('GRANT EXECUTE ON FUNCTION pgwake.signal(text, jsonb, interval) TO %s', role);
     INSERT INTO pgwake.role_grants (role, kind) VALUES (role, 'producer') ON CONFLICT DO NOTHING;
 END
 $$;

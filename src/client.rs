@@ -482,3 +482,62 @@ pub async fn enqueue_many_detailed<C: GenericClient>(
         })
         .collect())
 }
+
+/// How long a signal that wakes no job is kept for the first job that
+/// begins to wait for its key (24 hours), with [`signal`].
+pub const SIGNAL_KEEP_DEFAULT: Duration = Duration::from_secs(24 * 3600);
+
+/// Longest a signal that wakes no job may be kept (7 days).
+pub const SIGNAL_KEEP_MAX: Duration = Duration::from_secs(7 * 24 * 3600);
+
+/// Send a signal: every job waiting for `key` ([`crate::Outcome::WaitFor`])
+/// is due now and gets `payload` ([`crate::JobContext::signal`]); a worker
+/// waiting for work is woken. Returns how many jobs it woke. A signal that
+/// wakes no job is kept for [`SIGNAL_KEEP_DEFAULT`] (24 hours): the first
+/// wait for its key that begins meanwhile takes it and resumes at once.
+/// The same as `SELECT pgwake.signal(key, payload)`; it commits with
+/// `client`'s transaction, if it is one.
+///
+/// Bounds, checked before anything is sent: a key of 1 to
+/// [`crate::config::KEY_MAX`] bytes without control characters, a payload
+/// of at most [`crate::SIGNAL_PAYLOAD_MAX`] bytes of JSON.
+pub async fn signal<C: GenericClient>(
+    client: &C,
+    key: &str,
+    payload: Option<&serde_json::Value>,
+) -> Result<i64> {
+    signal_keep(client, key, payload, SIGNAL_KEEP_DEFAULT).await
+}
+
+/// [`signal`], keeping a signal that wakes no job for `keep` (at most
+/// [`SIGNAL_KEEP_MAX`]; zero keeps nothing).
+pub async fn signal_keep<C: GenericClient>(
+    client: &C,
+    key: &str,
+    payload: Option<&serde_json::Value>,
+    keep: Duration,
+) -> Result<i64> {
+    crate::job::check_signal_key(key).map_err(Error::Config)?;
+    let text = payload.map(|p| p.to_string());
+    if let Some(t) = &text {
+        if t.len() > crate::SIGNAL_PAYLOAD_MAX {
+            return Err(Error::Config(format!(
+                "the signal payload is {} bytes of JSON, over the bound of {} (pgwake::SIGNAL_PAYLOAD_MAX): send a reference (an id, a path), not the data",
+                t.len(),
+                crate::SIGNAL_PAYLOAD_MAX
+            )));
+        }
+    }
+    if keep > SIGNAL_KEEP_MAX {
+        return Err(Error::Config(format!(
+            "keep {} is longer than {} (pgwake::client::SIGNAL_KEEP_MAX)",
+            humantime::format_duration(keep),
+            humantime::format_duration(SIGNAL_KEEP_MAX)
+        )));
+    }
+    let row = crate::db::sql::Db::unnamed(client.client())
+        .query_one(&crate::db::sql::SIGNAL, &[&key, &text, &keep.as_secs_f64()])
+        .await
+        .map_err(Error::db("signal"))?;
+    Ok(i64::from(row.get::<_, i32>(0)))
+}

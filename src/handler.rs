@@ -304,6 +304,62 @@ impl<'a> JobContext<'a> {
         self.progress.report(value, message)
     }
 
+    /// How this job's last wait for a signal ([`Outcome::WaitFor`](crate::Outcome::WaitFor)) ended:
+    /// `None` when its last wait (if any) was not for a signal — the first
+    /// run, or a sleep since; [`Signal::Received`](crate::Signal::Received)
+    /// with the payload when a signal for its key came;
+    /// [`Signal::TimedOut`](crate::Signal::TimedOut) when the run began
+    /// without one (the timeout passed). It keeps saying so on later runs
+    /// (a retry after a failure) until the job waits again, so a handler
+    /// reads straight through: its recorded steps, then the wait, then
+    /// what the signal brought. One read of `pgwake.job_waits` on the
+    /// worker's pool per call.
+    ///
+    /// ```no_run
+    /// # use std::time::Duration;
+    /// # async fn f(ctx: pgwake::JobContext<'_>) -> Result<pgwake::Outcome, pgwake::BoxError> {
+    /// let order: i64 = ctx.step("order", async { Ok::<_, pgwake::BoxError>(42) }).await?;
+    /// match ctx.signal().await? {
+    ///     None => Ok(pgwake::Outcome::wait_for(
+    ///         format!("payment:{order}"),
+    ///         Duration::from_secs(3 * 86400),
+    ///     )),
+    ///     Some(pgwake::Signal::Received(payment)) => {
+    ///         println!("paid: {payment}");
+    ///         Ok(pgwake::Outcome::Done)
+    ///     }
+    ///     Some(_timed_out) => Ok(pgwake::Outcome::fail("no payment within 3 days")),
+    /// }
+    /// # }
+    /// ```
+    pub async fn signal(&self) -> crate::Result<Option<crate::job::Signal>> {
+        use crate::db::sql::{Db, SIGNAL_OF_JOB};
+        let conn = self
+            .pool
+            .get()
+            .await
+            .map_err(crate::Error::pool("signal: no connection"))?;
+        let rows = Db::unnamed(&conn)
+            .query(&SIGNAL_OF_JOB, &[&self.steps.job])
+            .await
+            .map_err(crate::Error::db("signal: read the job's wait"))?;
+        let Some(row) = rows.first() else {
+            return Ok(None);
+        };
+        let state: Option<String> = row.get(0);
+        Ok(match state.as_deref() {
+            Some("received") => {
+                let payload: Option<String> = row.get(1);
+                let value = match payload {
+                    Some(text) => serde_json::from_str(&text).unwrap_or(serde_json::Value::Null),
+                    None => serde_json::Value::Null,
+                };
+                Some(crate::job::Signal::Received(value))
+            }
+            _ => Some(crate::job::Signal::TimedOut),
+        })
+    }
+
     /// Run one durable step of this job: if the job has a recorded step of
     /// this `name` (from an earlier run: a retry, a crash, a lost lease, a
     /// deploy), return its stored output without polling `step`; otherwise

@@ -95,6 +95,26 @@ pub enum Outcome {
     /// ahead: a longer sleep is refused, and the run counts as a failed
     /// attempt whose error says so. Build it with [`Outcome::sleep_until`].
     Sleep(SystemTime),
+    /// Wait for a signal: end this run without using an attempt and
+    /// without counting as a failure, and run the job again when a signal
+    /// for the key `signal` arrives (`pgwake.signal(key, payload)` in SQL,
+    /// `pgwake signal KEY`, [`crate::client::signal`]) or when `timeout`
+    /// has passed, whichever comes first. Until then the job is out of the
+    /// claim path and holds no slot; its recorded steps are kept. On the
+    /// next run, [`JobContext::signal`](crate::JobContext::signal) says
+    /// which: [`Signal::Received`] with the payload or [`Signal::TimedOut`].
+    /// A signal sent before the wait began and kept (24 hours by default)
+    /// resumes it at once. A wait always has a timeout (there is no
+    /// unbounded wait), at most [`SLEEP_MAX`]; a longer one, or a key that
+    /// is empty, over [`crate::config::KEY_MAX`] bytes or holds a control
+    /// character, is refused: the run counts as a failed attempt whose
+    /// error names the bound. Build it with [`Outcome::wait_for`].
+    WaitFor {
+        /// The key a signal must name (e.g. `"payment:42"`).
+        signal: String,
+        /// How long to wait at most.
+        timeout: Duration,
+    },
 }
 
 impl Outcome {
@@ -136,7 +156,54 @@ impl Outcome {
     pub fn sleep_until(until: SystemTime) -> Outcome {
         Outcome::Sleep(until)
     }
+
+    /// Wait for a signal named `key`, at most `timeout` (see
+    /// [`Outcome::WaitFor`]).
+    pub fn wait_for(key: impl Into<String>, timeout: Duration) -> Outcome {
+        Outcome::WaitFor {
+            signal: key.into(),
+            timeout,
+        }
+    }
 }
+
+/// How a job's last wait for a signal ([`Outcome::WaitFor`]) ended, read
+/// on a later run with [`JobContext::signal`](crate::JobContext::signal).
+#[non_exhaustive]
+#[derive(Debug, Clone, PartialEq)]
+pub enum Signal {
+    /// A signal for the key arrived, with its payload (`Null` when it was
+    /// sent without one).
+    Received(serde_json::Value),
+    /// No signal came: the job runs because its timeout passed (or because
+    /// something else made it due, such as `pgwake queue` actions).
+    TimedOut,
+}
+
+/// Check a signal key as the database would ([`Outcome::WaitFor`],
+/// [`crate::client::signal`]): 1 to [`crate::config::KEY_MAX`] bytes, no
+/// control characters. The error names the bound.
+pub(crate) fn check_signal_key(key: &str) -> Result<(), String> {
+    if key.is_empty() {
+        return Err(
+            "the signal key is empty: name what the job waits for, e.g. \"payment:42\"".into(),
+        );
+    }
+    if key.len() > crate::config::KEY_MAX {
+        return Err(format!(
+            "the signal key is {} bytes, over the bound of {} (pgwake::config::KEY_MAX): use a short key (an id, a hash of a longer name)",
+            key.len(),
+            crate::config::KEY_MAX
+        ));
+    }
+    if key.chars().any(char::is_control) {
+        return Err("the signal key has a control character: use printable characters only (e.g. \"payment:42\")".into());
+    }
+    Ok(())
+}
+
+/// Largest signal payload, in bytes of its JSON text (64 KiB).
+pub const SIGNAL_PAYLOAD_MAX: usize = 64 * 1024;
 
 /// Furthest ahead a handler may sleep its job (365 days from the end of the
 /// run). A longer sleep (a sleep of 100 years, a timestamp in the wrong
@@ -198,6 +265,15 @@ pub enum Resolution {
         /// How long it sleeps.
         delay: Duration,
     },
+    /// Waiting for a signal ([`Outcome::WaitFor`]): put back, due again
+    /// after `timeout` unless a signal for `key` comes first, with this
+    /// attempt given back and the wait recorded.
+    WaitingForSignal {
+        /// The key.
+        key: String,
+        /// How long it waits at most.
+        timeout: Duration,
+    },
     /// Not run to an end (shutdown, or the worker lost its claim connection
     /// before the handler started): put back without using an attempt.
     Returned,
@@ -220,6 +296,7 @@ impl Resolution {
             Resolution::Dead { .. } => "dead",
             Resolution::Snoozed { .. } => "snoozed",
             Resolution::Sleeping { .. } => "sleeping",
+            Resolution::WaitingForSignal { .. } => "waiting_for_signal",
             Resolution::Returned => "returned",
             Resolution::Lost => "lost",
             Resolution::Cancelled => "cancelled",

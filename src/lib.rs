@@ -109,7 +109,10 @@ pub use handler::{
     PARENT_RESULTS_MAX,
 };
 pub use health::Health;
-pub use job::{Job, Outcome, Resolution, PAYLOAD_DEPTH_LIMIT, SLEEP_MAX, SNOOZES_WARN, SNOOZE_MAX};
+pub use job::{
+    Job, Outcome, Resolution, Signal, PAYLOAD_DEPTH_LIMIT, SIGNAL_PAYLOAD_MAX, SLEEP_MAX,
+    SNOOZES_WARN, SNOOZE_MAX,
+};
 pub use progress::{ProgressError, PROGRESS_DEPTH_MAX, PROGRESS_MESSAGE_MAX, PROGRESS_VALUE_MAX};
 pub use steps::{StepError, STEPS_PER_JOB_MAX, STEP_NAME_MAX, STEP_OUTPUT_MAX};
 pub use trace::TraceContext;

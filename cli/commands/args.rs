@@ -59,6 +59,9 @@ pub enum Command {
     /// Cancel jobs: waiting ones leave the queue, running ones are stopped; both end in
     /// dead_jobs as cancelled. Exits 2 if any id is unknown, finished or already dead.
     Cancel(super::cancel::CancelArgs),
+    /// Send a signal: every job waiting for KEY (Outcome::WaitFor) resumes with the payload; one
+    /// that wakes no job is kept (24h by default) for the first job that waits for KEY.
+    Signal(super::signal::SignalArgs),
     /// Queue settings, read by every worker without a restart: list, pause, resume, set; and pressure (what a queue has for workers now).
     Queue {
         #[command(subcommand)]

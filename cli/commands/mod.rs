@@ -25,6 +25,7 @@ pub mod queue;
 pub mod run;
 pub mod schedule;
 pub mod shell;
+pub mod signal;
 pub mod timestamp;
 pub mod ui;
 
@@ -65,6 +66,7 @@ pub async fn dispatch(command: Command) -> Result<ExitCode, Error> {
         Command::History(args) => history::command(args).await,
         Command::Schedule { action } => schedule::command(action).await,
         Command::Cancel(args) => cancel::command(args).await,
+        Command::Signal(args) => signal::command(args).await,
         Command::Queue { action } => queue::command(action).await,
         Command::Pressure { action } => pressure::command(action).await,
         Command::Jobs { action } => jobs::jobs_command(action).await,

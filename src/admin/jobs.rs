@@ -21,6 +21,7 @@ pub const REASONS: &[&str] = &[
     "scheduled",
     "snoozed",
     "sleeping",
+    "waiting_for_signal",
     "retry_backoff",
     "paused",
     "waiting_for_parents",

@@ -227,6 +227,11 @@ pub const MIGRATIONS: &[Migration] = &[
         sql: include_str!("../../migrations/0041_waits.sql"),
     },
     Migration {
+        version: 42,
+        name: "0042_signals.sql",
+        sql: include_str!("../../migrations/0042_signals.sql"),
+    },
+    Migration {
         version: 43,
         name: "0043_flow_results.sql",
         sql: include_str!("../../migrations/0043_flow_results.sql"),
@@ -239,6 +244,7 @@ pub const FUNCTIONS: &[(&str, &str)] = &[
     ("notify.sql", include_str!("../../functions/notify.sql")),
     ("traces.sql", include_str!("../../functions/traces.sql")),
     ("steps.sql", include_str!("../../functions/steps.sql")),
+    ("signals.sql", include_str!("../../functions/signals.sql")),
     ("keys.sql", include_str!("../../functions/keys.sql")),
     ("flows.sql", include_str!("../../functions/flows.sql")),
     ("enqueue.sql", include_str!("../../functions/enqueue.sql")),

@@ -30,6 +30,12 @@ pub struct QueueStats {
     /// The most snoozes one of the `snoozed` jobs has had (0 when none);
     /// `pgwake explain` warns past [`crate::SNOOZES_WARN`].
     pub most_snoozes: i32,
+    /// Of `scheduled`, the jobs their handler put to sleep
+    /// ([`crate::Outcome::Sleep`]).
+    pub sleeping: i64,
+    /// Of `scheduled`, the jobs waiting for a signal
+    /// ([`crate::Outcome::WaitFor`]), due at their timeout.
+    pub waiting_for_signal: i64,
     /// Jobs held until their parents end done (docs/src/flows.md); they are
     /// counted in `ready` or `scheduled` too.
     pub waiting_for_parents: i64,
@@ -224,6 +230,13 @@ pub async fn read_since(
         .into_iter()
         .map(|r| (r.get(0), (r.get(1), r.get(2))))
         .collect();
+    let waits: std::collections::HashMap<String, (i64, i64)> = crate::db::sql::Db::unnamed(&conn)
+        .query(&crate::db::sql::STATS_WAITS, &[])
+        .await
+        .map_err(crate::error::Error::db("stats: reading waiting jobs"))?
+        .into_iter()
+        .map(|r| (r.get(0), (r.get(1), r.get(2))))
+        .collect();
     let parents: std::collections::HashMap<String, i64> = crate::db::sql::Db::unnamed(&conn)
         .query(&crate::db::sql::STATS_PARENTS, &[])
         .await
@@ -267,6 +280,8 @@ pub async fn read_since(
             expired_leases: leased.get(&q.queue).map_or(0, |l| l.1),
             snoozed: snoozed.get(&q.queue).map_or(0, |s| s.0),
             most_snoozes: snoozed.get(&q.queue).map_or(0, |s| s.1),
+            sleeping: waits.get(&q.queue).map_or(0, |w| w.0),
+            waiting_for_signal: waits.get(&q.queue).map_or(0, |w| w.1),
             waiting_for_parents: parents.get(&q.queue).copied().unwrap_or(0),
             queue: q.queue,
             ready: q.ready,
@@ -303,6 +318,8 @@ pub async fn read_since(
                 scheduled: 0,
                 snoozed: 0,
                 most_snoozes: 0,
+                sleeping: 0,
+                waiting_for_signal: 0,
                 waiting_for_parents: 0,
                 leased,
                 expired_leases,
@@ -324,11 +341,12 @@ pub fn render_table(stats: &[QueueStats]) -> String {
         .unwrap_or(5)
         .max(5);
     let mut out = format!(
-        "{:<width$}  {:>10}  {:>10}  {:>10}  {:>10}  {:>10}  {:>10}  {:>16}  {:<7}  {}\n",
+        "{:<width$}  {:>10}  {:>10}  {:>10}  {:>14}  {:>10}  {:>10}  {:>10}  {:>16}  {:<7}  {}\n",
         "QUEUE",
         "READY",
         "SCHEDULED",
         "SNOOZED",
+        "SLEEP/SIGNAL",
         "PARENTS",
         "LEASED",
         "DEAD",
@@ -342,7 +360,7 @@ pub fn render_table(stats: &[QueueStats]) -> String {
             n => format!("{} ({n} exp.)", s.leased),
         };
         out.push_str(&format!(
-            "{:<width$}  {:>10}  {:>10}  {:>10}  {:>10}  {:>10}  {:>10}  {:>16.3}  {:<7}  {}\n",
+            "{:<width$}  {:>10}  {:>10}  {:>10}  {:>14}  {:>10}  {:>10}  {:>10}  {:>16.3}  {:<7}  {}\n",
             printable(&s.queue),
             s.ready,
             s.scheduled,
@@ -350,6 +368,7 @@ pub fn render_table(stats: &[QueueStats]) -> String {
                 0 => s.snoozed.to_string(),
                 n => format!("{} (max {n})", s.snoozed),
             },
+            format!("{}/{}", s.sleeping, s.waiting_for_signal),
             s.waiting_for_parents,
             leased,
             s.dead,

@@ -1,7 +1,8 @@
 //! The completer: writes lease-mode outcomes in batches. Every run that
 //! ends sends its resolution here; the completer takes everything that has
-//! arrived and writes it with at most five statements (done, back to the
-//! queue, snoozed, sleeping, dead), each fenced by the claim tokens. While a flush is in
+//! arrived and writes it with at most six statements (done, back to the
+//! queue, snoozed, sleeping, waiting for a signal, dead; the waits followed
+//! by the take of kept signals for their keys), each fenced by the claim tokens. While a flush is in
 //! flight, new outcomes queue up and go out together in the next one, so
 //! the batch size follows the load with no added delay when idle.
 //!
@@ -28,7 +29,7 @@ use crate::job::Resolution;
 use crate::db::sql::{
     Db, LEASE_BURY as BURY, LEASE_DONE as DONE, LEASE_DONE_HISTORY as DONE_HISTORY,
     LEASE_DONE_RESULTS as DONE_RESULTS, LEASE_REQUEUE as REQUEUE, LEASE_SLEEP as SLEEP,
-    LEASE_SNOOZE as SNOOZE,
+    LEASE_SNOOZE as SNOOZE, LEASE_WAIT as WAIT, SIGNAL_TAKE,
 };
 
 /// Most outcomes written by one flush.
@@ -77,6 +78,10 @@ struct Writes {
     sleep_tokens: Vec<i64>,
     sleep_attempts: Vec<i32>,
     sleep_delays: Vec<f64>,
+    wait_tokens: Vec<i64>,
+    wait_attempts: Vec<i32>,
+    wait_delays: Vec<f64>,
+    wait_keys: Vec<String>,
     dead_tokens: Vec<i64>,
     dead_errors: Vec<String>,
 }
@@ -120,6 +125,17 @@ impl Writes {
                     w.sleep_attempts.push(attempts);
                     w.sleep_delays.push(delay.as_secs_f64());
                 }
+                Write::Wait {
+                    delay,
+                    key,
+                    attempts,
+                    ..
+                } => {
+                    w.wait_tokens.push(token);
+                    w.wait_attempts.push(attempts);
+                    w.wait_delays.push(delay.as_secs_f64());
+                    w.wait_keys.push(key);
+                }
                 Write::Dead { reason, .. } => {
                     w.dead_tokens.push(token);
                     w.dead_errors.push(reason);
@@ -139,7 +155,7 @@ impl Writes {
     /// Run the writes (pipelined); returns the tokens that matched.
     async fn write(&self, ctx: &ClaimContext) -> Result<HashSet<i64>> {
         let mut conn = PooledConn::get(&ctx.pool, "completer: no connection").await?;
-        let (done, back, snoozed, sleeping, dead) = {
+        let (done, back, snoozed, sleeping, waiting, dead) = {
             let c = Db::pooled(&conn, ctx.config.prepared_statements);
             let done = async {
                 if self.done.is_empty() {
@@ -197,6 +213,28 @@ impl Writes {
                 )
                 .await
             };
+            // The waits first, then (their keys' locks taken, so that a
+            // signal sent meanwhile is seen) the kept signals for their keys.
+            let waiting = async {
+                if self.wait_tokens.is_empty() {
+                    return Ok(Vec::new());
+                }
+                let rows = c
+                    .query(
+                        &WAIT,
+                        &[
+                            &self.wait_tokens,
+                            &self.wait_attempts,
+                            &self.wait_delays,
+                            &self.wait_keys,
+                        ],
+                    )
+                    .await?;
+                if !rows.is_empty() {
+                    c.query(&SIGNAL_TAKE, &[&self.wait_keys]).await?;
+                }
+                Ok(rows)
+            };
             let dead = async {
                 if self.dead_tokens.is_empty() {
                     return Ok(Vec::new());
@@ -204,10 +242,10 @@ impl Writes {
                 c.query(&BURY, &[&self.dead_tokens, &self.dead_errors])
                     .await
             };
-            tokio::join!(done, back, snoozed, sleeping, dead)
+            tokio::join!(done, back, snoozed, sleeping, waiting, dead)
         };
         let mut matched = HashSet::new();
-        for rows in [done, back, snoozed, sleeping, dead] {
+        for rows in [done, back, snoozed, sleeping, waiting, dead] {
             let rows = conn.check(rows).map_err(Error::db("completer"))?;
             matched.extend(rows.iter().map(|r| r.get::<_, i64>(0)));
         }

@@ -253,6 +253,27 @@ impl ClaimContext {
                     )
                 }
             }
+            Ended::Outcome(Outcome::WaitFor { signal, timeout }) => {
+                let refused = if timeout > SLEEP_MAX {
+                    Some(format!(
+                        "the handler asked to wait for signal {:?} for {}, longer than the longest wait, {} (pgwake::SLEEP_MAX): wait less, and wait again on the timeout if need be",
+                        signal.chars().take(120).collect::<String>(),
+                        humantime::format_duration(Duration::from_secs(timeout.as_secs())),
+                        humantime::format_duration(SLEEP_MAX)
+                    ))
+                } else {
+                    crate::job::check_signal_key(&signal)
+                        .err()
+                        .map(|e| format!("the handler asked to wait for a signal, but {e}"))
+                };
+                match refused {
+                    None => Resolution::WaitingForSignal {
+                        key: signal,
+                        timeout,
+                    },
+                    Some(reason) => self.resolve(job, Ended::Outcome(Outcome::retry(reason))),
+                }
+            }
             Ended::Outcome(Outcome::Retry { reason, after }) => {
                 let reason = sanitize_reason(&reason);
                 if job.attempt >= job.max_attempts {
@@ -282,7 +303,8 @@ impl ClaimContext {
         let _span = claimed.trace.as_ref().map(|t| t.span.enter());
         if let Resolution::Retry { delay, .. }
         | Resolution::Snoozed { delay }
-        | Resolution::Sleeping { delay } = &resolution
+        | Resolution::Sleeping { delay }
+        | Resolution::WaitingForSignal { timeout: delay, .. } = &resolution
         {
             self.schedule.hint(SystemTime::now() + *delay);
         }
@@ -328,6 +350,9 @@ impl ClaimContext {
             }
             Resolution::Sleeping { delay } => {
                 tracing::debug!(job = job.id, task = %job.task, attempt = job.attempt, ?delay, "job sleeping, no attempt used")
+            }
+            Resolution::WaitingForSignal { key, timeout } => {
+                tracing::debug!(job = job.id, task = %job.task, attempt = job.attempt, ?key, ?timeout, "job waiting for a signal, no attempt used")
             }
             Resolution::Lost => {
                 tracing::warn!(job = job.id, task = %job.task, attempt = job.attempt, "lease lost: this run's outcome was not recorded; the job runs again")

@@ -45,6 +45,14 @@ pub(crate) enum Write {
         attempts: i32,
         last_error: Option<String>,
     },
+    /// Waiting for a signal: as [`Write::Sleep`], due at the timeout, the
+    /// wait recorded with its key (migration 0042).
+    Wait {
+        delay: std::time::Duration,
+        key: String,
+        attempts: i32,
+        last_error: Option<String>,
+    },
     /// To `pgwake.dead_jobs` with this reason.
     Dead { attempts: i32, reason: String },
     /// Nothing: the job is no longer this worker's to write.
@@ -73,6 +81,13 @@ pub(crate) fn write_of(c: &Claimed, resolution: &Resolution, delivery: Delivery)
         // A sleep uses no attempt either.
         Resolution::Sleeping { delay } => Write::Sleep {
             delay: *delay,
+            attempts: attempt - 1,
+            last_error: c.last_error.clone(),
+        },
+        // Nor does a wait for a signal.
+        Resolution::WaitingForSignal { key, timeout } => Write::Wait {
+            delay: *timeout,
+            key: key.clone(),
             attempts: attempt - 1,
             last_error: c.last_error.clone(),
         },
@@ -124,6 +139,10 @@ mod tests {
             },
             Resolution::Sleeping {
                 delay: Duration::from_secs(60),
+            },
+            Resolution::WaitingForSignal {
+                key: "k".into(),
+                timeout: Duration::from_secs(60),
             },
             Resolution::Dead { reason: "d".into() },
             Resolution::Cancelled,

@@ -100,6 +100,7 @@ pub(crate) fn words(r: &Reason, job: Option<&JobRow>, cx: &Context<'_>) -> Marku
         "scheduled" => html! { "scheduled: runs" (until()) },
         "snoozed" => html! { "snoozed by its handler until" (until()) },
         "sleeping" => html! { "sleeping (its handler's wait, no slot held) until" (until()) },
+        "waiting_for_signal" => html! { (r.detail) },
         "retry_backoff" => html! {
             @if let Some(j) = job { "attempt " (j.attempts) " failed; retried" (until()) }
             @else { "a failed attempt: retried" (until()) }

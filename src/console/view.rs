@@ -255,9 +255,8 @@ pub(crate) fn state_class(state: &str) -> &'static str {
 pub(crate) fn reason_class(reason: &str) -> &'static str {
     match reason {
         "ready" | "running" => "badge b-ok",
-        "scheduled" | "snoozed" | "sleeping" | "retry_backoff" | "buffered" | "progress" => {
-            "badge b-info"
-        }
+        "scheduled" | "snoozed" | "sleeping" | "waiting_for_signal" | "retry_backoff"
+        | "buffered" | "progress" => "badge b-info",
         "paused"
         | "max_running"
         | "rate_limit"

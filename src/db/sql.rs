@@ -147,6 +147,7 @@ statements! {
     LEASE_REQUEUE = "lease_requeue" [INT8_ARRAY, INT4_ARRAY, TEXT_ARRAY, FLOAT8_ARRAY];
     LEASE_SNOOZE = "lease_snooze" [INT8_ARRAY, INT4_ARRAY, FLOAT8_ARRAY];
     LEASE_SLEEP = "lease_sleep" [INT8_ARRAY, INT4_ARRAY, FLOAT8_ARRAY];
+    LEASE_WAIT = "lease_wait" [INT8_ARRAY, INT4_ARRAY, FLOAT8_ARRAY, TEXT_ARRAY];
     LEASE_STARTED = "lease_started" [INT8_ARRAY];
     NEXT_RUN_AT_ALL = "next_run_at_all" [];
     NEXT_RUN_AT_QUEUES = "next_run_at_queues" [TEXT_ARRAY];
@@ -226,10 +227,19 @@ statements! {
     STEP_RECORD_LEASE = "step_record_lease" [INT8, TEXT, TEXT, INT4, INT8];
     STEP_RECORD_TX = "step_record_tx" [INT8, TEXT, TEXT, INT4];
     STEP_SWEEP = "step_sweep" [INT8];
+    SIGNAL = "signal" [TEXT, TEXT, FLOAT8];
+    SIGNAL_OF_JOB = "signal_of_job" [INT8];
+    SIGNAL_TAKE = "signal_take" [TEXT_ARRAY];
+    SIGNALS_EXPIRE = "signals_expire" [];
+    SIGNALS_SWEEP = "signals_sweep" [];
+    STATS_WAITS = "stats_waits" [];
     STEPS_OF_JOB = "steps_of_job" [INT8];
     SUSPECTS = "suspects" [];
     TRACE_SETTINGS = "trace_settings" [TEXT, TEXT];
     TRACE_SWEEP = "trace_sweep" [INT8];
+    WAIT = "wait" [INT8_ARRAY, TEXT_ARRAY, TEXT_ARRAY, TEXT_ARRAY, INT4_ARRAY,
+        TIMESTAMPTZ_ARRAY, FLOAT8_ARRAY, INT4_ARRAY, INT4_ARRAY, TEXT_ARRAY, TIMESTAMPTZ_ARRAY,
+        FLOAT8_ARRAY, TEXT_ARRAY, TEXT_ARRAY, TIMESTAMPTZ_ARRAY, TEXT_ARRAY, TEXT_ARRAY];
     WAITS_EXPIRE = "waits_expire" [];
     WAITING_REGISTER = "waiting_register" [TEXT, TEXT_ARRAY, FLOAT8];
     WAITING_SETTLED = "waiting_settled" [TEXT];

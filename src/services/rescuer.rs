@@ -188,6 +188,12 @@ impl Rescuer {
             .map_err(Error::db("rescuer: expire snooze counts"))?;
         let r = Db::unnamed(&conn).execute(&sql::WAITS_EXPIRE, &[]).await;
         conn.check(r).map_err(Error::db("rescuer: expire waits"))?;
+        let r = Db::unnamed(&conn).execute(&sql::SIGNALS_EXPIRE, &[]).await;
+        conn.check(r)
+            .map_err(Error::db("rescuer: expire kept signals"))?;
+        let r = Db::unnamed(&conn).execute(&sql::SIGNALS_SWEEP, &[]).await;
+        conn.check(r)
+            .map_err(Error::db("rescuer: deliver kept signals"))?;
         let r = Db::unnamed(&conn).execute(&sql::PROGRESS_EXPIRE, &[]).await;
         report.progress_expired =
             conn.check(r)

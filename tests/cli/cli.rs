@@ -750,3 +750,38 @@ async fn bidi_controls_from_producers_never_reach_the_terminal_raw() {
         );
     }
 }
+
+/// `pgwake signal KEY --payload JSON`: with no job waiting it says the
+/// signal is kept (and it is, with its payload); `--keep 0s` keeps nothing;
+/// a payload that is not JSON and a key with a control character are
+/// refused naming the fix, exit 2 (bad input), before anything is sent.
+#[tokio::test]
+async fn pgwake_signal_keeps_a_signal_nobody_waits_for_and_refuses_bad_input() {
+    let db = migrated_db().await;
+    let url = Some(db.url.as_str());
+    let o = run(
+        &["signal", "payment:42", "--payload", r#"{"paid":true}"#],
+        url,
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    let out = String::from_utf8_lossy(&o.stdout).to_string();
+    assert!(out.contains("kept 1day for the first job"), "{out}");
+    let kept: String = db
+        .scalar("SELECT key || ' ' || payload::text FROM pgwake.signals")
+        .await;
+    assert_eq!(kept, r#"payment:42 {"paid": true}"#);
+    let o = run(&["signal", "other", "--keep", "0s"], url);
+    assert!(String::from_utf8_lossy(&o.stdout).contains("not kept"));
+    let o = run(&["signal", "k", "--payload", "not json"], url);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(
+        stderr(&o).contains("--payload is not JSON"),
+        "{}",
+        stderr(&o)
+    );
+    let o = run(&["signal", "a\u{7}b"], url);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(stderr(&o).contains("control character"), "{}", stderr(&o));
+    let n: i64 = db.scalar("SELECT count(*) FROM pgwake.signals").await;
+    assert_eq!(n, 1, "nothing refused was sent");
+}

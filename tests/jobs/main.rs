@@ -28,6 +28,7 @@ mod process_trees;
 mod progress;
 mod put_back;
 mod shutdown;
+mod signals;
 mod snooze;
 mod steps;
 mod suite;

@@ -119,6 +119,14 @@ async fn producer_worker_and_monitor_roles_work_with_the_documented_grants() {
         .scalar("SELECT last_value FROM pgwake.trace_context_rejected")
         .await;
     assert_eq!((traced, rejected), (3, 1));
+    // Signals (functions/signals.sql, SECURITY DEFINER): a producer sends
+    // one, kept since no job waits for it.
+    producer
+        .batch_execute("SELECT pgwake.signal('rl-payment', '{\"paid\": true}')")
+        .await
+        .unwrap();
+    let kept: i64 = db.scalar("SELECT count(*) FROM pgwake.signals").await;
+    assert_eq!(kept, 1, "a producer signals");
     let e = producer
         .execute("DELETE FROM pgwake.jobs", &[])
         .await

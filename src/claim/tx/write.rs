@@ -13,7 +13,8 @@ use crate::handler::Delivery;
 use crate::job::Resolution;
 
 use crate::db::sql::{
-    Db, BATCH_CLEAR, BURY, CLEAR_ATTEMPTS, EDGE_RESULTS, HISTORY_DONE, REQUEUE, SLEEP, SNOOZE,
+    Db, BATCH_CLEAR, BURY, CLEAR_ATTEMPTS, EDGE_RESULTS, HISTORY_DONE, REQUEUE, SIGNAL_TAKE, SLEEP,
+    SNOOZE, WAIT,
 };
 
 /// Columns of jobs being written back (requeue) or buried.
@@ -112,6 +113,9 @@ pub(super) struct Outcomes {
     back: Columns,
     snoozed: Columns,
     sleeping: Columns,
+    /// Waiting for a signal, and the key of each.
+    waiting: Columns,
+    wait_keys: Vec<String>,
     dead: Columns,
 }
 
@@ -120,6 +124,7 @@ impl Outcomes {
         self.back.is_empty()
             && self.snoozed.is_empty()
             && self.sleeping.is_empty()
+            && self.waiting.is_empty()
             && self.dead.is_empty()
     }
 }
@@ -153,6 +158,16 @@ pub(super) fn columns<'a>(
             } => o
                 .sleeping
                 .push(c, Some(delay.as_secs_f64()), attempts, last_error),
+            Write::Wait {
+                delay,
+                key,
+                attempts,
+                last_error,
+            } => {
+                o.waiting
+                    .push(c, Some(delay.as_secs_f64()), attempts, last_error);
+                o.wait_keys.push(key);
+            }
             Write::Dead { attempts, reason } => o.dead.push(c, None, attempts, Some(reason)),
         }
     }
@@ -296,13 +311,25 @@ pub(super) async fn write_outcomes(
         }
         db.execute(&SLEEP, &o.sleeping.requeue_params()).await
     };
+    // The waits, then (in this transaction, their keys' locks taken) the
+    // kept signals for their keys.
+    let wait = async {
+        if o.waiting.is_empty() {
+            return Ok(0);
+        }
+        let mut params = o.waiting.requeue_params().to_vec();
+        params.push(&o.wait_keys);
+        let n = db.execute(&WAIT, &params).await?;
+        db.execute(&SIGNAL_TAKE, &[&o.wait_keys]).await?;
+        Ok(n)
+    };
     let bury = async {
         if o.dead.is_empty() {
             return Ok(0);
         }
         db.execute(&BURY, &o.dead.bury_params(worker)).await
     };
-    tokio::try_join!(requeue, snooze, sleep, bury).map(|_| ())
+    tokio::try_join!(requeue, snooze, sleep, wait, bury).map(|_| ())
 }
 
 /// One job's outcome in its own savepoint; if even that fails, the job is
