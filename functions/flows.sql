@@ -24,7 +24,11 @@
 -- refresh, scanned pgwake.jobs or pgwake.job_parents whole once per child
 -- added or per parent ended: quadratic in one transaction (10,000 children
 -- of one parent took 16 s to enqueue and over a minute to release under
--- load; tests/jobs/flows_scale.rs counts the scans).
+-- load; tests/jobs/flows_scale.rs counts the scans). And with `jit = off`:
+-- a plan that must scan a table without an index (the history settings,
+-- read by a trigger these statements fire) is costed at the disabled
+-- scan's penalty, past `jit_above_cost`, and compiling it took 50–200 ms
+-- per statement (a 300-parent fan-in ending in one transaction: 16.6 s).
 
 -- The largest number of parents one job may have.
 CREATE OR REPLACE FUNCTION pgwake.max_parents() RETURNS integer
@@ -37,7 +41,7 @@ LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$ SELECT 1000 $$;
 CREATE OR REPLACE FUNCTION pgwake.end_parent_edges(parent_id bigint, from_state text, policies text[])
 RETURNS integer
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pgwake
-SET enable_seqscan = off AS $$
+SET enable_seqscan = off SET jit = off AS $$
 DECLARE
     kids bigint[];
     released integer := 0;
@@ -92,7 +96,7 @@ $$;
 CREATE OR REPLACE FUNCTION pgwake.cancel_children(parent_id bigint, reason text)
 RETURNS integer
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pgwake
-SET enable_seqscan = off AS $$
+SET enable_seqscan = off SET jit = off AS $$
 DECLARE
     moved integer;
 BEGIN
@@ -125,7 +129,7 @@ $$;
 -- children were released.
 CREATE OR REPLACE FUNCTION pgwake.settle_parent(parent_id bigint) RETURNS integer
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pgwake
-SET enable_seqscan = off AS $$
+SET enable_seqscan = off SET jit = off AS $$
 DECLARE
     err text;
     released integer;
@@ -188,7 +192,7 @@ $$;
 CREATE OR REPLACE FUNCTION pgwake.add_parents(child_id bigint, parents bigint[], on_failure text)
 RETURNS integer
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pgwake
-SET enable_seqscan = off AS $$
+SET enable_seqscan = off SET jit = off AS $$
 DECLARE
     p bigint;
     wanted bigint[];
