@@ -3,7 +3,7 @@
 //!
 //! The `pgwake` binary calls [`install`] when an OTLP endpoint is set
 //! (`OTEL_EXPORTER_OTLP_ENDPOINT`, `OTEL_EXPORTER_OTLP_TRACES_ENDPOINT` or
-//! `--otlp-endpoint`) and adds [`Exporter::layer`] to its subscriber. An
+//! `--otlp-endpoint`) and adds a `tracing-opentelemetry` layer over [`Exporter::tracer`] to its subscriber. An
 //! embedder may do the same, or install its own `tracing-opentelemetry`
 //! layer: with [`WorkerConfig::trace_jobs`](crate::WorkerConfig::trace_jobs)
 //! on, the worker's job spans are parented on their producers' contexts
