@@ -85,14 +85,13 @@ impl Settings {
     /// `OTEL_EXPORTER_OTLP_PROTOCOL`, else http/protobuf (the
     /// specification's default).
     pub fn from_env() -> Result<Option<Settings>> {
-        let var = |name: &str| std::env::var(name).ok().filter(|v| !v.trim().is_empty());
-        if var("OTEL_SDK_DISABLED").is_some_and(|v| v.trim().eq_ignore_ascii_case("true"))
-            || var("OTEL_TRACES_EXPORTER").is_some_and(|v| v.trim() == "none")
+        if env_var("OTEL_SDK_DISABLED").is_some_and(|v| v.trim().eq_ignore_ascii_case("true"))
+            || env_var("OTEL_TRACES_EXPORTER").is_some_and(|v| v.trim() == "none")
         {
             return Ok(None);
         }
-        if var("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT").is_none()
-            && var("OTEL_EXPORTER_OTLP_ENDPOINT").is_none()
+        if env_var("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT").is_none()
+            && env_var("OTEL_EXPORTER_OTLP_ENDPOINT").is_none()
         {
             return Ok(None);
         }
@@ -104,14 +103,18 @@ impl Settings {
 
     /// The protocol the standard variables name (http/protobuf if none).
     pub fn env_protocol() -> Result<Protocol> {
-        let var = |name: &str| std::env::var(name).ok().filter(|v| !v.trim().is_empty());
-        match var("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL")
-            .or_else(|| var("OTEL_EXPORTER_OTLP_PROTOCOL"))
+        match env_var("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL")
+            .or_else(|| env_var("OTEL_EXPORTER_OTLP_PROTOCOL"))
         {
             Some(p) => Protocol::parse(&p),
             None => Ok(Protocol::HttpProtobuf),
         }
     }
+}
+
+/// An environment variable's value, unless unset or blank.
+fn env_var(name: &str) -> Option<String> {
+    std::env::var(name).ok().filter(|v| !v.trim().is_empty())
 }
 
 /// The installed exporter: its tracer (for the `tracing` layer) and the
