@@ -3,7 +3,8 @@
 //! payload, a signal before the wait is kept and taken by the first wait,
 //! a timeout resumes it as timed out, no wait uses an attempt, two jobs on
 //! one key both wake, a cancel ends a waiting job, a database restart
-//! loses no wait, and hostile keys are refused naming the bound.
+//! loses no wait, signals racing the wait are never lost, and hostile keys
+//! are refused naming the bound.
 
 use crate::common;
 
@@ -346,4 +347,226 @@ async fn hostile_keys_and_waits_are_refused_naming_the_bound() {
     assert!(r.contains("KEY_MAX"), "{r}");
     let r = dead_reason(&client, too_far).await;
     assert!(r.contains("SLEEP_MAX"), "{r}");
+}
+
+/// Tells the test when it is about to wait (its first run), so the test
+/// can send the signal while the run ends: the signal races the wait's
+/// write (tx mode: its claim transaction; lease mode: the statement that
+/// writes the wait and the one that takes kept signals).
+#[derive(Clone)]
+struct Racer {
+    about_to_wait: tokio::sync::mpsc::UnboundedSender<i64>,
+    seen: Waiter,
+}
+
+#[pgwake::async_trait]
+impl pgwake::Handler for Racer {
+    async fn handle(&self, job: &Job, ctx: JobContext<'_>) -> Result<Outcome, BoxError> {
+        let said = ctx.signal().await?;
+        self.seen.0.lock().unwrap().push((job.id, said.clone()));
+        Ok(match said {
+            None => {
+                let _ = self.about_to_wait.send(job.id);
+                Outcome::wait_for(format!("race:{}", job.id), Duration::from_secs(20))
+            }
+            Some(_) => Outcome::Done,
+        })
+    }
+}
+
+/// 200 jobs, each signalled the moment its handler decides to wait, from
+/// eight connections at once: whichever commits first, the signal and the
+/// wait meet (the signal wakes the waiting job, or is kept and taken by
+/// the wait), so every job resumes with its payload and none times out.
+/// The race at volume, through the whole worker; the window in which a
+/// signal could be lost is one round trip wide and this rarely hits it
+/// (it passed with the key's lock removed): the next test makes it certain.
+async fn signals_racing_the_wait_are_never_lost(lease: bool) {
+    const JOBS: usize = 200;
+    let db = migrated_db().await;
+    let client = db.client().await;
+    let (tx, mut about_to_wait) = tokio::sync::mpsc::unbounded_channel();
+    let racer = Racer {
+        about_to_wait: tx,
+        seen: Waiter::default(),
+    };
+    let mut ids = Vec::new();
+    for i in 0..JOBS {
+        ids.push(
+            enqueue(
+                &client,
+                &NewJob::new("race", serde_json::json!({"i": i})).max_attempts(1),
+            )
+            .await
+            .unwrap(),
+        );
+    }
+    let mut senders = Vec::new();
+    for _ in 0..8 {
+        senders.push(Arc::new(db.client().await));
+    }
+    let mut w = Running::start(
+        Worker::builder(db.config())
+            .config(WorkerConfig {
+                concurrency: 16,
+                ..config(lease)
+            })
+            .handler("race", racer.clone())
+            .build()
+            .unwrap(),
+    );
+    let sending = tokio::spawn(async move {
+        let mut sent = Vec::new();
+        for n in 0..JOBS {
+            let id = about_to_wait.recv().await.expect("a job about to wait");
+            let c = senders[n % senders.len()].clone();
+            sent.push(tokio::spawn(async move {
+                signal(&*c, &format!("race:{id}"), Some(&serde_json::json!(id)))
+                    .await
+                    .unwrap()
+            }));
+        }
+        for s in sent {
+            s.await.unwrap();
+        }
+    });
+    let ended = w
+        .next_events(JOBS, Duration::from_secs(120), |e| {
+            e.outcome() == "done" || e.outcome() == "dead"
+        })
+        .await;
+    sending.await.unwrap();
+    w.shutdown().await;
+    assert!(ended.iter().all(|e| e.outcome() == "done"));
+    let mut lost = Vec::new();
+    for id in ids {
+        let said = racer.seen.of(id);
+        if said != vec![None, Some(Signal::Received(serde_json::json!(id)))] {
+            lost.push((id, said));
+        }
+    }
+    assert!(lost.is_empty(), "signals lost to the race: {lost:?}");
+}
+
+#[tokio::test]
+async fn tx_mode_signals_racing_the_wait_are_never_lost() {
+    signals_racing_the_wait_are_never_lost(false).await;
+}
+
+#[tokio::test]
+async fn lease_mode_signals_racing_the_wait_are_never_lost() {
+    signals_racing_the_wait_are_never_lost(true).await;
+}
+
+/// Advisory lock (classid 0, objid 4242) the test holds to keep a
+/// signal's transaction from committing; `pgwake.signal_lock`'s keys have
+/// classid `x'70677369'` ("pgsi").
+const GATE: i64 = 4242;
+const SIGNAL_LOCK_CLASS: i64 = 0x7067_7369;
+
+/// Not-granted advisory locks of this test's database with this classid
+/// (and objid, if given): the cluster is shared with other tests.
+async fn lock_waiters(c: &tokio_postgres::Client, class: i64, obj: Option<i64>) -> i64 {
+    c.query_one(
+        "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted \
+         AND database = (SELECT oid FROM pg_database WHERE datname = current_database()) \
+         AND classid::int8 = $1 AND ($2::int8 IS NULL OR objid::int8 = $2)",
+        &[&class, &obj],
+    )
+    .await
+    .unwrap()
+    .get(0)
+}
+
+/// The race made certain: a signal has looked for waiting jobs (none yet)
+/// and kept itself, but its transaction has not committed (a deferred
+/// trigger the test adds holds the commit) when the job's wait is written
+/// and the worker takes kept signals. The worker's take must wait for the
+/// signal's commit (the key's advisory lock) and then deliver it; the job
+/// resumes with the payload. Without the lock in `pgwake.signal` and
+/// `pgwake.take_kept_signals` the take sees nothing, the signal commits a
+/// moment later kept for a job that already waits, and the job times out
+/// (checked, both modes: `[None, Some(TimedOut)]`). The rescuer, whose
+/// sweep would deliver it later, is kept out of the way.
+async fn a_signal_committing_while_the_wait_is_written_is_delivered(lease: bool) {
+    let db = migrated_db().await;
+    let client = db.client().await;
+    client
+        .batch_execute(
+            "CREATE FUNCTION public.hold_commit() RETURNS trigger LANGUAGE plpgsql AS $$
+             BEGIN PERFORM pg_advisory_xact_lock(4242); RETURN NULL; END $$;
+             CREATE CONSTRAINT TRIGGER hold_commit AFTER INSERT ON pgwake.signals
+                 DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION public.hold_commit();",
+        )
+        .await
+        .unwrap();
+    let gate = db.client().await;
+    gate.query("SELECT pg_advisory_lock($1)", &[&GATE])
+        .await
+        .unwrap();
+    let sender = db.client().await;
+    let sending = tokio::spawn(async move {
+        signal(&sender, "in-flight", Some(&serde_json::json!("paid")))
+            .await
+            .unwrap()
+    });
+    eventually(
+        "the signal, kept, waits to commit",
+        Duration::from_secs(30),
+        || async { lock_waiters(&client, 0, Some(GATE)).await == 1 },
+    )
+    .await;
+    let id = job(&client, "in-flight", 20.0).await;
+    let h = Waiter::default();
+    let mut w = Running::start(
+        Worker::builder(db.config())
+            .config(WorkerConfig {
+                rescue_interval: Duration::from_secs(3600),
+                ..config(lease)
+            })
+            .handler("w", h.clone())
+            .build()
+            .unwrap(),
+    );
+    // The wait is written; the worker's take of kept signals either waits
+    // for the signal's key (the lock) or has finished without it.
+    let taken = wait_for(
+        "the wait written and kept signals taken",
+        Duration::from_secs(30),
+        async || {
+            if lock_waiters(&client, SIGNAL_LOCK_CLASS, None).await > 0 {
+                return Ok("waits for the signal's commit");
+            }
+            match w.events.try_recv() {
+                Ok(e) if e.outcome() == "waiting_for_signal" => Ok("finished without the signal"),
+                Ok(e) => Err(format!("event {}", e.outcome())),
+                Err(e) => Err(format!("{e:?}")),
+            }
+        },
+    )
+    .await;
+    gate.query("SELECT pg_advisory_unlock($1)", &[&GATE])
+        .await
+        .unwrap();
+    assert_eq!(sending.await.unwrap(), 0, "no job waited when it looked");
+    w.next_events(1, Duration::from_secs(60), |e| {
+        e.id == id && e.outcome() == "done"
+    })
+    .await;
+    w.shutdown().await;
+    assert_eq!(
+        h.of(id),
+        vec![None, Some(Signal::Received(serde_json::json!("paid")))],
+        "the take {taken}"
+    );
+}
+
+#[tokio::test]
+async fn tx_mode_a_signal_committing_while_the_wait_is_written_is_delivered() {
+    a_signal_committing_while_the_wait_is_written_is_delivered(false).await;
+}
+
+#[tokio::test]
+async fn lease_mode_a_signal_committing_while_the_wait_is_written_is_delivered() {
+    a_signal_committing_while_the_wait_is_written_is_delivered(true).await;
 }
