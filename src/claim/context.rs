@@ -52,8 +52,9 @@ pub struct JobEvent {
 }
 
 impl JobEvent {
-    /// The `outcome` label: `done`, `retry`, `snoozed`, `dead`, `returned`,
-    /// `lost` or `cancelled`.
+    /// The `outcome` label: `done`, `retry`, `snoozed`, `sleeping`,
+    /// `waiting_for_signal`, `dead`, `returned`, `lost` or `cancelled`
+    /// ([`Resolution::label`](crate::Resolution::label)).
     pub fn outcome(&self) -> &'static str {
         self.resolution.label()
     }
