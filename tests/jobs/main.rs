@@ -36,3 +36,4 @@ mod timeouts;
 mod trace_context;
 mod trigger;
 mod waits;
+mod waits_compose;
