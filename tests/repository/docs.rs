@@ -156,7 +156,7 @@ fn the_readme_is_a_front_door() {
     let readme = read(&root().join("README.md"));
     let lines = readme.lines().count();
     assert!(
-        lines <= 150,
+        lines <= 200,
         "README.md is {lines} lines: the reference belongs in docs/"
     );
     for section in [
