@@ -13,7 +13,9 @@
 //! `flaky` fails one run in five; `fail_once` fails its first attempt;
 //! `fail` always fails; `snooze` snoozes `{"times": N}` runs for `{"ms":
 //! M}`, then (`{"block": true}`) blocks its first attempt, then succeeds;
-//! `hog` blocks its thread for an hour; `steps` runs three durable steps
+//! `hog` blocks its thread for an hour; `relay` records its flow parents'
+//! results in `pgwake_relay(job_id, parent_id, result)` and returns
+//! `{"from": its id}`; `steps` runs three durable steps
 //! (see [`steps`]); `progress` reports its progress on
 //! its first attempt and blocks (to be killed), and runs as `gated` (with
 //! no report) after; `gated`, once
@@ -174,6 +176,25 @@ impl Handler for Chaos {
                 Ok(Outcome::Done)
             }
             "steps" => steps(job, &ctx, conn).await,
+            "relay" => {
+                // A flow's job: records what its parents left it (in
+                // `pgwake_relay`, a table the test creates), then passes
+                // on its own id as its result.
+                for (parent, got) in ctx.parent_results().await? {
+                    let got = match got {
+                        pgwake::ParentResult::Result(v) => v,
+                        other => serde_json::json!(format!("{other:?}")),
+                    };
+                    conn.execute(
+                        "INSERT INTO pgwake_relay (job_id, parent_id, result) VALUES ($1, $2, $3)",
+                        &[&job.id, &parent, &got],
+                    )
+                    .await?;
+                }
+                let ms = rand::random::<u64>() % (self.sleep_ms + 1);
+                tokio::time::sleep(Duration::from_millis(ms)).await;
+                Ok(Outcome::done_with(serde_json::json!({"from": job.id})))
+            }
             "gated" | "progress" => {
                 // Blocks while the test holds the gate exclusively.
                 conn.execute(

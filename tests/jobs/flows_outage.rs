@@ -2,9 +2,12 @@
 //! c drained by two worker processes while the server is killed
 //! (`pg_ctl restart -m immediate`: no shutdown, recovery on start) in the
 //! middle of the releases. After it: every job ran and ended, no child
-//! started before its parent's last run ended, none is left held, none
-//! died. (With the release triggers dropped and the rescuer's sweep doing
-//! nothing, no child is ever released and the drain times out.)
+//! started before its parent's last run ended, every run of a child read
+//! its parent's result (`JobContext::parent_results`), none is left held,
+//! none died. (With the release triggers dropped and the rescuer's sweep
+//! doing nothing, no child is ever released and the drain times out; with
+//! the tx claim's write of results onto the edges skipped, the children
+//! read `null`: checked.)
 
 use std::collections::HashMap;
 use std::time::{Duration, SystemTime};
@@ -18,16 +21,19 @@ async fn releases_survive_a_database_crash(mode: &[&str]) {
     create_run_ledger(&db).await;
     let client = db.client().await;
     client
-        .batch_execute("ALTER TABLE pgwake_runs ADD COLUMN ended_at timestamptz")
+        .batch_execute(
+            "ALTER TABLE pgwake_runs ADD COLUMN ended_at timestamptz;
+             CREATE TABLE pgwake_relay (job_id bigint, parent_id bigint, result jsonb)",
+        )
         .await
         .unwrap();
     let mut chains = Vec::with_capacity(CHAINS);
     for _ in 0..CHAINS {
         let ids: serde_json::Value = client
             .query_one(
-                r#"SELECT pgwake.flow('[{"name":"a","task":"work"},
-                                        {"name":"b","task":"work","after":["a"]},
-                                        {"name":"c","task":"work","after":["b"]}]')"#,
+                r#"SELECT pgwake.flow('[{"name":"a","task":"relay"},
+                                        {"name":"b","task":"relay","after":["a"]},
+                                        {"name":"c","task":"relay","after":["b"]}]')"#,
                 &[],
             )
             .await
@@ -89,6 +95,30 @@ async fn releases_survive_a_database_crash(mode: &[&str]) {
                 runs[child],
                 runs[parent]
             );
+        }
+    }
+    // Every run of a child read its parent's result, written by the
+    // statement that ended the parent.
+    let relayed = client
+        .query("SELECT job_id, parent_id, result FROM pgwake_relay", &[])
+        .await
+        .unwrap();
+    let mut read: HashMap<i64, Vec<(i64, serde_json::Value)>> = HashMap::new();
+    for r in &relayed {
+        read.entry(r.get(0)).or_default().push((r.get(1), r.get(2)));
+    }
+    for [a, b, c] in &chains {
+        for (parent, child) in [(a, b), (b, c)] {
+            let got = read.get(child).cloned().unwrap_or_default();
+            // A run cut by the crash may have read nothing yet.
+            assert!(!got.is_empty(), "child {child} read no result");
+            for (from, result) in got {
+                assert_eq!(
+                    (from, result),
+                    (*parent, serde_json::json!({"from": parent})),
+                    "child {child}"
+                );
+            }
         }
     }
     let (held, dead): (i64, i64) = {
