@@ -222,13 +222,14 @@ pub struct ExecHandler {
 
 /// The variable naming the file of a job's recorded steps, a JSON object by
 /// step name (`{"charge": "ch_1", "ship": 42}`): set only when the job has
-/// recorded steps (see [`RunFiles`]).
+/// recorded steps. The file is in a directory made for the run (mode
+/// 0700, in `TMPDIR` or `/tmp`) and removed when the run ends.
 pub const STEPS_VAR: &str = "PGWAKE_STEPS";
 
 /// The variable naming the file of what a job's parents left it,
 /// `pgwake.parent_results(id)`'s object by parent id
 /// (`{"12": {"result": …}, "13": {"error": "…"}}`): set only for a job that
-/// has parents (see [`RunFiles`]).
+/// has parents, in the same directory as [`STEPS_VAR`]'s.
 pub const PARENT_RESULTS_VAR: &str = "PGWAKE_PARENT_RESULTS";
 
 /// The files a run of a command reads its recorded steps and its parents'
