@@ -403,29 +403,7 @@ impl<'a> JobContext<'a> {
         F: std::future::Future<Output = Result<T, E>>,
     {
         use crate::steps::StepError;
-        let database = |error| StepError::Database {
-            name: name.to_string(),
-            error,
-        };
-        // Tx mode: through the claim transaction (its savepoint taken).
-        // Lease mode: a connection of the pool to read the recorded steps
-        // and another to record, none held while the step runs (a step
-        // may take minutes; the pool is the worker's).
-        let pooled = async || {
-            self.pool.get().await.map_err(|e| match e {
-                deadpool_postgres::PoolError::Backend(error) => database(error),
-                other => StepError::Failed {
-                    name: name.to_string(),
-                    error: format!("no connection to read or record it: {other}").into(),
-                },
-            })
-        };
-        let tx = self.transaction().await.map_err(database)?;
-        let recorded = match tx {
-            Some(tx) => self.steps.begin(tx, name).await?,
-            None => self.steps.begin(&**pooled().await?, name).await?,
-        };
-        if let Some(output) = recorded {
+        if let Some(output) = self.step_begin(name).await? {
             return serde_json::from_str(&output).map_err(|e| StepError::Json {
                 name: name.to_string(),
                 error: format!("its recorded output {output:.200} is not the type asked for: {e}"),
@@ -436,11 +414,88 @@ impl<'a> JobContext<'a> {
             error: e.into(),
         })?;
         let text = crate::steps::output_text(name, &output)?;
-        match tx {
-            Some(tx) => self.steps.record(tx, name, text).await?,
-            None => self.steps.record(&**pooled().await?, name, text).await?,
-        }
+        self.step_record(name, text).await?;
         Ok(output)
+    }
+
+    /// Record the output of step `name` that an `exec` command or a
+    /// persistent process ran (a `pgwake-step:` line, a `step` message),
+    /// with [`JobContext::step`]'s checks and bounds, in the same place
+    /// (lease mode: on the pool, fenced; tx mode: through the claim
+    /// transaction). A step the job has recorded already is refused
+    /// ([`StepError::AlreadyRecorded`](crate::StepError::AlreadyRecorded)),
+    /// its recorded output kept.
+    pub(crate) async fn record_step(
+        &self,
+        name: &str,
+        output: &serde_json::Value,
+    ) -> Result<(), crate::steps::StepError> {
+        if self.step_begin(name).await?.is_some() {
+            return Err(crate::steps::StepError::AlreadyRecorded(name.to_string()));
+        }
+        let text = crate::steps::output_text(name, output)?;
+        self.step_record(name, text).await
+    }
+
+    /// A connection of the pool for a lease-mode step (none is held while
+    /// the step runs: a step may take minutes, and the pool is the
+    /// worker's).
+    async fn step_connection(
+        &self,
+        name: &str,
+    ) -> Result<deadpool_postgres::Object, crate::steps::StepError> {
+        use crate::steps::StepError;
+        self.pool.get().await.map_err(|e| match e {
+            deadpool_postgres::PoolError::Backend(error) => StepError::Database {
+                name: name.to_string(),
+                error,
+            },
+            other => StepError::Failed {
+                name: name.to_string(),
+                error: format!("no connection to read or record it: {other}").into(),
+            },
+        })
+    }
+
+    /// Begin step `name` ([`Steps::begin`](crate::steps::Steps)): through
+    /// the claim transaction in tx mode (its savepoint taken), on the pool
+    /// in lease mode.
+    async fn step_begin(&self, name: &str) -> Result<Option<String>, crate::steps::StepError> {
+        let tx = self
+            .transaction()
+            .await
+            .map_err(|error| crate::steps::StepError::Database {
+                name: name.to_string(),
+                error,
+            })?;
+        match tx {
+            Some(tx) => self.steps.begin(tx, name).await,
+            None => {
+                self.steps
+                    .begin(&**self.step_connection(name).await?, name)
+                    .await
+            }
+        }
+    }
+
+    /// Record step `name`'s output (JSON text within the bound) where
+    /// [`JobContext::step_begin`] read.
+    async fn step_record(&self, name: &str, text: String) -> Result<(), crate::steps::StepError> {
+        let tx = self
+            .transaction()
+            .await
+            .map_err(|error| crate::steps::StepError::Database {
+                name: name.to_string(),
+                error,
+            })?;
+        match tx {
+            Some(tx) => self.steps.record(tx, name, text).await,
+            None => {
+                self.steps
+                    .record(&**self.step_connection(name).await?, name, text)
+                    .await
+            }
+        }
     }
 
     /// The worker's pool, for work that must not be part of the claim

@@ -22,7 +22,7 @@
 use std::collections::{HashMap, HashSet};
 use std::sync::Mutex;
 
-use crate::db::sql::{Db, STEPS_OF_JOB, STEP_RECORD_LEASE, STEP_RECORD_TX};
+use crate::db::sql::{Db, HANDLER_INPUTS, STEPS_OF_JOB, STEP_RECORD_LEASE, STEP_RECORD_TX};
 
 /// [`crate::BoxError`], spelt out: this file is used by `handler.rs` and
 /// must not use it back (tests/repository/layout.rs: no import cycles).
@@ -94,6 +94,13 @@ pub enum StepError {
         #[source]
         error: BoxError,
     },
+    /// An `exec` command or a persistent process sent a step the job has
+    /// recorded already (it ran a step that an earlier run finished): the
+    /// recorded output is kept. The command should read the recorded steps
+    /// it is given (`PGWAKE_STEPS`, the job message's `steps`) and skip
+    /// those.
+    #[error("step {0:?} is recorded already (by an earlier run of the job): its recorded output is kept; read the recorded steps the command is given (PGWAKE_STEPS, or the job message's \"steps\") and skip those")]
+    AlreadyRecorded(String),
     /// The step ran but its output could not be recorded: this lease-mode
     /// run no longer holds the job's lease (another run may hold it), so
     /// the run must stop. The step runs again on the job's next run.
@@ -169,6 +176,23 @@ impl Steps {
             recorded: Default::default(),
             called: Default::default(),
         }
+    }
+
+    /// Take the recorded outputs as read with the run's inputs
+    /// ([`inputs`]: a JSON object by name, `None` when none), so that the
+    /// first step does not read them again.
+    pub(crate) fn prime(&self, recorded: Option<&str>) {
+        let map = recorded
+            .and_then(|text| {
+                serde_json::from_str::<HashMap<String, Box<serde_json::value::RawValue>>>(text).ok()
+            })
+            .map(|m| {
+                m.into_iter()
+                    .map(|(k, v)| (k, v.get().to_string()))
+                    .collect()
+            })
+            .unwrap_or_default();
+        let _ = self.recorded.set(Mutex::new(map));
     }
 
     /// The recorded outputs, read on first use through `client`.
@@ -275,6 +299,38 @@ impl Steps {
         }
         Ok(())
     }
+}
+
+/// What an `exec` command or a persistent process gets of a job besides
+/// its payload: its recorded steps and its parents' results, each as JSON
+/// text and `None` when it has none.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub(crate) struct Inputs {
+    /// The recorded steps: an object by step name.
+    pub(crate) steps: Option<String>,
+    /// `pgwake.parent_results(id)`: an object by parent id (only for a job
+    /// that has parents).
+    pub(crate) parents: Option<String>,
+}
+
+/// The [`Inputs`] of jobs `ids`, in one statement (`handler_inputs`).
+pub(crate) async fn inputs(
+    client: &tokio_postgres::Client,
+    ids: &[i64],
+) -> Result<HashMap<i64, Inputs>, tokio_postgres::Error> {
+    let rows = Db::unnamed(client).query(&HANDLER_INPUTS, &[&ids]).await?;
+    Ok(rows
+        .iter()
+        .map(|r| {
+            (
+                r.get(0),
+                Inputs {
+                    steps: r.get(1),
+                    parents: r.get(2),
+                },
+            )
+        })
+        .collect())
 }
 
 #[cfg(test)]

@@ -18,7 +18,8 @@ if (process.env.PGWAKE_PROTOCOL !== "1") {
     "run it with pgwake run --handler 'TASK=persistent:node worker.mjs'");
   process.exit(2);
 }
-const inflight = Number(parseArgs({ options: { inflight: { type: "string", default: "8" } } }).values.inflight);
+const args = parseArgs({ options: { inflight: { type: "string", default: "8" }, steps: { type: "boolean", default: false } } }).values;
+const inflight = Number(args.inflight);
 if (!Number.isInteger(inflight) || inflight < 1 || inflight > 1024) {
   console.error("worker.mjs: --inflight must be 1-1024");
   process.exit(2);
@@ -68,6 +69,25 @@ const tasks = {
     job.progress(payload.value ?? null, payload.message);
     return tasks.sleep(job, { secs: payload.secs ?? 0 });
   },
+  // Step "a" (a line in the ledger each time its body runs), then, on attempt 1, a crash (SIGKILL)
+  // before step "b", which writes what the run saw to payload.seen.
+  async steps(job, payload) {
+    const a = await job.step("a", async () => {
+      fs.appendFileSync(payload.ledger, "a\n");
+      return { charge: `ch_${job.msg.id}`, text: "tab\t<b> \u00e9" };
+    });
+    if (job.msg.attempt === 1) process.kill(process.pid, "SIGKILL");
+    await job.step("b", async () => {
+      writeSeen(payload.seen, { a, recorded: Object.keys(job.msg.steps ?? {}).sort() });
+      return 2;
+    });
+    return done();
+  },
+  // Writes the job message's steps and parent_results (absent: null) to payload.seen.
+  async inputs(job, payload) {
+    writeSeen(payload.seen, { steps: job.msg.steps ?? null, parent_results: job.msg.parent_results ?? null });
+    return done();
+  },
   async sql(job, payload) {
     if (!job.msg.tx) return fail("task sql needs tx mode (--tx-tasks sql)", true);
     const results = [];
@@ -81,12 +101,33 @@ const tasks = {
   },
 };
 
+// Whole or not at all: the test waits for the file.
+const writeSeen = (path, seen) => {
+  fs.writeFileSync(path + ".tmp", JSON.stringify(seen) + "\n");
+  fs.renameSync(path + ".tmp", path);
+};
+
 const jobs = new Map(); // id -> job in flight
 let draining = false;
 
 class Job {
   constructor(msg) {
-    Object.assign(this, { msg, abort: new AbortController(), seq: 0, waiting: null });
+    Object.assign(this, { msg, abort: new AbortController(), seq: 0, waiting: null, stepWaiting: null });
+  }
+  // A durable step: the output an earlier run recorded (the job message's "steps", sent to a
+  // process whose hello asked with steps: true), else body()'s output, recorded by pgwake before
+  // this resolves. Throws when pgwake refuses it (a bad name, over 64 KiB of JSON...).
+  async step(name, body) {
+    const recorded = this.msg.steps ?? {};
+    if (Object.hasOwn(recorded, name)) return recorded[name];
+    const output = await body();
+    const { id, token } = this.msg;
+    const r = await new Promise((resolve) => {
+      this.stepWaiting = resolve; // called by the reader with the step_recorded, or on cancel
+      send({ type: "step", id, token, name, output: output ?? null });
+    });
+    if (r.error) throw new Error(`step ${name} refused: ${r.error}`);
+    return output;
   }
   // Reports how far the job has got (shown by pgwake job show while it runs); not an answer.
   // At most 4 KiB of JSON and a 200-character message, else pgwake warns and ignores it.
@@ -117,7 +158,8 @@ async function run(job) {
   if (draining && jobs.size === 0) quit(0);
 }
 
-send({ type: "hello", version: 1, tasks: Object.keys(tasks), inflight });
+// steps and parent_results are optional: without them, job messages carry neither (and cost nothing).
+send({ type: "hello", version: 1, tasks: Object.keys(tasks), inflight, ...(args.steps ? { steps: true, parent_results: true } : {}) });
 let welcomed = false;
 // A net.Socket, not fs.createReadStream: a pending fs read of a pipe keeps a libuv thread,
 // and process.exit waits for it forever.
@@ -141,9 +183,14 @@ lines.on("line", (line) => {
       run(jobs.get(msg.id)); // not awaited: jobs run side by side, the reader goes on
       break;
     case "cancel": // wakes the job: a sleep, or a wait for its statement's result
-      if (ours) { job.abort.abort(); job.waiting?.({ error: { message: "cancelled" } }); }
+      if (ours) {
+        job.abort.abort();
+        job.waiting?.({ error: { message: "cancelled" } });
+        job.stepWaiting?.({ error: "cancelled" });
+      }
       break;
     case "sql_result": if (ours) job.waiting?.(msg); break;
+    case "step_recorded": if (ours) job.stepWaiting?.(msg); break;
     case "drain": draining = true; if (jobs.size === 0) quit(0); break;
     default: console.error(`worker.mjs: ignoring a message of unknown type ${JSON.stringify(msg.type)}`);
   }

@@ -4,7 +4,7 @@
 pgwake writes one JSON object a line on fd $PGWAKE_PROTOCOL_IN; we answer on $PGWAKE_PROTOCOL_OUT.
 The main thread only reads, so pings are answered while every job slot is busy (a silent process
 is killed); jobs run on a pool of --inflight threads."""
-import argparse, json, os, queue, sys, threading, traceback
+import argparse, json, os, queue, signal, sys, threading, traceback
 from concurrent.futures import ThreadPoolExecutor
 
 if os.environ.get("PGWAKE_PROTOCOL") != "1":  # exit 2 before the hello: a configuration error
@@ -13,7 +13,10 @@ if os.environ.get("PGWAKE_PROTOCOL") != "1":  # exit 2 before the hello: a confi
     sys.exit(2)
 parser = argparse.ArgumentParser()
 parser.add_argument("--inflight", type=int, default=1, help="jobs at once (1-1024), said in the hello")
-INFLIGHT = parser.parse_args().inflight
+parser.add_argument("--steps", action="store_true",
+                    help="ask (in the hello) for each job's recorded steps and parents' results")
+ARGS = parser.parse_args()
+INFLIGHT = ARGS.inflight
 if not 1 <= INFLIGHT <= 1024:
     parser.error("--inflight must be 1-1024")
 
@@ -42,9 +45,27 @@ def snooze(after):
     """Not yet: run the job again in `after` seconds, no attempt used (at most 30 days)."""
     return {"type": "snooze", "after": after}
 
+class StepRefused(Exception):
+    """pgwake refused to record a step (its step_recorded error): the attempt fails whatever we answer."""
+
 class Job:
     def __init__(self, msg):
         self.msg, self.cancelled, self.sql_results, self.seq = msg, threading.Event(), queue.Queue(), 0
+        self.step_results = queue.Queue()
+
+    def step(self, name, body):
+        """A durable step: the output an earlier run recorded (the job message's "steps", sent to a
+        process whose hello asked with "steps": true), else body()'s output, recorded by pgwake before
+        this returns. Raises StepRefused when pgwake refuses it (a bad name, over 64 KiB of JSON...)."""
+        recorded = self.msg.get("steps") or {}
+        if name in recorded:
+            return recorded[name]
+        output = body()
+        send({"type": "step", "id": self.msg["id"], "token": self.msg["token"], "name": name, "output": output})
+        r = self.step_results.get()  # the step_recorded, handed over by the reader thread
+        if "error" in r:
+            raise StepRefused(r["error"])
+        return output
 
     def sql(self, sql, params):
         """Runs one statement in the job's claim transaction and returns its sql_result."""
@@ -88,8 +109,41 @@ def sql(job, payload):
         results.append({"rows": r.get("rows", []), "rows_affected": r.get("rows_affected")})
     return fail("failed on purpose after its statements") if payload.get("fail") else done(results)
 
+def write_seen(path, seen):  # whole or not at all: the test waits for the file
+    with open(path + ".tmp", "w") as f:
+        f.write(json.dumps(seen) + "\n")
+    os.rename(path + ".tmp", path)
+
+def steps_task(job, p):
+    """Step "a" (a line in the ledger each time its body runs), then, on attempt 1, a crash (SIGKILL)
+    before step "b", which writes what the run saw to p["seen"]."""
+    def a():
+        with open(p["ledger"], "a") as f:
+            f.write("a\n")
+        return {"charge": "ch_%d" % job.msg["id"], "text": "tab\t<b> \u00e9"}
+    got = job.step("a", a)
+    if job.msg["attempt"] == 1:
+        os.kill(os.getpid(), signal.SIGKILL)
+    job.step("b", lambda: write_seen(p["seen"], {"a": got, "recorded": sorted(job.msg.get("steps") or {})}) or 2)
+    return done()
+
+def inputs_task(job, p):  # writes the job message's steps and parent_results (absent: null) to p["seen"]
+    write_seen(p["seen"], {"steps": job.msg.get("steps"), "parent_results": job.msg.get("parent_results")})
+    return done()
+
+def bad_step(job, p):
+    """Records step "ok", sends the step messages of p["steps"] as they are, then answers done
+    whatever pgwake said: a refused step makes the attempt fail anyway."""
+    job.step("ok", lambda: 1)
+    errors = []
+    for m in p["steps"]:
+        send({**m, "type": "step", "id": job.msg["id"], "token": job.msg["token"]})
+        errors.append(job.step_results.get().get("error"))
+    return done(errors)
+
 TASKS = {"echo": echo, "sleep": sleep, "crash": crash, "fail": fail_task, "snooze": snooze_task,
-         "progress": progress_task, "sql": sql}
+         "progress": progress_task, "sql": sql, "steps": steps_task, "inputs": inputs_task,
+         "bad_step": bad_step}
 jobs, jobs_lock, draining = {}, threading.Lock(), False  # jobs in flight by id
 
 def run(job):
@@ -108,7 +162,10 @@ def run(job):
 def main():
     global draining
     pool = ThreadPoolExecutor(max_workers=INFLIGHT)
-    send({"type": "hello", "version": 1, "tasks": list(TASKS), "inflight": INFLIGHT})
+    hello = {"type": "hello", "version": 1, "tasks": list(TASKS), "inflight": INFLIGHT}
+    if ARGS.steps:  # optional fields: without them, job messages carry neither (and cost nothing)
+        hello.update(steps=True, parent_results=True)
+    send(hello)
     if json.loads(inp.readline() or "{}").get("type") != "welcome":  # no job comes before it
         raise RuntimeError("the first message is not a welcome")
     for line in inp:  # ends when pgwake closes fd 3 (it is gone): then stop at once
@@ -128,14 +185,17 @@ def main():
         elif msg["type"] == "cancel" and ours:
             job.cancelled.set()
             job.sql_results.put({"error": {"message": "cancelled"}})  # if it waits for a statement
+            job.step_results.put({"error": "cancelled"})  # or for a step's record
         elif msg["type"] == "sql_result" and ours:
             job.sql_results.put(msg)
+        elif msg["type"] == "step_recorded" and ours:
+            job.step_results.put(msg)
         elif msg["type"] == "drain":
             with jobs_lock:
                 draining = True
                 if not jobs:
                     quit(0)
-        elif msg["type"] not in ("cancel", "sql_result"):
+        elif msg["type"] not in ("cancel", "sql_result", "step_recorded"):
             print(f"worker.py: ignoring a message of type {msg['type']!r}", file=sys.stderr, flush=True)
     quit(0)
 

@@ -143,6 +143,7 @@ statements! {
     LEASE_DONE_HISTORY = "lease_done_history" [INT8_ARRAY, TEXT_ARRAY];
     LEASE_DONE_RESULTS = "lease_done_results" [INT8_ARRAY, TEXT_ARRAY];
     PARENT_RESULTS = "parent_results" [INT8];
+    HANDLER_INPUTS = "handler_inputs" [INT8_ARRAY];
     LEASE_HEARTBEAT = "lease_heartbeat" [INT8_ARRAY, FLOAT8];
     LEASE_REQUEUE = "lease_requeue" [INT8_ARRAY, INT4_ARRAY, TEXT_ARRAY, FLOAT8_ARRAY];
     LEASE_SNOOZE = "lease_snooze" [INT8_ARRAY, INT4_ARRAY, FLOAT8_ARRAY];

@@ -14,6 +14,11 @@
 //! which is explicit: a few inherited variables, the names given to
 //! `--exec-env` and `PGWAKE_EXEC_*`, never the worker's `DATABASE_URL` or
 //! `PGPASSWORD` (see `explicit_env` and [`check_passed_env`]).
+//! A job with recorded steps gets [`STEPS_VAR`], one with parents
+//! [`PARENT_RESULTS_VAR`]: paths of files in a private directory made for
+//! the run (`RunFiles`), read in one statement before the command starts;
+//! a `pgwake-step:` stderr line ([`STEP_LINE`]) records a step as
+//! [`JobContext::step`] does, and a refused one fails the attempt.
 //! Exit status 0 is success; [`EXIT_FAIL`] (65) fails the job for good;
 //! [`EXIT_RETRY_LATER`] (75) retries it after the delay of a
 //! `pgwake-retry-after:` stderr line, or snoozes it (no attempt used) for
@@ -64,8 +69,9 @@ pub use shim::{
     EXIT_CANNOT_START,
 };
 pub use stderr::{
-    escape_line, parse_progress, parse_retry_after, LOG_TARGET, PROGRESS_LINE, PROGRESS_LINE_MAX,
-    RETRY_AFTER_LINE, SNOOZE_LINE, STDERR_LOG_LINES_MAX, STDERR_LOG_LINE_MAX, STDERR_TAIL_BYTES,
+    escape_line, parse_progress, parse_retry_after, parse_step, LOG_TARGET, PROGRESS_LINE,
+    PROGRESS_LINE_MAX, RETRY_AFTER_LINE, SNOOZE_LINE, STDERR_LOG_LINES_MAX, STDERR_LOG_LINE_MAX,
+    STDERR_TAIL_BYTES, STEP_LINE, STEP_LINE_MAX,
 };
 
 /// Exit status of a command that failed for good (`EX_DATAERR` of
@@ -214,6 +220,90 @@ pub struct ExecHandler {
     passed_env: Vec<String>,
 }
 
+/// The variable naming the file of a job's recorded steps, a JSON object by
+/// step name (`{"charge": "ch_1", "ship": 42}`): set only when the job has
+/// recorded steps. The file is in a directory made for the run (mode
+/// 0700, in `TMPDIR` or `/tmp`) and removed when the run ends.
+pub const STEPS_VAR: &str = "PGWAKE_STEPS";
+
+/// The variable naming the file of what a job's parents left it,
+/// `pgwake.parent_results(id)`'s object by parent id
+/// (`{"12": {"result": …}, "13": {"error": "…"}}`): set only for a job that
+/// has parents, in the same directory as [`STEPS_VAR`]'s.
+pub const PARENT_RESULTS_VAR: &str = "PGWAKE_PARENT_RESULTS";
+
+/// The files a run of a command reads its recorded steps and its parents'
+/// results from ([`STEPS_VAR`], [`PARENT_RESULTS_VAR`]): in a directory of
+/// their own, created for the run (mode 0700, in `TMPDIR` or `/tmp`) and
+/// removed when the run ends however it ends (a worker killed with
+/// `kill -9` leaves it behind). Made only for a job that has something to
+/// put in them.
+struct RunFiles {
+    dir: PathBuf,
+    steps: Option<PathBuf>,
+    parents: Option<PathBuf>,
+}
+
+impl RunFiles {
+    /// Write `inputs` to files of a new private directory; `None` when
+    /// there is nothing to write.
+    async fn write(job: &Job, inputs: &crate::steps::Inputs) -> std::io::Result<Option<RunFiles>> {
+        if inputs.steps.is_none() && inputs.parents.is_none() {
+            return Ok(None);
+        }
+        let dir = private_dir(job.id)?;
+        let mut files = RunFiles {
+            dir,
+            steps: None,
+            parents: None,
+        };
+        if let Some(text) = &inputs.steps {
+            let path = files.dir.join("steps.json");
+            tokio::fs::write(&path, text).await?;
+            files.steps = Some(path);
+        }
+        if let Some(text) = &inputs.parents {
+            let path = files.dir.join("parent_results.json");
+            tokio::fs::write(&path, text).await?;
+            files.parents = Some(path);
+        }
+        Ok(Some(files))
+    }
+}
+
+impl Drop for RunFiles {
+    fn drop(&mut self) {
+        if let Err(e) = std::fs::remove_dir_all(&self.dir) {
+            tracing::warn!(dir = %self.dir.display(), "cannot remove an exec run's directory: {e}");
+        }
+    }
+}
+
+/// A new directory only this user can enter, named for job `id`: created,
+/// never reused (an existing name, even a link planted by someone else, is
+/// passed over).
+fn private_dir(id: i64) -> std::io::Result<PathBuf> {
+    use std::os::unix::fs::DirBuilderExt;
+    let base = std::env::temp_dir();
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.subsec_nanos())
+        .unwrap_or(0);
+    let mut last = None;
+    for n in 0..100u32 {
+        let dir = base.join(format!(
+            "pgwake-job-{id}-{}-{nanos:x}-{n}",
+            std::process::id()
+        ));
+        match std::fs::DirBuilder::new().mode(0o700).create(&dir) {
+            Ok(()) => return Ok(dir),
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => last = Some(e),
+            Err(e) => return Err(e),
+        }
+    }
+    Err(last.unwrap_or_else(|| std::io::Error::other("no free name")))
+}
+
 /// Resolve `program` like `execvp` would, so a typo fails at start-up.
 pub(crate) fn resolve(program: &str) -> Option<PathBuf> {
     let is_executable = |p: &Path| {
@@ -279,6 +369,7 @@ impl ExecHandler {
         job: &Job,
         shim: Option<&Path>,
         trace: Option<&crate::trace::TraceContext>,
+        files: Option<&RunFiles>,
     ) -> Command {
         let mut cmd = match shim {
             // `posix_spawn` of the shim, which supervises the command's
@@ -327,6 +418,14 @@ impl ExecHandler {
             })
             .stderr(Stdio::piped())
             .process_group(0);
+        if let Some(files) = files {
+            if let Some(path) = &files.steps {
+                cmd.env(STEPS_VAR, path);
+            }
+            if let Some(path) = &files.parents {
+                cmd.env(PARENT_RESULTS_VAR, path);
+            }
+        }
         // The run's W3C context (the standard variables OpenTelemetry's
         // environment propagators read), when the worker traces jobs.
         if let Some(t) = trace {
@@ -507,9 +606,29 @@ fn kill_descendants(root: i32) {
 #[async_trait]
 impl Handler for ExecHandler {
     async fn handle(&self, job: &Job, ctx: JobContext<'_>) -> Result<Outcome, BoxError> {
+        // The job's recorded steps and its parents' results: one statement,
+        // files only when there is something to put in them.
+        let inputs = {
+            let conn = ctx.pool.get().await.map_err(|e| {
+                format!("cannot read the job's recorded steps and parents' results: {e}")
+            })?;
+            crate::steps::inputs(&conn, &[job.id])
+                .await
+                .map_err(|e| {
+                    format!("cannot read the job's recorded steps and parents' results: {e}")
+                })?
+                .remove(&job.id)
+                .unwrap_or_default()
+        };
+        ctx.steps.prime(inputs.steps.as_deref());
+        let files = RunFiles::write(job, &inputs)
+            .await
+            .map_err(|e| format!("cannot write the job's recorded steps and parents' results to a temporary directory (TMPDIR): {e}"))?;
+        drop(inputs);
+        let files = files.as_ref();
         let mut shim = exec_shim();
         let spawned = match shim {
-            Some(path) => self.command(job, Some(path), ctx.trace()).spawn().or_else(|e| {
+            Some(path) => self.command(job, Some(path), ctx.trace(), files).spawn().or_else(|e| {
                 // The shim is gone or broken (e.g. removed by an upgrade
                 // since start-up): start the command the slow way.
                 tracing::warn!(
@@ -517,9 +636,9 @@ impl Handler for ExecHandler {
                     "cannot start the exec shim ({e}); forking the worker for this command instead"
                 );
                 shim = None;
-                self.command(job, None, ctx.trace()).spawn()
+                self.command(job, None, ctx.trace(), files).spawn()
             }),
-            None => self.command(job, None, ctx.trace()).spawn(),
+            None => self.command(job, None, ctx.trace(), files).spawn(),
         };
         let mut child =
             spawned.map_err(|e| format!("cannot start {}: {e}", self.program.display()))?;
@@ -545,6 +664,8 @@ impl Handler for ExecHandler {
             let _ = stdin.shutdown().await;
         };
         let mut lines = stderr::Stderr::new(job);
+        // The first refused `pgwake-step:` line: the attempt fails with it.
+        let mut refused: Option<String> = None;
         let read = async {
             let mut buf = [0u8; 4096];
             while let Ok(n) = stderr.read(&mut buf).await {
@@ -564,12 +685,40 @@ impl Handler for ExecHandler {
                         Err(why) => crate::handlers::progress_refused(job, "exec", &why),
                     }
                 }
+                for line in lines.take_steps() {
+                    let recorded = match line.and_then(|rest| parse_step(&rest)) {
+                        Ok((name, output)) => ctx
+                            .record_step(&name, &output)
+                            .await
+                            .map_err(|e| e.to_string()),
+                        Err(why) => Err(why),
+                    };
+                    if let Err(why) = recorded {
+                        let why = escape_line(why.as_bytes());
+                        tracing::warn!(
+                            job = job.id,
+                            attempt = job.attempt,
+                            "refused a {STEP_LINE} line of its exec command, the attempt will fail: {why}"
+                        );
+                        refused.get_or_insert(why);
+                    }
+                }
             }
             lines.finish();
         };
         let (_, (), (out, cut), status) = tokio::join!(write, read, output, child.wait());
         let status = status?;
         guard.pid = None;
+        let program = self.program.display();
+        if let Some(why) = refused {
+            let reason = format!(
+                "{program}: refused a {STEP_LINE} line, so the attempt fails (steps recorded before it are kept): {why}"
+            );
+            return Ok(match status.code() {
+                Some(EXIT_FAIL) => Outcome::fail(format!("{reason}\n{}", lines.tail())),
+                _ => Outcome::retry(reason),
+            });
+        }
         if status.success() {
             return Ok(match stdout_result(&out, cut) {
                 Some(value) => Outcome::DoneWith(value),
@@ -577,7 +726,6 @@ impl Handler for ExecHandler {
             });
         }
         let tail = lines.tail();
-        let program = self.program.display();
         // The shim could not exec the program: the same error as a failed
         // spawn without the shim.
         if shim.is_some()

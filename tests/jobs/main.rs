@@ -12,6 +12,7 @@ mod cancellation;
 mod crash;
 mod delivery;
 mod exec_protocol;
+mod exec_steps;
 mod explain;
 mod fencing;
 mod flow_results;

@@ -12,4 +12,5 @@ mod cancel;
 mod crashes;
 mod jobs;
 mod observability;
+mod steps;
 mod support;

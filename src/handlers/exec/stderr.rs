@@ -50,6 +50,46 @@ pub const PROGRESS_LINE: &str = "pgwake-progress:";
 /// 4 KiB and a message of 200 characters fit.
 pub const PROGRESS_LINE_MAX: usize = 8192;
 
+/// The reserved stderr line of a running command recording a durable step
+/// (as [`JobContext::step`](crate::JobContext::step) records one):
+/// `pgwake-step:`, the step's name, a space, then its output as one JSON
+/// value to the end of the line: `pgwake-step: charge {"id": "ch_1"}`.
+/// Recorded as soon as the line is read, before the command's next line
+/// and before the job's outcome. Not logged. A line that is refused (a bad
+/// name, not JSON, an output over
+/// [`STEP_OUTPUT_MAX`](crate::STEP_OUTPUT_MAX), a line over
+/// [`STEP_LINE_MAX`], a name twice in one run or recorded already, the
+/// job's [`STEPS_PER_JOB_MAX`](crate::STEPS_PER_JOB_MAX), a lost lease)
+/// makes the attempt fail, whatever the exit status, with the refusal as
+/// its error (see the book's "Durable steps").
+pub const STEP_LINE: &str = "pgwake-step:";
+
+/// Longest `pgwake-step:` line read, in bytes: an output of
+/// [`STEP_OUTPUT_MAX`](crate::STEP_OUTPUT_MAX) bytes of compact JSON, the
+/// prefix and a name fit, with 1 KiB to spare for spaces.
+pub const STEP_LINE_MAX: usize = crate::steps::STEP_OUTPUT_MAX + 1024;
+
+/// The name and output of a `pgwake-step:` line (what follows the prefix):
+/// the name up to the first space, then exactly one JSON value. The
+/// output's bound is checked when it is recorded.
+pub fn parse_step(rest: &str) -> Result<(String, serde_json::Value), String> {
+    let rest = rest.trim();
+    let (name, json) = rest
+        .split_once(|c: char| c.is_ascii_whitespace())
+        .unwrap_or((rest, ""));
+    crate::steps::check_name(name).map_err(|e| e.to_string())?;
+    let json = json.trim();
+    if json.is_empty() {
+        return Err(format!(
+            "{STEP_LINE} line for step {name:?} with no output; expected e.g. `{STEP_LINE} {name} {{\"id\": 1}}` (`null` for none)"
+        ));
+    }
+    let value = serde_json::from_str(json).map_err(|e| {
+        format!("{STEP_LINE} line for step {name:?} whose output is not one JSON value ({e}); expected e.g. `{STEP_LINE} {name} {{\"id\": 1}}`")
+    })?;
+    Ok((name.to_string(), value))
+}
+
 /// The value and message of a `pgwake-progress:` line (what follows the
 /// prefix): the first JSON value, then the rest of the line as the message.
 pub fn parse_progress(rest: &str) -> Result<(serde_json::Value, Option<String>), String> {
@@ -121,6 +161,8 @@ pub(super) struct Stderr {
     /// `pgwake-progress:` lines not yet reported: what follows the prefix,
     /// or why the line was refused.
     progress: Vec<Result<String, String>>,
+    /// `pgwake-step:` lines not yet recorded, the same way.
+    steps: Vec<Result<String, String>>,
     tail: Vec<u8>,
     /// [`Stderr::finish`] has run.
     finished: bool,
@@ -146,6 +188,7 @@ impl Stderr {
             retry_after: None,
             snooze: None,
             progress: Vec::new(),
+            steps: Vec::new(),
             tail: Vec::new(),
             finished: false,
         }
@@ -162,9 +205,22 @@ impl Stderr {
                 Some(i) => (&bytes[..i], Some(i + 1)),
                 None => (bytes, None),
             };
-            let room = PROGRESS_LINE_MAX - self.line.len();
-            self.line.extend_from_slice(&part[..part.len().min(room)]);
-            self.cut += part.len().saturating_sub(room);
+            let room = PROGRESS_LINE_MAX.saturating_sub(self.line.len());
+            let (kept, mut rest) = part.split_at(part.len().min(room));
+            self.line.extend_from_slice(kept);
+            if !rest.is_empty()
+                && self
+                    .line
+                    .trim_ascii_start()
+                    .starts_with(STEP_LINE.as_bytes())
+            {
+                // A step line holds an output of up to 64 KiB.
+                let room = STEP_LINE_MAX.saturating_sub(self.line.len());
+                let (more, past) = rest.split_at(rest.len().min(room));
+                self.line.extend_from_slice(more);
+                rest = past;
+            }
+            self.cut += rest.len();
             match ended {
                 Some(next) => {
                     self.end_line();
@@ -178,6 +234,20 @@ impl Stderr {
     fn end_line(&mut self) {
         let mut line = std::mem::take(&mut self.line);
         let mut cut = std::mem::replace(&mut self.cut, 0);
+        if line.trim_ascii_start().starts_with(STEP_LINE.as_bytes()) {
+            // Recorded, never logged (its output may be 64 KiB).
+            self.steps.push(if cut > 0 {
+                Err(format!(
+                    "a {STEP_LINE} line of more than {STEP_LINE_MAX} bytes (pgwake::exec::STEP_LINE_MAX; an output is at most pgwake::STEP_OUTPUT_MAX bytes of compact JSON): record a reference (an id, a path), not the data"
+                ))
+            } else {
+                match std::str::from_utf8(&line) {
+                    Ok(l) => Ok(l.trim().trim_start_matches(STEP_LINE).to_string()),
+                    Err(_) => Err(format!("a {STEP_LINE} line that is not UTF-8")),
+                }
+            });
+            return;
+        }
         if line
             .trim_ascii_start()
             .starts_with(PROGRESS_LINE.as_bytes())
@@ -279,6 +349,12 @@ impl Stderr {
         std::mem::take(&mut self.progress)
     }
 
+    /// The `pgwake-step:` lines read since the last call: what follows the
+    /// prefix, or why the line was refused.
+    pub(super) fn take_steps(&mut self) -> Vec<Result<String, String>> {
+        std::mem::take(&mut self.steps)
+    }
+
     /// The value of the last `pgwake-snooze:` line, if any.
     pub(super) fn snooze(&self) -> Option<&str> {
         self.snooze.as_deref()
@@ -363,6 +439,45 @@ mod tests {
         assert_eq!(s.logged, STDERR_LOG_LINES_MAX);
         assert_eq!(s.not_logged, 12);
         assert!(s.tail.len() <= STDERR_TAIL_BYTES * 2);
+    }
+
+    #[test]
+    fn step_lines_are_taken_not_logged_and_bounded() {
+        let mut s = Stderr::new(&job());
+        let big = "x".repeat(crate::STEP_OUTPUT_MAX - 2);
+        s.push(
+            format!("{STEP_LINE} a {{\"n\": 1}}\nplain\n{STEP_LINE} big \"{big}\"\n").as_bytes(),
+        );
+        s.push(format!("{STEP_LINE} huge \"{}\"\n", "y".repeat(STEP_LINE_MAX)).as_bytes());
+        s.push(b"pgwake-step: odd \"\xff\"\n");
+        let got = s.take_steps();
+        assert_eq!(got.len(), 4, "{got:?}");
+        assert_eq!(got[0].as_deref(), Ok(" a {\"n\": 1}"));
+        assert_eq!(
+            got[1].as_ref().map(|l| l.len()),
+            Ok(crate::STEP_OUTPUT_MAX + 5)
+        );
+        assert!(
+            got[2].as_ref().unwrap_err().contains("STEP_LINE_MAX"),
+            "{got:?}"
+        );
+        assert!(got[3].as_ref().unwrap_err().contains("UTF-8"), "{got:?}");
+        assert_eq!(s.logged, 1, "only the plain line is logged");
+        assert_eq!(
+            parse_step(" charge-card {\"id\": \"ch_1\"} ").unwrap(),
+            ("charge-card".to_string(), serde_json::json!({"id": "ch_1"}))
+        );
+        assert_eq!(parse_step("n null").unwrap().1, serde_json::Value::Null);
+        assert!(parse_step("a\u{1b}[2J 1")
+            .unwrap_err()
+            .contains("STEP_NAME_MAX"));
+        assert!(parse_step("a").unwrap_err().contains("no output"));
+        assert!(parse_step("a {oops")
+            .unwrap_err()
+            .contains("not one JSON value"));
+        assert!(parse_step("a 1 2")
+            .unwrap_err()
+            .contains("not one JSON value"));
     }
 
     #[test]

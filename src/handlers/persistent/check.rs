@@ -441,7 +441,7 @@ impl Checker {
         let mut started =
             process::start(&self.spec, 0).map_err(|e| format!("could not be started: {e}"))?;
         let hello = process::hello(&mut started, self.opts.start_timeout).await;
-        let (version, tasks, inflight) = match hello {
+        let (version, tasks, inflight, _wants) = match hello {
             Ok(h) => h,
             Err(why) => {
                 started.kill();
@@ -497,6 +497,8 @@ impl Checker {
             tx: false,
             keys: [None, None, None],
             trace: None,
+            steps: None,
+            parent_results: None,
         });
         (id, token, line)
     }
@@ -773,6 +775,7 @@ fn kind(msg: &Incoming) -> &'static str {
         Incoming::Progress { .. } => "progress",
         Incoming::Pong { .. } => "pong",
         Incoming::Sql { .. } => "sql",
+        Incoming::Step { .. } => "step",
     }
 }
 

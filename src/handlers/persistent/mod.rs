@@ -189,6 +189,9 @@ impl PersistentHandler {
 /// What became of a job's SQL so far.
 #[derive(Default)]
 struct SqlState {
+    /// The first `step` message refused this run: the run fails whatever
+    /// the process answers.
+    step_refused: Option<String>,
     /// `SAVEPOINT pgwake_run` was taken (before this delivery's first
     /// statement): a delivery that must run again rolls back to it.
     savepoint: bool,
@@ -317,6 +320,37 @@ impl Handler for PersistentHandler {
             } else {
                 None
             };
+            // The job's recorded steps and parents' results, for processes
+            // that asked in their hello: one statement (through the claim
+            // transaction in tx mode, which holds this run's steps).
+            let wants = self.pool.wants();
+            let inputs = if wants == 0 {
+                crate::steps::Inputs::default()
+            } else {
+                let read = async {
+                    match ctx.transaction().await.map_err(|e| e.to_string())? {
+                        Some(tx) => crate::steps::inputs(tx, &[job.id]).await,
+                        None => {
+                            let conn = ctx.pool.get().await.map_err(|e| e.to_string())?;
+                            crate::steps::inputs(&conn, &[job.id]).await
+                        }
+                    }
+                    .map_err(|e| e.to_string())
+                };
+                let mut got = read.await.map_err(|e| {
+                    format!("cannot read the job's recorded steps and parents' results: {e}")
+                })?;
+                got.remove(&job.id).unwrap_or_default()
+            };
+            ctx.steps.prime(inputs.steps.as_deref());
+            let steps = inputs
+                .steps
+                .as_deref()
+                .filter(|_| wants & protocol::WANTS_STEPS != 0);
+            let parent_results = inputs
+                .parents
+                .as_deref()
+                .filter(|_| wants & protocol::WANTS_PARENT_RESULTS != 0);
             let (proc, token, mut replies) = self
                 .pool
                 .dispatch(job.id, &job.task, isolate, |token| {
@@ -332,6 +366,8 @@ impl Handler for PersistentHandler {
                         tx,
                         keys,
                         trace: ctx.trace(),
+                        steps,
+                        parent_results,
                     })
                 })
                 .await;
@@ -352,6 +388,13 @@ impl Handler for PersistentHandler {
                     };
                 };
                 match reply {
+                    Reply::Done(_) | Reply::Snooze(_) if state.step_refused.is_some() => {
+                        armed.armed = false;
+                        let why = state.step_refused.unwrap_or_default();
+                        return Ok(Outcome::retry(format!(
+                            "the handler answered, but a step it sent was refused, so the attempt fails (steps recorded before it are kept): {why}"
+                        )));
+                    }
                     Reply::Done(result) => {
                         armed.armed = false;
                         if let Some(why) = state.failed {
@@ -392,6 +435,33 @@ impl Handler for PersistentHandler {
                             &value,
                             message.as_deref(),
                         );
+                    }
+                    Reply::Step { name, output } => {
+                        let recorded = ctx.record_step(&name, &output).await;
+                        if recorded.is_ok() && state.savepoint {
+                            // Tx mode: recording moved the job's savepoint
+                            // past this run's (released with it); the next
+                            // statement takes it again.
+                            state.savepoint = false;
+                        }
+                        let error = recorded
+                            .err()
+                            .map(|e| crate::handlers::exec::escape_line(e.to_string().as_bytes()));
+                        if let Some(why) = &error {
+                            tracing::warn!(
+                                target: LOG_TARGET,
+                                job = job.id,
+                                attempt = job.attempt,
+                                "refused a step of its persistent process, the attempt will fail: {why}"
+                            );
+                            state.step_refused.get_or_insert(why.clone());
+                        }
+                        proc.send(protocol::step_recorded(
+                            job.id,
+                            &token,
+                            &name,
+                            error.as_deref(),
+                        ));
                     }
                     Reply::Sql { seq, sql, params } => {
                         let line = self

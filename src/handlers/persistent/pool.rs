@@ -55,6 +55,9 @@ pub(super) struct Pool {
     /// Jobs in [`Pool::dispatch`] that found no process with room and wait
     /// for one (the registry and `pgwake explain` show them).
     waiting: AtomicUsize,
+    /// What the processes' hellos asked their job messages to carry
+    /// (`protocol::WANTS_*`, or-ed).
+    wants: std::sync::atomic::AtomicU8,
 }
 
 /// The pool as the worker registry shows it (`Handler::processes`).
@@ -109,6 +112,7 @@ impl Pool {
             isolating: std::sync::atomic::AtomicIsize::new(0),
             restarts: AtomicU64::new(0),
             waiting: AtomicUsize::new(0),
+            wants: Default::default(),
         })
     }
 
@@ -168,7 +172,7 @@ impl Pool {
         let fail = |why: String| format!("persistent handler {label:?}, process {index}: {why}");
         let mut started = process::start(&self.spec, index)
             .map_err(|e| fail(format!("cannot start {}: {e}", self.spec.program.display())))?;
-        let (version, tasks, inflight) =
+        let (version, tasks, inflight, wants) =
             match process::hello(&mut started, self.opts.start_timeout).await {
                 Ok(h) => h,
                 Err(why) => {
@@ -183,6 +187,7 @@ impl Pool {
                  upgrade the handler's library or pgwake so that both speak one version"
             )));
         }
+        self.wants.fetch_or(wants, Ordering::AcqRel);
         let welcome = protocol::welcome(index, self.opts.ping_interval.as_millis());
         let (proc, child, lines) = started.into_proc(index, inflight, tasks.clone());
         proc.send(welcome);
@@ -570,6 +575,18 @@ impl Pool {
             Incoming::Progress { value, message, .. } if !entry.cancelled => {
                 let _ = entry.replies.send(Reply::Progress { value, message });
             }
+            Incoming::Step { name, output, .. } => {
+                if entry.cancelled {
+                    proc.send(protocol::step_recorded(
+                        id,
+                        &token,
+                        &name,
+                        Some("the job was cancelled: the step is not recorded"),
+                    ));
+                } else {
+                    let _ = entry.replies.send(Reply::Step { name, output });
+                }
+            }
             Incoming::Done { result, .. } => {
                 let entry = inflight.remove(&id).expect("entry");
                 drop(inflight);
@@ -778,6 +795,12 @@ impl Pool {
                 );
             }
         }
+    }
+
+    /// What the hellos so far asked job messages to carry
+    /// (`protocol::WANTS_*`).
+    pub(super) fn wants(&self) -> u8 {
+        self.wants.load(Ordering::Acquire)
     }
 
     /// The number of live processes and the jobs in flight on them.

@@ -44,6 +44,11 @@ pub(super) enum Reply {
         value: serde_json::Value,
         message: Option<String>,
     },
+    /// The process sent a step to record.
+    Step {
+        name: String,
+        output: serde_json::Value,
+    },
     /// The process asks to run SQL in the job's transaction.
     Sql {
         seq: u64,
@@ -555,11 +560,13 @@ async fn log_output<R: tokio::io::AsyncRead + Unpin>(
     }
 }
 
-/// Read a process's hello within `within`. `Err`: why it did not come.
+/// Read a process's hello within `within`: its version, tasks, inflight
+/// and what it wants in job messages (`protocol::WANTS_*`). `Err`: why it
+/// did not come.
 pub(super) async fn hello(
     started: &mut Started,
     within: std::time::Duration,
-) -> Result<(u64, Vec<String>, usize), String> {
+) -> Result<(u64, Vec<String>, usize, u8), String> {
     let first = tokio::time::timeout(within, async {
         tokio::select! {
             line = started.lines.recv() => Ok(line),
@@ -602,7 +609,8 @@ pub(super) async fn hello(
             version,
             tasks,
             inflight,
-        } => Ok((version, tasks, inflight)),
+            wants,
+        } => Ok((version, tasks, inflight, wants)),
         other => Err(format!(
             "its first message is not a hello but {:?}",
             format!("{other:?}").split([' ', '{']).next().unwrap_or("")

@@ -46,6 +46,10 @@ pub enum Incoming {
         tasks: Vec<String>,
         /// Jobs it takes at once.
         inflight: usize,
+        /// What its job messages carry besides the job ([`WANTS_STEPS`],
+        /// [`WANTS_PARENT_RESULTS`]): the hello's optional `"steps": true`
+        /// and `"parent_results": true`.
+        wants: u8,
     },
     /// A job succeeded.
     Done {
@@ -94,6 +98,19 @@ pub enum Incoming {
         /// characters).
         message: Option<String>,
     },
+    /// A durable step the job ran, to record as
+    /// [`crate::JobContext::step`] does; answered with a `step_recorded`
+    /// message. Not an answer: the job goes on.
+    Step {
+        /// The job.
+        id: i64,
+        /// The token of its job message.
+        token: String,
+        /// The step's name (checked when it is recorded).
+        name: String,
+        /// Its output (`null` when absent).
+        output: serde_json::Value,
+    },
     /// An answer to a ping.
     Pong {
         /// The ping's `seq` (absent: a process that does not echo it).
@@ -122,6 +139,7 @@ impl Incoming {
             | Incoming::Fail { id, token, .. }
             | Incoming::Snooze { id, token, .. }
             | Incoming::Progress { id, token, .. }
+            | Incoming::Step { id, token, .. }
             | Incoming::Sql { id, token, .. } => Some((*id, token)),
             _ => None,
         }
@@ -147,7 +165,19 @@ struct Raw {
     seq: Option<u64>,
     sql: Option<String>,
     params: Option<Vec<serde_json::Value>>,
+    steps: Option<bool>,
+    parent_results: Option<bool>,
+    name: Option<String>,
+    output: Option<serde_json::Value>,
 }
+
+/// A hello's `"steps": true`: its job messages carry the job's recorded
+/// steps.
+pub const WANTS_STEPS: u8 = 1;
+
+/// A hello's `"parent_results": true`: its job messages carry the job's
+/// parents' results.
+pub const WANTS_PARENT_RESULTS: u8 = 2;
 
 /// Parse one line a process wrote. `Err` says what is wrong with it, for
 /// the log and the process's replacement.
@@ -181,10 +211,20 @@ pub fn parse(line: &[u8]) -> Result<Incoming, String> {
                     "a hello with inflight {inflight}: it must be 1 to {INFLIGHT_MAX}"
                 ));
             }
+            let wants = if raw.steps == Some(true) {
+                WANTS_STEPS
+            } else {
+                0
+            } | if raw.parent_results == Some(true) {
+                WANTS_PARENT_RESULTS
+            } else {
+                0
+            };
             Incoming::Hello {
                 version,
                 tasks,
                 inflight: inflight as usize,
+                wants,
             }
         }
         "done" => {
@@ -235,6 +275,15 @@ pub fn parse(line: &[u8]) -> Result<Incoming, String> {
                 token,
                 value,
                 message: raw.message,
+            }
+        }
+        "step" => {
+            let (id, token) = job(&raw)?;
+            Incoming::Step {
+                id,
+                token,
+                name: raw.name.ok_or_else(|| need("name"))?,
+                output: raw.output.unwrap_or_default(),
             }
         }
         "pong" => Incoming::Pong { seq: raw.seq },
@@ -294,6 +343,12 @@ pub struct JobLine<'a> {
     /// The run's W3C trace context, when the worker traces jobs: sent as
     /// `"traceparent"` (and `"tracestate"`); absent otherwise.
     pub trace: Option<&'a crate::trace::TraceContext>,
+    /// The job's recorded steps, a JSON object by name (PostgreSQL's jsonb
+    /// text: one line), sent as `"steps"`; absent when `None`.
+    pub steps: Option<&'a str>,
+    /// Its parents' results, `pgwake.parent_results`'s object, sent as
+    /// `"parent_results"`; absent when `None`.
+    pub parent_results: Option<&'a str>,
 }
 
 /// The `job` line: the payload goes in exactly as stored (a JSON value
@@ -322,8 +377,18 @@ pub fn job(j: &JobLine<'_>) -> String {
             ),
         },
     };
+    // jsonb text, one line; only for a process that asked (its hello).
+    let mut inputs = String::new();
+    if let Some(steps) = j.steps {
+        inputs.push_str(",\"steps\":");
+        inputs.push_str(steps);
+    }
+    if let Some(parents) = j.parent_results {
+        inputs.push_str(",\"parent_results\":");
+        inputs.push_str(parents);
+    }
     format!(
-        "{{\"type\":\"job\",\"id\":{},\"token\":{},\"task\":{},\"queue\":{},\"payload\":{},\"attempt\":{},\"max_attempts\":{},\"deadline\":{},\"tx\":{},\"keys\":{{\"ordering\":{},\"unique\":{},\"limit\":{}}}{}}}\n",
+        "{{\"type\":\"job\",\"id\":{},\"token\":{},\"task\":{},\"queue\":{},\"payload\":{},\"attempt\":{},\"max_attempts\":{},\"deadline\":{},\"tx\":{},\"keys\":{{\"ordering\":{},\"unique\":{},\"limit\":{}}}{}{}}}\n",
         j.id,
         quote(j.token),
         quote(j.task),
@@ -337,7 +402,27 @@ pub fn job(j: &JobLine<'_>) -> String {
         key(j.keys[1]),
         key(j.keys[2]),
         trace,
+        inputs,
     )
+}
+
+/// The `step_recorded` line answering a `step` message: `error` when it
+/// was refused (its name cut to 120 characters).
+pub fn step_recorded(id: i64, token: &str, name: &str, error: Option<&str>) -> String {
+    let name: String = name.chars().take(120).collect();
+    match error {
+        None => format!(
+            "{{\"type\":\"step_recorded\",\"id\":{id},\"token\":{},\"name\":{}}}\n",
+            quote(token),
+            quote(&name)
+        ),
+        Some(e) => format!(
+            "{{\"type\":\"step_recorded\",\"id\":{id},\"token\":{},\"name\":{},\"error\":{}}}\n",
+            quote(token),
+            quote(&name),
+            quote(e)
+        ),
+    }
 }
 
 /// A key as JSON: a string, or `null`.
@@ -477,6 +562,8 @@ mod tests {
             tx: false,
             keys: [None, None, None],
             trace: Some(&trace),
+            steps: None,
+            parent_results: None,
         };
         let v: serde_json::Value = serde_json::from_str(&job(&line)).unwrap();
         assert_eq!(v["traceparent"], trace.traceparent.as_str());
@@ -503,6 +590,8 @@ mod tests {
             tx: false,
             keys: [Some("customer:42"), None, Some("tenant\"7")],
             trace: None,
+            steps: None,
+            parent_results: None,
         });
         assert!(line.ends_with('\n') && !line[..line.len() - 1].contains('\n'));
         assert!(line.contains("12345678901234567890123"), "{line}");
