@@ -291,7 +291,7 @@ BEGIN
     SELECT max(c.child), count(*) INTO next_after, seen
     FROM (SELECT DISTINCT e.child FROM pgwake.job_parents e
           WHERE e.state <> 'done' AND NOT e.batch AND (after IS NULL OR e.child > after)
-          ORDER BY e.child LIMIT batch) c;
+          ORDER BY e.child LIMIT release_stalled_flows.batch) c;
     FOR p IN
         SELECT DISTINCT e.parent FROM pgwake.job_parents e
         WHERE e.state <> 'done' AND (after IS NULL OR e.child > after) AND e.child <= next_after
@@ -309,8 +309,8 @@ BEGIN
         WHERE NOT EXISTS (SELECT 1 FROM pgwake.jobs j WHERE j.id = x.child)
           AND NOT EXISTS (SELECT 1 FROM pgwake.leased_jobs l WHERE l.id = x.child)
           AND NOT EXISTS (SELECT 1 FROM pgwake.dead_jobs d WHERE d.id = x.child)
-        LIMIT batch));
-    IF seen < batch THEN
+        LIMIT release_stalled_flows.batch));
+    IF seen < release_stalled_flows.batch THEN
         next_after := NULL;
     END IF;
     -- Batches: close those left open past their close_by (the callback
@@ -320,11 +320,11 @@ BEGIN
     PERFORM pgwake.close_batch(b.id, 'timeout')
     FROM (SELECT x.id FROM pgwake.batches x
           WHERE x.closed_at IS NULL AND x.close_by < now()
-          ORDER BY x.close_by LIMIT batch) b;
+          ORDER BY x.close_by LIMIT release_stalled_flows.batch) b;
     PERFORM pgwake.release_batch(b.id)
     FROM (SELECT x.id FROM pgwake.batches x
           WHERE x.closed_at IS NOT NULL AND x.released_at IS NULL AND x.ended >= x.added
-          LIMIT batch FOR UPDATE SKIP LOCKED) b;
+          LIMIT release_stalled_flows.batch FOR UPDATE SKIP LOCKED) b;
     DELETE FROM pgwake.batches x
     WHERE x.id = ANY(ARRAY(
         SELECT y.id FROM pgwake.batches y
@@ -332,7 +332,7 @@ BEGIN
           AND NOT EXISTS (SELECT 1 FROM pgwake.leased_jobs l WHERE l.id = y.id)
           AND NOT EXISTS (SELECT 1 FROM pgwake.dead_jobs d WHERE d.id = y.id)
           AND NOT EXISTS (SELECT 1 FROM pgwake.finished_jobs f WHERE f.id = y.id)
-        LIMIT batch));
+        LIMIT release_stalled_flows.batch));
 END
 $$;
 
@@ -654,13 +654,15 @@ LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pgwake AS $$
 DECLARE
     cur jsonb := coalesce(nullif(current_setting('pgwake.batch_counts', true), ''), '{}')::jsonb;
     e jsonb := cur -> b::text;
+    first boolean := e IS NULL;
 BEGIN
-    IF e IS NULL THEN
-        INSERT INTO pgwake.batch_checks (batch) VALUES (b);
-        e := '[0, 0]';
-    END IF;
-    e := jsonb_build_array((e ->> 0)::bigint + added, (e ->> 1)::bigint + ended);
+    e := jsonb_build_array(coalesce((e ->> 0)::bigint, 0) + added, coalesce((e ->> 1)::bigint, 0) + ended);
     PERFORM set_config('pgwake.batch_counts', jsonb_set(cur, ARRAY[b::text], e)::text, true);
+    -- After the setting: under SET CONSTRAINTS ALL IMMEDIATE the check
+    -- runs at the end of this INSERT, and reads it.
+    IF first THEN
+        INSERT INTO pgwake.batch_checks (batch) VALUES (b);
+    END IF;
     RETURN (e ->> 0)::bigint;
 END
 $$;

@@ -260,3 +260,369 @@ async fn cancelled_callbacks_and_retried_jobs() {
     assert_eq!(after, before, "the summary of the release stays");
     let _ = jobs;
 }
+
+/// 10,000 jobs added to a batch in one transaction, then ended in one
+/// transaction: the batch's row is updated once for the adds, and at most
+/// twice for the ends (their count, the release), the callback's row once
+/// (its release), and no table is scanned whole. Decrementing the
+/// callback's count per job (the flows' fan-in) updated its row 10,000
+/// times in one transaction, each update walking the versions before it:
+/// quadratic. (With batch_count applying each end at once, the batch's row
+/// is updated 10,000 times and this fails; so it does with end_batch_edge
+/// lowering the callback's parents_open per job.)
+#[tokio::test]
+async fn ten_thousand_jobs_end_in_one_transaction_with_one_update_of_the_batch() {
+    const N: i64 = 10_000;
+    let db = migrated_db().await;
+    let mut c = db.client().await;
+    let b = open(&c).await;
+    let work = async |tx: &tokio_postgres::Transaction<'_>| -> (i64, i64, i64, i64) {
+        let r = tx
+            .query_one(
+                "SELECT coalesce(sum(n_tup_upd) FILTER (WHERE relname = 'batches'), 0)::int8,
+                        coalesce(sum(n_tup_upd) FILTER (WHERE relname = 'jobs'), 0)::int8,
+                        coalesce(sum(seq_scan) FILTER (WHERE relname = 'jobs'), 0)::int8,
+                        coalesce(sum(seq_scan) FILTER (WHERE relname = 'job_parents'), 0)::int8
+                 FROM pg_stat_xact_user_tables WHERE schemaname = 'pgwake'",
+                &[],
+            )
+            .await
+            .unwrap();
+        (r.get(0), r.get(1), r.get(2), r.get(3))
+    };
+    let tx = c.transaction().await.unwrap();
+    let before = work(&tx).await;
+    let ids: Vec<i64> = tx
+        .query(
+            "SELECT pgwake.enqueue('t', '{}', batch => $1) FROM generate_series(1, $2::int8)",
+            &[&b, &N],
+        )
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    // The check a commit runs, run now to be counted.
+    tx.batch_execute("SET CONSTRAINTS pgwake.batch_checks_apply IMMEDIATE")
+        .await
+        .unwrap();
+    let after = work(&tx).await;
+    tx.commit().await.unwrap();
+    // The adds' UPDATEs of jobs set has_children on each new job (N).
+    assert_eq!(
+        (after.0 - before.0, after.2 - before.2, after.3 - before.3),
+        (1, 0, 0),
+        "updates of the batch, scans of jobs and job_parents while adding {N} jobs"
+    );
+    batch_close(&c, b).await.unwrap();
+
+    let tx = c.transaction().await.unwrap();
+    // The jobs end as done ones do (removed); their triggers wait for the
+    // commit. (This DELETE itself may scan jobs: counted from after it.)
+    tx.execute("DELETE FROM pgwake.jobs WHERE id = ANY($1)", &[&ids])
+        .await
+        .unwrap();
+    let before = work(&tx).await;
+    // What a commit runs, in its order (the parents' ends, then the
+    // batch's check they queued), run now to be counted.
+    tx.batch_execute("SET CONSTRAINTS pgwake.jobs_release_children IMMEDIATE")
+        .await
+        .unwrap();
+    tx.batch_execute("SET CONSTRAINTS pgwake.batch_checks_apply IMMEDIATE")
+        .await
+        .unwrap();
+    let after = work(&tx).await;
+    let held: bool = tx
+        .query_one("SELECT held FROM pgwake.jobs WHERE id = $1", &[&b])
+        .await
+        .unwrap()
+        .get(0);
+    tx.commit().await.unwrap();
+    assert!(!held, "the callback released by the last end");
+    assert_eq!(
+        (
+            after.0 - before.0,
+            after.1 - before.1,
+            after.2 - before.2,
+            after.3 - before.3
+        ),
+        (2, 1, 0, 0),
+        "updates of the batch and of jobs, scans of jobs and job_parents while {N} jobs end"
+    );
+    let s = batch_status(&c, b).await.unwrap();
+    assert_eq!((s.total, s.done, s.state.as_str()), (N, N, "released"));
+}
+
+/// One run: (job id, task, started, ended).
+type Run = (i64, String, Instant, Instant);
+
+#[derive(Clone, Default)]
+struct Runs(Arc<Mutex<Vec<Run>>>);
+
+/// `ok` ends done, `fail` fails, `report` (the callback) reads its batch's
+/// status and keeps it.
+struct Recorder {
+    runs: Runs,
+    summaries: Arc<Mutex<Vec<BatchStatus>>>,
+}
+
+#[async_trait]
+impl Handler for Recorder {
+    async fn handle(&self, job: &Job, ctx: JobContext<'_>) -> Result<Outcome, BoxError> {
+        let started = Instant::now();
+        tokio::time::sleep(Duration::from_millis(5)).await;
+        if job.task == "report" {
+            let s = ctx.batch_status().await?;
+            self.summaries.lock().unwrap().push(s);
+        }
+        self.runs
+            .0
+            .lock()
+            .unwrap()
+            .push((job.id, job.task.clone(), started, Instant::now()));
+        if job.task == "fail" {
+            Err("this batch job fails".into())
+        } else {
+            Ok(Outcome::Done)
+        }
+    }
+}
+
+/// A batch of done, dead and cancelled jobs, added in three transactions
+/// and drained by two workers: the callback runs exactly once, after every
+/// job's handler ended, and reads the right summary. (Without the
+/// release in batch_apply the callback never runs and the wait times out;
+/// without end_batch_edge in settle_parent, the same.)
+async fn callback_runs_once_after_every_outcome(lease: bool) {
+    let db = migrated_db().await;
+    let mut c = db.client().await;
+    let b = open(&c).await;
+    let mut ok = Vec::new();
+    let mut fail = Vec::new();
+    for _ in 0..3 {
+        let tx = c.transaction().await.unwrap();
+        let mut jobs: Vec<NewJob> = (0..10)
+            .map(|_| NewJob::new("ok", serde_json::json!({})).batch(b))
+            .collect();
+        let mut f = NewJob::new("fail", serde_json::json!({})).batch(b);
+        f.max_attempts = Some(1);
+        jobs.push(f);
+        let ids = pgwake::client::enqueue_many(&tx, &jobs).await.unwrap();
+        tx.commit().await.unwrap();
+        ok.extend_from_slice(&ids[..10]);
+        fail.push(ids[10]);
+    }
+    let cancelled = ok.pop().unwrap();
+    let r: String = c
+        .query_one("SELECT pgwake.cancel($1)", &[&cancelled])
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(r, "cancelled");
+    assert!(batch_close(&c, b).await.unwrap());
+
+    let runs = Runs::default();
+    let summaries = Arc::new(Mutex::new(Vec::new()));
+    let workers: Vec<Running> = (0..2)
+        .map(|_| {
+            let mut builder = Worker::builder(db.config()).config(WorkerConfig {
+                lease_queues: if lease {
+                    vec!["default".into()]
+                } else {
+                    vec![]
+                },
+                concurrency: 4,
+                ..test_config()
+            });
+            for task in ["ok", "fail", "report"] {
+                builder = builder.handler(
+                    task,
+                    Recorder {
+                        runs: runs.clone(),
+                        summaries: summaries.clone(),
+                    },
+                );
+            }
+            Running::start(builder.build().unwrap())
+        })
+        .collect();
+    wait_for("the batch to drain", Duration::from_secs(60), async || {
+        let left: i64 = db
+            .scalar("SELECT (SELECT count(*) FROM pgwake.jobs) + (SELECT count(*) FROM pgwake.leased_jobs)")
+            .await;
+        if left == 0 {
+            Ok(())
+        } else {
+            Err(format!("{left} jobs left"))
+        }
+    })
+    .await;
+    for w in workers {
+        w.shutdown().await;
+    }
+    let runs = runs.0.lock().unwrap().clone();
+    let reports: Vec<&Run> = runs.iter().filter(|r| r.0 == b).collect();
+    assert_eq!(reports.len(), 1, "the callback ran once: {runs:?}");
+    let by_id: HashMap<i64, usize> = runs.iter().fold(HashMap::new(), |mut m, r| {
+        *m.entry(r.0).or_default() += 1;
+        m
+    });
+    for id in ok.iter().chain(&fail) {
+        assert_eq!(by_id.get(id), Some(&1), "job {id} ran once");
+    }
+    assert_eq!(by_id.get(&cancelled), None, "the cancelled job never ran");
+    let last_end = runs.iter().filter(|r| r.0 != b).map(|r| r.3).max().unwrap();
+    assert!(
+        reports[0].2 > last_end,
+        "the callback started before the last job of its batch ended"
+    );
+    let s = summaries.lock().unwrap()[0].clone();
+    let mut failed = fail.clone();
+    failed.push(cancelled);
+    failed.sort();
+    assert_eq!(
+        (
+            s.total,
+            s.done,
+            s.dead,
+            s.cancelled,
+            s.pending,
+            s.failed_ids.clone(),
+            s.failed_ids_omitted
+        ),
+        (33, 29, 3, 1, 0, failed, 0),
+        "{s:?}"
+    );
+    assert_eq!(s.state, "released");
+}
+
+#[tokio::test]
+async fn tx_mode_callback_runs_once_after_every_outcome() {
+    callback_runs_once_after_every_outcome(false).await;
+}
+
+#[tokio::test]
+async fn lease_mode_callback_runs_once_after_every_outcome() {
+    callback_runs_once_after_every_outcome(true).await;
+}
+
+/// A batch whose `block` job's worker is killed (kill -9) while it runs:
+/// another worker runs it again, and the callback runs once, after the last
+/// run of every job of the batch ended. (With release_batch's release of
+/// the callback removed, the drain times out.)
+async fn a_batch_survives_a_killed_worker(mode: &[&str]) {
+    let db = migrated_db().await;
+    create_run_ledger(&db).await;
+    let c = db.client().await;
+    c.batch_execute("ALTER TABLE pgwake_runs ADD COLUMN ended_at timestamptz")
+        .await
+        .unwrap();
+    let b: i64 = db.scalar("SELECT pgwake.batch_open('work')").await;
+    let block: i64 = c
+        .query_one(
+            "SELECT pgwake.enqueue('block', max_attempts => 5, batch => $1)",
+            &[&b],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    add(&c, b, "work", 10).await;
+    batch_close(&c, b).await.unwrap();
+    let mut args = mode.to_vec();
+    args.push("--record-end");
+    let mut first = ChaosWorker::spawn(&db, &args);
+    until_runs(&db, "block running", Duration::from_secs(30), |r| {
+        r.iter().any(|x| x.0 == block)
+    })
+    .await;
+    let second = ChaosWorker::spawn(&db, &args);
+    first.kill9();
+    until_drained(&db).await;
+    assert!(second.terminate().await.success());
+    let rows = c
+        .query(
+            "SELECT job_id, count(*), min(at), max(ended_at) FROM pgwake_runs GROUP BY job_id",
+            &[],
+        )
+        .await
+        .unwrap();
+    let by: HashMap<i64, (i64, std::time::SystemTime, Option<std::time::SystemTime>)> = rows
+        .iter()
+        .map(|r| (r.get(0), (r.get(1), r.get(2), r.get(3))))
+        .collect();
+    assert_eq!(by.len(), 12, "every job ran: {by:?}");
+    assert_eq!(by[&block].0, 2, "block ran again after the kill: {by:?}");
+    assert_eq!(by[&b].0, 1, "the callback ran once: {by:?}");
+    let last_end = by
+        .iter()
+        .filter(|(id, _)| **id != b)
+        .map(|(_, v)| v.2.unwrap())
+        .max()
+        .unwrap();
+    assert!(
+        by[&b].1 > last_end,
+        "the callback started before its batch ended"
+    );
+    let s = batch_status(&c, b).await.unwrap();
+    assert_eq!((s.total, s.done), (11, 11));
+}
+
+#[tokio::test]
+async fn tx_mode_a_batch_survives_a_killed_worker() {
+    a_batch_survives_a_killed_worker(&[]).await;
+}
+
+#[tokio::test]
+async fn lease_mode_a_batch_survives_a_killed_worker() {
+    a_batch_survives_a_killed_worker(&["--lease", "--lease-ms", "1500"]).await;
+}
+
+/// A shell producer's batch: `pgwake batch open`, `pgwake enqueue --batch`
+/// (flags and NDJSON), `pgwake batch close`, `pgwake batch status [--json]`;
+/// an unknown batch is a usage error (exit 2) naming it. (Without the
+/// `--batch` flag's line in job_from_flags, the total is 2, not 3.)
+#[tokio::test]
+async fn the_command_line_opens_fills_closes_and_shows_a_batch() {
+    let db = migrated_db().await;
+    let url = Some(db.url.as_str());
+    let out = run_pgwake(&["batch", "open", "--task", "report"], url);
+    assert!(out.status.success(), "{}", stderr_of(&out));
+    let b = String::from_utf8(out.stdout).unwrap().trim().to_string();
+    let out = run_pgwake(&["enqueue", "--task", "t", "--batch", &b], url);
+    assert!(out.status.success(), "{}", stderr_of(&out));
+    let lines =
+        format!("{{\"task\": \"t\", \"batch\": {b}}}\n{{\"task\": \"t\", \"batch\": {b}}}\n");
+    let out = run_pgwake_stdin(&["enqueue", "--ndjson"], url, &lines);
+    assert!(out.status.success(), "{}", stderr_of(&out));
+    let out = run_pgwake(&["batch", "close", &b], url);
+    assert!(out.status.success(), "{}", stderr_of(&out));
+    let out = run_pgwake(&["batch", "status", &b], url);
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert!(
+        text.contains(&format!("batch {b}: closed"))
+            && text.contains("jobs: 3 total, 0 done, 0 dead, 0 cancelled, 3 pending")
+            && text.contains(&format!("callback: job {b} (held)")),
+        "{text}"
+    );
+    let out = run_pgwake(&["batch", "status", "--json", &b], url);
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(
+        (v["total"].as_i64(), v["state"].as_str()),
+        (Some(3), Some("closed"))
+    );
+
+    let out = run_pgwake(&["batch", "status", "999999"], url);
+    assert_eq!(out.status.code(), Some(2), "{}", stderr_of(&out));
+    assert!(
+        stderr_of(&out).contains("batch 999999 does not exist"),
+        "{}",
+        stderr_of(&out)
+    );
+    let out = run_pgwake(&["enqueue", "--task", "t", "--batch", "999999"], url);
+    assert!(!out.status.success());
+    assert!(
+        stderr_of(&out).contains("batch 999999 does not exist"),
+        "{}",
+        stderr_of(&out)
+    );
+}
