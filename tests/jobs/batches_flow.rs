@@ -626,3 +626,32 @@ async fn the_command_line_opens_fills_closes_and_shows_a_batch() {
         stderr_of(&out)
     );
 }
+
+/// `pgwake explain` of a held callback says which batch it waits for, from
+/// the batch's counts: open (how to close it, and when the rescuer will),
+/// then closed (how many jobs are left). (Without the batch's block in
+/// pgwake.explain, the detail is the flows' "waiting for 1 of 3 parents".)
+#[tokio::test]
+async fn explain_says_what_a_callback_waits_for() {
+    let db = migrated_db().await;
+    let c = db.client().await;
+    let b = open(&c).await;
+    let jobs = add(&c, b, "t", 3).await;
+    c.execute("DELETE FROM pgwake.jobs WHERE id = $1", &[&jobs[0]])
+        .await
+        .unwrap();
+    let reasons = pgwake::admin::jobs::explain(&c, b).await.unwrap();
+    assert_eq!(reasons[0].reason, "waiting_for_parents", "{reasons:?}");
+    assert!(
+        reasons[0].detail.starts_with(&format!(
+            "the callback of batch {b}, which is open: 1 of its 3 jobs have ended; it runs once the batch is closed (pgwake batch close {b}; else by the rescuer at "
+        )),
+        "{reasons:?}"
+    );
+    batch_close(&c, b).await.unwrap();
+    let reasons = pgwake::admin::jobs::explain(&c, b).await.unwrap();
+    assert_eq!(
+        reasons[0].detail,
+        format!("the callback of batch {b}, closed: waiting for 2 of its 3 jobs; it is released in the commit that ends the last (pgwake batch status {b})")
+    );
+}
