@@ -655,3 +655,195 @@ async fn explain_says_what_a_callback_waits_for() {
         format!("the callback of batch {b}, closed: waiting for 2 of its 3 jobs; it is released in the commit that ends the last (pgwake batch status {b})")
     );
 }
+
+/// The races at a batch's end, in both orders: a close and the last job's
+/// end committed at the same time release the callback once, whichever
+/// commits first (the one that commits second waits on the batch's row
+/// and then sees the other's commit); a job added by a transaction that
+/// commits after the batch was closed is refused at its commit, and
+/// nothing of it stays. (Without close_batch's release, the first order
+/// leaves the callback held.)
+#[tokio::test]
+async fn a_close_and_the_last_end_at_once_release_the_callback() {
+    let db = migrated_db().await;
+    let waits = async || {
+        wait_for("a session to wait for a lock", Duration::from_secs(10), async || {
+            let waiting: i64 = db
+                .scalar("SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND datname = current_database()")
+                .await;
+            if waiting > 0 {
+                Ok(())
+            } else {
+                Err("no session waits".to_string())
+            }
+        })
+        .await
+    };
+    for close_first in [true, false] {
+        let closer = db.client().await;
+        let ender = db.client().await;
+        let b = open(&closer).await;
+        let jobs = add(&closer, b, "t", 1).await;
+        closer.batch_execute("BEGIN").await.unwrap();
+        ender.batch_execute("BEGIN").await.unwrap();
+        ender
+            .execute("DELETE FROM pgwake.jobs WHERE id = $1", &[&jobs[0]])
+            .await
+            .unwrap();
+        if close_first {
+            // The close holds the batch's row; the end's commit waits for it.
+            closer
+                .execute("SELECT pgwake.batch_close($1)", &[&b])
+                .await
+                .unwrap();
+            let end = tokio::spawn(async move { ender.batch_execute("COMMIT").await });
+            waits().await;
+            closer.batch_execute("COMMIT").await.unwrap();
+            end.await.unwrap().unwrap();
+        } else {
+            // The end's check holds the batch's row; the close waits for it.
+            ender
+                .batch_execute("SET CONSTRAINTS ALL IMMEDIATE")
+                .await
+                .unwrap();
+            let close = tokio::spawn(async move {
+                closer
+                    .execute("SELECT pgwake.batch_close($1)", &[&b])
+                    .await?;
+                closer.batch_execute("COMMIT").await
+            });
+            waits().await;
+            ender.batch_execute("COMMIT").await.unwrap();
+            close.await.unwrap().unwrap();
+        }
+        assert!(!callback_held(&db, b).await, "close first: {close_first}");
+        let s = batch_status(&db.client().await, b).await.unwrap();
+        assert_eq!(
+            (s.state.as_str(), s.done),
+            ("released", 1),
+            "close first: {close_first}"
+        );
+    }
+
+    // An add that commits after the close.
+    let mut adder = db.client().await;
+    let closer = db.client().await;
+    let b = open(&closer).await;
+    let ta = adder.transaction().await.unwrap();
+    ta.execute("SELECT pgwake.enqueue('t', batch => $1)", &[&b])
+        .await
+        .unwrap();
+    batch_close(&closer, b).await.unwrap();
+    let e = ta.commit().await.unwrap_err();
+    let msg = e
+        .as_db_error()
+        .map(|d| d.message().to_string())
+        .unwrap_or_default();
+    assert!(
+        msg.contains(&format!("batch {b} was closed")) && msg.contains("its 1 jobs were not added"),
+        "{e:?}"
+    );
+    let s = batch_status(&closer, b).await.unwrap();
+    assert_eq!((s.total, s.state.as_str()), (0, "released"));
+}
+
+/// A batch nobody closes is closed by the rescuer's sweep once its
+/// close_by has passed (here: moved into the past), and its callback
+/// released; a batch whose callback has left the queue is forgotten by
+/// the sweep. (Without the sweep's close, the callback stays held.)
+#[tokio::test]
+async fn the_rescuer_closes_a_batch_left_open_and_forgets_a_finished_one() {
+    let db = migrated_db().await;
+    let c = db.client().await;
+    let b = open(&c).await;
+    let jobs = add(&c, b, "t", 2).await;
+    c.execute("DELETE FROM pgwake.jobs WHERE id = ANY($1)", &[&jobs])
+        .await
+        .unwrap();
+    c.execute("SELECT pgwake.release_stalled_flows(NULL, 100)", &[])
+        .await
+        .unwrap();
+    assert!(callback_held(&db, b).await, "not before its close_by");
+    c.execute(
+        "UPDATE pgwake.batches SET close_by = now() - interval '1 second' WHERE id = $1",
+        &[&b],
+    )
+    .await
+    .unwrap();
+    c.execute("SELECT pgwake.release_stalled_flows(NULL, 100)", &[])
+        .await
+        .unwrap();
+    assert!(
+        !callback_held(&db, b).await,
+        "closed and released by the sweep"
+    );
+    let v: serde_json::Value = db.scalar(&format!("SELECT pgwake.batch_status({b})")).await;
+    assert_eq!(
+        (
+            v["state"].as_str(),
+            v["closed_by"].as_str(),
+            v["done"].as_i64()
+        ),
+        (Some("released"), Some("timeout"), Some(2)),
+        "{v}"
+    );
+    // The callback runs (removed, as a done job without history is).
+    c.execute("DELETE FROM pgwake.jobs WHERE id = $1", &[&b])
+        .await
+        .unwrap();
+    c.execute("SELECT pgwake.release_stalled_flows(NULL, 100)", &[])
+        .await
+        .unwrap();
+    let e = batch_status(&c, b).await.unwrap_err().to_string();
+    assert!(e.contains(&format!("batch {b} does not exist")), "{e}");
+}
+
+/// A producer role (pgwake.grant_producer) opens a batch, adds to it,
+/// closes it and reads its status; a worker's end of its jobs releases
+/// the callback (the check runs as the schema's owner). (Without the
+/// grant of the batch functions, the open is refused.)
+#[tokio::test]
+async fn a_producer_role_runs_a_batch() {
+    let db = migrated_db().await;
+    let c = db.client().await;
+    c.batch_execute(&format!(
+        "DO $$ BEGIN
+             IF NOT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = 'bf_producer') THEN
+                 CREATE ROLE bf_producer LOGIN PASSWORD 'pw' NOSUPERUSER NOCREATEDB NOCREATEROLE;
+             END IF;
+         END $$;
+         GRANT CONNECT ON DATABASE {} TO bf_producer;
+         SELECT pgwake.grant_producer('bf_producer');",
+        db.name
+    ))
+    .await
+    .unwrap();
+    let mut cfg = db.config();
+    cfg.user("bf_producer");
+    cfg.password("pw");
+    let producer = pgwake::connect::connect(&cfg).await.unwrap();
+    let b = open(&producer).await;
+    let ids = pgwake::client::enqueue_many(
+        &producer,
+        &[
+            NewJob::new("t", serde_json::json!({})).batch(b),
+            NewJob::new("t", serde_json::json!({})).batch(b),
+        ],
+    )
+    .await
+    .unwrap();
+    let one: i64 = producer
+        .query_one("SELECT pgwake.enqueue('t', batch => $1)", &[&b])
+        .await
+        .unwrap()
+        .get(0);
+    assert!(batch_close(&producer, b).await.unwrap());
+    assert_eq!(batch_status(&producer, b).await.unwrap().total, 3);
+    c.execute(
+        "DELETE FROM pgwake.jobs WHERE id = ANY($1)",
+        &[&[ids[0], ids[1], one].as_slice()],
+    )
+    .await
+    .unwrap();
+    assert!(!callback_held(&db, b).await);
+}
