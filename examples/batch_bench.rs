@@ -138,7 +138,11 @@ async fn run(url: &str, delivery: Delivery, jobs: usize, concurrency: usize) {
         enqueue_many(&tx, &batch).await.unwrap();
         tx.commit().await.unwrap();
     }
-    times.until("the plain jobs", &c, |t| t.ended.load(Ordering::SeqCst) >= jobs).await;
+    times
+        .until("the plain jobs", &c, |t| {
+            t.ended.load(Ordering::SeqCst) >= jobs
+        })
+        .await;
     let plain = started.elapsed();
     times.ended.store(0, Ordering::SeqCst);
 
