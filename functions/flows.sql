@@ -707,10 +707,23 @@ BEGIN
 END
 $$;
 
+-- The first check of a commit applies every batch the transaction touched,
+-- in batch id order (the later checks find nothing left): two commits
+-- that end jobs of the same batches lock their rows in the same order,
+-- and cannot deadlock. The checks are queued after the parents' ends, so
+-- by the first one every end of the commit is counted.
 CREATE OR REPLACE FUNCTION pgwake.batch_check_trigger() RETURNS trigger
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pgwake AS $$
+DECLARE
+    b bigint;
 BEGIN
-    PERFORM pgwake.batch_apply(NEW.batch);
+    FOR b IN
+        SELECT k::bigint
+        FROM jsonb_object_keys(coalesce(nullif(current_setting('pgwake.batch_counts', true), ''), '{}')::jsonb) k
+        ORDER BY 1
+    LOOP
+        PERFORM pgwake.batch_apply(b);
+    END LOOP;
     RETURN NULL;
 END
 $$;

@@ -847,3 +847,33 @@ async fn a_producer_role_runs_a_batch() {
     .unwrap();
     assert!(!callback_held(&db, b).await);
 }
+
+/// One transaction that ends the jobs of two batches counts both (the
+/// first check of its commit applies every batch it touched, in id order)
+/// and releases both callbacks. (With batch_check_trigger applying only
+/// its own row's batch and batch_apply's DELETE of the other check rows
+/// kept, the same: the later check still fires; this pins the outcome.)
+#[tokio::test]
+async fn one_commit_ending_jobs_of_two_batches_releases_both() {
+    let db = migrated_db().await;
+    let mut c = db.client().await;
+    let a = open(&c).await;
+    let b = open(&c).await;
+    let mut jobs = add(&c, b, "t", 3).await;
+    jobs.extend(add(&c, a, "t", 2).await);
+    batch_close(&c, a).await.unwrap();
+    batch_close(&c, b).await.unwrap();
+    let tx = c.transaction().await.unwrap();
+    for id in jobs.iter().rev() {
+        tx.execute("DELETE FROM pgwake.jobs WHERE id = $1", &[id])
+            .await
+            .unwrap();
+    }
+    tx.commit().await.unwrap();
+    assert!(!callback_held(&db, a).await && !callback_held(&db, b).await);
+    let (sa, sb) = (
+        batch_status(&c, a).await.unwrap(),
+        batch_status(&c, b).await.unwrap(),
+    );
+    assert_eq!((sa.done, sb.done), (2, 3));
+}
