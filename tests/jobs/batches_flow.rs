@@ -850,9 +850,10 @@ async fn a_producer_role_runs_a_batch() {
 
 /// One transaction that ends the jobs of two batches counts both (the
 /// first check of its commit applies every batch it touched, in id order)
-/// and releases both callbacks. (With batch_check_trigger applying only
-/// its own row's batch and batch_apply's DELETE of the other check rows
-/// kept, the same: the later check still fires; this pins the outcome.)
+/// and releases both callbacks. (Not shown failing: it pins the outcome
+/// of the id-ordered apply; the deadlock that order prevents needs two
+/// commits interleaved inside their deferred triggers, which a test
+/// cannot force.)
 #[tokio::test]
 async fn one_commit_ending_jobs_of_two_batches_releases_both() {
     let db = migrated_db().await;
