@@ -316,7 +316,8 @@ BEGIN
     -- Batches: close those left open past their close_by (the callback
     -- runs with what was added), release any closed one whose jobs have
     -- all ended (none is missed: this is a net), and forget those whose
-    -- callback is gone from the queue, the dead jobs and the history.
+    -- callback is gone from the queue, the dead jobs and the history, a
+    -- day after their release (pgwake batch status answers until then).
     PERFORM pgwake.close_batch(b.id, 'timeout')
     FROM (SELECT x.id FROM pgwake.batches x
           WHERE x.closed_at IS NULL AND x.close_by < now()
@@ -328,7 +329,8 @@ BEGIN
     DELETE FROM pgwake.batches x
     WHERE x.id = ANY(ARRAY(
         SELECT y.id FROM pgwake.batches y
-        WHERE NOT EXISTS (SELECT 1 FROM pgwake.jobs j WHERE j.id = y.id)
+        WHERE (y.released_at IS NULL OR y.released_at < now() - interval '1 day')
+          AND NOT EXISTS (SELECT 1 FROM pgwake.jobs j WHERE j.id = y.id)
           AND NOT EXISTS (SELECT 1 FROM pgwake.leased_jobs l WHERE l.id = y.id)
           AND NOT EXISTS (SELECT 1 FROM pgwake.dead_jobs d WHERE d.id = y.id)
           AND NOT EXISTS (SELECT 1 FROM pgwake.finished_jobs f WHERE f.id = y.id)
@@ -643,7 +645,7 @@ BEGIN
     END IF;
     RAISE EXCEPTION 'pgwake: batch % does not exist', batch_row.id
         USING ERRCODE = 'invalid_parameter_value',
-              HINT = 'A batch''s id is the id pgwake.batch_open returned; a batch is forgotten once its callback has left the queue and the history.';
+              HINT = 'A batch''s id is the id pgwake.batch_open returned; a batch is forgotten a day after its callback was released, once the callback has left the queue and the history.';
 END
 $$;
 
@@ -829,9 +831,15 @@ CREATE OR REPLACE FUNCTION pgwake.batch_add(job_id bigint, b bigint) RETURNS voi
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pgwake
 SET enable_seqscan = off SET jit = off AS $$
 DECLARE
-    r pgwake.batches := pgwake.batch_row(b, false);
-    pending jsonb := coalesce(nullif(current_setting('pgwake.batch_counts', true), ''), '{}')::jsonb -> b::text;
+    r pgwake.batches;
+    counts jsonb := coalesce(nullif(current_setting('pgwake.batch_counts', true), ''), '{}')::jsonb;
+    pending jsonb := counts -> b::text;
 BEGIN
+    -- Read here (called once per job added); pgwake.batch_row says why not.
+    SELECT * INTO r FROM pgwake.batches x WHERE x.id = b;
+    IF r.id IS NULL THEN
+        r := pgwake.batch_row(b, false);
+    END IF;
     IF r.closed_at IS NOT NULL THEN
         RAISE EXCEPTION 'pgwake: batch % is closed (at %): no job can be added to it', b, r.closed_at
             USING ERRCODE = 'invalid_parameter_value',
@@ -856,7 +864,13 @@ BEGIN
     INSERT INTO pgwake.job_parents (parent, child, on_failure, state, batch)
     VALUES (job_id, b, 'run', 'open', true);
     UPDATE pgwake.jobs j SET has_children = true WHERE j.id = job_id AND NOT j.has_children;
-    PERFORM pgwake.batch_count(b, 1, 0);
+    IF pending IS NULL THEN
+        PERFORM pgwake.batch_count(b, 1, 0);
+    ELSE
+        -- pgwake.batch_count's work, inline: the check is queued already.
+        PERFORM set_config('pgwake.batch_counts', jsonb_set(counts, ARRAY[b::text],
+            jsonb_build_array((pending ->> 0)::bigint + 1, (pending ->> 1)::bigint))::text, true);
+    END IF;
 END
 $$;
 

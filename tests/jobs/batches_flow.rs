@@ -787,10 +787,21 @@ async fn the_rescuer_closes_a_batch_left_open_and_forgets_a_finished_one() {
         (Some("released"), Some("timeout"), Some(2)),
         "{v}"
     );
-    // The callback runs (removed, as a done job without history is).
+    // The callback runs (removed, as a done job without history is): the
+    // status answers for a day after the release, then the batch goes.
     c.execute("DELETE FROM pgwake.jobs WHERE id = $1", &[&b])
         .await
         .unwrap();
+    c.execute("SELECT pgwake.release_stalled_flows(NULL, 100)", &[])
+        .await
+        .unwrap();
+    assert_eq!(batch_status(&c, b).await.unwrap().callback, "ended");
+    c.execute(
+        "UPDATE pgwake.batches SET released_at = now() - interval '25 hours' WHERE id = $1",
+        &[&b],
+    )
+    .await
+    .unwrap();
     c.execute("SELECT pgwake.release_stalled_flows(NULL, 100)", &[])
         .await
         .unwrap();
