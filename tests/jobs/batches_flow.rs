@@ -393,9 +393,17 @@ impl Handler for Recorder {
 /// job's handler ended, and reads the right summary. (Without the
 /// release in batch_apply the callback never runs and the wait times out;
 /// without end_batch_edge in settle_parent, the same.)
-async fn callback_runs_once_after_every_outcome(lease: bool) {
+async fn callback_runs_once_after_every_outcome(lease: bool, history: bool) {
     let db = migrated_db().await;
     let mut c = db.client().await;
+    if history {
+        pgwake::admin::history::apply(
+            &c,
+            pgwake::config::KeepFinished::Keep(Duration::from_secs(3600)),
+        )
+        .await
+        .unwrap();
+    }
     let b = open(&c).await;
     let mut ok = Vec::new();
     let mut fail = Vec::new();
@@ -494,16 +502,42 @@ async fn callback_runs_once_after_every_outcome(lease: bool) {
         "{s:?}"
     );
     assert_eq!(s.state, "released");
+    // After the callback ran, the status answers the same, history or not.
+    let after = batch_status(&c, b).await.unwrap();
+    assert_eq!(
+        (
+            after.callback.as_str(),
+            after.total,
+            after.done,
+            after.dead,
+            after.cancelled
+        ),
+        ("ended", 33, 29, 3, 1)
+    );
+    if history {
+        let kept: i64 = db.scalar("SELECT count(*) FROM pgwake.finished_jobs").await;
+        assert!(kept >= 30, "history is on: {kept} finished jobs kept");
+    }
 }
 
 #[tokio::test]
 async fn tx_mode_callback_runs_once_after_every_outcome() {
-    callback_runs_once_after_every_outcome(false).await;
+    callback_runs_once_after_every_outcome(false, false).await;
+}
+
+#[tokio::test]
+async fn tx_mode_with_history_callback_runs_once_after_every_outcome() {
+    callback_runs_once_after_every_outcome(false, true).await;
 }
 
 #[tokio::test]
 async fn lease_mode_callback_runs_once_after_every_outcome() {
-    callback_runs_once_after_every_outcome(true).await;
+    callback_runs_once_after_every_outcome(true, false).await;
+}
+
+#[tokio::test]
+async fn lease_mode_with_history_callback_runs_once_after_every_outcome() {
+    callback_runs_once_after_every_outcome(true, true).await;
 }
 
 /// A batch whose `block` job's worker is killed (kill -9) while it runs:
