@@ -19,6 +19,9 @@
 -- it done is refused. `on_parent_failure`: what the job does when a
 -- parent ends dead or cancelled: 'cancel' (default), 'run' or 'wait'
 -- (docs/src/flows.md). A duplicate (`unique_key`) gets no parents.
+-- `batch`: the batch (pgwake.batch_open) the job belongs to: its callback
+-- runs after this job has ended, whatever its outcome (functions/flows.sql;
+-- a duplicate is not added).
 CREATE OR REPLACE FUNCTION pgwake.enqueue(
     task         text,
     payload      jsonb       DEFAULT '{}'::jsonb,
@@ -34,7 +37,8 @@ CREATE OR REPLACE FUNCTION pgwake.enqueue(
     traceparent  text        DEFAULT NULL,
     tracestate   text        DEFAULT NULL,
     after        bigint[]    DEFAULT NULL,
-    on_parent_failure text   DEFAULT NULL
+    on_parent_failure text   DEFAULT NULL,
+    batch        bigint      DEFAULT NULL
 ) RETURNS bigint
 LANGUAGE plpgsql AS $$
 DECLARE
@@ -70,6 +74,9 @@ BEGIN
     END IF;
     IF cardinality(enqueue.after) > 0 AND NOT r.duplicate THEN
         PERFORM pgwake.add_parents(r.id, enqueue.after, enqueue.on_parent_failure);
+    END IF;
+    IF enqueue.batch IS NOT NULL AND NOT r.duplicate THEN
+        PERFORM pgwake.batch_add(r.id, enqueue.batch);
     END IF;
     IF r.duplicate THEN
         RAISE NOTICE 'pgwake.enqueue: duplicate: job % already waits (or runs) with unique_key %',

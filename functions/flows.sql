@@ -51,6 +51,8 @@ BEGIN
         UPDATE pgwake.job_parents p SET state = 'done'
         WHERE p.parent = parent_id AND p.state = from_state
           AND (policies IS NULL OR p.on_failure = ANY(policies))
+          -- a batch's edge is counted (pgwake.end_batch_edge)
+          AND NOT p.batch
         RETURNING p.child
     )
     SELECT array_agg(e.child ORDER BY e.child) INTO kids FROM e;
@@ -158,6 +160,7 @@ BEGIN
         -- (pgwake.parent_results); 'wait' and 'cancel': marked failed.
         UPDATE pgwake.job_parents SET error = coalesce(err, 'dead'), result = NULL
         WHERE parent = parent_id AND state = 'open' AND on_failure = 'run';
+        PERFORM pgwake.end_batch_edge(parent_id);
         released := pgwake.end_parent_edges(parent_id, 'open', ARRAY['run']);
         UPDATE pgwake.job_parents SET state = 'failed'
         WHERE parent = parent_id AND state = 'open';
@@ -172,6 +175,7 @@ BEGIN
     WHERE parent = parent_id AND state = 'failed' AND on_failure = 'wait';
     PERFORM pgwake.cancel_children(parent_id,
         format('cancelled: parent %s ended dead and was purged', parent_id));
+    PERFORM pgwake.end_batch_edge(parent_id);
     RETURN pgwake.end_parent_edges(parent_id, 'open', NULL);
 END
 $$;
@@ -286,11 +290,12 @@ BEGIN
     -- Walked by the edges (job_parents_child_idx), not the queue.
     SELECT max(c.child), count(*) INTO next_after, seen
     FROM (SELECT DISTINCT e.child FROM pgwake.job_parents e
-          WHERE e.state <> 'done' AND (after IS NULL OR e.child > after)
-          ORDER BY e.child LIMIT batch) c;
+          WHERE e.state <> 'done' AND NOT e.batch AND (after IS NULL OR e.child > after)
+          ORDER BY e.child LIMIT release_stalled_flows.batch) c;
     FOR p IN
         SELECT DISTINCT e.parent FROM pgwake.job_parents e
         WHERE e.state <> 'done' AND (after IS NULL OR e.child > after) AND e.child <= next_after
+          AND NOT e.batch
           AND EXISTS (SELECT 1 FROM pgwake.jobs j WHERE j.id = e.child AND j.parents_open > 0)
           AND NOT EXISTS (SELECT 1 FROM pgwake.jobs w WHERE w.id = e.parent)
           AND NOT EXISTS (SELECT 1 FROM pgwake.leased_jobs l WHERE l.id = e.parent)
@@ -304,10 +309,32 @@ BEGIN
         WHERE NOT EXISTS (SELECT 1 FROM pgwake.jobs j WHERE j.id = x.child)
           AND NOT EXISTS (SELECT 1 FROM pgwake.leased_jobs l WHERE l.id = x.child)
           AND NOT EXISTS (SELECT 1 FROM pgwake.dead_jobs d WHERE d.id = x.child)
-        LIMIT batch));
-    IF seen < batch THEN
+        LIMIT release_stalled_flows.batch));
+    IF seen < release_stalled_flows.batch THEN
         next_after := NULL;
     END IF;
+    -- Batches: close those left open past their close_by (the callback
+    -- runs with what was added), release any closed one whose jobs have
+    -- all ended (none is missed: this is a net), and forget those whose
+    -- callback is gone from the queue, the dead jobs and the history, a
+    -- day after their release (pgwake batch status answers until then).
+    PERFORM pgwake.close_batch(b.id, 'timeout')
+    FROM (SELECT x.id FROM pgwake.batches x
+          WHERE x.closed_at IS NULL AND x.close_by < now()
+          ORDER BY x.close_by LIMIT release_stalled_flows.batch) b;
+    PERFORM pgwake.release_batch(b.id)
+    FROM (SELECT x.id FROM pgwake.batches x
+          WHERE x.closed_at IS NOT NULL AND x.released_at IS NULL AND x.ended >= x.added
+          LIMIT release_stalled_flows.batch FOR UPDATE SKIP LOCKED) b;
+    DELETE FROM pgwake.batches x
+    WHERE x.id = ANY(ARRAY(
+        SELECT y.id FROM pgwake.batches y
+        WHERE (y.released_at IS NULL OR y.released_at < now() - interval '1 day')
+          AND NOT EXISTS (SELECT 1 FROM pgwake.jobs j WHERE j.id = y.id)
+          AND NOT EXISTS (SELECT 1 FROM pgwake.leased_jobs l WHERE l.id = y.id)
+          AND NOT EXISTS (SELECT 1 FROM pgwake.dead_jobs d WHERE d.id = y.id)
+          AND NOT EXISTS (SELECT 1 FROM pgwake.finished_jobs f WHERE f.id = y.id)
+        LIMIT release_stalled_flows.batch));
 END
 $$;
 
@@ -562,3 +589,373 @@ LANGUAGE sql STABLE SECURITY DEFINER SET search_path = pg_catalog, pgwake AS $$
     FROM sized s
 $$;
 REVOKE EXECUTE ON FUNCTION pgwake.parent_results(bigint) FROM PUBLIC;
+
+-- Batches (migration 0044; docs/src/flows.md → "Batches"): a callback job
+-- that is a child of every job of the batch under the `run` policy, held
+-- while the batch is open and until every job of it has ended, whatever
+-- their outcomes. The batch's id is its callback's job id.
+--
+--   b := pgwake.batch_open('report', '{"import": 7}');  -- the callback, held
+--   PERFORM pgwake.enqueue('row', ..., batch => b);      -- any number of transactions
+--   PERFORM pgwake.batch_close(b);                       -- no more jobs
+--   SELECT pgwake.batch_status(b);                       -- counts by outcome
+--
+-- Counted, not decremented: a job's end marks its own edge (a row of its
+-- own) and adds 1 to its transaction's count for the batch, kept in the
+-- transaction-local setting pgwake.batch_counts ({"<batch>": [added,
+-- ended]}); the first add or end of a batch in a transaction inserts a row
+-- into pgwake.batch_checks, whose deferred trigger runs after every other
+-- end of the commit and applies the counts to pgwake.batches in one
+-- UPDATE. So a transaction that ends 10,000 jobs of a batch updates the
+-- batch's row once (not 10,000 times: quadratic in one transaction), and
+-- workers ending jobs of one batch meet on its row once per transaction,
+-- at commit. That UPDATE's row lock orders them: whichever brings `ended`
+-- to `added` on a closed batch releases the callback, in its commit.
+
+-- The most jobs one batch may have.
+CREATE OR REPLACE FUNCTION pgwake.max_batch_jobs() RETURNS bigint
+LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$ SELECT 100000::bigint $$;
+
+-- The most failed job ids pgwake.batch_status lists.
+CREATE OR REPLACE FUNCTION pgwake.max_batch_failed_ids() RETURNS integer
+LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$ SELECT 1000 $$;
+
+-- Refuse `id` unless it is a batch: a clear error for an id that is no
+-- job, or a job that is not a batch's callback.
+CREATE OR REPLACE FUNCTION pgwake.batch_row(id bigint, lock boolean) RETURNS pgwake.batches
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pgwake
+SET enable_seqscan = off SET jit = off AS $$
+DECLARE
+    r pgwake.batches;
+BEGIN
+    IF lock THEN
+        SELECT * INTO r FROM pgwake.batches b WHERE b.id = batch_row.id FOR UPDATE;
+    ELSE
+        SELECT * INTO r FROM pgwake.batches b WHERE b.id = batch_row.id;
+    END IF;
+    IF r.id IS NOT NULL THEN
+        RETURN r;
+    END IF;
+    IF EXISTS (SELECT 1 FROM pgwake.jobs j WHERE j.id = batch_row.id)
+       OR EXISTS (SELECT 1 FROM pgwake.leased_jobs l WHERE l.id = batch_row.id)
+       OR EXISTS (SELECT 1 FROM pgwake.dead_jobs d WHERE d.id = batch_row.id) THEN
+        RAISE EXCEPTION 'pgwake: job % is not a batch', batch_row.id
+            USING ERRCODE = 'invalid_parameter_value',
+                  HINT = 'A batch''s id is the id pgwake.batch_open returned (its callback''s job id).';
+    END IF;
+    RAISE EXCEPTION 'pgwake: batch % does not exist', batch_row.id
+        USING ERRCODE = 'invalid_parameter_value',
+              HINT = 'A batch''s id is the id pgwake.batch_open returned; a batch is forgotten a day after its callback was released, once the callback has left the queue and the history.';
+END
+$$;
+
+-- Add `added` and `ended` to this transaction's counts for batch `b`,
+-- queueing its check at commit the first time.
+CREATE OR REPLACE FUNCTION pgwake.batch_count(b bigint, added bigint, ended bigint) RETURNS bigint
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pgwake AS $$
+DECLARE
+    cur jsonb := coalesce(nullif(current_setting('pgwake.batch_counts', true), ''), '{}')::jsonb;
+    e jsonb := cur -> b::text;
+    first boolean := e IS NULL;
+BEGIN
+    e := jsonb_build_array(coalesce((e ->> 0)::bigint, 0) + added, coalesce((e ->> 1)::bigint, 0) + ended);
+    PERFORM set_config('pgwake.batch_counts', jsonb_set(cur, ARRAY[b::text], e)::text, true);
+    -- After the setting: under SET CONSTRAINTS ALL IMMEDIATE the check
+    -- runs at the end of this INSERT, and reads it.
+    IF first THEN
+        INSERT INTO pgwake.batch_checks (batch) VALUES (b);
+    END IF;
+    RETURN (e ->> 0)::bigint;
+END
+$$;
+
+-- Apply this transaction's counts for batch `b` to its row (one UPDATE,
+-- whose row lock orders the transactions of a batch), refusing adds to a
+-- batch another transaction closed meanwhile or past the bound, and
+-- release the callback if the batch is closed and every job has ended.
+CREATE OR REPLACE FUNCTION pgwake.batch_apply(b bigint) RETURNS void
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pgwake
+SET enable_seqscan = off SET jit = off AS $$
+DECLARE
+    cur jsonb := coalesce(nullif(current_setting('pgwake.batch_counts', true), ''), '{}')::jsonb;
+    e jsonb := cur -> b::text;
+    r pgwake.batches;
+BEGIN
+    IF e IS NULL THEN
+        RETURN;
+    END IF;
+    PERFORM set_config('pgwake.batch_counts', (cur - b::text)::text, true);
+    DELETE FROM pgwake.batch_checks c WHERE c.batch = b;
+    UPDATE pgwake.batches x SET added = x.added + (e ->> 0)::bigint, ended = x.ended + (e ->> 1)::bigint
+    WHERE x.id = b
+    RETURNING * INTO r;
+    IF r.id IS NULL THEN
+        RETURN;
+    END IF;
+    IF (e ->> 0)::bigint > 0 AND r.closed_at IS NOT NULL THEN
+        RAISE EXCEPTION 'pgwake: batch % was closed (at %) before this transaction committed: its % jobs were not added',
+            b, r.closed_at, (e ->> 0)::bigint
+            USING ERRCODE = 'invalid_parameter_value',
+                  HINT = 'Close a batch after its last job is added, or open a new batch for these jobs.';
+    END IF;
+    IF r.added > pgwake.max_batch_jobs() THEN
+        RAISE EXCEPTION 'pgwake: batch % would have % jobs: at most % are allowed', b, r.added, pgwake.max_batch_jobs()
+            USING ERRCODE = 'program_limit_exceeded',
+                  HINT = 'Split the work into several batches, and wait for them with a job enqueued after their callbacks.';
+    END IF;
+    IF r.closed_at IS NOT NULL AND r.released_at IS NULL AND r.ended >= r.added THEN
+        PERFORM pgwake.release_batch(b);
+    END IF;
+END
+$$;
+
+-- The first check of a commit applies every batch the transaction touched,
+-- in batch id order (the later checks find nothing left): two commits
+-- that end jobs of the same batches lock their rows in the same order,
+-- and cannot deadlock. The checks are queued after the parents' ends, so
+-- by the first one every end of the commit is counted.
+CREATE OR REPLACE FUNCTION pgwake.batch_check_trigger() RETURNS trigger
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pgwake AS $$
+DECLARE
+    b bigint;
+BEGIN
+    FOR b IN
+        SELECT k::bigint
+        FROM jsonb_object_keys(coalesce(nullif(current_setting('pgwake.batch_counts', true), ''), '{}')::jsonb) k
+        ORDER BY 1
+    LOOP
+        PERFORM pgwake.batch_apply(b);
+    END LOOP;
+    RETURN NULL;
+END
+$$;
+
+-- Batch `b`'s jobs by outcome, read from its edges: total, done, dead,
+-- cancelled, pending, and the ids of the failed (dead or cancelled), the
+-- first pgwake.max_batch_failed_ids() by id (failed_ids_omitted: how many
+-- more). One pass over the batch's edges by job_parents_child_idx.
+CREATE OR REPLACE FUNCTION pgwake.batch_summary(b bigint) RETURNS jsonb
+LANGUAGE sql STABLE SECURITY DEFINER SET search_path = pg_catalog, pgwake
+SET enable_seqscan = off SET jit = off AS $$
+    WITH c AS (
+        SELECT count(*) AS total,
+               count(*) FILTER (WHERE e.state = 'done' AND e.error IS NULL) AS done,
+               count(*) FILTER (WHERE e.state = 'done' AND e.error = 'cancelled') AS cancelled,
+               count(*) FILTER (WHERE e.state = 'done' AND e.error <> 'cancelled') AS dead,
+               count(*) FILTER (WHERE e.state <> 'done') AS pending
+        FROM pgwake.job_parents e WHERE e.child = b AND e.batch
+    ), f AS (
+        SELECT coalesce(jsonb_agg(x.parent ORDER BY x.parent), '[]') AS ids
+        FROM (SELECT e.parent FROM pgwake.job_parents e
+              WHERE e.child = b AND e.batch AND e.state = 'done' AND e.error IS NOT NULL
+              ORDER BY e.parent LIMIT pgwake.max_batch_failed_ids()) x
+    )
+    SELECT jsonb_build_object('total', c.total, 'done', c.done, 'dead', c.dead,
+                              'cancelled', c.cancelled, 'pending', c.pending,
+                              'failed_ids', f.ids,
+                              'failed_ids_omitted', c.dead + c.cancelled - jsonb_array_length(f.ids))
+    FROM c, f
+$$;
+
+-- Release batch `b`'s callback (every job ended, the batch closed): the
+-- summary is kept on the batch's row, the callback made claimable (a keyed
+-- one through its key), its queue's idle workers woken.
+CREATE OR REPLACE FUNCTION pgwake.release_batch(b bigint) RETURNS boolean
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pgwake
+SET enable_seqscan = off SET jit = off AS $$
+DECLARE
+    r record;
+BEGIN
+    UPDATE pgwake.batches x SET released_at = now(), summary = pgwake.batch_summary(b)
+    WHERE x.id = b AND x.released_at IS NULL;
+    IF NOT FOUND THEN
+        RETURN false;
+    END IF;
+    UPDATE pgwake.jobs j
+    SET parents_open = 0, held = j.held AND j.ordering_key IS NOT NULL
+    WHERE j.id = b AND j.parents_open > 0
+    RETURNING j.ordering_key, j.queue, j.run_at INTO r;
+    IF NOT FOUND THEN
+        -- the callback was cancelled
+        RETURN false;
+    END IF;
+    IF r.ordering_key IS NOT NULL AND NOT pgwake.release_ordering_key(r.ordering_key) THEN
+        INSERT INTO pgwake.ordering_recheck (ordering_key) VALUES (r.ordering_key);
+    END IF;
+    IF r.run_at <= now() THEN
+        PERFORM pg_notify('pgwake', r.queue);
+    END IF;
+    RETURN true;
+END
+$$;
+
+-- Open a batch: enqueue its callback (held) and return its id, the
+-- batch's id. `close_within`: the batch is closed by the rescuer's sweep
+-- if no producer has closed it by then (1 second to 30 days; default 1
+-- day), so a producer that died mid-batch cannot hold the callback
+-- forever.
+CREATE OR REPLACE FUNCTION pgwake.batch_open(
+    task         text,
+    payload      jsonb       DEFAULT '{}'::jsonb,
+    queue        text        DEFAULT 'default',
+    priority     integer     DEFAULT 0,
+    max_attempts integer     DEFAULT 25,
+    timeout      interval    DEFAULT NULL,
+    ordering_key text        DEFAULT NULL,
+    limit_key    text        DEFAULT NULL,
+    close_within interval    DEFAULT interval '1 day'
+) RETURNS bigint
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pgwake AS $$
+DECLARE
+    new_id bigint;
+BEGIN
+    IF close_within IS NULL OR close_within < interval '1 second' OR close_within > interval '30 days' THEN
+        RAISE EXCEPTION 'pgwake: close_within %: expected 1 second to 30 days', coalesce(close_within::text, 'NULL')
+            USING ERRCODE = 'invalid_parameter_value',
+                  HINT = 'A batch still open after close_within is closed by the rescuer, and its callback runs with the jobs added by then.';
+    END IF;
+    new_id := pgwake.enqueue(batch_open.task, batch_open.payload, batch_open.queue, now(),
+                         batch_open.priority, batch_open.max_attempts, batch_open.timeout,
+                         ordering_key => batch_open.ordering_key, limit_key => batch_open.limit_key);
+    UPDATE pgwake.jobs j SET parents_open = 1, held = true WHERE j.id = new_id;
+    INSERT INTO pgwake.batches (id, close_by) VALUES (new_id, now() + close_within);
+    RETURN new_id;
+END
+$$;
+
+-- Add job `job_id`, just enqueued by this transaction, to batch `b`
+-- (pgwake.enqueue's `batch`). Refuses an unknown batch, an id that is not
+-- a batch, a closed batch, a batch whose callback is gone, and the job
+-- past pgwake.max_batch_jobs().
+CREATE OR REPLACE FUNCTION pgwake.batch_add(job_id bigint, b bigint) RETURNS void
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pgwake
+SET enable_seqscan = off SET jit = off AS $$
+DECLARE
+    r pgwake.batches;
+    counts jsonb := coalesce(nullif(current_setting('pgwake.batch_counts', true), ''), '{}')::jsonb;
+    pending jsonb := counts -> b::text;
+BEGIN
+    -- Read here (called once per job added); pgwake.batch_row says why not.
+    SELECT * INTO r FROM pgwake.batches x WHERE x.id = b;
+    IF r.id IS NULL THEN
+        r := pgwake.batch_row(b, false);
+    END IF;
+    IF r.closed_at IS NOT NULL THEN
+        RAISE EXCEPTION 'pgwake: batch % is closed (at %): no job can be added to it', b, r.closed_at
+            USING ERRCODE = 'invalid_parameter_value',
+                  HINT = 'Open a new batch (pgwake.batch_open) for these jobs.';
+    END IF;
+    IF NOT EXISTS (SELECT 1 FROM pgwake.jobs j WHERE j.id = b AND j.parents_open > 0) THEN
+        RAISE EXCEPTION 'pgwake: batch %''s callback was cancelled: no job can be added to it', b
+            USING ERRCODE = 'invalid_parameter_value',
+                  HINT = 'Open a new batch (pgwake.batch_open) for these jobs.';
+    END IF;
+    IF r.added + coalesce((pending ->> 0)::bigint, 0) >= pgwake.max_batch_jobs() THEN
+        RAISE EXCEPTION 'pgwake: batch % has % jobs: at most % are allowed',
+            b, r.added + coalesce((pending ->> 0)::bigint, 0), pgwake.max_batch_jobs()
+            USING ERRCODE = 'program_limit_exceeded',
+                  HINT = 'Split the work into several batches, and wait for them with a job enqueued after their callbacks.';
+    END IF;
+    IF NOT EXISTS (SELECT 1 FROM pgwake.jobs j WHERE j.id = job_id AND j.created_at = now())
+       OR EXISTS (SELECT 1 FROM pgwake.job_parents e WHERE e.parent = job_id AND e.batch) THEN
+        RAISE EXCEPTION 'pgwake: job % was not enqueued by this transaction: a job is added to a batch when it is enqueued', job_id
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    INSERT INTO pgwake.job_parents (parent, child, on_failure, state, batch)
+    VALUES (job_id, b, 'run', 'open', true);
+    UPDATE pgwake.jobs j SET has_children = true WHERE j.id = job_id AND NOT j.has_children;
+    IF pending IS NULL THEN
+        PERFORM pgwake.batch_count(b, 1, 0);
+    ELSE
+        -- pgwake.batch_count's work, inline: the check is queued already.
+        PERFORM set_config('pgwake.batch_counts', jsonb_set(counts, ARRAY[b::text],
+            jsonb_build_array((pending ->> 0)::bigint + 1, (pending ->> 1)::bigint))::text, true);
+    END IF;
+END
+$$;
+
+-- End the edge of `parent_id` to its batch, if it has one and it is open,
+-- and count it for this transaction.
+CREATE OR REPLACE FUNCTION pgwake.end_batch_edge(parent_id bigint) RETURNS void
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pgwake
+SET enable_seqscan = off SET jit = off AS $$
+DECLARE
+    b bigint;
+BEGIN
+    UPDATE pgwake.job_parents e SET state = 'done'
+    WHERE e.parent = parent_id AND e.batch AND e.state = 'open'
+    RETURNING e.child INTO b;
+    IF b IS NOT NULL THEN
+        PERFORM pgwake.batch_count(b, 0, 1);
+    END IF;
+END
+$$;
+
+-- Close batch `b` (`closer`: 'producer' or 'timeout'): no job can be added;
+-- the callback is released now if every job has ended, else in the commit
+-- that ends the last. Returns false if it was closed already.
+CREATE OR REPLACE FUNCTION pgwake.close_batch(b bigint, closer text) RETURNS boolean
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pgwake
+SET enable_seqscan = off SET jit = off AS $$
+DECLARE
+    r pgwake.batches := pgwake.batch_row(b, true);
+BEGIN
+    IF r.closed_at IS NOT NULL THEN
+        RETURN false;
+    END IF;
+    -- This transaction's own adds first.
+    PERFORM pgwake.batch_apply(b);
+    UPDATE pgwake.batches x SET closed_at = now(), closed_by = closer WHERE x.id = b
+    RETURNING * INTO r;
+    IF r.ended >= r.added THEN
+        PERFORM pgwake.release_batch(b);
+    END IF;
+    RETURN true;
+END
+$$;
+
+-- Close batch `b`: its producer has added every job. Closing a closed
+-- batch changes nothing (a NOTICE says so) and returns false.
+CREATE OR REPLACE FUNCTION pgwake.batch_close(b bigint) RETURNS boolean
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pgwake AS $$
+BEGIN
+    IF NOT pgwake.close_batch(b, 'producer') THEN
+        RAISE NOTICE 'pgwake.batch_close: batch % is closed already', b;
+        RETURN false;
+    END IF;
+    RETURN true;
+END
+$$;
+
+-- Batch `b`'s progress as JSON: `state` ('open', 'closed': waiting for its
+-- last jobs, 'released': its callback was released), the counts of
+-- pgwake.batch_summary (as they were at the release, once released),
+-- `callback`: where its callback is ('held', 'waiting', 'running',
+-- 'dead', 'cancelled', 'ended'), and the times.
+CREATE OR REPLACE FUNCTION pgwake.batch_status(b bigint) RETURNS jsonb
+LANGUAGE plpgsql STABLE SECURITY DEFINER SET search_path = pg_catalog, pgwake
+SET enable_seqscan = off SET jit = off AS $$
+DECLARE
+    r pgwake.batches := pgwake.batch_row(b, false);
+    cb text;
+    err text;
+BEGIN
+    IF EXISTS (SELECT 1 FROM pgwake.leased_jobs l WHERE l.id = b) THEN
+        cb := 'running';
+    ELSIF EXISTS (SELECT 1 FROM pgwake.jobs j WHERE j.id = b AND j.parents_open > 0) THEN
+        cb := 'held';
+    ELSIF EXISTS (SELECT 1 FROM pgwake.jobs j WHERE j.id = b) THEN
+        cb := 'waiting';
+    ELSE
+        SELECT d.last_error INTO err FROM pgwake.dead_jobs d WHERE d.id = b;
+        cb := CASE WHEN NOT FOUND THEN 'ended' WHEN err = 'cancelled' THEN 'cancelled' ELSE 'dead' END;
+    END IF;
+    RETURN coalesce(r.summary, pgwake.batch_summary(b)) || jsonb_build_object(
+        'batch', b,
+        'state', CASE WHEN r.released_at IS NOT NULL THEN 'released'
+                      WHEN r.closed_at IS NOT NULL THEN 'closed' ELSE 'open' END,
+        'callback', cb,
+        'opened_at', r.opened_at, 'close_by', r.close_by, 'closed_at', r.closed_at,
+        'closed_by', r.closed_by, 'released_at', r.released_at);
+END
+$$;

@@ -207,7 +207,22 @@ BEGIN
             NULL::timestamptz, NULL::bigint;
     END IF;
 
-    IF j.parents_open > 0 THEN
+    IF j.parents_open > 0 AND EXISTS (SELECT 1 FROM pgwake.batches bt
+                                      WHERE bt.id = job_id AND bt.released_at IS NULL) THEN
+        -- A batch's callback (migration 0044): its batch's counts, read
+        -- from the batch's row, not its (up to 100,000) edges.
+        found_reason := true;
+        RETURN QUERY
+        SELECT 'waiting_for_parents'::text,
+            CASE WHEN bt.closed_at IS NULL
+                 THEN format('the callback of batch %s, which is open: %s of its %s jobs have ended; it runs once the batch is closed (pgwake batch close %s; else by the rescuer at %s) and every job of it has ended',
+                             job_id, bt.ended, bt.added, job_id, bt.close_by)
+                 ELSE format('the callback of batch %s, closed: waiting for %s of its %s jobs; it is released in the commit that ends the last (pgwake batch status %s)',
+                             job_id, bt.added - bt.ended, bt.added, job_id) END,
+            CASE WHEN bt.closed_at IS NULL THEN bt.close_by END,
+            NULL::bigint
+        FROM pgwake.batches bt WHERE bt.id = job_id;
+    ELSIF j.parents_open > 0 THEN
         -- Held for its parents (migration 0039, functions/flows.sql): the
         -- open ones (at most 10 named) and their states.
         found_reason := true;

@@ -34,10 +34,12 @@ BEGIN
     EXECUTE format('GRANT SELECT ON pgwake.schema_migrations TO %s', role);
     -- The insert trigger jobs_bounds reads the payload bound (migration 0027).
     EXECUTE format('GRANT SELECT ON pgwake.producer_limits TO %s', role);
-    EXECUTE format('GRANT EXECUTE ON FUNCTION pgwake.enqueue(text, jsonb, text, timestamptz, integer, integer, interval, text, text, boolean, text, text, text, bigint[], text), pgwake.enqueue_unique(text, jsonb, text, timestamptz, integer, integer, interval, text, text, boolean, text) TO %s', role);
+    EXECUTE format('GRANT EXECUTE ON FUNCTION pgwake.enqueue(text, jsonb, text, timestamptz, integer, integer, interval, text, text, boolean, text, text, text, bigint[], text, bigint), pgwake.enqueue_unique(text, jsonb, text, timestamptz, integer, integer, interval, text, text, boolean, text) TO %s', role);
     -- Parents of a job (SECURITY DEFINER: no grant on job_parents nor
     -- UPDATE on jobs; functions/flows.sql), and pgwake.flow.
     EXECUTE format('GRANT EXECUTE ON FUNCTION pgwake.add_parents(bigint, bigint[], text), pgwake.max_parents(), pgwake.flow(jsonb) TO %s', role);
+    -- Batches (SECURITY DEFINER; functions/flows.sql).
+    EXECUTE format('GRANT EXECUTE ON FUNCTION pgwake.batch_open(text, jsonb, text, integer, integer, interval, text, text, interval), pgwake.batch_add(bigint, bigint), pgwake.batch_close(bigint), pgwake.batch_status(bigint), pgwake.max_batch_jobs() TO %s', role);
     -- The Rust client records each job's trace context (SECURITY DEFINER:
     -- no grant on pgwake.job_traces; functions/traces.sql).
     EXECUTE format('GRANT EXECUTE ON FUNCTION pgwake.trace_job(bigint, text, text) TO %s', role);
@@ -100,7 +102,7 @@ BEGIN
     EXECUTE format('GRANT SELECT ON SEQUENCE pgwake.trace_context_rejected TO %s', role);
     -- The read-only functions of `pgwake explain`, `pgwake jobs list`, the
     -- fleet's unserved jobs and the console's pages.
-    EXECUTE format('GRANT EXECUTE ON FUNCTION pgwake.explain(bigint), pgwake.list_jobs(text, text, text, text, text, jsonb, bigint, integer, timestamptz), pgwake.unserved_jobs(integer, integer), pgwake.unslotted_running(text), pgwake.unslotted_key_running(text, text), pgwake.held_by_claim(xid), pgwake.explain_process_wait(text, text[]), pgwake.queue_pressure(text, integer), pgwake.progress_current(bigint, bigint, xid8), pgwake.job_progress_of(bigint[]), pgwake.explain_progress(bigint) TO %s', role);
+    EXECUTE format('GRANT EXECUTE ON FUNCTION pgwake.explain(bigint), pgwake.list_jobs(text, text, text, text, text, jsonb, bigint, integer, timestamptz), pgwake.unserved_jobs(integer, integer), pgwake.unslotted_running(text), pgwake.unslotted_key_running(text, text), pgwake.held_by_claim(xid), pgwake.explain_process_wait(text, text[]), pgwake.queue_pressure(text, integer), pgwake.progress_current(bigint, bigint, xid8), pgwake.job_progress_of(bigint[]), pgwake.explain_progress(bigint), pgwake.batch_status(bigint) TO %s', role);
     -- The governor's reading (a monitor's call records nothing: it may not
     -- write the state, see functions/pressure.sql).
     EXECUTE format('GRANT EXECUTE ON FUNCTION pgwake.pressure(), pgwake.pressure_duration(float8) TO %s', role);

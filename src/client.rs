@@ -99,6 +99,13 @@ pub struct NewJob {
     /// parent's retry).
     #[serde(default)]
     pub on_parent_failure: Option<String>,
+    /// The batch the job belongs to: the id `pgwake.batch_open` returned
+    /// (docs/src/flows.md → "Batches"). The batch's callback runs once
+    /// this job has ended, whatever its outcome. An unknown or closed
+    /// batch, or one already at `pgwake.max_batch_jobs()` (100,000) jobs,
+    /// fails the enqueue. Ignored for a duplicate. Default none.
+    #[serde(default)]
+    pub batch: Option<i64>,
     /// Run this long after the database's `now()` (not this machine's
     /// clock, which may be off). Ignored when `run_at` is set. Not read from
     /// NDJSON (use `run_at` there).
@@ -125,8 +132,16 @@ impl NewJob {
             tracestate: None,
             after: None,
             on_parent_failure: None,
+            batch: None,
             delay: None,
         }
+    }
+
+    /// In batch `batch` (see
+    /// [`NewJob::batch`](struct@NewJob#structfield.batch)).
+    pub fn batch(mut self, batch: i64) -> NewJob {
+        self.batch = Some(batch);
+        self
     }
 
     /// With the producer's W3C trace context `traceparent` (see
@@ -450,6 +465,7 @@ pub async fn enqueue_many_detailed<C: GenericClient>(
         .iter()
         .map(|j| j.on_parent_failure.as_deref())
         .collect();
+    let batch: Vec<Option<i64>> = jobs.iter().map(|j| j.batch).collect();
     let rows = crate::db::sql::Db::unnamed(client.client())
         .query(
             &crate::db::sql::ENQUEUE,
@@ -470,6 +486,7 @@ pub async fn enqueue_many_detailed<C: GenericClient>(
                 &tracestate,
                 &after,
                 &on_parent_failure,
+                &batch,
             ],
         )
         .await
@@ -540,4 +557,119 @@ pub async fn signal_keep<C: GenericClient>(
         .await
         .map_err(Error::db("signal"))?;
     Ok(i64::from(row.get::<_, i32>(0)))
+}
+
+/// How long a batch may stay open before the rescuer closes it
+/// ([`batch_open`]'s default: 1 day).
+pub const BATCH_CLOSE_WITHIN_DEFAULT: Duration = Duration::from_secs(24 * 3600);
+
+/// The most jobs one batch may have (the database's
+/// `pgwake.max_batch_jobs()`).
+pub const BATCH_JOBS_MAX: i64 = 100_000;
+
+/// A refusal of the batch functions (SQLSTATE 22023 or 54000: an unknown
+/// batch, an id that is no batch, a closed batch, the bound) is a usage
+/// error with the server's message and hint; anything else as
+/// [`Error::db`].
+fn batch_error(context: &'static str) -> impl FnOnce(tokio_postgres::Error) -> Error {
+    move |source| match source.as_db_error() {
+        Some(db) if matches!(db.code().code(), "22023" | "54000") => {
+            Error::Config(match db.hint() {
+                Some(hint) => format!("{context}: {} ({hint})", db.message()),
+                None => format!("{context}: {}", db.message()),
+            })
+        }
+        _ => Error::Db { context, source },
+    }
+}
+
+/// Open a batch (docs/src/flows.md → "Batches"): enqueue its callback, a
+/// job of `task` with `payload` in `queue` (`None`: `default`), held until
+/// the batch is closed ([`batch_close`]) and every job of it
+/// ([`NewJob::batch`](struct@NewJob#structfield.batch)) has ended, whatever
+/// their outcomes; it then runs once and reads [`batch_status`]. Returns
+/// the batch's id, which is the callback's job id. A batch still open after
+/// `close_within` (1 second to 30 days) is closed by the rescuer. The same
+/// as `SELECT pgwake.batch_open(...)`; it commits with `client`'s
+/// transaction, if it is one.
+pub async fn batch_open<C: GenericClient>(
+    client: &C,
+    task: &str,
+    payload: &serde_json::Value,
+    queue: Option<&str>,
+    close_within: Duration,
+) -> Result<i64> {
+    let row = crate::db::sql::Db::unnamed(client.client())
+        .query_one(
+            &crate::db::sql::BATCH_OPEN,
+            &[
+                &task,
+                &payload.to_string(),
+                &queue,
+                &close_within.as_secs_f64(),
+            ],
+        )
+        .await
+        .map_err(batch_error("batch open"))?;
+    Ok(row.get(0))
+}
+
+/// Close batch `batch`: no job can be added any more, and the callback is
+/// released at once if every job has ended, else in the commit that ends
+/// the last. `false` if it was closed already (nothing changes).
+pub async fn batch_close<C: GenericClient>(client: &C, batch: i64) -> Result<bool> {
+    let row = crate::db::sql::Db::unnamed(client.client())
+        .query_one(&crate::db::sql::BATCH_CLOSE, &[&batch])
+        .await
+        .map_err(batch_error("batch close"))?;
+    Ok(row.get(0))
+}
+
+/// A batch's progress ([`batch_status`], `pgwake.batch_status(id)`).
+#[derive(Debug, Clone, serde::Serialize, Deserialize, PartialEq)]
+pub struct BatchStatus {
+    /// The batch's id (its callback's job id).
+    pub batch: i64,
+    /// `open` (jobs may be added), `closed` (waiting for its last jobs) or
+    /// `released` (every job ended: the callback was released).
+    pub state: String,
+    /// Where the callback is: `held`, `waiting`, `running`, `dead`,
+    /// `cancelled` or `ended`.
+    pub callback: String,
+    /// The batch's jobs.
+    pub total: i64,
+    /// Jobs that ended done.
+    pub done: i64,
+    /// Jobs that ended dead (out of attempts, or buried).
+    pub dead: i64,
+    /// Jobs that were cancelled.
+    pub cancelled: i64,
+    /// Jobs that have not ended.
+    pub pending: i64,
+    /// The failed (dead or cancelled) jobs' ids, the first 1,000 by id.
+    pub failed_ids: Vec<i64>,
+    /// How many more failed jobs there are than `failed_ids` lists.
+    pub failed_ids_omitted: i64,
+}
+
+/// Batch `batch`'s progress: counts by outcome, the failed ids (the first
+/// 1,000), whether it is open, closed or released and where its callback
+/// is. Once released, the counts are as they were at the release. An
+/// unknown batch, or a job that is no batch, is a usage error.
+pub async fn batch_status<C: GenericClient>(client: &C, batch: i64) -> Result<BatchStatus> {
+    let row = crate::db::sql::Db::unnamed(client.client())
+        .query_one(&crate::db::sql::BATCH_STATUS, &[&batch])
+        .await
+        .map_err(batch_error("batch status"))?;
+    let text: String = row.get(0);
+    parse_batch_status(&text)
+}
+
+/// [`BatchStatus`] from `pgwake.batch_status`'s JSON text.
+pub(crate) fn parse_batch_status(text: &str) -> Result<BatchStatus> {
+    serde_json::from_str(text).map_err(|e| {
+        Error::Config(format!(
+            "batch status: unexpected reply from pgwake.batch_status ({e})"
+        ))
+    })
 }

@@ -233,6 +233,19 @@ impl<'a> JobContext<'a> {
         parse_parent_results(&text)
     }
 
+    /// The summary of the batch whose callback this job is (docs/src/
+    /// flows.md → "Batches"): counts by outcome and the failed ids, as they
+    /// were when the batch's last job ended. A job that is no batch's
+    /// callback gets a usage error ([`crate::Error::Config`]).
+    pub async fn batch_status(&self) -> crate::Result<crate::client::BatchStatus> {
+        let conn = self
+            .pool
+            .get()
+            .await
+            .map_err(crate::Error::pool("batch status: no connection"))?;
+        crate::client::batch_status(&**conn, self.steps.job).await
+    }
+
     /// When this run was admitted by its queue's rate limit (`pgwake queue
     /// set Q --rate N/s`) or, for a job with a limit key, by its key's rate
     /// (`--rate-per-key N/s`, which takes precedence when both are set), by

@@ -59,6 +59,12 @@ pub enum Command {
     /// Cancel jobs: waiting ones leave the queue, running ones are stopped; both end in
     /// dead_jobs as cancelled. Exits 2 if any id is unknown, finished or already dead.
     Cancel(super::cancel::CancelArgs),
+    /// Batches: a callback job that runs once after every job of the batch has ended, whatever
+    /// their outcomes: open, close, status.
+    Batch {
+        #[command(subcommand)]
+        action: super::batch::BatchAction,
+    },
     /// Send a signal: every job waiting for KEY (Outcome::WaitFor) resumes with the payload; one
     /// that wakes no job is kept (24h by default) for the first job that waits for KEY.
     Signal(super::signal::SignalArgs),
@@ -493,8 +499,12 @@ pub struct EnqueueArgs {
     /// cancelled: cancel, run or wait [default: cancel].
     #[arg(long, value_parser = ["cancel", "run", "wait"], requires = "after")]
     pub on_parent_failure: Option<String>,
+    /// The batch the job belongs to (the id `pgwake batch open` printed): the batch's
+    /// callback runs after this job has ended, whatever its outcome.
+    #[arg(long, value_name = "ID", conflicts_with = "ndjson")]
+    pub batch: Option<i64>,
     /// Read jobs from stdin, one JSON object per line:
-    /// {"task": "...", "payload": {...}, "queue": "...", "run_at": "...", "priority": 0, "max_attempts": 25, "timeout": "90s", "ordering_key": "...", "unique_key": "...", "unique_running": false, "limit_key": "...", "traceparent": "...", "tracestate": "...", "after": [41, 42], "on_parent_failure": "cancel"}.
+    /// {"task": "...", "payload": {...}, "queue": "...", "run_at": "...", "priority": 0, "max_attempts": 25, "timeout": "90s", "ordering_key": "...", "unique_key": "...", "unique_running": false, "limit_key": "...", "traceparent": "...", "tracestate": "...", "after": [41, 42], "on_parent_failure": "cancel", "batch": 40}.
     /// All lines commit together or not at all.
     #[arg(long)]
     pub ndjson: bool,

@@ -31,6 +31,7 @@ fn job_from_flags(args: EnqueueArgs) -> Result<NewJob, Error> {
         job.after = Some(args.after);
     }
     job.on_parent_failure = args.on_parent_failure;
+    job.batch = args.batch;
     job.max_attempts = args.max_attempts;
     if let Some(t) = args.timeout {
         job = job.timeout(t.into());

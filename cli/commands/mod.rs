@@ -8,6 +8,7 @@
 //! the small commands.
 
 pub mod args;
+pub mod batch;
 pub mod cancel;
 pub mod database;
 pub mod dead;
@@ -67,6 +68,7 @@ pub async fn dispatch(command: Command) -> Result<ExitCode, Error> {
         Command::Schedule { action } => schedule::command(action).await,
         Command::Cancel(args) => cancel::command(args).await,
         Command::Signal(args) => signal::command(args).await,
+        Command::Batch { action } => batch::command(action).await,
         Command::Queue { action } => queue::command(action).await,
         Command::Pressure { action } => pressure::command(action).await,
         Command::Jobs { action } => jobs::jobs_command(action).await,

@@ -7,6 +7,7 @@
 mod common;
 
 mod batches;
+mod batches_flow;
 mod cancel;
 mod cancellation;
 mod crash;

@@ -7,7 +7,8 @@
 -- $12 limit keys (NULL: the queue's limit_key_path, migration 0020);
 -- $13, $14: trace contexts (traceparent, tracestate; NULL: none given);
 -- $15: each job's parents as a JSON array of ids (NULL: none), $16 its
--- on_parent_failure (functions/flows.sql).
+-- on_parent_failure (functions/flows.sql); $17: each job's batch (NULL:
+-- none; pgwake.batch_add).
 -- Jobs without a unique key are one INSERT; jobs with one go through
 -- pgwake.enqueue_unique (functions/keys.sql), which returns the waiting
 -- job's id for a duplicate.
@@ -15,10 +16,10 @@ WITH j AS (
     SELECT j.*, coalesce(t.run_at, now() + make_interval(secs => j.delay_secs), now()) AS at
     FROM unnest($1::text[], $2::jsonb[], $3::text[], $4::text[], $5::int[], $6::int[],
                 $7::float8[], $8::float8[], $9::text[], $10::text[], $11::boolean[], $12::text[],
-                $13::text[], $14::text[], $15::jsonb[], $16::text[])
+                $13::text[], $14::text[], $15::jsonb[], $16::text[], $17::int8[])
         WITH ORDINALITY AS j(task, payload, queue, run_at_text, priority, max_attempts, delay_secs,
                              timeout_secs, ordering_key, unique_key, unique_running, limit_key,
-                             traceparent, tracestate, after, on_parent_failure, n)
+                             traceparent, tracestate, after, on_parent_failure, batch, n)
     CROSS JOIN LATERAL (SELECT j.run_at_text::timestamptz AS run_at) t
 ),
 plain AS (
@@ -56,7 +57,10 @@ SELECT x.id, x.duplicate,
        -- this statement inserted); none for a duplicate.
        CASE WHEN NOT x.duplicate AND j.after IS NOT NULL
             THEN pgwake.add_parents(x.id, ARRAY(SELECT jsonb_array_elements_text(j.after)::bigint),
-                                    j.on_parent_failure) END
+                                    j.on_parent_failure) END,
+       -- The batch, after the parents: a job both waits and is waited for.
+       CASE WHEN NOT x.duplicate AND j.batch IS NOT NULL
+            THEN pgwake.batch_add(x.id, j.batch) END
 FROM (
     SELECT r.n, p.id, false AS duplicate FROM plain_rows r JOIN plain_ids p USING (k)
     UNION ALL
