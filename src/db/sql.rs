@@ -121,6 +121,7 @@ statements! {
     JOB_HISTORY = "job_history" [INT8];
     JOB_PAYLOAD = "job_payload" [INT8];
     JOB_PROGRESS = "job_progress" [INT8_ARRAY];
+    JOB_RELATIVES = "job_relatives" [INT8, INT8];
     JOB_SNOOZES = "job_snoozes" [INT8];
     JOB_TRACE = "job_trace" [INT8];
     JOB_TRACES = "job_traces" [INT8_ARRAY];
