@@ -66,7 +66,12 @@ BEGIN
             SET parents_open = greatest(j.parents_open - 1, 0),
                 held = CASE WHEN j.parents_open - 1 > 0 THEN true
                             -- a keyed job stays held: its key releases it
-                            ELSE j.held AND j.ordering_key IS NOT NULL END
+                            ELSE j.held AND j.ordering_key IS NOT NULL END,
+                -- The release, for its latency (migration 0045): the
+                -- clock, not now(), which a tx-mode parent's claim
+                -- transaction took before its handler ran.
+                released_at = CASE WHEN j.parents_open - 1 > 0 THEN j.released_at
+                                   ELSE clock_timestamp() END
             WHERE j.id = ANY(kids) AND j.parents_open > 0
             RETURNING j.parents_open, j.ordering_key, j.queue, j.run_at
         )

@@ -197,6 +197,7 @@ statements! {
     ROLLUP_SERIES = "rollup_series" [FLOAT8, TEXT];
     ROLLUP_TOTALS = "rollup_totals" [FLOAT8];
     SAMPLE_QUEUE_SETTINGS = "sample_queue_settings" [];
+    SAMPLE_WAITING = "sample_waiting" [INT8];
     SAMPLE_QUEUES = "sample_queues" [INT8, INT8];
     SCHEDULE_ADD = "schedule_add" [TEXT, TEXT, TEXT, JSONB, TEXT, INT4, TEXT, TEXT, BOOL];
     SCHEDULE_ADVANCE = "schedule_advance" [TEXT_ARRAY, TIMESTAMPTZ_ARRAY, TIMESTAMPTZ_ARRAY,
