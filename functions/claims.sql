@@ -66,7 +66,7 @@ RETURNS TABLE (id bigint, queue text, task text, payload text, priority integer,
                created_at timestamptz, timeout_s double precision, pickup_s double precision,
                xid text, backend_pid integer,
                ordering_key text, unique_key text, ordering_at timestamptz,
-               limit_key text)
+               limit_key text, release_s double precision)
 LANGUAGE plpgsql VOLATILE
 SET plan_cache_mode = force_generic_plan
 SET enable_sort = off
@@ -114,7 +114,10 @@ BEGIN
            extract(epoch FROM clock_timestamp() - greatest(c.created_at, c.run_at))::float8,
            pg_current_xact_id()::text,
            pg_backend_pid(),
-           c.ordering_key, c.unique_key, coalesce(c.ordering_at, c.run_at), c.limit_key
+           c.ordering_key, c.unique_key, coalesce(c.ordering_at, c.run_at), c.limit_key,
+           -- a flow's child released by its parents (migration 0045)
+           CASE WHEN c.released_at IS NOT NULL
+                THEN extract(epoch FROM clock_timestamp() - greatest(c.released_at, c.run_at))::float8 END
     FROM c;
 END
 $$;
@@ -128,7 +131,7 @@ RETURNS TABLE (id bigint, queue text, task text, payload text, priority integer,
                created_at timestamptz, timeout_s double precision, pickup_s double precision,
                xid text, backend_pid integer,
                ordering_key text, unique_key text, ordering_at timestamptz,
-               limit_key text)
+               limit_key text, release_s double precision)
 LANGUAGE sql VOLATILE AS $$
     SELECT * FROM pgwake.claim_tx_all_after(claim_limit, skip_queues, only_tasks, never_tasks,
                                             -2147483648, '-infinity', -9223372036854775808)
@@ -142,7 +145,7 @@ RETURNS TABLE (id bigint, queue text, task text, payload text, priority integer,
                created_at timestamptz, timeout_s double precision, pickup_s double precision,
                xid text, backend_pid integer,
                ordering_key text, unique_key text, ordering_at timestamptz,
-               limit_key text)
+               limit_key text, release_s double precision)
 LANGUAGE plpgsql VOLATILE
 SET plan_cache_mode = force_generic_plan
 SET enable_sort = off
@@ -173,7 +176,10 @@ BEGIN
            extract(epoch FROM clock_timestamp() - greatest(c.created_at, c.run_at))::float8,
            pg_current_xact_id()::text,
            pg_backend_pid(),
-           c.ordering_key, c.unique_key, coalesce(c.ordering_at, c.run_at), c.limit_key
+           c.ordering_key, c.unique_key, coalesce(c.ordering_at, c.run_at), c.limit_key,
+           -- a flow's child released by its parents (migration 0045)
+           CASE WHEN c.released_at IS NOT NULL
+                THEN extract(epoch FROM clock_timestamp() - greatest(c.released_at, c.run_at))::float8 END
     FROM c;
 END
 $$;
@@ -202,7 +208,8 @@ RETURNS TABLE (id bigint, queue text, task text, payload text, priority integer,
                run_at timestamptz, attempts integer, max_attempts integer, last_error text,
                created_at timestamptz, timeout_s double precision, pickup_s double precision,
                token bigint, ordering_key text, unique_key text, ordering_at timestamptz,
-               limit_key text, suspect boolean, buffered boolean)
+               limit_key text, suspect boolean, buffered boolean,
+               release_s double precision)
 LANGUAGE plpgsql VOLATILE
 SET plan_cache_mode = force_generic_plan
 SET enable_sort = off
@@ -243,17 +250,20 @@ BEGIN
     INSERT INTO pgwake.leased_jobs AS l
         (id, queue, task, payload, priority, run_at, attempts, max_attempts, last_error,
          created_at, timeout, worker_id, leased_at, lease_until, ordering_key, unique_key,
-         ordering_at, holds_slot, limit_key, suspect, buffered)
+         ordering_at, holds_slot, limit_key, suspect, buffered, released_at)
     SELECT r.id, r.queue, r.task, r.payload, r.priority, r.run_at, r.attempts + 1,
            r.max_attempts, r.last_error, r.created_at, r.timeout, worker, now(),
            now() + make_interval(secs => lease_seconds), r.ordering_key, r.unique_key,
-           r.ordering_at, false, r.limit_key, r.suspect, r.in_buffer
+           r.ordering_at, false, r.limit_key, r.suspect, r.in_buffer, r.released_at
     FROM r
     RETURNING l.id, l.queue, l.task, l.payload::text, l.priority, l.run_at, l.attempts,
               l.max_attempts, l.last_error, l.created_at, extract(epoch FROM l.timeout)::float8,
               extract(epoch FROM clock_timestamp() - greatest(l.created_at, l.run_at))::float8,
               l.token, l.ordering_key, l.unique_key, coalesce(l.ordering_at, l.run_at), l.limit_key,
-              l.suspect, l.buffered;
+              l.suspect, l.buffered,
+              -- a flow's child released by its parents (migration 0045)
+              CASE WHEN l.released_at IS NOT NULL
+                THEN extract(epoch FROM clock_timestamp() - greatest(l.released_at, l.run_at))::float8 END;
 END
 $$;
 
@@ -266,7 +276,8 @@ RETURNS TABLE (id bigint, queue text, task text, payload text, priority integer,
                run_at timestamptz, attempts integer, max_attempts integer, last_error text,
                created_at timestamptz, timeout_s double precision, pickup_s double precision,
                token bigint, ordering_key text, unique_key text, ordering_at timestamptz,
-               limit_key text, suspect boolean, buffered boolean)
+               limit_key text, suspect boolean, buffered boolean,
+               release_s double precision)
 LANGUAGE sql VOLATILE AS $$
     SELECT * FROM pgwake.claim_lease_all_after(claim_limit, skip_queues, only_tasks, never_tasks,
                                                worker, lease_seconds, run_now,
@@ -282,7 +293,8 @@ RETURNS TABLE (id bigint, queue text, task text, payload text, priority integer,
                run_at timestamptz, attempts integer, max_attempts integer, last_error text,
                created_at timestamptz, timeout_s double precision, pickup_s double precision,
                token bigint, ordering_key text, unique_key text, ordering_at timestamptz,
-               limit_key text, suspect boolean, buffered boolean)
+               limit_key text, suspect boolean, buffered boolean,
+               release_s double precision)
 LANGUAGE plpgsql VOLATILE
 SET plan_cache_mode = force_generic_plan
 SET enable_sort = off
@@ -319,17 +331,20 @@ BEGIN
     INSERT INTO pgwake.leased_jobs AS l
         (id, queue, task, payload, priority, run_at, attempts, max_attempts, last_error,
          created_at, timeout, worker_id, leased_at, lease_until, ordering_key, unique_key,
-         ordering_at, holds_slot, limit_key, suspect, buffered)
+         ordering_at, holds_slot, limit_key, suspect, buffered, released_at)
     SELECT r.id, r.queue, r.task, r.payload, r.priority, r.run_at, r.attempts + 1,
            r.max_attempts, r.last_error, r.created_at, r.timeout, worker, now(),
            now() + make_interval(secs => lease_seconds), r.ordering_key, r.unique_key,
-           r.ordering_at, false, r.limit_key, r.suspect, r.in_buffer
+           r.ordering_at, false, r.limit_key, r.suspect, r.in_buffer, r.released_at
     FROM r
     RETURNING l.id, l.queue, l.task, l.payload::text, l.priority, l.run_at, l.attempts,
               l.max_attempts, l.last_error, l.created_at, extract(epoch FROM l.timeout)::float8,
               extract(epoch FROM clock_timestamp() - greatest(l.created_at, l.run_at))::float8,
               l.token, l.ordering_key, l.unique_key, coalesce(l.ordering_at, l.run_at), l.limit_key,
-              l.suspect, l.buffered;
+              l.suspect, l.buffered,
+              -- a flow's child released by its parents (migration 0045)
+              CASE WHEN l.released_at IS NOT NULL
+                THEN extract(epoch FROM clock_timestamp() - greatest(l.released_at, l.run_at))::float8 END;
 END
 $$;
 

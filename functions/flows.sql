@@ -68,7 +68,12 @@ BEGIN
             SET parents_open = greatest(j.parents_open - 1, 0),
                 held = CASE WHEN j.parents_open - 1 > 0 THEN true
                             -- a keyed job stays held: its key releases it
-                            ELSE j.held AND j.ordering_key IS NOT NULL END
+                            ELSE j.held AND j.ordering_key IS NOT NULL END,
+                -- The release, for its latency (migration 0045): the
+                -- clock, not now(), which a tx-mode parent's claim
+                -- transaction took before its handler ran.
+                released_at = CASE WHEN j.parents_open - 1 > 0 THEN j.released_at
+                                   ELSE clock_timestamp() END
             WHERE j.id = ANY(kids) AND j.parents_open > 0
             RETURNING j.parents_open, j.ordering_key, j.queue, j.run_at
         )
@@ -772,7 +777,9 @@ BEGIN
         RETURN false;
     END IF;
     UPDATE pgwake.jobs j
-    SET parents_open = 0, held = j.held AND j.ordering_key IS NOT NULL
+    SET parents_open = 0, held = j.held AND j.ordering_key IS NOT NULL,
+        -- for the release latency, as end_parent_edges (migration 0045)
+        released_at = clock_timestamp()
     WHERE j.id = b AND j.parents_open > 0
     RETURNING j.ordering_key, j.queue, j.run_at INTO r;
     IF NOT FOUND THEN

@@ -82,6 +82,12 @@ pub(crate) const KEY_RATE_THROTTLED: &str = "pgwake_key_rate_throttled_total";
 /// queue with a handler for their task), labels `queue`, `task`; counted
 /// at the heads of the queues (`services::fleet`).
 pub(crate) const JOBS_UNSERVED: &str = "pgwake_jobs_unserved";
+/// Gauge: waiting jobs by what they wait for, labels `queue`, `reason`
+/// (`snoozed`, `sleeping`, `signal`, `parents`; sampled).
+pub(crate) const JOBS_WAITING: &str = "pgwake_jobs_waiting";
+/// Histogram: from a flow child's release (its last parent ended) to its
+/// claim, label `queue`.
+pub(crate) const FLOW_RELEASE_LATENCY: &str = "pgwake_flow_release_latency_seconds";
 /// Gauge: age of the oldest ready job, label `queue`.
 pub(crate) const QUEUE_OLDEST_READY_AGE: &str = "pgwake_queue_oldest_ready_age_seconds";
 /// Gauge: rows in `dead_jobs`, label `queue`.
@@ -273,6 +279,11 @@ pub(crate) fn init_known(known: Known<'_>) {
             metrics::gauge!(gauge, "queue" => queue.clone()).increment(0.0);
         }
         let _ = metrics::histogram!(PICKUP_LATENCY, "queue" => queue.clone());
+        let _ = metrics::histogram!(FLOW_RELEASE_LATENCY, "queue" => queue.clone());
+        for reason in crate::admin::gauges::WAITING_REASONS {
+            metrics::gauge!(JOBS_WAITING, "queue" => queue.clone(), "reason" => *reason)
+                .increment(0.0);
+        }
         for t in &tasks {
             for outcome in ["done", "retry", "dead", "returned", "lost", "cancelled"] {
                 metrics::counter!(JOBS, "queue" => queue.clone(), "task" => task_label(t), "outcome" => outcome)
@@ -407,6 +418,15 @@ pub(crate) fn describe() {
         "Time the longest-waiting ready job has been ready (since the later of created_at and run_at), by queue; 0 when none is ready"
     );
     describe_gauge!(DEAD_JOBS, "Rows in pgwake.dead_jobs by queue");
+    describe_gauge!(
+        JOBS_WAITING,
+        "Waiting jobs by queue and what they wait for (reason: snoozed, sleeping, signal, parents), sampled; each reason counted over at most 10,000 rows of its own table"
+    );
+    describe_histogram!(
+        FLOW_RELEASE_LATENCY,
+        Unit::Seconds,
+        "Time from a flow child's release (the end of its last parent, or its run_at if later) to its claim, by queue"
+    );
     describe_gauge!(
         JOBS_UNSERVED,
         "Ready jobs that no live worker can run (none works their queue with a handler for their task), by queue and task; counted among the first 10 ready jobs of each queue and priority, so a lower bound"
@@ -570,6 +590,12 @@ pub fn install() -> PrometheusHandle {
                 .and_then(|b| {
                     b.set_buckets_for_metric(
                         Matcher::Full(SCHEDULE_TICK_DELAY.into()),
+                        PICKUP_BUCKETS,
+                    )
+                })
+                .and_then(|b| {
+                    b.set_buckets_for_metric(
+                        Matcher::Full(FLOW_RELEASE_LATENCY.into()),
                         PICKUP_BUCKETS,
                     )
                 })

@@ -400,6 +400,43 @@ async fn queue_depth_stops_counting_at_the_cap() {
     );
 }
 
+/// The waiting jobs by reason read at most the cap's rows of each table
+/// (the depth cap, or `WAITING_CAP` when lower): 8 snoozed and 8 held jobs
+/// count 5 each under a cap of 5, and 8 with the default one.
+#[tokio::test]
+async fn waiting_jobs_by_reason_stop_counting_at_the_cap() {
+    let db = migrated_db().await;
+    db.client()
+        .await
+        .batch_execute(
+            "WITH j AS (INSERT INTO pgwake.jobs (queue, task, run_at)
+                        SELECT 'bulk', 'send', now() + interval '1 hour' FROM generate_series(1, 8)
+                        RETURNING id, run_at)
+             INSERT INTO pgwake.job_snoozes (job_id, snoozes, snoozed_until)
+             SELECT id, 1, run_at FROM j;
+             SELECT pgwake.enqueue('child', queue => 'bulk',
+                                   after => ARRAY[pgwake.enqueue('parent', queue => 'other')])
+             FROM generate_series(1, 8);",
+        )
+        .await
+        .unwrap();
+    let pool = sampler_pool(&db);
+    let waiting = |s: &Sample| {
+        let mut w: Vec<(String, String, i64)> = s.waiting.clone();
+        w.sort();
+        w
+    };
+    let row = |reason: &str, n: i64| ("bulk".to_string(), reason.to_string(), n);
+    assert_eq!(
+        waiting(&sample(&pool, 5).await.unwrap()),
+        [row("parents", 5), row("snoozed", 5)]
+    );
+    assert_eq!(
+        waiting(&sample(&pool, DEPTH_CAP_DEFAULT).await.unwrap()),
+        [row("parents", 8), row("snoozed", 8)]
+    );
+}
+
 #[tokio::test]
 async fn a_session_idle_in_transaction_raises_the_idle_and_oldest_transaction_gauges() {
     const APP: &str = "obs-idle-report-tool";
@@ -1036,6 +1073,146 @@ async fn a_worker_on_a_schema_newer_than_itself_exits_2_naming_both_versions() {
             "{err}"
         );
     }
+}
+
+/// A worker's `/metrics` shows flows and waits (issue 37, item 5): a
+/// child its parent released is observed once in
+/// `pgwake_flow_release_latency_seconds` when it is claimed, in both
+/// delivery modes, and its parent (which no parent released) is not; and
+/// `pgwake_jobs_waiting` counts, per queue, the jobs snoozed, sleeping,
+/// waiting for a signal and held for their parents, then drops to 0 when
+/// they no longer wait.
+#[tokio::test]
+async fn metrics_show_flow_release_latency_and_waiting_jobs_by_reason() {
+    let db = migrated_db().await;
+    let c = db.client().await;
+    // Queue `w` (no worker works it): one job of each kind of wait.
+    c.batch_execute(
+        "SELECT pgwake.enqueue('held', queue => 'w',
+                               after => ARRAY[pgwake.enqueue('blocker', queue => 'w')]);
+         WITH j AS (INSERT INTO pgwake.jobs (queue, task, run_at)
+                    VALUES ('w', 'snoozed', now() + interval '1 day') RETURNING id, run_at)
+         INSERT INTO pgwake.job_snoozes (job_id, snoozes, snoozed_until) SELECT id, 1, run_at FROM j;
+         WITH j AS (INSERT INTO pgwake.jobs (queue, task, run_at)
+                    VALUES ('w', 'sleeping', now() + interval '1 day') RETURNING id, run_at)
+         INSERT INTO pgwake.job_waits (job_id, kind, wait_until, waits) SELECT id, 'sleep', run_at, 1 FROM j;
+         WITH j AS (INSERT INTO pgwake.jobs (queue, task, run_at)
+                    VALUES ('w', 'signalled', now() + interval '1 day') RETURNING id, run_at)
+         INSERT INTO pgwake.job_waits (job_id, kind, wait_until, waits, signal_key, signal_state)
+         SELECT id, 'signal', run_at, 1, 'payment:1', 'waiting' FROM j;",
+    )
+    .await
+    .unwrap();
+    // A parent and its child in a lease-mode queue and in a tx-mode one.
+    for queue in ["leased", "txq"] {
+        c.execute(
+            "SELECT pgwake.flow(jsonb_build_array(
+                 jsonb_build_object('name', 'p', 'task', 't', 'queue', $1::text),
+                 jsonb_build_object('name', 'c', 'task', 't', 'queue', $1::text, 'after', '[\"p\"]'::jsonb)))",
+            &[&queue],
+        )
+        .await
+        .unwrap();
+    }
+    let mut child = spawn_pgwake_run(
+        &db.url,
+        &[
+            "--handler",
+            "t=exec:true",
+            "--queues",
+            "leased,txq",
+            "--tx-queues",
+            "txq",
+            "--sample-interval",
+            "200ms",
+        ],
+    );
+    let log = tail_stderr(&mut child);
+    let addr = wait_for("the worker's address", DEADLINE, async || {
+        let log = log.lock().unwrap().clone();
+        served_addr(&log).ok_or(log)
+    })
+    .await;
+    let scrape = async || {
+        http::http_get(addr, "/metrics")
+            .await
+            .map(|(_, t)| t)
+            .unwrap_or_default()
+    };
+    let series = |text: &str, s: &str| -> Option<f64> {
+        text.lines()
+            .find_map(|l| l.strip_prefix(&format!("{s} ")))
+            .map(|v| v.trim().parse().unwrap())
+    };
+    // Every job of both flows has run: each child observed once.
+    let text = wait_for("both children claimed", DEADLINE, async || {
+        let left: i64 = db
+            .scalar("SELECT count(*) FROM pgwake.jobs WHERE queue <> 'w'")
+            .await;
+        let text = scrape().await;
+        let counts = ["leased", "txq"].map(|q| {
+            series(
+                &text,
+                &format!("pgwake_flow_release_latency_seconds_count{{queue=\"{q}\"}}"),
+            )
+        });
+        if left == 0 && counts.iter().all(|n| n.is_some_and(|n| n > 0.0)) {
+            Ok(text)
+        } else {
+            Err(format!("{left} jobs left, counts {counts:?}"))
+        }
+    })
+    .await;
+    for q in ["leased", "txq"] {
+        assert_eq!(
+            series(
+                &text,
+                &format!("pgwake_flow_release_latency_seconds_count{{queue=\"{q}\"}}")
+            ),
+            Some(1.0),
+            "the child only, not its parent: {text}"
+        );
+        let sum = series(
+            &text,
+            &format!("pgwake_flow_release_latency_seconds_sum{{queue=\"{q}\"}}"),
+        )
+        .unwrap();
+        assert!(sum >= 0.0, "{sum}");
+    }
+    // The waits, sampled.
+    let waiting = |text: &str, reason: &str| {
+        series(
+            text,
+            &format!("pgwake_jobs_waiting{{queue=\"w\",reason=\"{reason}\"}}"),
+        )
+    };
+    wait_for("the waiting gauges", DEADLINE, async || {
+        let text = scrape().await;
+        let got = ["snoozed", "sleeping", "signal", "parents"].map(|r| waiting(&text, r));
+        if got.iter().all(|n| *n == Some(1.0)) {
+            Ok(())
+        } else {
+            Err(format!("{got:?}"))
+        }
+    })
+    .await;
+    // They stop waiting (their rows go): each drops to 0.
+    c.batch_execute("DELETE FROM pgwake.jobs WHERE queue = 'w' AND task <> 'blocker'")
+        .await
+        .unwrap();
+    wait_for("the waiting gauges at 0", DEADLINE, async || {
+        let text = scrape().await;
+        let got = ["snoozed", "sleeping", "signal", "parents"].map(|r| waiting(&text, r));
+        if got.iter().all(|n| *n == Some(0.0)) {
+            Ok(())
+        } else {
+            Err(format!("{got:?}"))
+        }
+    })
+    .await;
+    send_signal(&child, libc::SIGTERM);
+    let out = wait_exit(child, DEADLINE).await;
+    assert!(out.status.success(), "{}", log.lock().unwrap());
 }
 
 /// The address a `pgwake run` log says it serves `/metrics` on.

@@ -281,6 +281,8 @@ fn render_detail(id: i64, d: &JobDetail) -> String {
             out.push_str(&format!("  tracestate {}\n", printable(state)));
         }
     }
+    render_relatives(&mut out, "parents", &d.parents);
+    render_relatives(&mut out, "children", &d.children);
     if let Some(p) = &d.payload {
         out.push_str("payload\n");
         for line in p.lines() {
@@ -340,6 +342,28 @@ fn render_detail(id: i64, d: &JobDetail) -> String {
     out.push_str("why not running\n");
     out.push_str(&render_reasons(&d.explanation, "  "));
     out
+}
+
+/// One side of a flow's edges: id, task, where it is, the edge's policy;
+/// bounded (jobs::RELATIVES_SHOWN), the rest counted.
+fn render_relatives(out: &mut String, side: &str, r: &jobs::Relatives) {
+    if r.total == 0 {
+        return;
+    }
+    out.push_str(&format!("{side} ({})\n", r.total));
+    for j in &r.shown {
+        out.push_str(&format!(
+            "  {}  {}  {}  on failure {}, edge {}\n",
+            j.id,
+            j.task.as_deref().map_or("-".into(), printable),
+            j.state_words(),
+            j.on_failure,
+            j.edge
+        ));
+    }
+    if r.more() > 0 {
+        out.push_str(&format!("  … and {} more\n", r.more()));
+    }
 }
 
 fn render_reasons(reasons: &[Reason], indent: &str) -> String {

@@ -20,6 +20,19 @@ pub const TIME_LIMIT_DEFAULT: Duration = Duration::from_secs(5);
 /// of the sample; claims take their rows from the head of the queue.
 pub const RUNNING_CHECK_WINDOW: i64 = 10_000;
 
+/// What a waiting job can wait for, as [`Sample::waiting`] counts it (the
+/// `reason` label of `pgwake_jobs_waiting`): its handler snoozed it, put it
+/// to sleep or made it wait for a signal, or it is held until its parents
+/// end done.
+pub const WAITING_REASONS: &[&str] = &["snoozed", "sleeping", "signal", "parents"];
+
+/// Rows of its own table each reason of [`Sample::waiting`] reads at most
+/// (or the depth cap, when lower): each is an index probe of the job, so a
+/// sample's cost for the waits is this many probes per reason at most
+/// (10,000: about 0.1 s for three reasons at the cap, 100,000: 1.3 s, on a
+/// loaded 2-core machine; docs/src/metrics.md).
+pub const WAITING_CAP: i64 = 10_000;
+
 /// One queue's gauges.
 #[derive(Debug, Clone, PartialEq)]
 pub struct QueueSample {
@@ -77,6 +90,12 @@ pub struct Sample {
     /// Queues the governor paused under critical pressure
     /// (`--shed-under-pressure`, `pgwake.pressure()`), by name.
     pub shed: Vec<String>,
+    /// Waiting jobs by what they wait for, per queue: (queue, reason,
+    /// count), reason one of [`WAITING_REASONS`]; each reason counted over
+    /// at most [`WAITING_CAP`] rows of its table
+    /// (`src/db/sql/sample_waiting.sql`).
+    /// A queue and reason with none is left out.
+    pub waiting: Vec<(String, String, i64)>,
     /// How long the sample took (connection checkout included).
     pub duration: Duration,
 }
@@ -86,7 +105,7 @@ pub async fn sample(pool: &deadpool_postgres::Pool, depth_cap: i64) -> Result<Sa
     sample_with(pool, depth_cap, Some(TIME_LIMIT_DEFAULT)).await
 }
 
-/// Read one sample: three pipelined queries in one read-only transaction on a
+/// Read one sample: four pipelined queries in one read-only transaction on a
 /// pooled connection, under `statement_timeout` = `time_limit` (`None`: no
 /// limit, as `pgwake stats` reads). Counts stop at `depth_cap` (`i64::MAX`:
 /// no cap).
@@ -111,18 +130,24 @@ pub async fn sample_with(
         .await
         .map_err(Error::db("sampler: set statement_timeout"))?;
     let window = depth_cap.min(RUNNING_CHECK_WINDOW);
+    let waiting_cap = depth_cap.min(WAITING_CAP);
+    let waiting_params: [&(dyn tokio_postgres::types::ToSql + Sync); 1] = [&waiting_cap];
     let params: [&(dyn tokio_postgres::types::ToSql + Sync); 2] = [&depth_cap, &window];
     let db = Db::unnamed(tx.client());
-    let (queues, pressure, settings) = tokio::join!(
+    let (queues, pressure, settings, waiting) = tokio::join!(
         db.query(&sql::SAMPLE_QUEUES, &params),
         db.query_one(&sql::SAMPLE_PRESSURE, &[]),
         db.query(&sql::SAMPLE_QUEUE_SETTINGS, &[]),
+        db.query(&sql::SAMPLE_WAITING, &waiting_params),
     );
     // Pipelined: when the first fails (e.g. statement_timeout), the others
     // only say "transaction aborted"; report the first.
-    let (queues, pressure, settings) = match (queues, pressure, settings) {
-        (Ok(q), Ok(p), Ok(z)) => (q, p, z),
-        (Err(e), _, _) | (Ok(_), Err(e), _) | (Ok(_), Ok(_), Err(e)) => {
+    let (queues, pressure, settings, waiting) = match (queues, pressure, settings, waiting) {
+        (Ok(q), Ok(p), Ok(z), Ok(w)) => (q, p, z, w),
+        (Err(e), _, _, _)
+        | (Ok(_), Err(e), _, _)
+        | (Ok(_), Ok(_), Err(e), _)
+        | (Ok(_), Ok(_), Ok(_), Err(e)) => {
             return Err(Error::Db {
                 context: "sampler",
                 source: e,
@@ -188,6 +213,10 @@ pub async fn sample_with(
             .iter()
             .filter(|r| r.get::<_, bool>(7))
             .map(|r| r.get(0))
+            .collect(),
+        waiting: waiting
+            .iter()
+            .map(|r| (r.get(0), r.get(1), r.get(2)))
             .collect(),
         duration: started.elapsed(),
     })

@@ -337,6 +337,93 @@ impl TraceContext {
     }
 }
 
+/// How many of a job's parents, and of its children, [`show`] returns (the
+/// rest are counted: [`Relatives::total`]).
+pub const RELATIVES_SHOWN: i64 = 50;
+
+/// A parent or child of a job (an edge of a flow, `pgwake.job_parents`;
+/// docs/src/flows.md).
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct Relative {
+    /// Its id.
+    pub id: i64,
+    /// Its task; `None` when it is gone and the history does not show it.
+    pub task: Option<String>,
+    /// Where it is: `running`, `waiting`, `scheduled`, `held` (waiting for
+    /// its own parents), `dead`, `cancelled`, `done` (or another outcome
+    /// its newest history row gives), or `unknown` (gone, and nothing says
+    /// how it ended).
+    pub state: String,
+    /// The edge's policy, what the child does when this parent ends dead
+    /// or cancelled: `cancel`, `run` or `wait`.
+    pub on_failure: String,
+    /// The edge's state: `open` (the parent has not ended), `done` (it
+    /// ended done, or failed under `run`), `failed` (it ended dead or
+    /// cancelled; the child waits for a retry or was cancelled).
+    pub edge: String,
+}
+
+impl Relative {
+    /// Its state in words: `held` is "held for its own parents".
+    pub fn state_words(&self) -> &str {
+        match self.state.as_str() {
+            "held" => "held for its own parents",
+            s => s,
+        }
+    }
+}
+
+/// One side of a job's edges: the first [`RELATIVES_SHOWN`] by id, and how
+/// many there are.
+#[derive(Debug, Clone, Default, Serialize, PartialEq)]
+pub struct Relatives {
+    /// The first ones, by id.
+    pub shown: Vec<Relative>,
+    /// How many there are in all.
+    pub total: i64,
+}
+
+impl Relatives {
+    /// How many there are beyond those shown.
+    pub fn more(&self) -> i64 {
+        (self.total - self.shown.len() as i64).max(0)
+    }
+}
+
+/// Job `id`'s parents and children (each side the first `limit` by id,
+/// with its count). Edges go when a child has run and the rescuer swept
+/// them (functions/flows.sql), so a child that ran may no longer list its
+/// parents.
+pub async fn relatives(
+    client: &tokio_postgres::Client,
+    id: i64,
+    limit: i64,
+) -> Result<(Relatives, Relatives)> {
+    let rows = Db::unnamed(client)
+        .query(&sql::JOB_RELATIVES, &[&id, &limit.clamp(0, 1000)])
+        .await
+        .map_err(Error::db("reading the parents and children"))?;
+    let mut parents = Relatives::default();
+    let mut children = Relatives::default();
+    for r in &rows {
+        parents.total = r.get(6);
+        children.total = r.get(7);
+        let side: &str = r.get(0);
+        let relative = Relative {
+            id: r.get(1),
+            task: r.get(2),
+            state: r.get(3),
+            on_failure: r.get(4),
+            edge: r.get(5),
+        };
+        match side {
+            "parent" => parents.shown.push(relative),
+            _ => children.shown.push(relative),
+        }
+    }
+    Ok((parents, children))
+}
+
 /// Everything about one job.
 #[non_exhaustive]
 #[derive(Debug, Clone, Serialize, PartialEq)]
@@ -361,6 +448,12 @@ pub struct JobDetail {
     /// Its producer's trace context, if it was enqueued with one (kept
     /// while the job waits, runs, is dead or in the history).
     pub trace: Option<TraceContext>,
+    /// The jobs it waits for (its parents in a flow), the first
+    /// [`RELATIVES_SHOWN`] by id.
+    pub parents: Relatives,
+    /// The jobs that wait for it (its children in a flow), the first
+    /// [`RELATIVES_SHOWN`] by id.
+    pub children: Relatives,
     /// Why it is not running ([`explain`]).
     pub explanation: Vec<Reason>,
     /// Whether history is on (its finishing run will be recorded).
@@ -475,6 +568,7 @@ pub async fn show(client: &tokio_postgres::Client, id: i64) -> Result<Option<Job
             traceparent: r.get(0),
             tracestate: r.get(1),
         });
+    let (parents, children) = relatives(client, id, RELATIVES_SHOWN).await?;
     Ok(Some(JobDetail {
         job,
         payload,
@@ -484,6 +578,8 @@ pub async fn show(client: &tokio_postgres::Client, id: i64) -> Result<Option<Job
         progress,
         steps,
         trace,
+        parents,
+        children,
         explanation,
         history_on,
     }))

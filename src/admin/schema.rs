@@ -241,6 +241,11 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "0044_batches.sql",
         sql: include_str!("../../migrations/0044_batches.sql"),
     },
+    Migration {
+        version: 45,
+        name: "0045_flow_release.sql",
+        sql: include_str!("../../migrations/0045_flow_release.sql"),
+    },
 ];
 
 /// The functions and triggers of `functions/`, re-applied by every migrate

@@ -85,6 +85,12 @@ pub(crate) fn claimed_from_row(row: &Row) -> Claimed {
     };
     ::metrics::histogram!(metrics::PICKUP_LATENCY, "queue" => metrics::queue_label(&job.queue))
         .record(ready_for.max(0.0));
+    // A flow's child that its parents released (migration 0045): every
+    // claim returns `release_s`, NULL for any other job.
+    if let Ok(Some(released_for)) = row.try_get::<_, Option<f64>>("release_s") {
+        ::metrics::histogram!(metrics::FLOW_RELEASE_LATENCY, "queue" => metrics::queue_label(&job.queue))
+            .record(released_for.max(0.0));
+    }
     Claimed {
         job,
         undecodable,

@@ -1329,6 +1329,8 @@ pub(crate) async fn job(
                     (cut(e, TEXT_SHOWN_MAX, "last-error"))
                 }
             }
+            (relatives("parents", "Parents", "It waits for these jobs.", &d.parents))
+            (relatives("children", "Children", "These jobs wait for it.", &d.children))
             h2 { "Payload" }
             @match &d.payload {
                 Some(p) => (cut(p, PAYLOAD_SHOWN_MAX, "payload")),
@@ -1387,6 +1389,35 @@ pub(crate) async fn job(
             }
         },
     )))
+}
+
+/// One side of a job's flow edges (`jobs::Relatives`): each job linked,
+/// with its task, where it is and the edge's policy; the first
+/// [`jobs::RELATIVES_SHOWN`], the rest counted. Nothing when it has none.
+fn relatives(key: &str, title: &str, words: &str, r: &jobs::Relatives) -> Markup {
+    html! {
+        @if r.total > 0 {
+            h2 { (title) " " span.muted { "(" (count(r.total)) ")" } }
+            p.muted { (words) }
+            table id=(key) {
+                thead { tr { th { "Job" } th { "Task" } th { "State" } th { "On parent failure" } th { "Edge" } } }
+                tbody {
+                    @for j in &r.shown {
+                        tr data-job=(j.id) {
+                            td { a href={ "/jobs/" (j.id) } { (j.id) } }
+                            td { @match &j.task { Some(t) => code { (t) }, None => span.muted { "unknown" } } }
+                            td { span class=(view::state_class(&j.state)) { (j.state_words()) } }
+                            td { (j.on_failure) }
+                            td { (j.edge) }
+                        }
+                    }
+                }
+            }
+            @if r.more() > 0 {
+                p.muted id={ (key) "-more" } { "… and " (count(r.more())) " more (the first " (r.shown.len()) " by id above)." }
+            }
+        }
+    }
 }
 
 /// Recorded errors as a timeline, each cut at [`TEXT_SHOWN_MAX`].

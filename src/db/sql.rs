@@ -121,6 +121,7 @@ statements! {
     JOB_HISTORY = "job_history" [INT8];
     JOB_PAYLOAD = "job_payload" [INT8];
     JOB_PROGRESS = "job_progress" [INT8_ARRAY];
+    JOB_RELATIVES = "job_relatives" [INT8, INT8];
     JOB_SNOOZES = "job_snoozes" [INT8];
     JOB_TRACE = "job_trace" [INT8];
     JOB_TRACES = "job_traces" [INT8_ARRAY];
@@ -200,6 +201,7 @@ statements! {
     ROLLUP_SERIES = "rollup_series" [FLOAT8, TEXT];
     ROLLUP_TOTALS = "rollup_totals" [FLOAT8];
     SAMPLE_QUEUE_SETTINGS = "sample_queue_settings" [];
+    SAMPLE_WAITING = "sample_waiting" [INT8];
     SAMPLE_QUEUES = "sample_queues" [INT8, INT8];
     SCHEDULE_ADD = "schedule_add" [TEXT, TEXT, TEXT, JSONB, TEXT, INT4, TEXT, TEXT, BOOL];
     SCHEDULE_ADVANCE = "schedule_advance" [TEXT_ARRAY, TIMESTAMPTZ_ARRAY, TIMESTAMPTZ_ARRAY,

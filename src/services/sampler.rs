@@ -92,6 +92,8 @@ pub struct Sampler {
     /// Queue labels last published with fair keys on.
     seen_fair: HashSet<String>,
     seen_apps: HashSet<String>,
+    /// (queue label, reason) pairs last published with waiting jobs.
+    seen_waiting: HashSet<(String, String)>,
 }
 
 impl Sampler {
@@ -114,6 +116,7 @@ impl Sampler {
             seen_key_rated: HashSet::new(),
             seen_fair: HashSet::new(),
             seen_apps: HashSet::new(),
+            seen_waiting: HashSet::new(),
         }
     }
 
@@ -241,6 +244,24 @@ impl Sampler {
             ::metrics::gauge!(metrics::DEAD_JOBS, "queue" => gone.clone()).set(0.0);
         }
         self.seen_queues.extend(now_queues);
+        // Waiting jobs by reason (summed over the queues reported as
+        // `other`); a pair with none since the last sample: 0.
+        let mut waiting: std::collections::BTreeMap<(String, String), i64> = Default::default();
+        for (q, reason, n) in &s.waiting {
+            *waiting
+                .entry((metrics::queue_label(q), reason.clone()))
+                .or_insert(0) += n;
+        }
+        for ((q, reason), n) in &waiting {
+            ::metrics::gauge!(metrics::JOBS_WAITING, "queue" => q.clone(), "reason" => reason.clone())
+                .set(*n as f64);
+        }
+        let now_waiting: HashSet<(String, String)> = waiting.into_keys().collect();
+        for (q, reason) in self.seen_waiting.difference(&now_waiting) {
+            ::metrics::gauge!(metrics::JOBS_WAITING, "queue" => q.clone(), "reason" => reason.clone())
+                .set(0.0);
+        }
+        self.seen_waiting = now_waiting;
         // Paused queues: 1; a queue resumed since the last sample: 0.
         let paused: HashSet<String> = s.paused.iter().map(|q| metrics::queue_label(q)).collect();
         for q in &paused {

@@ -726,6 +726,13 @@ async fn bidi_controls_from_producers_never_reach_the_terminal_raw() {
     )
     .await
     .unwrap();
+    // A child with the same task: `job show` of its parent lists it.
+    c.execute(
+        "SELECT pgwake.enqueue($1, after => ARRAY[$2::int8])",
+        &[&name, &id],
+    )
+    .await
+    .unwrap();
     let bidi = |c: char| matches!(c, '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}');
     let id = id.to_string();
     let dead_id = (id.parse::<i64>().unwrap() + 1).to_string();
@@ -784,4 +791,72 @@ async fn pgwake_signal_keeps_a_signal_nobody_waits_for_and_refuses_bad_input() {
     assert!(stderr(&o).contains("control character"), "{}", stderr(&o));
     let n: i64 = db.scalar("SELECT count(*) FROM pgwake.signals").await;
     assert_eq!(n, 1, "nothing refused was sent");
+}
+
+/// `pgwake job show` lists a job's parents and children (issue 36, item
+/// 5): each with its task, where it is (done, waiting, held for its own
+/// parents) and the edge's policy; a side with more than 50 prints the
+/// first 50 and counts the rest; `--json` has both lists.
+#[tokio::test]
+async fn job_show_lists_parents_and_children_with_their_states_bounded() {
+    let db = migrated_db().await;
+    let c = db.client().await;
+    let ids: String = c
+        .query_one(
+            r#"SELECT pgwake.flow('[{"name": "a", "task": "fetch_a"},
+                                   {"name": "b", "task": "fetch_b"},
+                                   {"name": "m", "task": "merge", "after": ["a", "b"]},
+                                   {"name": "s", "task": "send", "after": ["m"],
+                                    "on_parent_failure": "run"}]')::text"#,
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    let ids: serde_json::Value = serde_json::from_str(&ids).unwrap();
+    let id = |n: &str| ids[n].as_i64().unwrap();
+    c.execute("DELETE FROM pgwake.jobs WHERE id = $1", &[&id("a")])
+        .await
+        .unwrap();
+    c.execute(
+        "SELECT pgwake.enqueue('fan', after => ARRAY[$1::int8]) FROM generate_series(1, 60)",
+        &[&id("b")],
+    )
+    .await
+    .unwrap();
+    let show = |job: i64, json: bool| {
+        let job = job.to_string();
+        let mut args = vec!["job", "show", job.as_str()];
+        if json {
+            args.push("--json");
+        }
+        let o = run(&args, Some(&db.url));
+        assert!(o.status.success(), "{}", stderr(&o));
+        String::from_utf8_lossy(&o.stdout).to_string()
+    };
+    let out = show(id("m"), false);
+    for line in [
+        "parents (2)\n".to_string(),
+        // ended done and gone, history off: its task is no longer known
+        format!("  {}  -  done  on failure cancel, edge done\n", id("a")),
+        format!(
+            "  {}  fetch_b  waiting  on failure cancel, edge open\n",
+            id("b")
+        ),
+        "children (1)\n".to_string(),
+        format!(
+            "  {}  send  held for its own parents  on failure run, edge open\n",
+            id("s")
+        ),
+    ] {
+        assert!(out.contains(&line), "{line:?} in {out}");
+    }
+    let out = show(id("b"), false);
+    assert!(out.contains("children (61)\n"), "{out}");
+    assert!(out.contains("  … and 11 more\n"), "{out}");
+    assert!(!out.contains("parents ("), "{out}");
+    let json: serde_json::Value = serde_json::from_str(&show(id("m"), true)).unwrap();
+    assert_eq!(json["parents"]["total"], 2, "{json}");
+    assert_eq!(json["parents"]["shown"][0]["state"], "done", "{json}");
+    assert_eq!(json["children"]["shown"][0]["id"], id("s"), "{json}");
 }

@@ -376,6 +376,27 @@ async fn no_producer_value_runs_as_script_in_the_browser() {
         .unwrap();
     let payload = text(&b, "#payload").await;
     assert!(payload.contains("<img src=x onerror="), "{payload}");
+    // A child of two of them lists its parents, their tasks as text, each
+    // a link to its page; the parent's page lists the child.
+    b.client
+        .goto(&console.url(&format!("/jobs/{}", ids[5])))
+        .await
+        .unwrap();
+    let parents = text(&b, "#parents").await;
+    assert!(
+        parents.contains("\"'><img src=x onerror=\"window.pwned=1\">")
+            && parents.contains(r"pay\u{202e}fdp.exe\u{2066}x"),
+        "{parents}"
+    );
+    click(&b, &format!("#parents a[href='/jobs/{}']", ids[1])).await;
+    assert_eq!(text(&b, "h1").await, format!("Job {} waiting", ids[1]));
+    let children = text(&b, "#children").await;
+    assert!(
+        children.contains("<script>window.pwned=1</script>")
+            && children.contains("held for its own parents"),
+        "{children}"
+    );
+    assert!(!b.pwned().await, "a job's parents or children ran a script");
     b.close().await;
 }
 

@@ -272,6 +272,18 @@ pub async fn hostile_jobs(db: &TestDb) -> (Vec<i64>, tokio_postgres::Client) {
         .unwrap()
         .get(0);
     ids.push(scheduled);
+    // A child of two hostile jobs, its task and payload hostile: its page
+    // lists its parents, and theirs list it.
+    let child: i64 = c
+        .query_one(
+            "SELECT pgwake.enqueue($1, jsonb_build_object('k', $1::text),
+                                   after => ARRAY[$2::int8, $3::int8])",
+            &[&HOSTILE[0], &ids[1], &ids[3]],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    ids.push(child);
     // Queue settings and a schedule with hostile names.
     c.execute("SELECT pgwake.pause_queue($1)", &[&HOSTILE[1]])
         .await
@@ -371,6 +383,15 @@ async fn every_producer_value_is_escaped_and_no_password_or_url_shows() {
     assert!(
         bidi_job.contains(r"pay\u{202e}fdp.exe\u{2066}x"),
         "the bidi controls shown escaped: {bidi_job}"
+    );
+    // The child's page lists its hostile parents, their tasks as text.
+    let child = get(&console, &format!("/jobs/{}", ids[5])).await.body;
+    let parents = &child[child.find("id=\"parents\"").expect("the parents listed")..];
+    assert!(
+        parents.contains(r"pay\u{202e}fdp.exe\u{2066}x")
+            && (parents.contains("&quot;&#39;&gt;&lt;img src=x")
+                || parents.contains("&quot;'&gt;&lt;img src=x")),
+        "{parents}"
     );
     let overview = get(&console, "/").await.body;
     assert!(

@@ -263,3 +263,101 @@ async fn the_favicon_is_served_by_the_console_and_errors_are_pages_that_say_whet
         assert!(!r.body.contains(">actions on<"), "{path}: {}", r.body);
     }
 }
+
+/// The part of `body` from the element with `attr` to the end of its table.
+fn table_at(body: &str, attr: &str) -> String {
+    let at = body
+        .find(attr)
+        .unwrap_or_else(|| panic!("no {attr}: {body}"));
+    let end = body[at..].find("</table>").unwrap() + at;
+    body[at..end].to_string()
+}
+
+/// A flow a → m, b → m, m → s (s runs whatever m's end), with `a` ended
+/// done and 60 more children of `b`. Returns the ids of a, b, m, s.
+pub(crate) async fn flow_with_a_parent_done(c: &tokio_postgres::Client) -> [i64; 4] {
+    let ids: String = c
+        .query_one(
+            r#"SELECT pgwake.flow('[{"name": "a", "task": "fetch_a"},
+                                   {"name": "b", "task": "fetch_b"},
+                                   {"name": "m", "task": "merge", "after": ["a", "b"]},
+                                   {"name": "s", "task": "send", "after": ["m"],
+                                    "on_parent_failure": "run"}]')::text"#,
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    let ids: serde_json::Value = serde_json::from_str(&ids).unwrap();
+    let id = |n: &str| ids[n].as_i64().unwrap();
+    // `a` ends done: it leaves the queue, and its edge ends at the commit
+    // (the deferred trigger, functions/flows.sql).
+    c.execute("DELETE FROM pgwake.jobs WHERE id = $1", &[&id("a")])
+        .await
+        .unwrap();
+    c.execute(
+        "SELECT pgwake.enqueue('fan', after => ARRAY[$1::int8]) FROM generate_series(1, 60)",
+        &[&id("b")],
+    )
+    .await
+    .unwrap();
+    [id("a"), id("b"), id("m"), id("s")]
+}
+
+/// A job's page lists its parents and its children (issue 36, item 5),
+/// each linked, with its task, where it is (done, waiting, held for its
+/// own parents) and the edge's policy; a side with more than 50 shows the
+/// first 50 and counts the rest; a job without edges shows neither list.
+#[tokio::test]
+async fn a_job_page_lists_its_parents_and_children_with_their_states_bounded() {
+    let db = migrated_db().await;
+    let c = db.client().await;
+    let [a, b, m, s] = flow_with_a_parent_done(&c).await;
+    let console = Console::start(&db, false).await;
+    let page = get(&console, &format!("/jobs/{m}")).await;
+    assert_eq!(page.status, 200, "{}", page.body);
+    let parents = table_at(&page.body, "id=\"parents\"");
+    let row = |t: &str, id: i64| {
+        let at = t
+            .find(&format!("data-job=\"{id}\""))
+            .unwrap_or_else(|| panic!("no row of job {id}: {t}"));
+        let end = t[at..].find("</tr>").unwrap() + at;
+        t[at..end].to_string()
+    };
+    let ra = row(&parents, a);
+    assert!(ra.contains(&format!("href=\"/jobs/{a}\"")), "{ra}");
+    // Ended done and gone, history off: its task is no longer known.
+    assert!(ra.contains(">unknown<") && ra.contains(">done<"), "{ra}");
+    let rb = row(&parents, b);
+    assert!(rb.contains("fetch_b") && rb.contains(">waiting<"), "{rb}");
+    assert!(
+        rb.contains("<td>cancel</td>") && rb.contains("<td>open</td>"),
+        "{rb}"
+    );
+    let children = table_at(&page.body, "id=\"children\"");
+    let rs = row(&children, s);
+    assert!(
+        rs.contains("send") && rs.contains("held for its own parents"),
+        "{rs}"
+    );
+    assert!(rs.contains("<td>run</td>"), "{rs}");
+    // `b` has 61 children: the first 50 by id, and the rest counted.
+    let page = get(&console, &format!("/jobs/{b}")).await.body;
+    let children = table_at(&page, "id=\"children\"");
+    assert_eq!(children.matches("data-job=").count(), 50, "{children}");
+    assert!(
+        children.contains(&format!("data-job=\"{m}\"")),
+        "{children}"
+    );
+    assert!(page.contains("… and 11 more"), "{page}");
+    assert!(!page.contains("id=\"parents\""), "{page}");
+    // `s` waits for `m` only and has no children.
+    let page = get(&console, &format!("/jobs/{s}")).await.body;
+    assert_eq!(
+        table_at(&page, "id=\"parents\"")
+            .matches("data-job=")
+            .count(),
+        1
+    );
+    assert!(!page.contains("id=\"children\""), "{page}");
+}

@@ -103,8 +103,9 @@ async fn a_claim_passes_over_at_most_the_bounds_keys_and_reports_where_it_stoppe
     }
 }
 
-/// The keys a claim reported as where its walk stopped (the last column of
-/// its rows without a job), after checking that it took no job.
+/// The keys a claim reported as where its walk stopped (the column before
+/// the last, `release_s` (migration 0045), of its rows without a job),
+/// after checking that it took no job.
 fn reported_stops(claim: &Sql, rows: &[tokio_postgres::Row]) -> Vec<String> {
     assert!(
         rows.iter().all(|r| r.get::<_, Option<i64>>(0).is_none()),
@@ -112,7 +113,7 @@ fn reported_stops(claim: &Sql, rows: &[tokio_postgres::Row]) -> Vec<String> {
         claim.name
     );
     rows.iter()
-        .filter_map(|r| r.get::<_, Option<String>>(r.len() - 1))
+        .filter_map(|r| r.get::<_, Option<String>>(r.len() - 2))
         .collect()
 }
 

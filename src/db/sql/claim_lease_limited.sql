@@ -96,7 +96,7 @@ l AS (
     INSERT INTO pgwake.leased_jobs
         (id, queue, task, payload, priority, run_at, attempts, max_attempts, last_error,
          created_at, timeout, worker_id, leased_at, lease_until, ordering_key, unique_key,
-         ordering_at, holds_slot, limit_key, holds_key_slot, suspect)
+         ordering_at, holds_slot, limit_key, holds_key_slot, suspect, released_at)
     SELECT id, queue, task, payload, priority, run_at, attempts + 1, max_attempts, last_error,
            created_at, timeout, $5, now(), now() + make_interval(secs => $6), ordering_key,
            unique_key, ordering_at,
@@ -105,7 +105,7 @@ l AS (
            (SELECT st.max_running IS NOT NULL FROM settings st), limit_key,
            EXISTS (SELECT FROM picks p WHERE p.id = c.id AND p.key_slot IS NOT NULL),
            -- for free slots only: never buffered (migration 0024)
-           suspect
+           suspect, released_at
     FROM c
     RETURNING *
 ),
@@ -127,15 +127,20 @@ SELECT id, queue, task, payload::text, priority, run_at, attempts, max_attempts,
        extract(epoch FROM clock_timestamp() - greatest(created_at, run_at))::float8,
        token,
        ordering_key, unique_key, coalesce(ordering_at, run_at), limit_key, suspect,
-       NULL::text, NULL::text
+       NULL::text, NULL::text,
+       -- a flow's child released by its parents (migration 0045)
+       CASE WHEN released_at IS NOT NULL
+            THEN extract(epoch FROM clock_timestamp() - greatest(released_at, run_at))::float8
+       END AS release_s
 FROM l
 -- After the limit key, whether the job is a suspect (migration 0024). A key
 -- pgwake.fair_key_jobs reported with rows missing: a row without a job, its
 -- key in the column after that (the worker repairs the key's rows); or the
--- key where its walk stopped, at the bound of keys passed over, in the last
--- column (the worker's rotation resumes after it).
+-- key where its walk stopped, at the bound of keys passed over, in the
+-- column after that (the worker's rotation resumes after it); the last
+-- column, release_s, is NULL in these rows.
 UNION ALL
 SELECT NULL, $2::text, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
-       NULL, NULL, NULL, NULL, NULL, p.repair_key, p.stop_key
+       NULL, NULL, NULL, NULL, NULL, p.repair_key, p.stop_key, NULL
 FROM picks p
 WHERE p.repair_key IS NOT NULL OR p.stop_key IS NOT NULL

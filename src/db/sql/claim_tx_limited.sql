@@ -109,14 +109,19 @@ SELECT id, queue, task, payload::text, priority, run_at, attempts, max_attempts,
        ordering_key, unique_key, coalesce(ordering_at, run_at), limit_key,
        (SELECT st.max_running IS NOT NULL FROM settings st),
        EXISTS (SELECT FROM picks p WHERE p.id = c.id AND p.key_slot IS NOT NULL),
-       NULL::text, NULL::text
+       NULL::text, NULL::text,
+       -- a flow's child released by its parents (migration 0045)
+       CASE WHEN released_at IS NOT NULL
+            THEN extract(epoch FROM clock_timestamp() - greatest(released_at, run_at))::float8
+       END AS release_s
 FROM c
 -- A key pgwake.fair_key_jobs reported with rows missing: a row without a
 -- job, its key in the column after the key slot's (the worker repairs the
 -- key's rows); or the key where its walk stopped, at the bound of keys
--- passed over, in the last column (the worker's rotation resumes after it).
+-- passed over, in the column after that (the worker's rotation resumes after
+-- it); the last column, release_s, is NULL in these rows.
 UNION ALL
 SELECT NULL, $2::text, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
-       NULL, NULL, NULL, NULL, NULL, NULL, p.repair_key, p.stop_key
+       NULL, NULL, NULL, NULL, NULL, NULL, p.repair_key, p.stop_key, NULL
 FROM picks p
 WHERE p.repair_key IS NOT NULL OR p.stop_key IS NOT NULL

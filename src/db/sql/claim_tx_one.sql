@@ -84,5 +84,9 @@ SELECT id, queue, task, payload::text, priority, run_at, attempts, max_attempts,
        pg_current_xact_id()::text,
        pg_backend_pid(),
        ordering_key, unique_key, coalesce(ordering_at, run_at), limit_key,
-       EXISTS (SELECT FROM slot), EXISTS (SELECT FROM key_slot)
+       EXISTS (SELECT FROM slot), EXISTS (SELECT FROM key_slot),
+       -- a flow's child released by its parents (migration 0045)
+       CASE WHEN released_at IS NOT NULL
+            THEN extract(epoch FROM clock_timestamp() - greatest(released_at, run_at))::float8
+       END AS release_s
 FROM c
