@@ -174,6 +174,9 @@ pub struct JobContext<'a> {
     pub(crate) progress: &'a crate::progress::Reporter,
     pub(crate) steps: crate::steps::Steps,
     pub(crate) trace: Option<crate::trace::TraceContext>,
+    /// The job's recorded steps and parents' results, read with its lease
+    /// claim when its handler [reads them up front](Handler::reads_inputs).
+    pub(crate) inputs: Option<crate::steps::Inputs>,
 }
 
 impl<'a> JobContext<'a> {
@@ -567,6 +570,17 @@ pub trait Handler: Send + Sync + 'static {
     /// goes to `dead_jobs` with the reason, payload intact. Default true.
     fn decodes_payload(&self) -> bool {
         true
+    }
+
+    /// Whether a lease-mode claim should read each job's recorded steps
+    /// and parents' results with the claim (one statement per claim, on
+    /// the claim's connection) for this handler: the built-in `exec`
+    /// handler gives them to every command up front. Default false: a
+    /// handler that reads them asks when it needs them
+    /// ([`JobContext::step`], [`JobContext::parent_results`]).
+    #[doc(hidden)]
+    fn reads_inputs(&self) -> bool {
+        false
     }
 
     /// Run a whole `tx`-mode batch of this task's jobs at once, inside the

@@ -318,7 +318,15 @@ pub(crate) async fn inputs(
     client: &tokio_postgres::Client,
     ids: &[i64],
 ) -> Result<HashMap<i64, Inputs>, tokio_postgres::Error> {
-    let rows = Db::unnamed(client).query(&HANDLER_INPUTS, &[&ids]).await?;
+    inputs_with(Db::unnamed(client), ids).await
+}
+
+/// [`inputs`] through `db` (the claim's connection, its statements cached).
+pub(crate) async fn inputs_with(
+    db: Db<'_>,
+    ids: &[i64],
+) -> Result<HashMap<i64, Inputs>, tokio_postgres::Error> {
+    let rows = db.query(&HANDLER_INPUTS, &[&ids]).await?;
     Ok(rows
         .iter()
         .map(|r| {

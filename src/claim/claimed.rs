@@ -38,6 +38,9 @@ pub(crate) struct Claimed {
     /// Its trace context and spans, when the worker traces jobs
     /// (`crate::claim::trace::attach`).
     pub trace: Option<std::sync::Arc<JobTrace>>,
+    /// lease mode: its recorded steps and parents' results, read with the
+    /// claim for a handler that reads them up front (`exec`).
+    pub inputs: Option<crate::steps::Inputs>,
 }
 
 /// Defined beside the handler's context, which reads it.
@@ -102,6 +105,7 @@ pub(crate) fn claimed_from_row(row: &Row) -> Claimed {
         suspect: false,
         ready_for: ready_for.max(0.0),
         trace: None,
+        inputs: None,
     }
 }
 
@@ -152,6 +156,7 @@ impl Claimed {
             suspect: false,
             ready_for: 0.0,
             trace: None,
+            inputs: None,
         }
     }
 }

@@ -237,10 +237,50 @@ pub(crate) async fn claim(
         let db = Db::pooled(&conn, ctx.config.prepared_statements);
         crate::claim::trace::attach(db, &mut claimed, sent, "lease").await;
     }
+    attach_inputs(
+        Db::pooled(&conn, ctx.config.prepared_statements),
+        ctx,
+        &mut claimed,
+    )
+    .await;
     // The jobs the database took for free slots first: those start now, the
     // others go into the buffer (claimer.rs hands out the slots in order).
     claimed.sort_by_key(|c| c.buffered);
     Ok((claimed, sent))
+}
+
+/// Read the recorded steps and parents' results of the claimed jobs whose
+/// handler gives them to the run up front (`exec`), in one statement on the
+/// claim's connection: a command per job would otherwise wait for a pool
+/// connection and a round trip before it starts. A failed read leaves them
+/// unread: the handler reads them itself.
+async fn attach_inputs(db: Db<'_>, ctx: &ClaimContext, claimed: &mut [Claimed]) {
+    let ids: Vec<i64> = claimed
+        .iter()
+        .filter(|c| {
+            ctx.registry
+                .get(&c.job.task)
+                .is_some_and(|h| h.reads_inputs())
+        })
+        .map(|c| c.job.id)
+        .collect();
+    if ids.is_empty() {
+        return;
+    }
+    match crate::steps::inputs_with(db, &ids).await {
+        Ok(mut read) => {
+            for c in claimed.iter_mut() {
+                if ids.contains(&c.job.id) {
+                    c.inputs = Some(read.remove(&c.job.id).unwrap_or_default());
+                }
+            }
+        }
+        Err(e) => tracing::warn!(
+            error = %crate::error::PgDisplay(&e),
+            jobs = ids.len(),
+            "cannot read the claimed jobs' recorded steps and parents' results with the claim: each run reads its own"
+        ),
+    }
 }
 
 /// A claimed job leased by this worker: its token in the lease book (the
@@ -480,6 +520,7 @@ async fn run(
         progress: &progress,
         steps: crate::steps::Steps::new(job.id, job.attempt, Some(claimed.token)),
         trace,
+        inputs: claimed.inputs.clone(),
     };
     let (ended, _, duration) = execute(handler.as_ref(), job, job_ctx, watch.token(), span).await;
     crate::claim::trace::run_ended(claimed);

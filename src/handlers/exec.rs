@@ -608,7 +608,10 @@ impl Handler for ExecHandler {
     async fn handle(&self, job: &Job, ctx: JobContext<'_>) -> Result<Outcome, BoxError> {
         // The job's recorded steps and its parents' results: one statement,
         // files only when there is something to put in them.
-        let inputs = {
+        let inputs = if let Some(inputs) = ctx.inputs.clone() {
+            // Read with the lease claim (`reads_inputs` below).
+            inputs
+        } else {
             let conn = ctx.pool.get().await.map_err(|e| {
                 format!("cannot read the job's recorded steps and parents' results: {e}")
             })?;
@@ -789,6 +792,10 @@ impl Handler for ExecHandler {
 
     fn decodes_payload(&self) -> bool {
         false
+    }
+
+    fn reads_inputs(&self) -> bool {
+        true
     }
 }
 

@@ -333,6 +333,7 @@ pub(super) async fn run_one<'c>(
         progress: &progress,
         steps: crate::steps::Steps::new(job.id, job.attempt, None),
         trace,
+        inputs: None,
     };
     let run = execute(handler.as_ref(), job, job_ctx, interrupt, span);
     // If the claim connection dies under a running handler (server restart,
