@@ -34,6 +34,7 @@ pub const WAITING_REASONS: &[&str] = &["snoozed", "sleeping", "signal", "parents
 pub const WAITING_CAP: i64 = 10_000;
 
 /// One queue's gauges.
+#[non_exhaustive]
 #[derive(Debug, Clone, PartialEq)]
 pub struct QueueSample {
     /// The queue.
@@ -53,6 +54,7 @@ pub struct QueueSample {
 }
 
 /// What one sample read.
+#[non_exhaustive]
 #[derive(Debug, Clone, PartialEq)]
 pub struct Sample {
     /// Per-queue gauges.
