@@ -55,6 +55,7 @@ echo "machine: $(nproc) cores, $(awk '/MemTotal/ {printf "%.0f GiB", $2/1048576}
 # Metrics on a port of its own (the default 9187 may be another worker's).
 "$pgwake" run --database-url "$url" --handler 'noop=sql:bench_noop' --metrics-addr 127.0.0.1:0 ${PGWAKE_RUN_ARGS:-} >"$work/worker.log" 2>&1 &
 pids+=($!)
+worker=$!
 until psql -qAt "$url" -c "SELECT count(*) FROM pgwake.workers" 2>/dev/null | grep -qv '^0$'; do sleep 0.2; done
 
 echo "INSERT INTO pgwake.jobs (task, payload) VALUES ('noop', jsonb_build_object('t', extract(epoch FROM clock_timestamp())));" > "$work/insert.sql"
@@ -64,6 +65,15 @@ pids+=($!)
 bench=$!
 t0=$(date +%s.%N)
 
+# The machine's and the server's counters at each phase boundary: CPU
+# (/proc/stat: busy and total jiffies), WAL (pg_stat_wal: records, full-page
+# images, bytes, flushes) and commits, printed per phase at the end.
+mark() {
+    local cpu wal
+    cpu=$(awk '/^cpu / {busy = $2 + $3 + $4 + $7 + $8; print busy, busy + $5 + $6}' /proc/stat)
+    wal=$(psql -qAt -F ' ' "$url" -c "SELECT wal_records, wal_fpi, wal_bytes, wal_sync, (SELECT sum(xact_commit) FROM pg_stat_database) FROM pg_stat_wal")
+    echo "$1 $(date +%s.%N) $cpu $wal $(awk '{print $14 + $15}' "/proc/$worker/stat")" >> "$work/marks"
+}
 reset_stats() { [ "$stats" = 1 ] && psql -qAt "$url" -c "SELECT pg_stat_statements_reset()" >/dev/null; true; }
 top_statements() {
     [ "$stats" = 1 ] || return 0
@@ -90,6 +100,7 @@ echo "$phase" > "$work/phase"
 done | psql -qAt -F ' ' "$url" > "$work/waits" 2>/dev/null) &
 pids+=($!)
 reset_stats
+mark unpinned
 next=5
 while kill -0 "$bench" 2>/dev/null; do
     now=$(date +%s.%N)
@@ -97,6 +108,7 @@ while kill -0 "$bench" 2>/dev/null; do
     if [ "$(echo "$wait_s > 0" | bc)" = 1 ]; then sleep "$wait_s"; fi
     kill -0 "$bench" 2>/dev/null || break
     if [ "$next" -eq "$unpinned" ]; then
+        mark pinned
         echo "-- top statements, unpinned:"; top_statements; reset_stats
         ( echo "SET application_name = 'pinning-session'; BEGIN ISOLATION LEVEL REPEATABLE READ; SELECT count(*) FROM pgwake.workers;"; sleep "$pinned"; echo "COMMIT;" ) \
             | psql -q "$url" >/dev/null &
@@ -105,6 +117,7 @@ while kill -0 "$bench" 2>/dev/null; do
         echo "$phase" > "$work/phase"
     fi
     if [ "$next" -eq $((unpinned + pinned)) ]; then
+        mark after
         echo "-- top statements, pinned:"; top_statements; reset_stats
         phase=after
         echo "$phase" > "$work/phase"
@@ -115,6 +128,20 @@ while kill -0 "$bench" 2>/dev/null; do
     next=$((next + 5))
 done
 wait "$bench" || true
+mark end
+python3 - "$work/marks" <<'PY'
+import sys
+rows = [l.split() for l in open(sys.argv[1])]
+for a, b in zip(rows, rows[1:]):
+    if a[0] == "after":
+        break
+    secs = float(b[1]) - float(a[1])
+    d = [float(y) - float(x) for x, y in zip(a[2:], b[2:])]
+    busy, total, records, fpi, wal_bytes, syncs, commits, worker = d
+    print(f"-- {a[0]}: CPU {100 * busy / total:.0f}% busy (the worker process {worker / secs:.0f}% of a core), WAL {wal_bytes / secs / 1e6:.2f} MB/s "
+          f"({records / secs:.0f} records/s, {fpi / secs:.0f} full-page images/s), "
+          f"{syncs / secs:.0f} WAL flushes/s, {commits / secs:.0f} commits/s (every database)")
+PY
 echo "-- producers (pgbench): $(grep -E 'tps|latency average' "$work/pgbench.out" | tr '\n' ' ')"
 for p in unpinned pinned; do
     echo "-- producers' sessions, $p (share of samples: state, wait event):"
