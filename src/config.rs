@@ -111,6 +111,11 @@ pub const SERVICE_CONNECTIONS: usize = 2;
 /// before a job that sorts behind the cursor (committed late, released by
 /// its ordering key, rescued, of a higher priority) is seen.
 pub const PRESSURE_HEAD_SCAN_EVERY_DEFAULT: Duration = Duration::from_secs(1);
+/// Under database pressure, how far apart tx-mode claims start once one
+/// found jobs but fewer than it asked for ([`WorkerConfig::pressure_pace`]).
+pub const PRESSURE_PACE_DEFAULT: Duration = Duration::from_millis(5);
+/// The longest [`WorkerConfig::pressure_pace`] accepted.
+pub const PRESSURE_PACE_MAX: Duration = Duration::from_secs(1);
 /// Most lease-mode jobs buffered ahead of the free slots by default. The
 /// default buffer holds the jobs this worker starts in 50 ms at its
 /// measured rate (at least one, at most this): no-op jobs fill it, and
@@ -249,6 +254,16 @@ pub struct WorkerConfig {
     /// for the jobs that sort before it (claim/cursor.rs). Default
     /// [`PRESSURE_HEAD_SCAN_EVERY_DEFAULT`] (1 s).
     pub pressure_head_scan_every: Duration,
+    /// Under database pressure (a held vacuum horizon or the governor's
+    /// level above ok), once a tx-mode claim finds jobs but fewer than it
+    /// asked for, the worker's tx claims start at most one per this long,
+    /// until one takes a full batch (claim/idle.rs, "pacing"): a steady
+    /// stream then gathers into fewer, larger batches — fewer claims, crash
+    /// marks and commits, each a WAL flush that producers' commits queue
+    /// behind — at the cost of up to this much pickup latency. A claim
+    /// after an idle wait is not delayed. Zero: no pacing. Default
+    /// [`PRESSURE_PACE_DEFAULT`] (5 ms), at most [`PRESSURE_PACE_MAX`].
+    pub pressure_pace: Duration,
     /// Most jobs one claim statement takes. In `tx` mode a batch runs its
     /// jobs one after another in one transaction, and its size adapts below
     /// this cap so a batch runs about 100 ms (`tx::TX_BATCH_TARGET`); in
@@ -353,6 +368,7 @@ impl Default for WorkerConfig {
             prefetch: None,
             prefetch_wait: PREFETCH_WAIT_DEFAULT,
             pressure_head_scan_every: PRESSURE_HEAD_SCAN_EVERY_DEFAULT,
+            pressure_pace: PRESSURE_PACE_DEFAULT,
             batch: BATCH_DEFAULT,
             poll_interval: POLL_INTERVAL_DEFAULT,
             listen: true,
@@ -523,6 +539,12 @@ impl WorkerConfig {
         }
         if self.lease_duration < Duration::from_secs(1) {
             return bad("--lease-duration must be at least 1s".into());
+        }
+        if self.pressure_pace > PRESSURE_PACE_MAX {
+            return bad(format!(
+                "WorkerConfig::pressure_pace must be between 0 (off) and {PRESSURE_PACE_MAX:?} (got {:?})",
+                self.pressure_pace
+            ));
         }
         for (setting, d) in [
             ("--rescue-interval", self.rescue_interval),

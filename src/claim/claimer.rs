@@ -62,7 +62,20 @@ pub(crate) async fn claim_round(
                 // Under pressure (the sampler's last reading), a smaller batch.
                 let limit =
                     crate::claim::tx::batch_limit(sizer.size(), ctx.health.under_pressure());
-                crate::claim::tx::claim_and_run(ctx, spec, limit, sizer, trigger).await?
+                // Under pressure, after a partial batch: one claim per pace
+                // (idle.rs), waited for as a draining claim.
+                let (pace, pressed) = (ctx.config.pressure_pace, ctx.health.claims_resume());
+                if let Some(wait) = ctx.wait_state.pace_turn(pace, pressed) {
+                    let _draining = ctx.wait_state.draining_claim();
+                    tokio::select! {
+                        _ = ctx.stop.cancelled() => return Ok(Round { claimed: 0, again: false }),
+                        _ = tokio::time::sleep(wait) => {}
+                    }
+                }
+                let claimed =
+                    crate::claim::tx::claim_and_run(ctx, spec, limit, sizer, trigger).await?;
+                ctx.wait_state.paced(claimed, limit, pace, pressed);
+                claimed
             }
             Delivery::Lease => {
                 let Some(turn) = ctx.lease_turn.take() else {

@@ -2,6 +2,16 @@
 //! waiting registration (`services/waiting.rs`) registers the worker for a
 //! NOTIFY only when some task is idle and no claim found jobs within
 //! [`LINGER`].
+//!
+//! And the pacing of tx-mode claims under database pressure
+//! ([`WorkerConfig::pressure_pace`](crate::WorkerConfig)): once a claim
+//! finds jobs but fewer than it asked for, every tx claim of the worker
+//! takes a turn, one per pace, until one takes a full batch. Each claim,
+//! crash mark and commit is a WAL flush the producers' commits queue behind;
+//! at 1,500 jobs/s a worker that claims again at once takes two or three
+//! jobs a claim, paced it takes about a pace's worth. The turn is waited
+//! for as a draining claim, so the worker does not register for the
+//! notifications every producer's commit would then pay for.
 
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
@@ -23,6 +33,9 @@ pub(crate) struct WaitState {
     claiming: AtomicUsize,
     /// Milliseconds since `started` of the last claim that found jobs.
     last_hit_ms: AtomicU64,
+    /// Pacing: microseconds since `started` when the next paced tx claim
+    /// may start; 0 while not pacing.
+    pace_next_us: AtomicU64,
     pub(crate) changed: Notify,
 }
 
@@ -33,6 +46,7 @@ impl Default for WaitState {
             idle: AtomicUsize::new(0),
             claiming: AtomicUsize::new(0),
             last_hit_ms: AtomicU64::new(0),
+            pace_next_us: AtomicU64::new(0),
             changed: Notify::new(),
         }
     }
@@ -57,6 +71,54 @@ impl WaitState {
         if self.last_hit_ms.swap(now, Ordering::SeqCst) + LINGER.as_millis() as u64 <= now {
             self.changed.notify_one();
         }
+    }
+
+    /// A tx claim is about to start: while pacing, take the next turn and
+    /// return how long to wait for it (`None`: claim now). `pace` zero, or
+    /// not under pressure: never paced, and pacing ends.
+    pub(crate) fn pace_turn(&self, pace: Duration, under_pressure: bool) -> Option<Duration> {
+        if pace.is_zero() || !under_pressure {
+            self.pace_next_us.store(0, Ordering::SeqCst);
+            return None;
+        }
+        let now = self.micros();
+        let step = pace.as_micros() as u64;
+        let mut next = self.pace_next_us.load(Ordering::SeqCst);
+        loop {
+            if next == 0 {
+                return None;
+            }
+            let turn = next.max(now);
+            match self.pace_next_us.compare_exchange(
+                next,
+                turn + step,
+                Ordering::SeqCst,
+                Ordering::SeqCst,
+            ) {
+                Ok(_) => return (turn > now).then(|| Duration::from_micros(turn - now)),
+                Err(seen) => next = seen,
+            }
+        }
+    }
+
+    /// A tx claim under pressure took `claimed` jobs of the `limit` it asked
+    /// for: a partial batch starts pacing (the next turn one pace from now),
+    /// a full one ends it (a backlog: claim as fast as batches run); an
+    /// empty one changes nothing.
+    pub(crate) fn paced(&self, claimed: usize, limit: usize, pace: Duration, under_pressure: bool) {
+        if claimed >= limit || pace.is_zero() || !under_pressure {
+            self.pace_next_us.store(0, Ordering::SeqCst);
+        } else if claimed > 0 {
+            let next = self.micros() + pace.as_micros() as u64;
+            let _ = self
+                .pace_next_us
+                .compare_exchange(0, next, Ordering::SeqCst, Ordering::SeqCst);
+        }
+    }
+
+    /// Microseconds since `started`, at least 1 (0 means "not pacing").
+    fn micros(&self) -> u64 {
+        self.started.elapsed().as_micros() as u64 + 1
     }
 
     /// A claim that continues a drain (the one before found jobs) is in
@@ -93,5 +155,52 @@ pub(crate) struct DrainingClaim<'a>(&'a WaitState);
 impl Drop for DrainingClaim<'_> {
     fn drop(&mut self) {
         self.0.claiming.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const PACE: Duration = Duration::from_millis(50);
+
+    #[test]
+    fn a_partial_batch_under_pressure_paces_the_next_claims_one_turn_each() {
+        let s = WaitState::default();
+        assert_eq!(s.pace_turn(PACE, true), None, "not pacing yet");
+        s.paced(3, 10, PACE, true);
+        let first = s
+            .pace_turn(PACE, true)
+            .expect("paced after a partial batch");
+        let second = s
+            .pace_turn(PACE, true)
+            .expect("a second claim takes the next turn");
+        assert!(first <= PACE, "{first:?}");
+        assert!(
+            second > first && second <= 2 * PACE,
+            "{first:?} then {second:?}"
+        );
+    }
+
+    #[test]
+    fn a_full_or_unpressed_batch_ends_pacing_and_an_empty_one_keeps_it() {
+        let s = WaitState::default();
+        s.paced(3, 10, PACE, true);
+        s.paced(0, 10, PACE, true);
+        assert!(
+            s.pace_turn(PACE, true).is_some(),
+            "an empty claim keeps pacing"
+        );
+        s.paced(10, 10, PACE, true);
+        assert_eq!(s.pace_turn(PACE, true), None, "a full batch ends it");
+        s.paced(3, 10, PACE, true);
+        assert_eq!(s.pace_turn(PACE, false), None, "no pressure: no pacing");
+        assert_eq!(s.pace_turn(PACE, true), None, "and it ended");
+        s.paced(3, 10, Duration::ZERO, true);
+        assert_eq!(
+            s.pace_turn(Duration::ZERO, true),
+            None,
+            "a zero pace is off"
+        );
     }
 }

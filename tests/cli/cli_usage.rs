@@ -392,6 +392,10 @@ fn each_invalid_config() -> Vec<pgwake::WorkerConfig> {
             ..d()
         },
         WorkerConfig {
+            pressure_pace: Duration::from_secs(2),
+            ..d()
+        },
+        WorkerConfig {
             application_name: String::new(),
             ..d()
         },
