@@ -155,6 +155,7 @@ statements! {
     LEASE_WAIT = "lease_wait" [INT8_ARRAY, INT4_ARRAY, FLOAT8_ARRAY, TEXT_ARRAY];
     LEASE_STARTED = "lease_started" [INT8_ARRAY];
     NEXT_RUN_AT_ALL = "next_run_at_all" [];
+    OLDEST_TRANSACTION_AGE = "oldest_transaction_age" [];
     NEXT_RUN_AT_QUEUES = "next_run_at_queues" [TEXT_ARRAY];
     REQUEUE = "requeue" [INT8_ARRAY, TEXT_ARRAY, TEXT_ARRAY, TEXT_ARRAY, INT4_ARRAY,
         TIMESTAMPTZ_ARRAY, FLOAT8_ARRAY, INT4_ARRAY, INT4_ARRAY, TEXT_ARRAY, TIMESTAMPTZ_ARRAY,

@@ -34,6 +34,15 @@ use crate::error::Error;
 use crate::health::Health;
 use crate::metrics;
 
+/// How often, between samples, the sampler reads the age of the oldest
+/// open transaction alone (`db/sql/oldest_transaction_age.sql`, no table
+/// read): claims resume after their cursor once a transaction has been open
+/// for `HORIZON_HELD` (health.rs, 5 s; claim/cursor.rs), and
+/// with only the full sample every 5 s they started up to 5 s late, walking
+/// the dead index entries the held horizon had left by then
+/// (docs/src/performance.md, "Under a pinned vacuum horizon").
+pub const HORIZON_PROBE_EVERY: Duration = Duration::from_secs(1);
+
 /// How the sampler runs.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SamplerConfig {
@@ -124,10 +133,19 @@ impl Sampler {
     pub async fn run(mut self, shutdown: CancellationToken) {
         let mut tick = tokio::time::interval(self.config.interval);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut probe = tokio::time::interval(HORIZON_PROBE_EVERY);
+        probe.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let probing = self.config.interval > HORIZON_PROBE_EVERY;
         loop {
-            tokio::select! {
+            let sample = tokio::select! {
+                biased;
                 _ = shutdown.cancelled() => return,
-                _ = tick.tick() => {}
+                _ = tick.tick() => true,
+                _ = probe.tick(), if probing => false,
+            };
+            if !sample {
+                self.probe_horizon().await;
+                continue;
             }
             self.publish_pool();
             match sample_with(
@@ -155,6 +173,23 @@ impl Sampler {
                     tracing::warn!(error = %e, "sampler: database sample failed");
                 }
             }
+        }
+    }
+
+    /// Read the age of the oldest open transaction alone, for the claims'
+    /// cursor ([`HORIZON_PROBE_EVERY`]). A failure is left to the next
+    /// sample to report.
+    pub async fn probe_horizon(&self) {
+        let read = async {
+            let conn = self.pool.get().await.map_err(Error::pool("sampler"))?;
+            crate::db::sql::Db::unnamed(&conn)
+                .query_one(&crate::db::sql::OLDEST_TRANSACTION_AGE, &[])
+                .await
+                .map_err(Error::db("sampler: reading the oldest transaction's age"))
+        };
+        match read.await {
+            Ok(row) => self.health.set_oldest_transaction_age(row.get(0)),
+            Err(e) => tracing::debug!(error = %e, "sampler: horizon probe failed"),
         }
     }
 

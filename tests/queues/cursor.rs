@@ -283,3 +283,48 @@ async fn under_pressure_tx_claims_after_a_partial_batch_are_paced() {
     pin.batch_execute("COMMIT").await.unwrap();
     w.shutdown().await;
 }
+
+/// Between its samples the sampler reads the oldest transaction's age once
+/// a second (services/sampler.rs, `HORIZON_PROBE_EVERY`), so claims resume
+/// after their cursor within about a second of a transaction reaching 5 s,
+/// not a sample interval later. With samples an hour apart, a transaction
+/// held open turns `claims_resume` on. Fails without the probe (the next
+/// sample is an hour away).
+#[tokio::test]
+async fn a_held_horizon_is_seen_between_samples() {
+    let db = migrated_db().await;
+    let worker = Worker::builder(db.config())
+        .config(pgwake::WorkerConfig {
+            sample_interval: Some(Duration::from_secs(3600)),
+            ..test_config()
+        })
+        .handler("work", InMode(Ledger::default(), Delivery::Tx))
+        .build()
+        .unwrap();
+    let w = Running::start(worker);
+    w.until_listening().await;
+    assert!(!w.health.claims_resume(), "nothing holds the horizon yet");
+    let pin = connect_as(&db, "metabase").await;
+    pin.batch_execute("BEGIN ISOLATION LEVEL REPEATABLE READ; SELECT 1;")
+        .await
+        .unwrap();
+    wait_for(
+        "the worker to see the transaction held open",
+        LONG,
+        async || {
+            w.health
+                .claims_resume()
+                .then_some(())
+                .ok_or("not yet".to_string())
+        },
+    )
+    .await;
+    pin.batch_execute("COMMIT").await.unwrap();
+    wait_for("the worker to see it end", LONG, async || {
+        (!w.health.claims_resume())
+            .then_some(())
+            .ok_or("not yet".to_string())
+    })
+    .await;
+    w.shutdown().await;
+}
