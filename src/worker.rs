@@ -18,9 +18,9 @@ use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
+use crate::claim::choose::next_due::Schedule;
+use crate::claim::choose::wake::Wakeup;
 use crate::claim::context::{ClaimContext, JobEvent};
-use crate::claim::next_due::Schedule;
-use crate::claim::wake::Wakeup;
 use crate::config::WorkerConfig;
 use crate::db::connect;
 use crate::error::{Error, Result};
@@ -102,7 +102,7 @@ impl WorkerBuilder {
         let (events, _) = broadcast::channel(4096);
         // Whether any claim is in tx mode: its running batches hold a
         // claim connection each, so the default pool grows with the slots.
-        let tx = crate::claim::plan::build(&self.config, &self.registry)
+        let tx = crate::claim::choose::plan::build(&self.config, &self.registry)
             .iter()
             .any(|s| s.mode == crate::handler::Delivery::Tx);
         let app = &self.config.application_name;
@@ -127,7 +127,7 @@ impl WorkerBuilder {
             events,
             worker_id: worker_id(),
             tx,
-            wait_state: Arc::new(crate::claim::idle::WaitState::default()),
+            wait_state: Arc::new(crate::claim::choose::idle::WaitState::default()),
             history: Arc::default(),
             rollup: Arc::default(),
         })
@@ -143,15 +143,15 @@ pub struct Worker {
     worker_id: String,
     /// Whether the worker has tx-mode claims (see `WorkerConfig::connections`).
     tx: bool,
-    wait_state: Arc<crate::claim::idle::WaitState>,
+    wait_state: Arc<crate::claim::choose::idle::WaitState>,
     config: WorkerConfig,
     registry: Registry,
     events: broadcast::Sender<JobEvent>,
     health: Arc<Health>,
     /// Whether finished jobs are recorded (the database's setting).
-    history: Arc<crate::claim::results::Switch>,
+    history: Arc<crate::claim::outcome::results::Switch>,
     /// The per-minute rollup's counts (used when `config.rollup` is set).
-    rollup: Arc<crate::claim::tally::Tally>,
+    rollup: Arc<crate::claim::outcome::tally::Tally>,
 }
 
 impl Worker {
@@ -200,8 +200,8 @@ impl Worker {
         let wake = Arc::new(Wakeup::default());
         let schedule = Arc::new(Schedule::default());
         let service_stop = CancellationToken::new();
-        let (completer, completions) = crate::claim::leases::channel();
-        let cancels = Arc::new(crate::claim::cancels::CancelBook::default());
+        let (completer, completions) = crate::claim::lease::book::channel();
+        let cancels = Arc::new(crate::claim::run::cancels::CancelBook::default());
         let ctx = Arc::new(self.context(
             cancels.clone(),
             wake.clone(),
@@ -257,7 +257,7 @@ impl Worker {
             services.spawn(registration.run(service_stop.clone()));
         } else {
             // Poll-only: nobody else wakes the tasks at start.
-            wake.wake_all(crate::claim::wake::Trigger::Poll);
+            wake.wake_all(crate::claim::choose::wake::Trigger::Poll);
         }
         let poller = Poller::new(
             pool.clone(),
@@ -349,7 +349,7 @@ impl Worker {
         let lease_stop = CancellationToken::new();
         let completer_done = CancellationToken::new();
         let mut lease_services = JoinSet::new();
-        lease_services.spawn(crate::claim::completer::run(
+        lease_services.spawn(crate::claim::lease::completer::run(
             ctx.clone(),
             completions,
             completer_done.clone(),
@@ -367,7 +367,7 @@ impl Worker {
             lease_stop.clone(),
         ));
         // Stopped after the last run: its last flush clears their rows.
-        lease_services.spawn(crate::claim::progress::run(
+        lease_services.spawn(crate::claim::run::progress::run(
             ctx.progress.clone(),
             ctx.pool.clone(),
             ctx.config.prepared_statements,
@@ -384,13 +384,13 @@ impl Worker {
             database = %connect::describe(&self.db),
             concurrency = self.config.concurrency,
             connections = self.config.connections(self.tx),
-            prefetch = %crate::claim::prefetch::Size::of(self.config.prefetch).describe(
+            prefetch = %crate::claim::lease::prefetch::Size::of(self.config.prefetch).describe(
                 ctx.plan.iter().any(|s| s.mode == crate::handler::Delivery::Lease)
             ),
             batch = self.config.batch,
             listen = self.config.listen,
             queues = %self.config.queues_label(),
-            modes = %crate::claim::plan::describe(&self.config, &self.registry),
+            modes = %crate::claim::choose::plan::describe(&self.config, &self.registry),
             "worker started"
         );
         self.say_tx_bound(tasks);
@@ -589,7 +589,7 @@ impl Worker {
         if !self.tx || tasks >= slots {
             return;
         }
-        let lease = if crate::claim::plan::build(&self.config, &self.registry)
+        let lease = if crate::claim::choose::plan::build(&self.config, &self.registry)
             .iter()
             .any(|s| s.mode == crate::handler::Delivery::Lease)
         {
@@ -617,14 +617,14 @@ impl Worker {
 
     fn context(
         &self,
-        cancels: Arc<crate::claim::cancels::CancelBook>,
+        cancels: Arc<crate::claim::run::cancels::CancelBook>,
         wake: Arc<Wakeup>,
         schedule: Arc<Schedule>,
         stop: CancellationToken,
         abort: CancellationToken,
-        completer: crate::claim::leases::CompleterHandle,
+        completer: crate::claim::lease::book::CompleterHandle,
     ) -> ClaimContext {
-        let plan = crate::claim::plan::build(&self.config, &self.registry);
+        let plan = crate::claim::choose::plan::build(&self.config, &self.registry);
         ClaimContext {
             begin_sql: crate::claim::tx::begin_sql(&self.config),
             config: self.config.clone(),
@@ -641,7 +641,7 @@ impl Worker {
             wait_state: self.wait_state.clone(),
             cursor: Default::default(),
             ready_queues: Default::default(),
-            lease_turn: crate::claim::turn::LeaseTurn::for_worker(
+            lease_turn: crate::claim::lease::turn::LeaseTurn::for_worker(
                 self.config.concurrency,
                 self.config.claim_tasks(self.tx),
                 self.config.batch,
@@ -650,11 +650,11 @@ impl Worker {
             plan,
             slots: Arc::new(Semaphore::new(self.config.concurrency)),
             leases: Default::default(),
-            prefetch: crate::claim::prefetch::Prefetch::sized(crate::claim::prefetch::Size::of(
-                self.config.prefetch,
-            )),
+            prefetch: crate::claim::lease::prefetch::Prefetch::sized(
+                crate::claim::lease::prefetch::Size::of(self.config.prefetch),
+            ),
             completer,
-            start_marks: crate::claim::starts::StartMarks::spawn(self.pool.clone()),
+            start_marks: crate::claim::lease::starts::StartMarks::spawn(self.pool.clone()),
             jobs: TaskTracker::new(),
             history: self.history.clone(),
             rollup: self.config.rollup.as_ref().map(|_| self.rollup.clone()),
@@ -662,7 +662,7 @@ impl Worker {
             marks_durable: Default::default(),
             key_cursors: Default::default(),
             claim_cursors: Default::default(),
-            key_repairs: crate::claim::key_repair::KeyRepairs::new(self.pool.clone()),
+            key_repairs: crate::claim::choose::key_repair::KeyRepairs::new(self.pool.clone()),
             progress: Default::default(),
         }
     }
@@ -673,7 +673,7 @@ impl Worker {
     /// the future at any point loses no job and leaves no pooled connection
     /// in a transaction. For tests and tools; `run` is the service.
     pub async fn claim_once(&self) -> Result<usize> {
-        let (completer, completions) = crate::claim::leases::channel();
+        let (completer, completions) = crate::claim::lease::book::channel();
         let mut ctx = self.context(
             Default::default(),
             Arc::new(Wakeup::default()),
@@ -683,10 +683,10 @@ impl Worker {
             completer,
         );
         // One round runs what it claimed and no more.
-        ctx.prefetch = crate::claim::prefetch::Prefetch::new(0);
+        ctx.prefetch = crate::claim::lease::prefetch::Prefetch::new(0);
         let ctx = Arc::new(ctx);
         let done = CancellationToken::new();
-        let completer = tokio::spawn(crate::claim::completer::run(
+        let completer = tokio::spawn(crate::claim::lease::completer::run(
             ctx.clone(),
             completions,
             done.clone(),
@@ -702,7 +702,7 @@ impl Worker {
         let mut sizer = crate::claim::tx::BatchSizer::at(self.config.batch);
         let claimed = crate::claim::claimer::claim_round(
             &ctx,
-            crate::claim::wake::Trigger::Poll,
+            crate::claim::choose::wake::Trigger::Poll,
             Some(permit),
             &mut sizer,
         )

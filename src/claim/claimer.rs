@@ -22,9 +22,9 @@ use std::sync::Arc;
 use futures::FutureExt;
 use tokio::sync::OwnedSemaphorePermit;
 
+use crate::claim::choose::wake::Trigger;
 use crate::claim::context::ClaimContext;
 use crate::claim::tx::BatchSizer;
-use crate::claim::wake::Trigger;
 use crate::error::Result;
 use crate::handler::Delivery;
 
@@ -34,7 +34,7 @@ pub(crate) struct Round {
     /// Jobs claimed.
     pub claimed: usize,
     /// Another task was turned away from a lease claim while this round
-    /// held the turn ([`LeaseTurn`](crate::claim::turn::LeaseTurn)): claim again for it, even if this round
+    /// held the turn ([`LeaseTurn`](crate::claim::lease::turn::LeaseTurn)): claim again for it, even if this round
     /// found nothing (its wake-up may be for jobs this claim's snapshot did
     /// not see).
     pub again: bool,
@@ -53,7 +53,7 @@ pub(crate) async fn claim_round(
     let started = std::time::Instant::now();
     let mut permits: Vec<OwnedSemaphorePermit> = permit.into_iter().collect();
     let (mut turned_away, mut again) = (false, false);
-    for spec in crate::claim::plan::rotated(&ctx.plan, &ctx.cursor) {
+    for spec in crate::claim::choose::plan::rotated(&ctx.plan, &ctx.cursor) {
         let claimed = match spec.mode {
             Delivery::Tx if permits.is_empty() => continue,
             Delivery::Tx => {

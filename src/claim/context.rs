@@ -23,11 +23,11 @@ use tokio::sync::{broadcast, Semaphore};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-use crate::claim::claimed::Claimed;
-use crate::claim::executor::Ended;
-use crate::claim::next_due::Schedule;
-use crate::claim::plan::{ClaimSpec, Targets};
-use crate::claim::wake::Wakeup;
+use crate::claim::choose::next_due::Schedule;
+use crate::claim::choose::plan::{ClaimSpec, Targets};
+use crate::claim::choose::wake::Wakeup;
+use crate::claim::run::claimed::Claimed;
+use crate::claim::run::executor::Ended;
 use crate::config::WorkerConfig;
 use crate::handler::{Handler, Registry};
 use crate::health::Health;
@@ -95,27 +95,27 @@ pub(crate) struct ClaimContext {
     /// Rotates the order in which specs and queues are tried.
     pub cursor: AtomicUsize,
     /// The queues with ready jobs, for fair all-queues claims (`fair.rs`).
-    pub ready_queues: crate::claim::fair::ReadyQueues,
+    pub ready_queues: crate::claim::choose::fair::ReadyQueues,
     /// At most `concurrency / batch` lease claims in flight (`claimer.rs`).
-    pub lease_turn: crate::claim::turn::LeaseTurn,
+    pub lease_turn: crate::claim::lease::turn::LeaseTurn,
     /// Idle/draining state for the waiting registration.
-    pub wait_state: Arc<crate::claim::idle::WaitState>,
+    pub wait_state: Arc<crate::claim::choose::idle::WaitState>,
     /// One permit per job that may run at once (`concurrency`).
     pub slots: Arc<Semaphore>,
     /// Running lease-mode jobs (their tokens, for the heartbeat).
-    pub leases: Arc<crate::claim::leases::LeaseBook>,
+    pub leases: Arc<crate::claim::lease::book::LeaseBook>,
     /// Where lease-mode runs send their resolutions.
-    pub completer: crate::claim::leases::CompleterHandle,
+    pub completer: crate::claim::lease::book::CompleterHandle,
     /// Lease-mode jobs claimed ahead of the free slots (`prefetch.rs`).
-    pub prefetch: crate::claim::prefetch::Prefetch,
+    pub prefetch: crate::claim::lease::prefetch::Prefetch,
     /// Where a buffered job's start is reported (`starts.rs`).
-    pub start_marks: crate::claim::starts::StartMarks,
+    pub start_marks: crate::claim::lease::starts::StartMarks,
     /// Lease-mode job tasks, joined at shutdown.
     pub jobs: TaskTracker,
     /// Whether finished jobs are recorded (`crate::admin::history`).
-    pub history: Arc<crate::claim::results::Switch>,
+    pub history: Arc<crate::claim::outcome::results::Switch>,
     /// Running jobs a cancel request can stop (`cancel.rs`).
-    pub cancels: Arc<crate::claim::cancels::CancelBook>,
+    pub cancels: Arc<crate::claim::run::cancels::CancelBook>,
     /// Whether the last tx batch's handlers reached the database: the next
     /// batch's mark is then committed durably at once rather than flushed
     /// when a handler first reaches it (`claim::tx::mark::Mark`), which
@@ -123,18 +123,18 @@ pub(crate) struct ClaimContext {
     pub marks_durable: std::sync::atomic::AtomicBool,
     /// Where each fair-keys queue's rotation between limit keys stands
     /// for this worker (`key_rotation.rs`).
-    pub key_cursors: crate::claim::key_rotation::KeyCursors,
+    pub key_cursors: crate::claim::choose::key_rotation::KeyCursors,
     /// Where the all-queues claims resume under pressure (`cursor.rs`).
-    pub claim_cursors: crate::claim::cursor::ClaimCursors,
+    pub claim_cursors: crate::claim::choose::cursor::ClaimCursors,
     /// Repairs of limit keys' slot rows that claims reported
     /// (`key_repair.rs`).
-    pub key_repairs: crate::claim::key_repair::KeyRepairs,
+    pub key_repairs: crate::claim::choose::key_repair::KeyRepairs,
     /// The per-minute rollup's counts (`services/rollup.rs`); `None` when
     /// the rollup is off.
-    pub rollup: Option<Arc<crate::claim::tally::Tally>>,
+    pub rollup: Option<Arc<crate::claim::outcome::tally::Tally>>,
     /// What running jobs report of their progress, written every
     /// `progress_interval` (`progress.rs`).
-    pub progress: Arc<crate::claim::progress::Progress>,
+    pub progress: Arc<crate::claim::run::progress::Progress>,
 }
 
 impl ClaimContext {
@@ -152,7 +152,10 @@ impl ClaimContext {
     /// Where `spec` claims this round (reading the ready queues when stale).
     pub(crate) async fn targets(&self, spec: &ClaimSpec) -> crate::error::Result<Targets> {
         // Listed queues are tried by name: they need the limited queues only.
-        let wants_ready = matches!(spec.queues, crate::claim::plan::Queues::AllExcept(_));
+        let wants_ready = matches!(
+            spec.queues,
+            crate::claim::choose::plan::Queues::AllExcept(_)
+        );
         let (ready, limited) = self
             .ready_queues
             .get(
@@ -212,7 +215,7 @@ impl ClaimContext {
     /// result costs nothing.
     pub(crate) fn result_of(&self, ended: &Ended) -> Option<String> {
         match ended {
-            Ended::Outcome(outcome) => crate::claim::results::result_of(outcome),
+            Ended::Outcome(outcome) => crate::claim::outcome::results::result_of(outcome),
             _ => None,
         }
     }
@@ -333,8 +336,10 @@ impl ClaimContext {
         }
         if self.history.on() {
             match &resolution {
-                Resolution::Done => crate::claim::results::count_recorded("done", 1),
-                Resolution::Dead { .. } => crate::claim::results::count_recorded("dead", 1),
+                Resolution::Done => crate::claim::outcome::results::count_recorded("done", 1),
+                Resolution::Dead { .. } => {
+                    crate::claim::outcome::results::count_recorded("dead", 1)
+                }
                 _ => {}
             }
         }
@@ -367,7 +372,7 @@ impl ClaimContext {
         }
         // After the log lines, which need not repeat the outcome and error
         // the span then records.
-        crate::claim::trace::ended(claimed, &resolution);
+        crate::claim::run::trace::ended(claimed, &resolution);
         let _ = self.events.send(JobEvent {
             id: job.id,
             queue: job.queue.clone(),

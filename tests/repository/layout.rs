@@ -236,7 +236,7 @@ fn the_module_graph_is_read_from_the_source() {
         "{:?}",
         graph["claim::tx"]
     );
-    assert!(graph["services::poller"].contains("claim::next_due"));
+    assert!(graph["services::poller"].contains("claim::choose::next_due"));
 }
 
 /// The text of each claim statement, comments dropped and whitespace

@@ -6,8 +6,8 @@ use std::time::Instant;
 
 use tokio_postgres::types::ToSql;
 
-use crate::claim::claimed::{claimed_from_row, keys_from_row, Claimed, CLAIM_COLUMNS};
 use crate::claim::context::ClaimContext;
+use crate::claim::run::claimed::{claimed_from_row, keys_from_row, Claimed, CLAIM_COLUMNS};
 use crate::error::{Error, Result};
 
 use super::mark::Mark;
@@ -159,14 +159,14 @@ pub(super) async fn run_suspect(ctx: &ClaimContext, id: i64) -> Result<()> {
     let db = Db::pooled(c, ctx.config.prepared_statements);
     // Its queue may be rate-limited: one admission, committed first
     // (rate.rs); given back if the job is not claimed.
-    let admission = crate::claim::rate::reserve_on_own(ctx, None, Some(id), 1).await?;
+    let admission = crate::claim::choose::rate::reserve_on_own(ctx, None, Some(id), 1).await?;
     let admitted = !admission.none();
     // And to a per-key rate: one admission of its key (key_rate.rs).
     let key_admission = if admitted {
         Some(
-            crate::claim::key_rate::reserve(
+            crate::claim::choose::key_rate::reserve(
                 ctx,
-                crate::claim::key_rate::Wanted {
+                crate::claim::choose::key_rate::Wanted {
                     queue: "",
                     after: None,
                     count: 1,
@@ -189,10 +189,10 @@ pub(super) async fn run_suspect(ctx: &ClaimContext, id: i64) -> Result<()> {
     );
     begun.map_err(Error::db("claim: begin"))?;
     let rows = rows.map_err(Error::db("claim"))?;
-    crate::claim::rate::settle(ctx, Some(&admission), rows.len()).await?;
+    crate::claim::choose::rate::settle(ctx, Some(&admission), rows.len()).await?;
     // The limit key: after xid, backend pid and the three other keys.
     let used: Vec<Option<&str>> = rows.iter().map(|r| r.get(CLAIM_COLUMNS + 5)).collect();
-    crate::claim::key_rate::settle(ctx, key_admission.as_ref(), used.into_iter()).await?;
+    crate::claim::choose::key_rate::settle(ctx, key_admission.as_ref(), used.into_iter()).await?;
     let Some(row) = rows.first() else {
         // Taken by another worker meanwhile, or not due.
         c.batch_execute("COMMIT")

@@ -31,18 +31,22 @@
 //!
 //! Any error before COMMIT drops the connection instead of returning it to
 //! the pool, so no pooled connection is ever left idle in a transaction.
+//!
+//! May import [`choose`](super::choose), [`outcome`](super::outcome),
+//! [`run`](super::run) and the claim context; never
+//! [`lease`](super::lease).
 
 use std::time::Instant;
 
 use deadpool_postgres::Object;
 
-use crate::claim::claimed::{
+use crate::claim::choose::plan::{ClaimSpec, Target};
+use crate::claim::choose::targets::Walk;
+use crate::claim::choose::wake::Trigger;
+use crate::claim::context::ClaimContext;
+use crate::claim::run::claimed::{
     claimed_from_row, keys_from_row, sort_claim_order, Claimed, CLAIM_COLUMNS,
 };
-use crate::claim::context::ClaimContext;
-use crate::claim::plan::{ClaimSpec, Target};
-use crate::claim::targets::Walk;
-use crate::claim::wake::Trigger;
 use crate::error::{Error, Result};
 use crate::metrics;
 
@@ -126,7 +130,7 @@ pub(crate) async fn claim_and_run(
     // A rate-limited queue's admissions are committed first (targets.rs).
     let mut walk = Walk::new(ctx, spec, queues, limit);
     let head_every = ctx.pressure_throttle();
-    let claim_cursor = crate::claim::cursor::CursorUse {
+    let claim_cursor = crate::claim::choose::cursor::CursorUse {
         cursors: &ctx.claim_cursors,
         head_every,
     };
@@ -254,7 +258,7 @@ pub(crate) async fn claim_and_run(
     }
     sort_claim_order(&mut claimed);
     if ctx.config.trace_jobs {
-        crate::claim::trace::attach(db, &mut claimed, claim_sent, "tx").await;
+        crate::claim::run::trace::attach(db, &mut claimed, claim_sent, "tx").await;
     }
     let ids: Vec<i64> = claimed.iter().map(|c| c.job.id).collect();
     // A plain claim's jobs hold no queue slot (their queue had no limit); a
@@ -339,9 +343,9 @@ pub(super) async fn claim_rows(
     except: &[String],
     spec: &ClaimSpec,
     walk: &Walk<'_>,
-    cursors: &crate::claim::key_rotation::KeyCursors,
-    repairs: &crate::claim::key_repair::KeyRepairs,
-    claim_cursor: crate::claim::cursor::CursorUse<'_>,
+    cursors: &crate::claim::choose::key_rotation::KeyCursors,
+    repairs: &crate::claim::choose::key_repair::KeyRepairs,
+    claim_cursor: crate::claim::choose::cursor::CursorUse<'_>,
 ) -> std::result::Result<Vec<tokio_postgres::Row>, tokio_postgres::Error> {
     let (admission, admitted_keys) = (walk.admission(), walk.admitted_keys());
     match target {
@@ -377,7 +381,7 @@ pub(super) async fn claim_rows(
             claim_cursor.cursors.claimed(
                 spec,
                 from.is_some(),
-                rows.iter().map(crate::claim::cursor::key_of).max(),
+                rows.iter().map(crate::claim::choose::cursor::key_of).max(),
             );
             Ok(rows)
         }

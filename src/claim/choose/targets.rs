@@ -7,10 +7,10 @@
 
 use std::time::SystemTime;
 
+use crate::claim::choose::key_rate::{self, KeyAdmission};
+use crate::claim::choose::plan::{ClaimSpec, Target};
+use crate::claim::choose::rate::{self, Admission};
 use crate::claim::context::ClaimContext;
-use crate::claim::key_rate::{self, KeyAdmission};
-use crate::claim::plan::{ClaimSpec, Target};
-use crate::claim::rate::{self, Admission};
 use crate::error::Result;
 
 /// The walk: [`Walk::next`] until the claims found enough jobs, then
@@ -134,7 +134,7 @@ impl<'a> Walk<'a> {
     /// rotation on (to where the reservation's walk stopped, if it did: it
     /// went furthest), and wakes a claim task to claim again at once when
     /// keys behind the bound were left unvisited by a walk that took
-    /// nothing ([`KeyCursors::served`](crate::claim::key_rotation::KeyCursors::served)).
+    /// nothing ([`KeyCursors::served`](crate::claim::choose::key_rotation::KeyCursors::served)).
     pub(crate) fn served<'k>(
         &self,
         queue: &str,
@@ -148,7 +148,9 @@ impl<'a> Walk<'a> {
             .and_then(|a| a.stop.as_deref())
             .or(stop);
         if self.ctx.key_cursors.served(queue, after, keys, stop) {
-            self.ctx.wake.wake_one(crate::claim::wake::Trigger::Drain);
+            self.ctx
+                .wake
+                .wake_one(crate::claim::choose::wake::Trigger::Drain);
         }
     }
 

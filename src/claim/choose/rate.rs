@@ -20,8 +20,8 @@
 
 use std::time::SystemTime;
 
+use crate::claim::choose::plan::Target;
 use crate::claim::context::ClaimContext;
-use crate::claim::plan::Target;
 use crate::db::connect::PooledConn;
 use crate::db::sql::{Db, RATE_RELEASE, RATE_RESERVE};
 use crate::error::{Error, Result};

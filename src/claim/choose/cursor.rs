@@ -38,7 +38,7 @@ use std::time::{Duration, Instant};
 
 use chrono::{DateTime, Utc};
 
-use crate::claim::plan::ClaimSpec;
+use crate::claim::choose::plan::ClaimSpec;
 
 /// A job's place in claim order: (priority, run_at, id).
 pub(crate) type Key = (i32, DateTime<Utc>, i64);
@@ -128,7 +128,7 @@ impl ClaimCursors {
 #[cfg(test)]
 mod tests {
     use super::{ClaimCursors, Key};
-    use crate::claim::plan::{ClaimSpec, Queues};
+    use crate::claim::choose::plan::{ClaimSpec, Queues};
     use crate::handler::Delivery;
     use chrono::{TimeZone, Utc};
     use std::time::{Duration, Instant};

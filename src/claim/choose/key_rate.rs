@@ -1,6 +1,6 @@
 //! Rate limits per limit key (migration 0021): at most N jobs of any one
 //! limit key of a queue are admitted in any window W (sliding), across
-//! every worker. The queue rate's admission clock ([`crate::claim::rate`]),
+//! every worker. The queue rate's admission clock ([`crate::claim::choose::rate`]),
 //! kept per key.
 //!
 //! ```text

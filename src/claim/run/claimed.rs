@@ -36,7 +36,7 @@ pub(crate) struct Claimed {
     /// per-minute rollup.
     pub ready_for: f64,
     /// Its trace context and spans, when the worker traces jobs
-    /// (`crate::claim::trace::attach`).
+    /// (`crate::claim::run::trace::attach`).
     pub trace: Option<std::sync::Arc<JobTrace>>,
     /// lease mode: its recorded steps and parents' results, read with the
     /// claim for a handler that reads them up front (`exec`).

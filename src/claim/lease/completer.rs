@@ -321,7 +321,8 @@ async fn flush(ctx: &ClaimContext, batch: Vec<Finished>) {
         ctx.report(&f.claimed, resolution, f.duration);
     }
     if keyed {
-        ctx.wake.wake_one(crate::claim::wake::Trigger::Drain);
+        ctx.wake
+            .wake_one(crate::claim::choose::wake::Trigger::Drain);
     }
 }
 

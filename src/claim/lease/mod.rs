@@ -16,6 +16,20 @@
 //! on the last attempt). The claim token comes from a sequence and is never
 //! reused: a stalled worker that wakes up after its job was rescued, retried
 //! and claimed again cannot renew or complete the new run.
+//!
+//! Here: the lease claim, a leased job's run on its slot and the services
+//! that keep leases ([`heartbeat`]) and the prefetch buffer. Beside it: the
+//! lease book ([`book`]), the outcome writer ([`completer`]), the prefetch
+//! buffer ([`prefetch`]), marks of buffered jobs' starts ([`starts`]) and
+//! the lease claims' turns ([`turn`]). May import
+//! [`choose`](super::choose), [`outcome`](super::outcome),
+//! [`run`](super::run) and the claim context; never [`tx`](super::tx).
+
+pub(crate) mod book;
+pub(crate) mod completer;
+pub(crate) mod prefetch;
+pub(crate) mod starts;
+pub(crate) mod turn;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -23,18 +37,18 @@ use std::time::{Duration, Instant};
 use tokio::sync::OwnedSemaphorePermit;
 use tokio_util::sync::CancellationToken;
 
-use crate::claim::cancels::Watch;
-use crate::claim::claimed::{
+use crate::claim::choose::plan::{ClaimSpec, Target};
+use crate::claim::choose::targets::Walk;
+use crate::claim::choose::wake::Trigger;
+use crate::claim::context::ClaimContext;
+use crate::claim::lease::book::stop_margin;
+use crate::claim::lease::prefetch::Leased;
+use crate::claim::outcome::Finished;
+use crate::claim::run::cancels::Watch;
+use crate::claim::run::claimed::{
     claimed_from_row, keys_from_row, sort_claim_order, Claimed, CLAIM_COLUMNS,
 };
-use crate::claim::context::ClaimContext;
-use crate::claim::executor::{execute, Ended};
-use crate::claim::leases::stop_margin;
-use crate::claim::outcome::Finished;
-use crate::claim::plan::{ClaimSpec, Target};
-use crate::claim::prefetch::Leased;
-use crate::claim::targets::Walk;
-use crate::claim::wake::Trigger;
+use crate::claim::run::executor::{execute, Ended};
 use crate::db::connect::PooledConn;
 use crate::error::{Error, Result};
 use crate::handler::{Deadline, JobContext};
@@ -141,7 +155,7 @@ pub(crate) async fn claim(
                     ctx.claim_cursors.claimed(
                         spec,
                         from.is_some(),
-                        rows.iter().map(crate::claim::cursor::key_of).max(),
+                        rows.iter().map(crate::claim::choose::cursor::key_of).max(),
                     );
                 }
                 r
@@ -235,7 +249,7 @@ pub(crate) async fn claim(
     sort_claim_order(&mut claimed);
     if ctx.config.trace_jobs {
         let db = Db::pooled(&conn, ctx.config.prepared_statements);
-        crate::claim::trace::attach(db, &mut claimed, sent, "lease").await;
+        crate::claim::run::trace::attach(db, &mut claimed, sent, "lease").await;
     }
     attach_inputs(
         Db::pooled(&conn, ctx.config.prepared_statements),
@@ -509,7 +523,7 @@ async fn run(
         job.id,
         crate::progress::Run::Lease(claimed.token),
     );
-    let (span, trace) = crate::claim::trace::run_span(claimed);
+    let (span, trace) = crate::claim::run::trace::run_span(claimed);
     let job_ctx = JobContext {
         transaction: None,
         pool: &ctx.pool,
@@ -523,7 +537,7 @@ async fn run(
         inputs: claimed.inputs.clone(),
     };
     let (ended, _, duration) = execute(handler.as_ref(), job, job_ctx, watch.token(), span).await;
-    crate::claim::trace::run_ended(claimed);
+    crate::claim::run::trace::run_ended(claimed);
     gauge.decrement(1.0);
     let result = ctx.result_of(&ended);
     let resolution = match ended {
