@@ -45,10 +45,9 @@ use crate::claim::lease::book::stop_margin;
 use crate::claim::lease::prefetch::Leased;
 use crate::claim::outcome::Finished;
 use crate::claim::run::cancels::Watch;
-use crate::claim::run::claimed::{
-    claimed_from_row, keys_from_row, sort_claim_order, Claimed, CLAIM_COLUMNS,
-};
+use crate::claim::run::claimed::{sort_claim_order, Claimed};
 use crate::claim::run::executor::{execute, Ended};
+use crate::claim::run::row::{ClaimRow, Mode};
 use crate::db::connect::PooledConn;
 use crate::error::{Error, Result};
 use crate::handler::{Deadline, JobContext};
@@ -155,7 +154,11 @@ pub(crate) async fn claim(
                     ctx.claim_cursors.claimed(
                         spec,
                         from.is_some(),
-                        rows.iter().map(crate::claim::choose::cursor::key_of).max(),
+                        rows.iter()
+                            .map(|r| {
+                                crate::claim::choose::cursor::key_of(ClaimRow::read(r, Mode::Lease))
+                            })
+                            .max(),
                     );
                 }
                 r
@@ -194,16 +197,14 @@ pub(crate) async fn claim(
                         ],
                     )
                     .await
-                    // Keys reported for a repair: after the keys and the
-                    // suspect flag.
-                    .map(|rows| ctx.key_repairs.take_reports(q, rows, CLAIM_COLUMNS + 6));
+                    // Keys reported for a repair.
+                    .map(|rows| ctx.key_repairs.take_reports(q, rows, Mode::Lease));
                 if let Ok((rows, stop)) = &r {
-                    // The limit key: after the token and the three other keys.
                     walk.served(
                         q,
                         after.as_deref(),
                         rows.iter()
-                            .map(|r| r.get::<_, Option<&str>>(CLAIM_COLUMNS + 4)),
+                            .map(|r| ClaimRow::read(r, Mode::Lease).limit_key()),
                         stop.as_deref(),
                     );
                 }
@@ -212,23 +213,24 @@ pub(crate) async fn claim(
         };
         let more = conn.check(r).map_err(Error::db("lease claim"))?;
         let stop = !more.is_empty() && !Walk::fills_with(queue);
-        // After the limit key: suspect, then (claim_lease_all and
-        // claim_lease_queue) buffered; a limited claim is for free slots
-        // only, never buffered.
+        // A limited claim is for free slots only, never buffered.
         placed.extend(more.iter().map(|row| {
+            let row = ClaimRow::read(row, Mode::Lease);
             let buffered = match queue {
-                Target::All | Target::Queue(_) => row.get(CLAIM_COLUMNS + 6),
+                Target::All | Target::Queue(_) => row.buffered(),
                 Target::Limited(_) | Target::Rated(..) => false,
             };
-            (buffered, row.get(CLAIM_COLUMNS + 5))
+            (buffered, row.suspect())
         }));
         rows.extend(more);
         if stop {
             break;
         }
     }
-    // The limit key: after the token and the three other keys.
-    let used: Vec<Option<&str>> = rows.iter().map(|r| r.get(CLAIM_COLUMNS + 4)).collect();
+    let used: Vec<Option<&str>> = rows
+        .iter()
+        .map(|r| ClaimRow::read(r, Mode::Lease).limit_key())
+        .collect();
     let settled = walk.settle(&used).await?;
     let hit = if rows.is_empty() { "empty" } else { "hit" };
     ::metrics::counter!(metrics::CLAIMS, "trigger" => trigger.as_str(), "result" => hit, "mode" => "lease")
@@ -237,11 +239,9 @@ pub(crate) async fn claim(
         .iter()
         .zip(&placed)
         .map(|(row, &(buffered, suspect))| {
-            let mut c = claimed_from_row(row);
+            let mut c = ClaimRow::read(row, Mode::Lease).claimed();
             c.buffered = buffered;
             c.suspect = suspect;
-            c.token = row.get(CLAIM_COLUMNS);
-            c.keys = keys_from_row(row, CLAIM_COLUMNS + 1);
             c.admitted_at = settled.admitted_at(c.keys.limit_key.is_some());
             c
         })

@@ -1,5 +1,5 @@
 //! What running a claimed job needs in either delivery mode: the claimed
-//! rows as jobs ([`claimed`]), one handler run ([`executor`]), cancel
+//! rows as jobs ([`claimed`], read by [`row`]), one handler run ([`executor`]), cancel
 //! requests ([`cancels`]), progress reports ([`progress`]) and the jobs'
 //! traces ([`trace`]).
 //!
@@ -9,4 +9,5 @@ pub(crate) mod cancels;
 pub(crate) mod claimed;
 pub(crate) mod executor;
 pub(crate) mod progress;
+pub(crate) mod row;
 pub(crate) mod trace;

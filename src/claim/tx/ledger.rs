@@ -7,7 +7,7 @@ use std::time::Instant;
 use tokio_postgres::types::ToSql;
 
 use crate::claim::context::ClaimContext;
-use crate::claim::run::claimed::{claimed_from_row, keys_from_row, Claimed, CLAIM_COLUMNS};
+use crate::claim::run::row::{ClaimRow, Mode};
 use crate::error::{Error, Result};
 
 use super::mark::Mark;
@@ -190,8 +190,10 @@ pub(super) async fn run_suspect(ctx: &ClaimContext, id: i64) -> Result<()> {
     begun.map_err(Error::db("claim: begin"))?;
     let rows = rows.map_err(Error::db("claim"))?;
     crate::claim::choose::rate::settle(ctx, Some(&admission), rows.len()).await?;
-    // The limit key: after xid, backend pid and the three other keys.
-    let used: Vec<Option<&str>> = rows.iter().map(|r| r.get(CLAIM_COLUMNS + 5)).collect();
+    let used: Vec<Option<&str>> = rows
+        .iter()
+        .map(|r| ClaimRow::read(r, Mode::Tx).limit_key())
+        .collect();
     crate::claim::choose::key_rate::settle(ctx, key_admission.as_ref(), used.into_iter()).await?;
     let Some(row) = rows.first() else {
         // Taken by another worker meanwhile, or not due.
@@ -201,17 +203,14 @@ pub(super) async fn run_suspect(ctx: &ClaimContext, id: i64) -> Result<()> {
         tx.release();
         return Ok(());
     };
-    let keys = keys_from_row(row, CLAIM_COLUMNS + 2);
+    let row = ClaimRow::read(row, Mode::Tx);
+    let mut claimed = row.claimed();
     let key_admitted_at = key_admission
         .as_ref()
-        .filter(|a| a.any() && keys.limit_key.is_some())
+        .filter(|a| a.any() && claimed.keys.limit_key.is_some())
         .and_then(|a| a.admitted());
-    let mut claimed = Claimed {
-        admitted_at: key_admitted_at.or(admission.admitted()),
-        keys,
-        ..claimed_from_row(row)
-    };
-    let backend_pid: i32 = row.get(CLAIM_COLUMNS + 1);
+    claimed.admitted_at = key_admitted_at.or(admission.admitted());
+    let backend_pid = row.backend_pid();
     let charged: i32 = {
         let mut conn =
             crate::db::connect::PooledConn::get(&ctx.ledger_pool, "claim: no connection to charge")
@@ -228,8 +227,8 @@ pub(super) async fn run_suspect(ctx: &ClaimContext, id: i64) -> Result<()> {
     // The mark holds no job id: its charge is made already (a stale mark
     // of one job would charge it again), and it is cleared with the
     // outcome; a run that dies leaves it to `adopt_stale.sql`.
-    let holds_slot: bool = row.get(CLAIM_COLUMNS + 6);
-    let holds_key_slot: bool = row.get(CLAIM_COLUMNS + 7);
+    let holds_slot = row.holds_slot();
+    let holds_key_slot = row.holds_key_slot();
     let queues = (!holds_slot).then(|| vec![claimed.job.queue.clone()]);
     let keys = UnslottedKeys::of(
         claimed
@@ -240,7 +239,7 @@ pub(super) async fn run_suspect(ctx: &ClaimContext, id: i64) -> Result<()> {
             .map(|k| (claimed.job.queue.as_str(), k))
             .into_iter(),
     );
-    let xid: String = row.get(CLAIM_COLUMNS);
+    let xid = row.xid();
     let mark = if queues.is_some() || keys.any() {
         // No job ids: nothing to find suspect, so always a mark.
         match mark_batch(ctx, &xid, &[], queues, keys, false).await? {

@@ -44,9 +44,8 @@ use crate::claim::choose::plan::{ClaimSpec, Target};
 use crate::claim::choose::targets::Walk;
 use crate::claim::choose::wake::Trigger;
 use crate::claim::context::ClaimContext;
-use crate::claim::run::claimed::{
-    claimed_from_row, keys_from_row, sort_claim_order, Claimed, CLAIM_COLUMNS,
-};
+use crate::claim::run::claimed::{sort_claim_order, Claimed};
+use crate::claim::run::row::{ClaimRow, Mode};
 use crate::error::{Error, Result};
 use crate::metrics;
 
@@ -207,8 +206,10 @@ pub(crate) async fn claim_and_run(
         // Later claims locked more rows: check again, after them.
         suspects = suspects_now().await.map_err(Error::db("claim: suspects"))?;
     }
-    // The limit key: after xid, backend pid and the three other keys.
-    let used: Vec<Option<&str>> = rows.iter().map(|r| r.get(CLAIM_COLUMNS + 5)).collect();
+    let used: Vec<Option<&str>> = rows
+        .iter()
+        .map(|r| ClaimRow::read(r, Mode::Tx).limit_key())
+        .collect();
     let settled = walk.settle(&used).await?;
     let tried = settled.tried;
     let limited_hit =
@@ -223,14 +224,15 @@ pub(crate) async fn claim_and_run(
         tx.release();
         return Ok(0);
     }
-    let xid: String = rows[0].get(CLAIM_COLUMNS);
-    let backend_pid: i32 = rows[0].get(CLAIM_COLUMNS + 1);
+    let first_row = ClaimRow::read(&rows[0], Mode::Tx);
+    let xid = first_row.xid();
+    let backend_pid = first_row.backend_pid();
     let count = rows.len();
     let suspect_ids: std::collections::HashSet<i64> =
         suspects.iter().map(|r| r.get::<_, i64>(0)).collect();
     let suspects: Vec<i64> = rows
         .iter()
-        .map(|r| r.get::<_, i64>(0))
+        .map(|r| ClaimRow::read(r, Mode::Tx).id())
         .filter(|id| suspect_ids.contains(id))
         .collect();
     if !suspects.is_empty() {
@@ -245,12 +247,9 @@ pub(crate) async fn claim_and_run(
     let mut claimed: Vec<Claimed> = rows
         .iter()
         .map(|row| {
-            let keys = keys_from_row(row, CLAIM_COLUMNS + 2);
-            Claimed {
-                admitted_at: settled.admitted_at(keys.limit_key.is_some()),
-                keys,
-                ..claimed_from_row(row)
-            }
+            let mut c = ClaimRow::read(row, Mode::Tx).claimed();
+            c.admitted_at = settled.admitted_at(c.keys.limit_key.is_some());
+            c
         })
         .collect();
     for c in &mut claimed {
@@ -266,15 +265,16 @@ pub(crate) async fn claim_and_run(
     // column after the keys). Jobs without a slot are named in the mark, so
     // that a limit set while they run counts them.
     let limited = matches!(tried, Some(Target::Limited(_) | Target::Rated(..)));
-    let holds_slot = limited && rows[0].get::<_, bool>(CLAIM_COLUMNS + 6);
+    let holds_slot = limited && first_row.holds_slot();
     let queues = (!holds_slot).then(|| claimed.iter().map(|c| c.job.queue.clone()).collect());
     // Likewise per key (migration 0022): a job with a limit key that took
     // no key slot (the column after the queue slot's) is named in the
     // mark, so that a per-key limit set while it runs counts it.
     let key_slots: std::collections::HashSet<i64> = if limited {
         rows.iter()
-            .filter(|r| r.get::<_, bool>(CLAIM_COLUMNS + 7))
-            .map(|r| r.get(0))
+            .map(|r| ClaimRow::read(r, Mode::Tx))
+            .filter(|r| r.holds_key_slot())
+            .map(|r| r.id())
             .collect()
     } else {
         Default::default()
@@ -381,7 +381,9 @@ pub(super) async fn claim_rows(
             claim_cursor.cursors.claimed(
                 spec,
                 from.is_some(),
-                rows.iter().map(crate::claim::choose::cursor::key_of).max(),
+                rows.iter()
+                    .map(|r| crate::claim::choose::cursor::key_of(ClaimRow::read(r, Mode::Tx)))
+                    .max(),
             );
             Ok(rows)
         }
@@ -412,15 +414,12 @@ pub(super) async fn claim_rows(
                     ],
                 )
                 .await?;
-            // Keys reported for a repair: after the keys, the queue slot
-            // and the key slot columns.
-            let (rows, stop) = repairs.take_reports(q, rows, CLAIM_COLUMNS + 8);
-            // The limit key: after xid, backend pid and the three other keys.
+            // Keys reported for a repair.
+            let (rows, stop) = repairs.take_reports(q, rows, Mode::Tx);
             walk.served(
                 q,
                 after.as_deref(),
-                rows.iter()
-                    .map(|r| r.get::<_, Option<&str>>(CLAIM_COLUMNS + 5)),
+                rows.iter().map(|r| ClaimRow::read(r, Mode::Tx).limit_key()),
                 stop.as_deref(),
             );
             Ok(rows)
