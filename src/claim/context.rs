@@ -31,7 +31,7 @@ use crate::claim::run::executor::Ended;
 use crate::config::WorkerConfig;
 use crate::handler::{Handler, Registry};
 use crate::health::Health;
-use crate::job::{sanitize_reason, Job, Outcome, Resolution, SLEEP_MAX, SNOOZE_MAX};
+use crate::job::{Job, Resolution};
 use crate::metrics;
 
 /// What became of one job; sent to [`crate::Worker::subscribe`]rs after the
@@ -64,11 +64,6 @@ impl JobEvent {
         self.resolution.reason()
     }
 }
-
-/// Longest delay a handler's `Outcome::Retry { after }` may ask for; longer
-/// ones are cut to it (a `run_at` past PostgreSQL's range would make the
-/// outcome write fail).
-pub(crate) const RETRY_AFTER_MAX: Duration = Duration::from_secs(10 * 365 * 24 * 3600);
 
 /// State shared by a worker's claim path.
 pub(crate) struct ClaimContext {
@@ -169,36 +164,14 @@ impl ClaimContext {
     }
 
     /// What must happen to a claimed job before any handler runs:
-    /// `Ok(handler)` to run it, or the resolution when it must not run.
+    /// `Ok(handler)` to run it, or the resolution when it must not run
+    /// ([`refusal`](crate::claim::outcome::resolve::refusal)).
     pub(crate) fn precheck(&self, c: &Claimed) -> Result<Arc<dyn Handler>, Resolution> {
-        let job = &c.job;
-        if job.attempt > job.max_attempts {
-            return Err(Resolution::Dead {
-                reason: format!(
-                    "attempt {} exceeds max_attempts {}: earlier runs never reported an outcome (the worker or its database session crashed while running this job)",
-                    job.attempt, job.max_attempts
-                ),
-            });
+        let handler = self.registry.get(&c.job.task);
+        match crate::claim::outcome::resolve::refusal(c, self.stop.is_cancelled(), handler) {
+            Some(resolution) => Err(resolution),
+            None => Ok(handler.expect("a job without a handler is refused").clone()),
         }
-        if self.stop.is_cancelled() {
-            return Err(Resolution::Returned);
-        }
-        let Some(handler) = self.registry.get(&job.task) else {
-            return Err(Resolution::Dead {
-                reason: format!(
-                    "no handler for task {:?}: register one (or a `*` catch-all) and retry it with `pgwake dead retry --id {}`",
-                    job.task, job.id
-                ),
-            });
-        };
-        if let Some(why) = &c.undecodable {
-            if handler.decodes_payload() {
-                return Err(Resolution::Dead {
-                    reason: why.clone(),
-                });
-            }
-        }
-        Ok(handler.clone())
     }
 
     /// The timeout of one run of `job`.
@@ -217,85 +190,6 @@ impl ClaimContext {
         match ended {
             Ended::Outcome(outcome) => crate::claim::outcome::results::result_of(outcome),
             _ => None,
-        }
-    }
-
-    /// What a finished run means for the job.
-    pub(crate) fn resolve(&self, job: &Job, ended: Ended) -> Resolution {
-        match ended {
-            Ended::Interrupted => Resolution::Returned,
-            Ended::Outcome(Outcome::Done | Outcome::DoneWith(_)) => Resolution::Done,
-            Ended::Outcome(Outcome::Fail { reason }) => Resolution::Dead {
-                reason: sanitize_reason(&reason),
-            },
-            Ended::Outcome(Outcome::Snooze(after)) if after <= SNOOZE_MAX => {
-                Resolution::Snoozed { delay: after }
-            }
-            Ended::Outcome(Outcome::Snooze(after)) => self.resolve(
-                job,
-                Ended::Outcome(Outcome::retry(format!(
-                    "the handler asked to snooze for {}, longer than the longest snooze, {} (pgwake::SNOOZE_MAX): snooze less, or enqueue a job with a later run_at",
-                    humantime::format_duration(Duration::from_secs(after.as_secs())),
-                    humantime::format_duration(SNOOZE_MAX)
-                ))),
-            ),
-            Ended::Outcome(Outcome::Sleep(until)) => {
-                // A wake time already past wakes it at once.
-                let delay = until
-                    .duration_since(SystemTime::now())
-                    .unwrap_or(Duration::ZERO);
-                if delay <= SLEEP_MAX {
-                    Resolution::Sleeping { delay }
-                } else {
-                    self.resolve(
-                        job,
-                        Ended::Outcome(Outcome::retry(format!(
-                            "the handler asked to sleep for {}, further ahead than the longest sleep, {} (pgwake::SLEEP_MAX): sleep less, or enqueue a job with a later run_at",
-                            humantime::format_duration(Duration::from_secs(delay.as_secs())),
-                            humantime::format_duration(SLEEP_MAX)
-                        ))),
-                    )
-                }
-            }
-            Ended::Outcome(Outcome::WaitFor { signal, timeout }) => {
-                let refused = if timeout > SLEEP_MAX {
-                    Some(format!(
-                        "the handler asked to wait for signal {:?} for {}, longer than the longest wait, {} (pgwake::SLEEP_MAX): wait less, and wait again on the timeout if need be",
-                        signal.chars().take(120).collect::<String>(),
-                        humantime::format_duration(Duration::from_secs(timeout.as_secs())),
-                        humantime::format_duration(SLEEP_MAX)
-                    ))
-                } else {
-                    crate::job::check_signal_key(&signal)
-                        .err()
-                        .map(|e| format!("the handler asked to wait for a signal, but {e}"))
-                };
-                match refused {
-                    None => Resolution::WaitingForSignal {
-                        key: signal,
-                        timeout,
-                    },
-                    Some(reason) => self.resolve(job, Ended::Outcome(Outcome::retry(reason))),
-                }
-            }
-            Ended::Outcome(Outcome::Retry { reason, after }) => {
-                let reason = sanitize_reason(&reason);
-                if job.attempt >= job.max_attempts {
-                    Resolution::Dead {
-                        reason: sanitize_reason(&format!(
-                            "{reason} (attempt {} of {})",
-                            job.attempt, job.max_attempts
-                        )),
-                    }
-                } else {
-                    Resolution::Retry {
-                        reason,
-                        delay: after
-                            .map(|a| a.min(RETRY_AFTER_MAX))
-                            .unwrap_or_else(|| self.config.retry_delay(job.attempt)),
-                    }
-                }
-            }
         }
     }
 

@@ -301,23 +301,15 @@ async fn flush(ctx: &ClaimContext, batch: Vec<Finished>) {
     for f in batch {
         ctx.leases.remove(f.claimed.token);
         let written = matches!(&matched, Some(m) if m.contains(&f.claimed.token));
-        let resolution = match f.resolution {
-            Resolution::Lost => Resolution::Lost,
-            // Recorded as cancelled whoever wrote it (pgwake.cancel() or
-            // this flush).
-            Resolution::Cancelled => Resolution::Cancelled,
-            r if written => r,
-            _ => {
-                if matched.is_some() {
-                    tracing::warn!(
-                        job = f.claimed.job.id,
-                        attempt = f.claimed.job.attempt,
-                        "late outcome fenced: the lease was rescued, the job runs again"
-                    );
-                }
-                Resolution::Lost
-            }
-        };
+        let fenced = !written && !matches!(f.resolution, Resolution::Lost | Resolution::Cancelled);
+        if fenced && matched.is_some() {
+            tracing::warn!(
+                job = f.claimed.job.id,
+                attempt = f.claimed.job.attempt,
+                "late outcome fenced: the lease was rescued, the job runs again"
+            );
+        }
+        let resolution = crate::claim::outcome::resolve::after_lease_write(f.resolution, written);
         ctx.report(&f.claimed, resolution, f.duration);
     }
     if keyed {

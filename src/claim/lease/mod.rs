@@ -43,10 +43,11 @@ use crate::claim::choose::wake::Trigger;
 use crate::claim::context::ClaimContext;
 use crate::claim::lease::book::stop_margin;
 use crate::claim::lease::prefetch::Leased;
+use crate::claim::outcome::resolve::{choose, Run, Stopped};
 use crate::claim::outcome::Finished;
 use crate::claim::run::cancels::Watch;
 use crate::claim::run::claimed::{sort_claim_order, Claimed};
-use crate::claim::run::executor::{execute, Ended};
+use crate::claim::run::executor::execute;
 use crate::claim::run::row::{ClaimRow, Mode};
 use crate::db::connect::PooledConn;
 use crate::error::{Error, Result};
@@ -385,11 +386,16 @@ pub(crate) async fn bury_cancelled(ctx: Arc<ClaimContext>, stop: CancellationTok
             _ = ctx.cancels.cancelled_some.notified() => {}
         }
         for job in ctx.prefetch.take_cancelled() {
+            let stopped = Stopped {
+                cancelled: true,
+                lease_lost: false,
+            };
+            let resolution = choose(&job.claimed.job, stopped, Run::NotStarted, &ctx.config);
             complete(
                 &ctx,
                 Finished {
                     claimed: job.claimed,
-                    resolution: Resolution::Cancelled,
+                    resolution,
                     result: None,
                     duration: Duration::ZERO,
                 },
@@ -439,13 +445,11 @@ pub(crate) fn hand_back(ctx: &ClaimContext) -> usize {
 fn give_back(ctx: &ClaimContext, jobs: Vec<Leased>) -> usize {
     let n = jobs.len();
     for job in jobs {
-        let resolution = if job.watch.cancelled() {
-            Resolution::Cancelled
-        } else if job.lost.is_cancelled() && !ctx.abort.is_cancelled() {
-            Resolution::Lost
-        } else {
-            Resolution::Returned
+        let stopped = Stopped {
+            cancelled: job.watch.cancelled(),
+            lease_lost: job.lost.is_cancelled() && !ctx.abort.is_cancelled(),
         };
+        let resolution = choose(&job.claimed.job, stopped, Run::NotStarted, &ctx.config);
         complete(
             ctx,
             Finished {
@@ -492,11 +496,13 @@ async fn run(
 ) -> (Resolution, Option<String>, Duration) {
     // A job that waited in the prefetch buffer starts only if its lease
     // still holds and no cancel came meanwhile.
-    if watch.cancelled() {
-        return (Resolution::Cancelled, None, Duration::ZERO);
-    }
-    if lost.is_cancelled() && !ctx.abort.is_cancelled() {
-        return (Resolution::Lost, None, Duration::ZERO);
+    let stopped = Stopped {
+        cancelled: watch.cancelled(),
+        lease_lost: lost.is_cancelled() && !ctx.abort.is_cancelled(),
+    };
+    if stopped.cancelled || stopped.lease_lost {
+        let resolution = choose(&claimed.job, stopped, Run::NotStarted, &ctx.config);
+        return (resolution, None, Duration::ZERO);
     }
     let handler = match ctx.precheck(claimed) {
         Ok(handler) => handler,
@@ -540,14 +546,16 @@ async fn run(
     crate::claim::run::trace::run_ended(claimed);
     gauge.decrement(1.0);
     let result = ctx.result_of(&ended);
-    let resolution = match ended {
+    let stopped = Stopped {
         // Its cancel was requested: the completer buries it as cancelled,
         // fenced by its token, now that the run has stopped (never before:
         // a `dead retry` must not find it in dead_jobs while it runs).
-        _ if watch.cancelled() => Resolution::Cancelled,
-        Ended::Interrupted if !ctx.abort.is_cancelled() => Resolution::Lost,
-        ended => ctx.resolve(job, ended),
+        cancelled: watch.cancelled(),
+        // Interrupted while the worker is not aborting: only the lease's
+        // loss interrupts a run then.
+        lease_lost: !ctx.abort.is_cancelled(),
     };
+    let resolution = choose(job, stopped, Run::Ended(ended), &ctx.config);
     (resolution, result, duration)
 }
 

@@ -1,5 +1,5 @@
-//! The outcome of a run, whatever the delivery mode: what each resolution
-//! writes (here), the results recorded ([`results`]) and the per-minute
+//! The outcome of a run, whatever the delivery mode: the one chooser of
+//! its resolution ([`resolve`]), what each resolution writes (here), the results recorded ([`results`]) and the per-minute
 //! rollup's counts ([`tally`]).
 //!
 //! May import [`run`](super::run); never a delivery mode
@@ -11,6 +11,7 @@
 //! the lease completer). A new outcome kind touches `job.rs` and
 //! [`write_of`], nothing else.
 
+pub(crate) mod resolve;
 pub(crate) mod results;
 pub(crate) mod tally;
 

@@ -10,6 +10,7 @@ use deadpool_postgres::Object;
 
 use super::ahead::{self, Ahead};
 use crate::claim::context::ClaimContext;
+use crate::claim::outcome::resolve::{choose, Run, Stopped};
 use crate::claim::outcome::Finished;
 use crate::claim::run::claimed::Claimed;
 use crate::claim::run::executor::{execute, Ended};
@@ -199,7 +200,12 @@ pub(super) async fn run_group<'c>(
                 Finished {
                     claimed: claimed.clone(),
                     result: ctx.result_of(&ended),
-                    resolution: ctx.resolve(&claimed.job, ended),
+                    resolution: choose(
+                        &claimed.job,
+                        Stopped::default(),
+                        Run::Ended(ended),
+                        &ctx.config,
+                    ),
                     duration: share,
                 }
             })
@@ -291,7 +297,12 @@ pub(super) async fn run_one<'c>(
     let job = &claimed.job;
     if watch.cancelled() {
         // Cancelled while it waited for its siblings: it never starts.
-        return Ok((Resolution::Cancelled, None, Duration::ZERO));
+        let stopped = Stopped {
+            cancelled: true,
+            lease_lost: false,
+        };
+        let resolution = choose(job, stopped, Run::NotStarted, &ctx.config);
+        return Ok((resolution, None, Duration::ZERO));
     }
     let handler = match ctx.precheck(claimed) {
         Ok(handler) => handler,
@@ -365,11 +376,11 @@ pub(super) async fn run_one<'c>(
     let result = ctx.result_of(&ended);
     // A cancel wins over whatever the handler returned: nothing is
     // committed yet, so its work is rolled back with the savepoint below.
-    let resolution = if cancelled {
-        Resolution::Cancelled
-    } else {
-        ctx.resolve(job, ended)
+    let stopped = Stopped {
+        cancelled,
+        lease_lost: false,
     };
+    let resolution = choose(job, stopped, Run::Ended(ended), &ctx.config);
     if let Some(taken) = take_savepoint.reply() {
         let keep = resolution == Resolution::Done;
         end_savepoint(c, Savepoint::Job, taken, keep, ahead).await?;
