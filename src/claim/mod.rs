@@ -10,14 +10,20 @@
 //! - [`run`]: what running a claimed job needs in either mode (the claimed
 //!   rows, one handler run, cancels, progress, traces);
 //! - [`claimer`]: the claim tasks, which take slots and call a mode;
-//!   [`context`]: the state they all share.
+//!   [`context`]: the state they all share;
+//! - [`claims`]: the one entry point for the worker ([`Claims`]), which
+//!   builds the context and starts and stops it all.
 //!
-//! Imports nothing from `services/` or `admin/`.
+//! Imports nothing from `services/` or `admin/`; the worker imports
+//! nothing of it but what this file exports.
 
 pub(crate) mod choose;
 pub(crate) mod claimer;
+pub(crate) mod claims;
 pub(crate) mod context;
 pub(crate) mod lease;
 pub(crate) mod outcome;
 pub(crate) mod run;
 pub(crate) mod tx;
+
+pub(crate) use claims::{claim_once, describe_modes, uses, Claims, Setup, Shared};
