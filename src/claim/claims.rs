@@ -16,12 +16,15 @@ use tokio_util::task::TaskTracker;
 
 use crate::claim::choose::idle::WaitState;
 use crate::claim::choose::next_due::Schedule;
+use crate::claim::choose::state::ChoiceState;
 use crate::claim::choose::wake::{Trigger, Wakeup};
 use crate::claim::context::{ClaimContext, JobEvent};
+use crate::claim::lease::state::LeaseState;
 use crate::claim::outcome::results::Switch;
 use crate::claim::outcome::tally::Tally;
 use crate::claim::outcome::Finished;
 use crate::claim::run::cancels::CancelBook;
+use crate::claim::tx::state::TxState;
 use crate::config::WorkerConfig;
 use crate::error::Result;
 use crate::handler::{Delivery, Registry};
@@ -84,10 +87,8 @@ fn context(
     let config = setup.config;
     let plan = crate::claim::choose::plan::build(config, setup.registry);
     let ctx = ClaimContext {
-        begin_sql: crate::claim::tx::begin_sql(config),
         config: config.clone(),
         pool: setup.pool.clone(),
-        ledger_pool: setup.ledger_pool.clone(),
         registry: setup.registry.clone(),
         wake,
         schedule,
@@ -96,32 +97,40 @@ fn context(
         stop,
         abort,
         worker_id: setup.worker_id.to_string(),
-        wait_state: setup.shared.wait_state.clone(),
-        cursor: Default::default(),
-        ready_queues: Default::default(),
-        lease_turn: crate::claim::lease::turn::LeaseTurn::for_worker(
-            config.concurrency,
-            config.claim_tasks(setup.tx),
-            config.batch,
-            plan.iter().any(|s| s.mode == Delivery::Tx),
-        ),
-        plan,
         slots: Arc::new(Semaphore::new(config.concurrency)),
-        leases: Default::default(),
-        prefetch: crate::claim::lease::prefetch::Prefetch::sized(
-            crate::claim::lease::prefetch::Size::of(config.prefetch),
-        ),
-        completer,
-        start_marks: crate::claim::lease::starts::StartMarks::spawn(setup.pool.clone()),
-        jobs: TaskTracker::new(),
         history: setup.shared.history.clone(),
         rollup: config.rollup.as_ref().map(|_| setup.shared.rollup.clone()),
         cancels,
-        marks_durable: Default::default(),
-        key_cursors: Default::default(),
-        claim_cursors: Default::default(),
-        key_repairs: crate::claim::choose::key_repair::KeyRepairs::new(setup.pool.clone()),
         progress: Default::default(),
+        lease: LeaseState {
+            turn: crate::claim::lease::turn::LeaseTurn::for_worker(
+                config.concurrency,
+                config.claim_tasks(setup.tx),
+                config.batch,
+                plan.iter().any(|s| s.mode == Delivery::Tx),
+            ),
+            book: Default::default(),
+            prefetch: crate::claim::lease::prefetch::Prefetch::sized(
+                crate::claim::lease::prefetch::Size::of(config.prefetch),
+            ),
+            completer,
+            start_marks: crate::claim::lease::starts::StartMarks::spawn(setup.pool.clone()),
+            jobs: TaskTracker::new(),
+        },
+        tx: TxState {
+            begin_sql: crate::claim::tx::begin_sql(config),
+            ledger_pool: setup.ledger_pool.clone(),
+            marks_durable: Default::default(),
+        },
+        choice: ChoiceState {
+            plan,
+            cursor: Default::default(),
+            ready_queues: Default::default(),
+            key_cursors: Default::default(),
+            claim_cursors: Default::default(),
+            key_repairs: crate::claim::choose::key_repair::KeyRepairs::new(setup.pool.clone()),
+            wait_state: setup.shared.wait_state.clone(),
+        },
     };
     (ctx, completions)
 }
@@ -205,13 +214,19 @@ impl Claims {
 
     /// The delivery modes of the claim plan, for the metrics' known labels.
     pub(crate) fn modes(&self) -> Vec<&'static str> {
-        self.ctx.plan.iter().map(|s| s.mode.as_str()).collect()
+        self.ctx
+            .choice
+            .plan
+            .iter()
+            .map(|s| s.mode.as_str())
+            .collect()
     }
 
     /// The prefetch setting in force, for the start-up log line.
     pub(crate) fn describe_prefetch(&self) -> String {
         crate::claim::lease::prefetch::Size::of(self.ctx.config.prefetch).describe(
             self.ctx
+                .choice
                 .plan
                 .iter()
                 .any(|s| s.mode == crate::handler::Delivery::Lease),
@@ -287,13 +302,13 @@ impl Claims {
     async fn stop_runs(&mut self, grace: Duration, hard_deadline: Duration) {
         let Claims { ctx, claimers, .. } = self;
         let ctx: &ClaimContext = ctx;
-        ctx.jobs.close();
+        ctx.lease.jobs.close();
         let running = async {
             join_all(&mut *claimers).await;
             // No claim is in flight now: what waits in the prefetch buffer
             // never started, and goes back at once, attempts refunded.
             crate::claim::lease::hand_back(ctx);
-            ctx.jobs.wait().await;
+            ctx.lease.jobs.wait().await;
         };
         let drained = tokio::select! {
             _ = running => true,
@@ -306,7 +321,7 @@ impl Claims {
             let running = async {
                 join_all(&mut *claimers).await;
                 crate::claim::lease::hand_back(ctx);
-                ctx.jobs.wait().await;
+                ctx.lease.jobs.wait().await;
             };
             if tokio::time::timeout(hard_deadline, running).await.is_err() {
                 tracing::error!("jobs did not stop within the hard deadline; leaving them to the server's rollback and the lease rescuer");
@@ -330,7 +345,7 @@ pub(crate) async fn claim_once(setup: Setup<'_>) -> Result<usize> {
         CancellationToken::new(),
     );
     // One round runs what it claimed and no more.
-    ctx.prefetch = crate::claim::lease::prefetch::Prefetch::new(0);
+    ctx.lease.prefetch = crate::claim::lease::prefetch::Prefetch::new(0);
     let ctx = Arc::new(ctx);
     let done = CancellationToken::new();
     let completer = tokio::spawn(crate::claim::lease::completer::run(
@@ -350,8 +365,8 @@ pub(crate) async fn claim_once(setup: Setup<'_>) -> Result<usize> {
     let claimed = crate::claim::claimer::claim_round(&ctx, Trigger::Poll, Some(permit), &mut sizer)
         .await
         .map(|r| r.claimed);
-    ctx.jobs.close();
-    ctx.jobs.wait().await;
+    ctx.lease.jobs.close();
+    ctx.lease.jobs.wait().await;
     // What the round's runs reported, and their clears.
     if let Err(e) = ctx
         .progress

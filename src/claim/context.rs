@@ -1,33 +1,35 @@
-//! The claim context: what every part of the claim path shares (config,
-//! pools, handlers, wake-ups, slots, the lease book), and the steps both
-//! delivery modes take the same way: turning claimed rows into jobs, the
-//! checks before a job runs, resolving an outcome, and reporting it.
+//! The claim context: what every part of the claim path reads (config,
+//! pools, handlers, wake-ups, slots, cancels) and the parts each owns,
+//! defined where their code lives ([`ChoiceState`] in `choose/`,
+//! [`LeaseState`] in `lease/`, [`TxState`] in `tx/`); and the steps both
+//! delivery modes take the same way: the checks before a job runs (the
+//! resolution itself is chosen in `outcome/resolve.rs`) and reporting an
+//! outcome.
 //!
 //! ```text
-//!   claimer.rs ── claim ──▶ tx/  | lease.rs ── run ──▶ executor.rs
+//!   claimer.rs ── claim ──▶ tx/ | lease/ ── run ──▶ run/executor.rs
 //!        ▲                        │                                   │
-//!        └──── slots ◀────────────┴──── record (tx: commit | lease: completer.rs)
+//!        └──── slots ◀────────────┴──── record (tx: commit | lease: lease/completer.rs)
 //!                                                   │
 //!                                          report() here: metrics, events, the rollup tally
 //! ```
 //!
-//! Dependencies run one way: `claimed` ← `leases` ← `context` ←
-//! {`tx`, `lease`, `completer`} ← `claimer` (and `plan`, `executor`
-//! below them all).
+//! Built by `claims.rs`; used by `claimer.rs`, the modes and `choose/`.
 
-use std::sync::atomic::AtomicUsize;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use tokio::sync::{broadcast, Semaphore};
 use tokio_util::sync::CancellationToken;
-use tokio_util::task::TaskTracker;
 
 use crate::claim::choose::next_due::Schedule;
 use crate::claim::choose::plan::{ClaimSpec, Targets};
+use crate::claim::choose::state::ChoiceState;
 use crate::claim::choose::wake::Wakeup;
+use crate::claim::lease::state::LeaseState;
 use crate::claim::run::claimed::Claimed;
 use crate::claim::run::executor::Ended;
+use crate::claim::tx::state::TxState;
 use crate::config::WorkerConfig;
 use crate::handler::{Handler, Registry};
 use crate::health::Health;
@@ -65,16 +67,12 @@ impl JobEvent {
     }
 }
 
-/// State shared by a worker's claim path.
+/// State shared by a worker's claim path: what every part reads, and the
+/// parts each owns, defined where their code lives.
 pub(crate) struct ClaimContext {
     pub config: WorkerConfig,
     pub pool: deadpool_postgres::Pool,
-    /// Durable writes outside the claim transaction (tx-mode batch markers
-    /// and crash charges).
-    pub ledger_pool: deadpool_postgres::Pool,
     pub registry: Registry,
-    /// What to claim, in which mode.
-    pub plan: Vec<ClaimSpec>,
     pub wake: Arc<Wakeup>,
     pub schedule: Arc<Schedule>,
     pub health: Arc<Health>,
@@ -83,53 +81,26 @@ pub(crate) struct ClaimContext {
     pub stop: CancellationToken,
     /// Cancelled when the grace period is over: interrupt running jobs.
     pub abort: CancellationToken,
-    /// `BEGIN` plus the claim transaction's `SET LOCAL`s.
-    pub begin_sql: String,
     /// This worker's id in `leased_jobs.worker_id` and `tx_batches`.
     pub worker_id: String,
-    /// Rotates the order in which specs and queues are tried.
-    pub cursor: AtomicUsize,
-    /// The queues with ready jobs, for fair all-queues claims (`fair.rs`).
-    pub ready_queues: crate::claim::choose::fair::ReadyQueues,
-    /// At most `concurrency / batch` lease claims in flight (`claimer.rs`).
-    pub lease_turn: crate::claim::lease::turn::LeaseTurn,
-    /// Idle/draining state for the waiting registration.
-    pub wait_state: Arc<crate::claim::choose::idle::WaitState>,
     /// One permit per job that may run at once (`concurrency`).
     pub slots: Arc<Semaphore>,
-    /// Running lease-mode jobs (their tokens, for the heartbeat).
-    pub leases: Arc<crate::claim::lease::book::LeaseBook>,
-    /// Where lease-mode runs send their resolutions.
-    pub completer: crate::claim::lease::book::CompleterHandle,
-    /// Lease-mode jobs claimed ahead of the free slots (`prefetch.rs`).
-    pub prefetch: crate::claim::lease::prefetch::Prefetch,
-    /// Where a buffered job's start is reported (`starts.rs`).
-    pub start_marks: crate::claim::lease::starts::StartMarks,
-    /// Lease-mode job tasks, joined at shutdown.
-    pub jobs: TaskTracker,
     /// Whether finished jobs are recorded (`crate::admin::history`).
     pub history: Arc<crate::claim::outcome::results::Switch>,
-    /// Running jobs a cancel request can stop (`cancel.rs`).
+    /// Running jobs a cancel request can stop (`cancels.rs`).
     pub cancels: Arc<crate::claim::run::cancels::CancelBook>,
-    /// Whether the last tx batch's handlers reached the database: the next
-    /// batch's mark is then committed durably at once rather than flushed
-    /// when a handler first reaches it (`claim::tx::mark::Mark`), which
-    /// costs that handler a round trip for nothing.
-    pub marks_durable: std::sync::atomic::AtomicBool,
-    /// Where each fair-keys queue's rotation between limit keys stands
-    /// for this worker (`key_rotation.rs`).
-    pub key_cursors: crate::claim::choose::key_rotation::KeyCursors,
-    /// Where the all-queues claims resume under pressure (`cursor.rs`).
-    pub claim_cursors: crate::claim::choose::cursor::ClaimCursors,
-    /// Repairs of limit keys' slot rows that claims reported
-    /// (`key_repair.rs`).
-    pub key_repairs: crate::claim::choose::key_repair::KeyRepairs,
     /// The per-minute rollup's counts (`services/rollup.rs`); `None` when
     /// the rollup is off.
     pub rollup: Option<Arc<crate::claim::outcome::tally::Tally>>,
     /// What running jobs report of their progress, written every
     /// `progress_interval` (`progress.rs`).
     pub progress: Arc<crate::claim::run::progress::Progress>,
+    /// What to claim and where its rotations stand (`choose/`).
+    pub choice: ChoiceState,
+    /// Lease mode's state (`lease/`).
+    pub lease: LeaseState,
+    /// Tx mode's state (`tx/`).
+    pub tx: TxState,
 }
 
 impl ClaimContext {
@@ -152,6 +123,7 @@ impl ClaimContext {
             crate::claim::choose::plan::Queues::AllExcept(_)
         );
         let (ready, limited) = self
+            .choice
             .ready_queues
             .get(
                 &self.pool,
@@ -160,7 +132,7 @@ impl ClaimContext {
                 self.pressure_throttle(),
             )
             .await?;
-        Ok(spec.targets(&self.cursor, &ready, &limited))
+        Ok(spec.targets(&self.choice.cursor, &ready, &limited))
     }
 
     /// What must happen to a claimed job before any handler runs:

@@ -3,7 +3,8 @@
 //! ([`targets`]) under fair queues ([`fair`]), rate limits ([`rate`],
 //! [`key_rate`]), limit keys ([`key_rotation`], [`key_repair`]) and the
 //! claim cursor ([`cursor`]), and the wake-ups that start a round
-//! ([`wake`], [`idle`], [`next_due`]).
+//! ([`wake`], [`idle`], [`next_due`]); the choice's part of the claim
+//! context ([`state`]).
 //!
 //! May import [`run`](super::run) and the claim context; never a delivery
 //! mode ([`lease`](super::lease), [`tx`](super::tx)) or the outcome.
@@ -17,5 +18,6 @@ pub(crate) mod key_rotation;
 pub(crate) mod next_due;
 pub(crate) mod plan;
 pub(crate) mod rate;
+pub(crate) mod state;
 pub(crate) mod targets;
 pub(crate) mod wake;

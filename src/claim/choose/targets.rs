@@ -89,7 +89,7 @@ impl<'a> Walk<'a> {
         self.admission = rate::reserve_for(self.ctx, target, self.limit).await?;
         if let Target::Rated(q, rates) = target {
             if rates.per_key && !self.admission.as_ref().is_some_and(|a| a.none()) {
-                let after = self.ctx.key_cursors.after(q);
+                let after = self.ctx.choice.key_cursors.after(q);
                 self.key_admission = Some(
                     key_rate::reserve(
                         self.ctx,
@@ -147,7 +147,7 @@ impl<'a> Walk<'a> {
             .as_ref()
             .and_then(|a| a.stop.as_deref())
             .or(stop);
-        if self.ctx.key_cursors.served(queue, after, keys, stop) {
+        if self.ctx.choice.key_cursors.served(queue, after, keys, stop) {
             self.ctx
                 .wake
                 .wake_one(crate::claim::choose::wake::Trigger::Drain);

@@ -20,8 +20,9 @@
 //! Here: the lease claim, a leased job's run on its slot and the services
 //! that keep leases ([`heartbeat`]) and the prefetch buffer. Beside it: the
 //! lease book ([`book`]), the outcome writer ([`completer`]), the prefetch
-//! buffer ([`prefetch`]), marks of buffered jobs' starts ([`starts`]) and
-//! the lease claims' turns ([`turn`]). May import
+//! buffer ([`prefetch`]), marks of buffered jobs' starts ([`starts`]),
+//! the lease claims' turns ([`turn`]) and lease mode's part of the claim
+//! context ([`state`]). May import
 //! [`choose`](super::choose), [`outcome`](super::outcome),
 //! [`run`](super::run) and the claim context; never [`tx`](super::tx).
 
@@ -29,6 +30,7 @@ pub(crate) mod book;
 pub(crate) mod completer;
 pub(crate) mod prefetch;
 pub(crate) mod starts;
+pub(crate) mod state;
 pub(crate) mod turn;
 
 use std::sync::Arc;
@@ -125,7 +127,7 @@ pub(crate) async fn claim(
         let r = match queue {
             Target::All => {
                 // Under pressure, after the last job claimed (cursor.rs).
-                let from = ctx.claim_cursors.start(
+                let from = ctx.choice.claim_cursors.start(
                     spec,
                     ctx.pressure_throttle(),
                     std::time::Instant::now(),
@@ -152,7 +154,7 @@ pub(crate) async fn claim(
                     }
                 };
                 if let Ok(rows) = &r {
-                    ctx.claim_cursors.claimed(
+                    ctx.choice.claim_cursors.claimed(
                         spec,
                         from.is_some(),
                         rows.iter()
@@ -180,7 +182,7 @@ pub(crate) async fn claim(
                 .await
             }
             Target::Limited(q) | Target::Rated(q, _) => {
-                let after = ctx.key_cursors.after(q);
+                let after = ctx.choice.key_cursors.after(q);
                 let admitted_keys = walk.admitted_keys();
                 let r = db
                     .query(
@@ -199,7 +201,7 @@ pub(crate) async fn claim(
                     )
                     .await
                     // Keys reported for a repair.
-                    .map(|rows| ctx.key_repairs.take_reports(q, rows, Mode::Lease));
+                    .map(|rows| ctx.choice.key_repairs.take_reports(q, rows, Mode::Lease));
                 if let Ok((rows, stop)) = &r {
                     walk.served(
                         q,
@@ -302,7 +304,7 @@ async fn attach_inputs(db: Db<'_>, ctx: &ClaimContext, claimed: &mut [Claimed]) 
 /// heartbeat renews it from now) and its id in the cancel book, whether it
 /// starts at once or waits in the prefetch buffer.
 pub(crate) fn leased(ctx: &ClaimContext, claimed: Claimed, secured_from: Instant) -> Leased {
-    let lost = ctx.leases.insert(
+    let lost = ctx.lease.book.insert(
         claimed.token,
         secured_from + ctx.config.lease_duration,
         &ctx.abort,
@@ -319,15 +321,15 @@ pub(crate) fn leased(ctx: &ClaimContext, claimed: Claimed, secured_from: Instant
 /// heartbeat that finds the row gone once the outcome is written must not
 /// take it for a lost lease (`LeaseBook::renewed`).
 fn complete(ctx: &ClaimContext, finished: Finished) {
-    ctx.leases.ended(finished.claimed.token);
-    ctx.completer.send(finished);
+    ctx.lease.book.ended(finished.claimed.token);
+    ctx.lease.completer.send(finished);
 }
 
 /// Run one leased job on its own slot (`permit`), in the background; its
 /// resolution goes to the completer. Then, on the same slot, the next job
 /// of the prefetch buffer, until it is empty or the worker stops.
 pub(crate) fn spawn_run(ctx: Arc<ClaimContext>, mut next: Leased, permit: OwnedSemaphorePermit) {
-    let tracker = ctx.jobs.clone();
+    let tracker = ctx.lease.jobs.clone();
     tracker.spawn(async move {
         loop {
             let Leased {
@@ -336,13 +338,13 @@ pub(crate) fn spawn_run(ctx: Arc<ClaimContext>, mut next: Leased, permit: OwnedS
                 watch,
                 ..
             } = next;
-            ctx.prefetch.started();
+            ctx.lease.prefetch.started();
             if claimed.buffered {
-                ctx.start_marks.started(claimed.token);
+                ctx.lease.start_marks.started(claimed.token);
             }
             let (resolution, result, duration) = run(&ctx, &claimed, &lost, watch).await;
             if claimed.buffered {
-                ctx.start_marks.ended(claimed.token);
+                ctx.lease.start_marks.ended(claimed.token);
             }
             complete(
                 &ctx,
@@ -357,7 +359,7 @@ pub(crate) fn spawn_run(ctx: Arc<ClaimContext>, mut next: Leased, permit: OwnedS
             if ctx.stop.is_cancelled() {
                 break;
             }
-            match ctx.prefetch.pop() {
+            match ctx.lease.prefetch.pop() {
                 Some((job, refill)) => {
                     if refill {
                         ctx.wake.wake_one(Trigger::Drain);
@@ -385,7 +387,7 @@ pub(crate) async fn bury_cancelled(ctx: Arc<ClaimContext>, stop: CancellationTok
             _ = stop.cancelled() => return,
             _ = ctx.cancels.cancelled_some.notified() => {}
         }
-        for job in ctx.prefetch.take_cancelled() {
+        for job in ctx.lease.prefetch.take_cancelled() {
             let stopped = Stopped {
                 cancelled: true,
                 lease_lost: false,
@@ -402,6 +404,7 @@ pub(crate) async fn bury_cancelled(ctx: Arc<ClaimContext>, stop: CancellationTok
             );
         }
         let restricted = ctx
+            .lease
             .prefetch
             .take_restricted(|queue, at| ctx.cancels.restricted_since(queue, at));
         let n = give_back(&ctx, restricted);
@@ -421,7 +424,7 @@ pub(crate) fn buffer(ctx: &ClaimContext, job: Leased, sent: Instant) {
     if ctx.cancels.restricted_since(&job.claimed.job.queue, sent) {
         give_back(ctx, vec![job]);
     } else {
-        ctx.prefetch.push(job);
+        ctx.lease.prefetch.push(job);
     }
 }
 
@@ -429,7 +432,7 @@ pub(crate) fn buffer(ctx: &ClaimContext, job: Leased, sent: Instant) {
 /// attempt refunded, through the completer (one requeue statement, fenced
 /// by the tokens, releasing keys and slots as any requeue does).
 pub(crate) fn hand_back(ctx: &ClaimContext) -> usize {
-    let n = give_back(ctx, ctx.prefetch.drain());
+    let n = give_back(ctx, ctx.lease.prefetch.drain());
     if n > 0 {
         tracing::info!(
             jobs = n,
@@ -477,7 +480,7 @@ pub(crate) async fn hand_back_stalled(ctx: Arc<ClaimContext>, stop: Cancellation
             _ = stop.cancelled() => return,
             _ = tick.tick() => {}
         }
-        let n = give_back(&ctx, ctx.prefetch.take_stalled(wait, Instant::now()));
+        let n = give_back(&ctx, ctx.lease.prefetch.take_stalled(wait, Instant::now()));
         if n > 0 {
             tracing::info!(
                 jobs = n,
@@ -513,8 +516,8 @@ async fn run(
         // that ended before it are written first, so a crash it causes
         // cannot send them to the rescuer (and charge them again). Bounded
         // by the lease: a completer that cannot write holds no one up.
-        let _ =
-            tokio::time::timeout(ctx.config.lease_duration, ctx.leases.outcomes_written()).await;
+        let _ = tokio::time::timeout(ctx.config.lease_duration, ctx.lease.book.outcomes_written())
+            .await;
     }
     let job = &claimed.job;
     // Stops on a lost lease, shutdown past the grace period, or a cancel
@@ -573,7 +576,7 @@ pub(crate) async fn heartbeat(ctx: Arc<ClaimContext>, stop: CancellationToken) {
                 _ = stop.cancelled() => return,
                 _ = tokio::time::sleep(check) => {}
             }
-            let stopped = ctx.leases.stop_unsecured(stop_margin(lease));
+            let stopped = ctx.lease.book.stop_unsecured(stop_margin(lease));
             if stopped > 0 {
                 tracing::error!(
                     jobs = stopped,
@@ -589,7 +592,7 @@ pub(crate) async fn heartbeat(ctx: Arc<ClaimContext>, stop: CancellationToken) {
                 _ = stop.cancelled() => return,
                 _ = tokio::time::sleep(every) => {}
             }
-            let tokens = ctx.leases.tokens();
+            let tokens = ctx.lease.book.tokens();
             if tokens.is_empty() {
                 continue;
             }
@@ -597,7 +600,10 @@ pub(crate) async fn heartbeat(ctx: Arc<ClaimContext>, stop: CancellationToken) {
             let renewal = tokio::time::timeout(every, renew(&ctx, &tokens)).await;
             match renewal.unwrap_or(Err(Error::ConnectionLost("heartbeat timed out"))) {
                 Ok((renewed, held)) => {
-                    let lost = ctx.leases.renewed(&tokens, &renewed, &held, sent, lease);
+                    let lost = ctx
+                        .lease
+                        .book
+                        .renewed(&tokens, &renewed, &held, sent, lease);
                     if lost > 0 {
                         tracing::warn!(
                             jobs = lost,

@@ -75,7 +75,7 @@ pub(super) async fn mark_batch(
     by_job: bool,
 ) -> Result<Marked> {
     let mut conn = crate::db::connect::PooledConn::get(
-        &ctx.ledger_pool,
+        &ctx.tx.ledger_pool,
         "claim: no connection to mark the batch",
     )
     .await?;
@@ -83,7 +83,10 @@ pub(super) async fn mark_batch(
     // insert as the unnamed statement: a cached one could need a Parse
     // round trip first and land after the COMMIT). Durable at once when the
     // last batch's handlers used the database.
-    let durable = ctx.marks_durable.load(std::sync::atomic::Ordering::Relaxed);
+    let durable = ctx
+        .tx
+        .marks_durable
+        .load(std::sync::atomic::Ordering::Relaxed);
     let begin = if durable {
         "BEGIN"
     } else {
@@ -119,7 +122,7 @@ pub(super) async fn mark_batch(
         Some(row.get(0))
     };
     Ok(match token {
-        Some(token) => Marked::Mark(Mark::new(token, durable, ctx.ledger_pool.clone())),
+        Some(token) => Marked::Mark(Mark::new(token, durable, ctx.tx.ledger_pool.clone())),
         None => Marked::Suspects(row.get(1)),
     })
 }
@@ -127,9 +130,11 @@ pub(super) async fn mark_batch(
 /// Run each suspect alone, charged before it starts.
 pub(super) async fn run_suspects(ctx: &ClaimContext, ids: Vec<i64>) -> Result<()> {
     {
-        let mut conn =
-            crate::db::connect::PooledConn::get(&ctx.ledger_pool, "claim: no connection to adopt")
-                .await?;
+        let mut conn = crate::db::connect::PooledConn::get(
+            &ctx.tx.ledger_pool,
+            "claim: no connection to adopt",
+        )
+        .await?;
         let r = Db::unnamed(&conn).query_one(&ADOPT_STALE, &[]).await;
         let adopted: i64 = conn.check(r).map_err(Error::db("claim: adopt"))?.get(0);
         if adopted > 0 {
@@ -184,7 +189,7 @@ pub(super) async fn run_suspect(ctx: &ClaimContext, id: i64) -> Result<()> {
     let params: [&(dyn ToSql + Sync); 3] = [&id, &admitted, &key_admitted];
     let (begun, rows) = tokio::join!(
         biased;
-        c.batch_execute(&ctx.begin_sql),
+        c.batch_execute(&ctx.tx.begin_sql),
         db.query(&CLAIM_ONE, &params)
     );
     begun.map_err(Error::db("claim: begin"))?;
@@ -212,9 +217,11 @@ pub(super) async fn run_suspect(ctx: &ClaimContext, id: i64) -> Result<()> {
     claimed.admitted_at = key_admitted_at.or(admission.admitted());
     let backend_pid = row.backend_pid();
     let charged: i32 = {
-        let mut conn =
-            crate::db::connect::PooledConn::get(&ctx.ledger_pool, "claim: no connection to charge")
-                .await?;
+        let mut conn = crate::db::connect::PooledConn::get(
+            &ctx.tx.ledger_pool,
+            "claim: no connection to charge",
+        )
+        .await?;
         let r = Db::pooled(&conn, ctx.config.prepared_statements)
             .query_one(&CHARGE, &[&id])
             .await;

@@ -59,6 +59,7 @@ mod ledger;
 pub(crate) mod mark;
 mod run;
 mod sizer;
+pub(crate) mod state;
 mod write;
 
 use ledger::{mark_batch, run_suspects, Marked, UnslottedKeys};
@@ -130,7 +131,7 @@ pub(crate) async fn claim_and_run(
     let mut walk = Walk::new(ctx, spec, queues, limit);
     let head_every = ctx.pressure_throttle();
     let claim_cursor = crate::claim::choose::cursor::CursorUse {
-        cursors: &ctx.claim_cursors,
+        cursors: &ctx.choice.claim_cursors,
         head_every,
     };
     // Under pressure the crash check is made by job, in the mark's own
@@ -156,7 +157,7 @@ pub(crate) async fn claim_and_run(
     let claim_sent = Instant::now();
     let (begun, first, suspects) = tokio::join!(
         biased;
-        c.batch_execute(&ctx.begin_sql),
+        c.batch_execute(&ctx.tx.begin_sql),
         claim_rows(
             db,
             limit,
@@ -164,8 +165,8 @@ pub(crate) async fn claim_and_run(
             except,
             spec,
             &walk,
-            &ctx.key_cursors,
-            &ctx.key_repairs,
+            &ctx.choice.key_cursors,
+            &ctx.choice.key_repairs,
             claim_cursor,
         ),
         suspects_now(),
@@ -193,8 +194,8 @@ pub(crate) async fn claim_and_run(
             except,
             spec,
             &walk,
-            &ctx.key_cursors,
-            &ctx.key_repairs,
+            &ctx.choice.key_cursors,
+            &ctx.choice.key_repairs,
             claim_cursor,
         )
         .await
@@ -303,7 +304,8 @@ pub(crate) async fn claim_and_run(
         mark: Some(mark.clone()),
     };
     let results = run_batch(ctx, c, claimed, &mut session).await?;
-    ctx.marks_durable
+    ctx.tx
+        .marks_durable
         .store(mark.reached(), std::sync::atomic::Ordering::Relaxed);
     sizer.observe(count, started.elapsed());
     finish(ctx, db, &results, Some(token), None).await?;
