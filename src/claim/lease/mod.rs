@@ -40,7 +40,7 @@ use tokio::sync::OwnedSemaphorePermit;
 use tokio_util::sync::CancellationToken;
 
 use crate::claim::choose::plan::{ClaimSpec, Target};
-use crate::claim::choose::targets::Walk;
+use crate::claim::choose::targets::{Settled, Walk};
 use crate::claim::choose::wake::Trigger;
 use crate::claim::context::ClaimContext;
 use crate::claim::lease::book::stop_margin;
@@ -123,97 +123,16 @@ pub(crate) async fn claim(
         // free slots left after the jobs already claimed for slots.
         let run_now = free - placed.iter().filter(|(b, _)| !*b).count() as i64;
         let run_now = run_now.max(0);
-        let db = Db::pooled(&conn, ctx.config.prepared_statements);
-        let r = match queue {
-            Target::All => {
-                // Under pressure, after the last job claimed (cursor.rs).
-                let from = ctx.choice.claim_cursors.start(
-                    spec,
-                    ctx.pressure_throttle(),
-                    std::time::Instant::now(),
-                );
-                let head: [&(dyn tokio_postgres::types::ToSql + Sync); 7] = [
-                    &wanted,
-                    &except,
-                    &spec.tasks_in,
-                    &spec.tasks_not_in,
-                    &ctx.worker_id,
-                    &lease,
-                    &run_now,
-                ];
-                let r = match &from {
-                    None => db.query(&CLAIM_ALL, &head).await,
-                    Some((priority, run_at, id)) => {
-                        let mut after = head.to_vec();
-                        after.extend([
-                            priority as &(dyn tokio_postgres::types::ToSql + Sync),
-                            run_at,
-                            id,
-                        ]);
-                        db.query(&CLAIM_ALL_AFTER, &after).await
-                    }
-                };
-                if let Ok(rows) = &r {
-                    ctx.choice.claim_cursors.claimed(
-                        spec,
-                        from.is_some(),
-                        rows.iter()
-                            .map(|r| {
-                                crate::claim::choose::cursor::key_of(ClaimRow::read(r, Mode::Lease))
-                            })
-                            .max(),
-                    );
-                }
-                r
-            }
-            Target::Queue(q) => {
-                db.query(
-                    &CLAIM_QUEUE,
-                    &[
-                        &wanted,
-                        q,
-                        &spec.tasks_in,
-                        &spec.tasks_not_in,
-                        &ctx.worker_id,
-                        &lease,
-                        &run_now,
-                    ],
-                )
-                .await
-            }
-            Target::Limited(q) | Target::Rated(q, _) => {
-                let after = ctx.choice.key_cursors.after(q);
-                let admitted_keys = walk.admitted_keys();
-                let r = db
-                    .query(
-                        &CLAIM_LIMITED,
-                        &[
-                            &wanted,
-                            q,
-                            &spec.tasks_in,
-                            &spec.tasks_not_in,
-                            &ctx.worker_id,
-                            &lease,
-                            &cap,
-                            &after,
-                            &admitted_keys,
-                        ],
-                    )
-                    .await
-                    // Keys reported for a repair.
-                    .map(|rows| ctx.choice.key_repairs.take_reports(q, rows, Mode::Lease));
-                if let Ok((rows, stop)) = &r {
-                    walk.served(
-                        q,
-                        after.as_deref(),
-                        rows.iter()
-                            .map(|r| ClaimRow::read(r, Mode::Lease).limit_key()),
-                        stop.as_deref(),
-                    );
-                }
-                r.map(|(rows, _)| rows)
-            }
+        let ask = Ask {
+            spec,
+            except,
+            wanted,
+            run_now,
+            lease,
+            cap,
         };
+        let db = Db::pooled(&conn, ctx.config.prepared_statements);
+        let r = claim_statement(ctx, db, queue, &ask, &walk).await;
         let more = conn.check(r).map_err(Error::db("lease claim"))?;
         let stop = !more.is_empty() && !Walk::fills_with(queue);
         // A limited claim is for free slots only, never buffered.
@@ -238,9 +157,149 @@ pub(crate) async fn claim(
     let hit = if rows.is_empty() { "empty" } else { "hit" };
     ::metrics::counter!(metrics::CLAIMS, "trigger" => trigger.as_str(), "result" => hit, "mode" => "lease")
         .increment(1);
+    let claimed = leased_jobs(ctx, &conn, &rows, &placed, &settled, sent).await;
+    Ok((claimed, sent))
+}
+
+/// What one lease claim statement asks for.
+#[derive(Clone, Copy)]
+struct Ask<'s> {
+    spec: &'s ClaimSpec,
+    /// Queues the all-queues statement leaves to other specs.
+    except: &'s [String],
+    /// The jobs wanted of this statement.
+    wanted: i64,
+    /// Of them, those that go straight to free slots.
+    run_now: i64,
+    /// The lease, in seconds.
+    lease: f64,
+    /// A rate-limited queue's cap on this claim's admissions.
+    cap: Option<i64>,
+}
+
+/// One lease claim statement on `queue` (a fair-keys queue's rotation
+/// continuing where it stands, within the admissions `walk` took for it).
+async fn claim_statement(
+    ctx: &ClaimContext,
+    db: Db<'_>,
+    queue: &Target,
+    ask: &Ask<'_>,
+    walk: &Walk<'_>,
+) -> std::result::Result<Vec<tokio_postgres::Row>, tokio_postgres::Error> {
+    let Ask {
+        spec,
+        except,
+        wanted,
+        run_now,
+        lease,
+        cap,
+    } = *ask;
+    match queue {
+        Target::All => {
+            // Under pressure, after the last job claimed (cursor.rs).
+            let from = ctx.choice.claim_cursors.start(
+                spec,
+                ctx.pressure_throttle(),
+                std::time::Instant::now(),
+            );
+            let head: [&(dyn tokio_postgres::types::ToSql + Sync); 7] = [
+                &wanted,
+                &except,
+                &spec.tasks_in,
+                &spec.tasks_not_in,
+                &ctx.worker_id,
+                &lease,
+                &run_now,
+            ];
+            let r = match &from {
+                None => db.query(&CLAIM_ALL, &head).await,
+                Some((priority, run_at, id)) => {
+                    let mut after = head.to_vec();
+                    after.extend([
+                        priority as &(dyn tokio_postgres::types::ToSql + Sync),
+                        run_at,
+                        id,
+                    ]);
+                    db.query(&CLAIM_ALL_AFTER, &after).await
+                }
+            };
+            if let Ok(rows) = &r {
+                ctx.choice.claim_cursors.claimed(
+                    spec,
+                    from.is_some(),
+                    rows.iter()
+                        .map(|r| {
+                            crate::claim::choose::cursor::key_of(ClaimRow::read(r, Mode::Lease))
+                        })
+                        .max(),
+                );
+            }
+            r
+        }
+        Target::Queue(q) => {
+            db.query(
+                &CLAIM_QUEUE,
+                &[
+                    &wanted,
+                    q,
+                    &spec.tasks_in,
+                    &spec.tasks_not_in,
+                    &ctx.worker_id,
+                    &lease,
+                    &run_now,
+                ],
+            )
+            .await
+        }
+        Target::Limited(q) | Target::Rated(q, _) => {
+            let after = ctx.choice.key_cursors.after(q);
+            let admitted_keys = walk.admitted_keys();
+            let r = db
+                .query(
+                    &CLAIM_LIMITED,
+                    &[
+                        &wanted,
+                        q,
+                        &spec.tasks_in,
+                        &spec.tasks_not_in,
+                        &ctx.worker_id,
+                        &lease,
+                        &cap,
+                        &after,
+                        &admitted_keys,
+                    ],
+                )
+                .await
+                // Keys reported for a repair.
+                .map(|rows| ctx.choice.key_repairs.take_reports(q, rows, Mode::Lease));
+            if let Ok((rows, stop)) = &r {
+                walk.served(
+                    q,
+                    after.as_deref(),
+                    rows.iter()
+                        .map(|r| ClaimRow::read(r, Mode::Lease).limit_key()),
+                    stop.as_deref(),
+                );
+            }
+            r.map(|(rows, _)| rows)
+        }
+    }
+}
+
+/// The claimed rows as jobs (`placed`: each one's buffered and suspect
+/// flags), in claim order with those for free slots first, their traces
+/// and inputs attached, read on the claim's connection `conn`.
+async fn leased_jobs(
+    ctx: &ClaimContext,
+    conn: &PooledConn,
+    rows: &[tokio_postgres::Row],
+    placed: &[(bool, bool)],
+    settled: &Settled<'_>,
+    sent: Instant,
+) -> Vec<Claimed> {
     let mut claimed: Vec<Claimed> = rows
         .iter()
-        .zip(&placed)
+        .zip(placed)
         .map(|(row, &(buffered, suspect))| {
             let mut c = ClaimRow::read(row, Mode::Lease).claimed();
             c.buffered = buffered;
@@ -251,11 +310,11 @@ pub(crate) async fn claim(
         .collect();
     sort_claim_order(&mut claimed);
     if ctx.config.trace_jobs {
-        let db = Db::pooled(&conn, ctx.config.prepared_statements);
+        let db = Db::pooled(conn, ctx.config.prepared_statements);
         crate::claim::run::trace::attach(db, &mut claimed, sent, "lease").await;
     }
     attach_inputs(
-        Db::pooled(&conn, ctx.config.prepared_statements),
+        Db::pooled(conn, ctx.config.prepared_statements),
         ctx,
         &mut claimed,
     )
@@ -263,7 +322,7 @@ pub(crate) async fn claim(
     // The jobs the database took for free slots first: those start now, the
     // others go into the buffer (claimer.rs hands out the slots in order).
     claimed.sort_by_key(|c| c.buffered);
-    Ok((claimed, sent))
+    claimed
 }
 
 /// Read the recorded steps and parents' results of the claimed jobs whose

@@ -7,6 +7,7 @@ use std::time::Instant;
 use tokio_postgres::types::ToSql;
 
 use crate::claim::context::ClaimContext;
+use crate::claim::run::claimed::Claimed;
 use crate::claim::run::row::{ClaimRow, Mode};
 use crate::error::{Error, Result};
 
@@ -228,34 +229,8 @@ pub(super) async fn run_suspect(ctx: &ClaimContext, id: i64) -> Result<()> {
         conn.check(r).map_err(Error::db("claim: charge"))?.get(0)
     };
     claimed.job.attempt += charged;
-    // Run without a queue slot or a key slot (claimed while its queue or
-    // key had no limit), it is named in a mark of its own, as a batch's
-    // jobs are (`mark_batch`), so that a limit set while it runs counts it.
-    // The mark holds no job id: its charge is made already (a stale mark
-    // of one job would charge it again), and it is cleared with the
-    // outcome; a run that dies leaves it to `adopt_stale.sql`.
-    let holds_slot = row.holds_slot();
-    let holds_key_slot = row.holds_key_slot();
-    let queues = (!holds_slot).then(|| vec![claimed.job.queue.clone()]);
-    let keys = UnslottedKeys::of(
-        claimed
-            .keys
-            .limit_key
-            .as_deref()
-            .filter(|_| !holds_key_slot)
-            .map(|k| (claimed.job.queue.as_str(), k))
-            .into_iter(),
-    );
     let xid = row.xid();
-    let mark = if queues.is_some() || keys.any() {
-        // No job ids: nothing to find suspect, so always a mark.
-        match mark_batch(ctx, &xid, &[], queues, keys, false).await? {
-            Marked::Mark(mark) => Some(mark.token),
-            Marked::Suspects(_) => unreachable!("a mark without jobs names no suspect"),
-        }
-    } else {
-        None
-    };
+    let mark = mark_alone(ctx, row, &claimed, &xid).await?;
     tracing::info!(
         job = id,
         attempt = claimed.job.attempt,
@@ -276,4 +251,41 @@ pub(super) async fn run_suspect(ctx: &ClaimContext, id: i64) -> Result<()> {
         ctx.report(&r.claimed, r.resolution, r.duration);
     }
     Ok(())
+}
+
+/// The mark of a suspect run alone in transaction `xid`: one when it holds
+/// no queue slot or no key slot, `None` otherwise; returns its token.
+async fn mark_alone(
+    ctx: &ClaimContext,
+    row: ClaimRow<'_>,
+    claimed: &Claimed,
+    xid: &str,
+) -> Result<Option<i64>> {
+    // Run without a queue slot or a key slot (claimed while its queue or
+    // key had no limit), it is named in a mark of its own, as a batch's
+    // jobs are (`mark_batch`), so that a limit set while it runs counts it.
+    // The mark holds no job id: its charge is made already (a stale mark
+    // of one job would charge it again), and it is cleared with the
+    // outcome; a run that dies leaves it to `adopt_stale.sql`.
+    let holds_slot = row.holds_slot();
+    let holds_key_slot = row.holds_key_slot();
+    let queues = (!holds_slot).then(|| vec![claimed.job.queue.clone()]);
+    let keys = UnslottedKeys::of(
+        claimed
+            .keys
+            .limit_key
+            .as_deref()
+            .filter(|_| !holds_key_slot)
+            .map(|k| (claimed.job.queue.as_str(), k))
+            .into_iter(),
+    );
+    Ok(if queues.is_some() || keys.any() {
+        // No job ids: nothing to find suspect, so always a mark.
+        match mark_batch(ctx, xid, &[], queues, keys, false).await? {
+            Marked::Mark(mark) => Some(mark.token),
+            Marked::Suspects(_) => unreachable!("a mark without jobs names no suspect"),
+        }
+    } else {
+        None
+    })
 }

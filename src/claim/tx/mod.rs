@@ -40,8 +40,8 @@ use std::time::Instant;
 
 use deadpool_postgres::Object;
 
-use crate::claim::choose::plan::{ClaimSpec, Target};
-use crate::claim::choose::targets::Walk;
+use crate::claim::choose::plan::{ClaimSpec, Target, Targets};
+use crate::claim::choose::targets::{Settled, Walk};
 use crate::claim::choose::wake::Trigger;
 use crate::claim::context::ClaimContext;
 use crate::claim::run::claimed::{sort_claim_order, Claimed};
@@ -119,16 +119,111 @@ pub(crate) async fn claim_and_run(
         .await
         .map_err(Error::pool("claim: no connection"))?;
     let targets = ctx.targets(spec).await?;
-    let (queues, except) = (&targets.queues, &targets.except[..]);
     let tx = OpenTx { conn: Some(conn) };
     let c = tx.conn();
     let db = Db::pooled(c, ctx.config.prepared_statements);
     let limit = limit as i64;
+    let Taken {
+        rows,
+        suspects,
+        settled,
+        claim_sent,
+        by_job,
+    } = take(ctx, spec, &targets, c, limit).await?;
+    let limited = matches!(settled.tried, Some(Target::Limited(_) | Target::Rated(..)));
+    let hit = if rows.is_empty() { "empty" } else { "hit" };
+    ::metrics::counter!(metrics::CLAIMS, "trigger" => trigger.as_str(), "result" => hit, "mode" => "tx")
+        .increment(1);
+    if rows.is_empty() {
+        c.batch_execute("COMMIT")
+            .await
+            .map_err(Error::db("claim: commit"))?;
+        tx.release();
+        return Ok(0);
+    }
+    let first_row = ClaimRow::read(&rows[0], Mode::Tx);
+    let xid = first_row.xid();
+    let backend_pid = first_row.backend_pid();
+    let count = rows.len();
+    let suspect_ids: std::collections::HashSet<i64> =
+        suspects.iter().map(|r| r.get::<_, i64>(0)).collect();
+    let suspects: Vec<i64> = rows
+        .iter()
+        .map(|r| ClaimRow::read(r, Mode::Tx).id())
+        .filter(|id| suspect_ids.contains(id))
+        .collect();
+    if !suspects.is_empty() {
+        return give_back_and_run_alone(ctx, tx, suspects, count).await;
+    }
+    if count as i64 == limit || limited {
+        // There is likely more: let one more task help drain. A limited
+        // queue's claim takes one job per transaction (claim_tx_limited.sql),
+        // so it is full at one.
+        ctx.wake.wake_one(Trigger::Drain);
+    }
+    let claimed = claimed_jobs(ctx, db, &rows, &settled, claim_sent).await;
+    let mark = match mark_claimed(ctx, &rows, &claimed, &xid, limited, by_job).await? {
+        Marked::Mark(mark) => mark,
+        Marked::Suspects(suspects) => {
+            return give_back_and_run_alone(ctx, tx, suspects, count).await;
+        }
+    };
+
+    let started = Instant::now();
+    let token = mark.token;
+    let mark = std::sync::Arc::new(mark);
+    let mut session = Session {
+        last_sent: Instant::now(),
+        limits_for: Some(ctx.config.job_timeout),
+        backend_pid,
+        xid: parse_xid(&xid),
+        mark: Some(mark.clone()),
+    };
+    let results = run_batch(ctx, c, claimed, &mut session).await?;
+    ctx.tx
+        .marks_durable
+        .store(mark.reached(), std::sync::atomic::Ordering::Relaxed);
+    sizer.observe(count, started.elapsed());
+    finish(ctx, db, &results, Some(token), None).await?;
+    tx.release();
+    for r in results {
+        ctx.report(&r.claimed, r.resolution, r.duration);
+    }
+    Ok(count)
+}
+
+/// What a claim transaction's statements took, before anything ran.
+struct Taken<'a> {
+    /// The claimed rows.
+    rows: Vec<tokio_postgres::Row>,
+    /// The crash check's rows (ids of jobs that an earlier batch's mark
+    /// names); empty under pressure, where the mark checks by job.
+    suspects: Vec<tokio_postgres::Row>,
+    /// What the walk's last claim ran on, and its admissions.
+    settled: Settled<'a>,
+    /// When the first claim was sent.
+    claim_sent: Instant,
+    /// Under pressure: the crash check is made by job, in the mark's own
+    /// statement.
+    by_job: bool,
+}
+
+/// BEGIN on `c`, the claims of `spec` over `targets` up to `limit` jobs,
+/// and the crash check.
+async fn take<'a>(
+    ctx: &'a ClaimContext,
+    spec: &'a ClaimSpec,
+    targets: &'a Targets,
+    c: &Object,
+    limit: i64,
+) -> Result<Taken<'a>> {
+    let db = Db::pooled(c, ctx.config.prepared_statements);
+    let except = &targets.except[..];
     // Pipelined: BEGIN, the first claim and (without pressure) the crash
     // check go out together. Queues are tried in turn (a scalar
     // `queue = $2` is an ordered index scan) until one has jobs.
     // A rate-limited queue's admissions are committed first (targets.rs).
-    let mut walk = Walk::new(ctx, spec, queues, limit);
+    let mut walk = Walk::new(ctx, spec, &targets.queues, limit);
     let head_every = ctx.pressure_throttle();
     let claim_cursor = crate::claim::choose::cursor::CursorUse {
         cursors: &ctx.choice.claim_cursors,
@@ -212,39 +307,24 @@ pub(crate) async fn claim_and_run(
         .map(|r| ClaimRow::read(r, Mode::Tx).limit_key())
         .collect();
     let settled = walk.settle(&used).await?;
-    let tried = settled.tried;
-    let limited_hit =
-        !rows.is_empty() && matches!(tried, Some(Target::Limited(_) | Target::Rated(..)));
-    let hit = if rows.is_empty() { "empty" } else { "hit" };
-    ::metrics::counter!(metrics::CLAIMS, "trigger" => trigger.as_str(), "result" => hit, "mode" => "tx")
-        .increment(1);
-    if rows.is_empty() {
-        c.batch_execute("COMMIT")
-            .await
-            .map_err(Error::db("claim: commit"))?;
-        tx.release();
-        return Ok(0);
-    }
-    let first_row = ClaimRow::read(&rows[0], Mode::Tx);
-    let xid = first_row.xid();
-    let backend_pid = first_row.backend_pid();
-    let count = rows.len();
-    let suspect_ids: std::collections::HashSet<i64> =
-        suspects.iter().map(|r| r.get::<_, i64>(0)).collect();
-    let suspects: Vec<i64> = rows
-        .iter()
-        .map(|r| ClaimRow::read(r, Mode::Tx).id())
-        .filter(|id| suspect_ids.contains(id))
-        .collect();
-    if !suspects.is_empty() {
-        return give_back_and_run_alone(ctx, tx, suspects, count).await;
-    }
-    if count as i64 == limit || limited_hit {
-        // There is likely more: let one more task help drain. A limited
-        // queue's claim takes one job per transaction (claim_tx_limited.sql),
-        // so it is full at one.
-        ctx.wake.wake_one(Trigger::Drain);
-    }
+    Ok(Taken {
+        rows,
+        suspects,
+        settled,
+        claim_sent,
+        by_job,
+    })
+}
+
+/// The claimed rows as jobs, in claim order, this run's attempt counted
+/// and (when the worker traces jobs) their traces attached.
+async fn claimed_jobs(
+    ctx: &ClaimContext,
+    db: Db<'_>,
+    rows: &[tokio_postgres::Row],
+    settled: &Settled<'_>,
+    claim_sent: Instant,
+) -> Vec<Claimed> {
     let mut claimed: Vec<Claimed> = rows
         .iter()
         .map(|row| {
@@ -260,13 +340,26 @@ pub(crate) async fn claim_and_run(
     if ctx.config.trace_jobs {
         crate::claim::run::trace::attach(db, &mut claimed, claim_sent, "tx").await;
     }
+    claimed
+}
+
+/// Mark the batch of transaction `xid` (ledger.rs): its jobs, and those
+/// that hold no queue slot or key slot (`limited`: the claim was from a
+/// limited or rate-limited queue).
+async fn mark_claimed(
+    ctx: &ClaimContext,
+    rows: &[tokio_postgres::Row],
+    claimed: &[Claimed],
+    xid: &str,
+    limited: bool,
+    by_job: bool,
+) -> Result<Marked> {
     let ids: Vec<i64> = claimed.iter().map(|c| c.job.id).collect();
     // A plain claim's jobs hold no queue slot (their queue had no limit); a
     // limited claim says whether it took one (claim_tx_limited.sql, the
     // column after the keys). Jobs without a slot are named in the mark, so
     // that a limit set while they run counts them.
-    let limited = matches!(tried, Some(Target::Limited(_) | Target::Rated(..)));
-    let holds_slot = limited && first_row.holds_slot();
+    let holds_slot = limited && ClaimRow::read(&rows[0], Mode::Tx).holds_slot();
     let queues = (!holds_slot).then(|| claimed.iter().map(|c| c.job.queue.clone()).collect());
     // Likewise per key (migration 0022): a job with a limit key that took
     // no key slot (the column after the queue slot's) is named in the
@@ -286,34 +379,7 @@ pub(crate) async fn claim_and_run(
             .filter(|c| !key_slots.contains(&c.job.id))
             .filter_map(|c| Some((c.job.queue.as_str(), c.keys.limit_key.as_deref()?))),
     );
-    let mark = match mark_batch(ctx, &xid, &ids, queues, unslotted_keys, by_job).await? {
-        Marked::Mark(mark) => mark,
-        Marked::Suspects(suspects) => {
-            return give_back_and_run_alone(ctx, tx, suspects, count).await;
-        }
-    };
-
-    let started = Instant::now();
-    let token = mark.token;
-    let mark = std::sync::Arc::new(mark);
-    let mut session = Session {
-        last_sent: Instant::now(),
-        limits_for: Some(ctx.config.job_timeout),
-        backend_pid,
-        xid: parse_xid(&xid),
-        mark: Some(mark.clone()),
-    };
-    let results = run_batch(ctx, c, claimed, &mut session).await?;
-    ctx.tx
-        .marks_durable
-        .store(mark.reached(), std::sync::atomic::Ordering::Relaxed);
-    sizer.observe(count, started.elapsed());
-    finish(ctx, db, &results, Some(token), None).await?;
-    tx.release();
-    for r in results {
-        ctx.report(&r.claimed, r.resolution, r.duration);
-    }
-    Ok(count)
+    mark_batch(ctx, xid, &ids, queues, unslotted_keys, by_job).await
 }
 
 /// Some of a claim's jobs are suspects and nothing has run: give every job
