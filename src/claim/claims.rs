@@ -49,8 +49,8 @@ pub(crate) struct Setup<'w> {
     pub config: &'w WorkerConfig,
     pub registry: &'w Registry,
     pub pool: &'w deadpool_postgres::Pool,
-    /// Durable writes outside the claim transaction (tx-mode batch markers
-    /// and crash charges).
+    /// Durable writes outside any claim transaction: rate admissions (both
+    /// modes), tx-mode batch marks and crash charges.
     pub ledger_pool: &'w deadpool_postgres::Pool,
     pub health: &'w Arc<Health>,
     pub events: &'w broadcast::Sender<JobEvent>,
@@ -89,6 +89,7 @@ fn context(
     let ctx = ClaimContext {
         config: config.clone(),
         pool: setup.pool.clone(),
+        ledger_pool: setup.ledger_pool.clone(),
         registry: setup.registry.clone(),
         wake,
         schedule,
@@ -119,7 +120,6 @@ fn context(
         },
         tx: TxState {
             begin_sql: crate::claim::tx::begin_sql(config),
-            ledger_pool: setup.ledger_pool.clone(),
             marks_durable: Default::default(),
         },
         choice: ChoiceState {

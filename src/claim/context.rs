@@ -72,6 +72,9 @@ impl JobEvent {
 pub(crate) struct ClaimContext {
     pub config: WorkerConfig,
     pub pool: deadpool_postgres::Pool,
+    /// Durable writes outside any claim transaction: rate admissions (both
+    /// modes), tx-mode batch marks and crash charges.
+    pub ledger_pool: deadpool_postgres::Pool,
     pub registry: Registry,
     pub wake: Arc<Wakeup>,
     pub schedule: Arc<Schedule>,

@@ -112,8 +112,7 @@ pub(crate) struct Wanted<'a> {
 /// hints the poller at its next one, so the backlog starts on time without
 /// a notification.
 pub(crate) async fn reserve(ctx: &ClaimContext, w: Wanted<'_>) -> Result<KeyAdmission> {
-    let mut conn =
-        PooledConn::get(&ctx.tx.ledger_pool, "claim: no connection for admissions").await?;
+    let mut conn = PooledConn::get(&ctx.ledger_pool, "claim: no connection for admissions").await?;
     let r = Db::pooled(&conn, ctx.config.prepared_statements)
         .query_one(
             &KEY_RATE_RESERVE,
@@ -161,8 +160,7 @@ pub(crate) async fn settle<'k>(
     if keys.is_empty() {
         return Ok(());
     }
-    let mut conn =
-        PooledConn::get(&ctx.tx.ledger_pool, "claim: no connection for admissions").await?;
+    let mut conn = PooledConn::get(&ctx.ledger_pool, "claim: no connection for admissions").await?;
     let r = Db::pooled(&conn, ctx.config.prepared_statements)
         .execute(
             &KEY_RATE_RELEASE,

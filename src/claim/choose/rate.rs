@@ -127,8 +127,7 @@ pub(crate) async fn reserve_on_own(
     job: Option<i64>,
     wanted: i64,
 ) -> Result<Admission> {
-    let mut conn =
-        PooledConn::get(&ctx.tx.ledger_pool, "claim: no connection for admissions").await?;
+    let mut conn = PooledConn::get(&ctx.ledger_pool, "claim: no connection for admissions").await?;
     let r = reserve(
         ctx,
         Db::pooled(&conn, ctx.config.prepared_statements),
@@ -149,8 +148,7 @@ pub(crate) async fn settle(
     let Some(admission) = admission.filter(|a| a.slots.len() > used) else {
         return Ok(());
     };
-    let mut conn =
-        PooledConn::get(&ctx.tx.ledger_pool, "claim: no connection for admissions").await?;
+    let mut conn = PooledConn::get(&ctx.ledger_pool, "claim: no connection for admissions").await?;
     let r = release(
         Db::pooled(&conn, ctx.config.prepared_statements),
         admission,

@@ -76,7 +76,7 @@ pub(super) async fn mark_batch(
     by_job: bool,
 ) -> Result<Marked> {
     let mut conn = crate::db::connect::PooledConn::get(
-        &ctx.tx.ledger_pool,
+        &ctx.ledger_pool,
         "claim: no connection to mark the batch",
     )
     .await?;
@@ -123,7 +123,7 @@ pub(super) async fn mark_batch(
         Some(row.get(0))
     };
     Ok(match token {
-        Some(token) => Marked::Mark(Mark::new(token, durable, ctx.tx.ledger_pool.clone())),
+        Some(token) => Marked::Mark(Mark::new(token, durable, ctx.ledger_pool.clone())),
         None => Marked::Suspects(row.get(1)),
     })
 }
@@ -131,11 +131,9 @@ pub(super) async fn mark_batch(
 /// Run each suspect alone, charged before it starts.
 pub(super) async fn run_suspects(ctx: &ClaimContext, ids: Vec<i64>) -> Result<()> {
     {
-        let mut conn = crate::db::connect::PooledConn::get(
-            &ctx.tx.ledger_pool,
-            "claim: no connection to adopt",
-        )
-        .await?;
+        let mut conn =
+            crate::db::connect::PooledConn::get(&ctx.ledger_pool, "claim: no connection to adopt")
+                .await?;
         let r = Db::unnamed(&conn).query_one(&ADOPT_STALE, &[]).await;
         let adopted: i64 = conn.check(r).map_err(Error::db("claim: adopt"))?.get(0);
         if adopted > 0 {
@@ -218,11 +216,9 @@ pub(super) async fn run_suspect(ctx: &ClaimContext, id: i64) -> Result<()> {
     claimed.admitted_at = key_admitted_at.or(admission.admitted());
     let backend_pid = row.backend_pid();
     let charged: i32 = {
-        let mut conn = crate::db::connect::PooledConn::get(
-            &ctx.tx.ledger_pool,
-            "claim: no connection to charge",
-        )
-        .await?;
+        let mut conn =
+            crate::db::connect::PooledConn::get(&ctx.ledger_pool, "claim: no connection to charge")
+                .await?;
         let r = Db::pooled(&conn, ctx.config.prepared_statements)
             .query_one(&CHARGE, &[&id])
             .await;

@@ -4,9 +4,6 @@ use std::sync::atomic::AtomicBool;
 
 /// Tx mode's part of the claim context.
 pub(crate) struct TxState {
-    /// Durable writes outside the claim transaction (tx-mode batch markers
-    /// and crash charges).
-    pub ledger_pool: deadpool_postgres::Pool,
     /// `BEGIN` plus the claim transaction's `SET LOCAL`s.
     pub begin_sql: String,
     /// Whether the last tx batch's handlers reached the database: the next
