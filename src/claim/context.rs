@@ -14,7 +14,9 @@
 //!                                          report() here: metrics, events, the rollup tally
 //! ```
 //!
-//! Built by `claims.rs`; used by `claimer.rs`, the modes and `choose/`.
+//! Built by `claims.rs`; used by `claimer.rs` and the modes, which hand
+//! `choose/` the pieces it needs ([`ClaimContext::ledger`],
+//! [`ClaimContext::walk`]).
 
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
@@ -116,6 +118,33 @@ impl ClaimContext {
         self.health
             .claims_resume()
             .then_some(self.config.pressure_head_scan_every)
+    }
+
+    /// Where admissions are taken and given back (`choose/rate.rs`).
+    pub(crate) fn ledger(&self) -> crate::claim::choose::rate::Ledger<'_> {
+        crate::claim::choose::rate::Ledger {
+            pool: &self.ledger_pool,
+            prepared: self.config.prepared_statements,
+            schedule: &self.schedule,
+        }
+    }
+
+    /// A claim round's walk over `targets`, for claims of up to `limit`
+    /// jobs of `spec` (`choose/targets.rs`).
+    pub(crate) fn walk<'a>(
+        &'a self,
+        spec: &'a ClaimSpec,
+        targets: &'a [crate::claim::choose::plan::Target],
+        limit: i64,
+    ) -> crate::claim::choose::targets::Walk<'a> {
+        crate::claim::choose::targets::Walk::new(
+            self.ledger(),
+            &self.choice.key_cursors,
+            &self.wake,
+            spec,
+            targets,
+            limit,
+        )
     }
 
     /// Where `spec` claims this round (reading the ready queues when stale).

@@ -251,12 +251,14 @@ fn imports_from_to(from: &str, to: &[&str]) -> Vec<String> {
 }
 
 #[test]
-fn choosing_what_to_claim_never_imports_a_delivery_mode_or_the_outcome() {
+fn choosing_what_to_claim_never_imports_the_context_a_delivery_mode_or_the_outcome() {
     // claim/choose/ decides what a round takes and when; the modes call
-    // it, never the other way round (claim/choose/mod.rs).
+    // it, never the other way round, and it is handed the pieces of the
+    // claim context it needs (claim/choose/mod.rs).
     let bad = imports_from_to(
         "claim::choose",
         &[
+            "claim::context",
             "claim::lease",
             "claim::tx",
             "claim::outcome",

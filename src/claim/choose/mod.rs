@@ -6,8 +6,9 @@
 //! ([`wake`], [`idle`], [`next_due`]); the choice's part of the claim
 //! context ([`state`]).
 //!
-//! May import [`run`](super::run) and the claim context; never a delivery
-//! mode ([`lease`](super::lease), [`tx`](super::tx)) or the outcome.
+//! May import [`run`](super::run) only: never the claim context (what
+//! its parts need is passed in, e.g. [`rate::Ledger`]), a delivery mode
+//! ([`lease`](super::lease), [`tx`](super::tx)) or the outcome.
 
 pub(crate) mod cursor;
 pub(crate) mod fair;

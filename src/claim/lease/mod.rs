@@ -93,7 +93,7 @@ pub(crate) async fn claim(
     let mut placed: Vec<(bool, bool)> = Vec::new();
     let mut sent = Instant::now();
     // Admissions of a rate-limited queue are taken for the free slots only.
-    let mut walk = Walk::new(ctx, spec, &targets.queues, free);
+    let mut walk = ctx.walk(spec, &targets.queues, free);
     // A rate-limited queue's admissions are committed first (targets.rs).
     // Fill the free slots across plain queues (targets.rs): a limited queue
     // is claimed only by a round that found nothing before it, and ends it.

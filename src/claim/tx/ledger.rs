@@ -163,13 +163,14 @@ pub(super) async fn run_suspect(ctx: &ClaimContext, id: i64) -> Result<()> {
     let db = Db::pooled(c, ctx.config.prepared_statements);
     // Its queue may be rate-limited: one admission, committed first
     // (rate.rs); given back if the job is not claimed.
-    let admission = crate::claim::choose::rate::reserve_on_own(ctx, None, Some(id), 1).await?;
+    let admission =
+        crate::claim::choose::rate::reserve_on_own(ctx.ledger(), None, Some(id), 1).await?;
     let admitted = !admission.none();
     // And to a per-key rate: one admission of its key (key_rate.rs).
     let key_admission = if admitted {
         Some(
             crate::claim::choose::key_rate::reserve(
-                ctx,
+                ctx.ledger(),
                 crate::claim::choose::key_rate::Wanted {
                     queue: "",
                     after: None,
@@ -193,12 +194,13 @@ pub(super) async fn run_suspect(ctx: &ClaimContext, id: i64) -> Result<()> {
     );
     begun.map_err(Error::db("claim: begin"))?;
     let rows = rows.map_err(Error::db("claim"))?;
-    crate::claim::choose::rate::settle(ctx, Some(&admission), rows.len()).await?;
+    crate::claim::choose::rate::settle(ctx.ledger(), Some(&admission), rows.len()).await?;
     let used: Vec<Option<&str>> = rows
         .iter()
         .map(|r| ClaimRow::read(r, Mode::Tx).limit_key())
         .collect();
-    crate::claim::choose::key_rate::settle(ctx, key_admission.as_ref(), used.into_iter()).await?;
+    crate::claim::choose::key_rate::settle(ctx.ledger(), key_admission.as_ref(), used.into_iter())
+        .await?;
     let Some(row) = rows.first() else {
         // Taken by another worker meanwhile, or not due.
         c.batch_execute("COMMIT")

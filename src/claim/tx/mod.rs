@@ -223,7 +223,7 @@ async fn take<'a>(
     // check go out together. Queues are tried in turn (a scalar
     // `queue = $2` is an ordered index scan) until one has jobs.
     // A rate-limited queue's admissions are committed first (targets.rs).
-    let mut walk = Walk::new(ctx, spec, &targets.queues, limit);
+    let mut walk = ctx.walk(spec, &targets.queues, limit);
     let head_every = ctx.pressure_throttle();
     let claim_cursor = crate::claim::choose::cursor::CursorUse {
         cursors: &ctx.choice.claim_cursors,
