@@ -251,7 +251,7 @@ pub struct WorkerConfig {
     /// Under database pressure (the governor's level above ok), the
     /// all-queues tx-mode claims resume after the last job claimed, and one
     /// claim per this long starts at the head of the claim index instead,
-    /// for the jobs that sort before it (claim/cursor.rs). Default
+    /// for the jobs that sort before it (claim/choose/cursor.rs). Default
     /// [`PRESSURE_HEAD_SCAN_EVERY_DEFAULT`] (1 s).
     pub pressure_head_scan_every: Duration,
     /// Under database pressure (a held vacuum horizon or the governor's

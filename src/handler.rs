@@ -91,7 +91,7 @@ pub(crate) trait DurableMark: Send + Sync {
 
 /// A job's ordering key, unique key, ordering position (its run_at as
 /// enqueued, migration 0008) and limit key, which a retry keeps. Read by
-/// [`JobContext`]; filled from the claimed row (`claim::claimed`).
+/// [`JobContext`]; filled from the claimed row (`claim::run::claimed`).
 #[derive(Clone, Default)]
 pub(crate) struct Keys {
     pub ordering_key: Option<String>,

@@ -19,13 +19,13 @@ pub struct Health {
     under_pressure: AtomicBool,
     /// Whether the oldest open transaction of a client session, at the last
     /// sample, was at least [`HORIZON_HELD`] old (claims then resume after
-    /// the last job claimed, `claim/cursor.rs`).
+    /// the last job claimed, `claim/choose/cursor.rs`).
     horizon_held: AtomicBool,
 }
 
 /// How old the oldest open transaction must be, at a sample, for the
 /// worker's claims to resume after the last job claimed rather than walk
-/// the head of the claim index (`claim/cursor.rs`): from then on every job
+/// the head of the claim index (`claim/choose/cursor.rs`): from then on every job
 /// claimed leaves an index entry no claim can skip. Well under the
 /// governor's default threshold (a minute), which is for people.
 pub(crate) const HORIZON_HELD: std::time::Duration = std::time::Duration::from_secs(5);
@@ -63,7 +63,7 @@ impl Health {
             .store(seconds >= HORIZON_HELD.as_secs_f64(), Ordering::Relaxed);
     }
 
-    /// Whether claims resume after the last job claimed (`claim/cursor.rs`):
+    /// Whether claims resume after the last job claimed (`claim/choose/cursor.rs`):
     /// the database under pressure, or a transaction open for
     /// 5 s or more at the last sample.
     pub fn claims_resume(&self) -> bool {

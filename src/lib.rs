@@ -90,7 +90,7 @@ pub use db::connect;
 /// reach inside the worker for. Changes without notice.
 #[doc(hidden)]
 pub mod internal {
-    pub use crate::claim::idle::LINGER;
+    pub use crate::claim::choose::idle::LINGER;
     pub use crate::config::SchedulerConfig;
     pub use crate::db::sql;
     pub use crate::services::history::{Maintenance, MaintenanceReport};

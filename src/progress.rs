@@ -125,7 +125,7 @@ pub(crate) enum Run {
 }
 
 /// Where a run's reports go: the worker's coalescing writer
-/// (`claim::progress`), defined here so that this public file does not
+/// (`claim::run::progress`), defined here so that this public file does not
 /// name the claim path.
 pub(crate) trait ProgressSink: Send + Sync {
     /// The latest report of `job`'s run `run` (checked already): replaces

@@ -2,7 +2,7 @@
 //! (`pgwake.job_traces`, docs/src/tracing.md) and as handlers get it
 //! ([`JobContext::trace`](crate::JobContext::trace)). What the claim path
 //! does with it — reading it per claim, the job's spans — is
-//! `claim::trace`.
+//! `claim::run::trace`.
 
 /// A W3C trace context: a `traceparent` and its optional `tracestate`.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -13,14 +13,11 @@ use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::sync::{broadcast, Semaphore};
+use tokio::sync::broadcast;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
-use tokio_util::task::TaskTracker;
 
-use crate::claim::context::{ClaimContext, JobEvent};
-use crate::claim::next_due::Schedule;
-use crate::claim::wake::Wakeup;
+use crate::claim::{Claims, Setup, Shared};
 use crate::config::WorkerConfig;
 use crate::db::connect;
 use crate::error::{Error, Result};
@@ -30,6 +27,7 @@ use crate::services::listener::{Listener, ListenerConfig};
 use crate::services::poller::Poller;
 use crate::services::rescuer::Rescuer;
 use crate::services::sampler::Sampler;
+use crate::JobEvent;
 
 /// After the grace period and the abort, how long the supervisor still waits
 /// for claim tasks to hand their jobs back before it returns regardless.
@@ -102,9 +100,7 @@ impl WorkerBuilder {
         let (events, _) = broadcast::channel(4096);
         // Whether any claim is in tx mode: its running batches hold a
         // claim connection each, so the default pool grows with the slots.
-        let tx = crate::claim::plan::build(&self.config, &self.registry)
-            .iter()
-            .any(|s| s.mode == crate::handler::Delivery::Tx);
+        let tx = crate::claim::uses(&self.config, &self.registry, crate::handler::Delivery::Tx);
         let app = &self.config.application_name;
         let db = connect::with_application_name(&self.db, app);
         // Pools connect lazily: building them does no I/O.
@@ -127,9 +123,7 @@ impl WorkerBuilder {
             events,
             worker_id: worker_id(),
             tx,
-            wait_state: Arc::new(crate::claim::idle::WaitState::default()),
-            history: Arc::default(),
-            rollup: Arc::default(),
+            shared: Shared::default(),
         })
     }
 }
@@ -143,15 +137,12 @@ pub struct Worker {
     worker_id: String,
     /// Whether the worker has tx-mode claims (see `WorkerConfig::connections`).
     tx: bool,
-    wait_state: Arc<crate::claim::idle::WaitState>,
+    /// What the claim path shares with the services and the start-up check.
+    shared: Shared,
     config: WorkerConfig,
     registry: Registry,
     events: broadcast::Sender<JobEvent>,
     health: Arc<Health>,
-    /// Whether finished jobs are recorded (the database's setting).
-    history: Arc<crate::claim::results::Switch>,
-    /// The per-minute rollup's counts (used when `config.rollup` is set).
-    rollup: Arc<crate::claim::tally::Tally>,
 }
 
 impl Worker {
@@ -195,21 +186,59 @@ impl Worker {
             self.config.listen = false;
             self.health.set_listen(false);
         }
-        let pool = self.pool.clone();
-        let app = &self.config.application_name;
-        let wake = Arc::new(Wakeup::default());
-        let schedule = Arc::new(Schedule::default());
+        let mut claims = Claims::new(self.setup(), stop.clone(), abort);
+        self.init_metrics(&claims);
+        self.health.set_db(true);
+
         let service_stop = CancellationToken::new();
-        let (completer, completions) = crate::claim::leases::channel();
-        let cancels = Arc::new(crate::claim::cancels::CancelBook::default());
-        let ctx = Arc::new(self.context(
-            cancels.clone(),
-            wake.clone(),
-            schedule.clone(),
-            stop.clone(),
-            abort.clone(),
-            completer,
-        ));
+        let mut services = JoinSet::new();
+        self.spawn_wakers(&claims, &mut services, &service_stop);
+        self.spawn_maintenance(&claims, &mut services, &service_stop);
+        let tasks = self.config.claim_tasks(self.tx);
+        claims.start(tasks);
+        tracing::info!(
+            database = %connect::describe(&self.db),
+            concurrency = self.config.concurrency,
+            connections = self.config.connections(self.tx),
+            prefetch = %claims.describe_prefetch(),
+            batch = self.config.batch,
+            listen = self.config.listen,
+            queues = %self.config.queues_label(),
+            modes = %crate::claim::describe_modes(&self.config, &self.registry),
+            "worker started"
+        );
+        self.say_tx_bound(tasks);
+
+        stop.cancelled().await;
+        tracing::info!(grace = ?self.config.grace_period, "shutting down: no new claims, waiting for running jobs");
+        claims
+            .shut_down(self.config.grace_period, HARD_DEADLINE)
+            .await;
+        service_stop.cancel();
+        join_all(&mut services).await;
+        self.pool.close();
+        self.ledger_pool.close();
+        tracing::info!("worker stopped");
+        Ok(())
+    }
+
+    /// What the claim path is built from.
+    fn setup(&self) -> Setup<'_> {
+        Setup {
+            config: &self.config,
+            registry: &self.registry,
+            pool: &self.pool,
+            ledger_pool: &self.ledger_pool,
+            health: &self.health,
+            events: &self.events,
+            worker_id: &self.worker_id,
+            shared: &self.shared,
+            tx: self.tx,
+        }
+    }
+
+    /// The label values known at start (`metrics::init_known`).
+    fn init_metrics(&self, claims: &Claims) {
         crate::metrics::init_known(crate::metrics::Known {
             queues: &self
                 .config
@@ -224,11 +253,21 @@ impl Worker {
             tasks: &self.registry.tasks(),
             application: &self.config.application_name,
             scheduler: self.config.scheduler.is_some(),
-            modes: &ctx.plan.iter().map(|s| s.mode.as_str()).collect::<Vec<_>>(),
+            modes: &claims.modes(),
         });
-        self.health.set_db(true);
+    }
 
-        let mut services = JoinSet::new();
+    /// The services that wake the claim tasks or stop their jobs: the
+    /// listener and the waiting registration (or, poll-only, one wake-up
+    /// of every task now), the poller and the cancel watcher.
+    fn spawn_wakers(
+        &self,
+        claims: &Claims,
+        services: &mut JoinSet<()>,
+        service_stop: &CancellationToken,
+    ) {
+        let pool = &self.pool;
+        let app = &self.config.application_name;
         if self.config.listen {
             let listener = Listener::new(
                 ListenerConfig {
@@ -241,23 +280,23 @@ impl Worker {
                     reconnect_min: self.config.reconnect_min,
                     reconnect_max: self.config.reconnect_max,
                 },
-                wake.clone(),
+                claims.wake(),
                 self.health.clone(),
-                cancels.clone(),
+                claims.cancels(),
             );
             services.spawn(listener.run(service_stop.clone()));
             let registration = crate::services::waiting::Registration::new(
                 pool.clone(),
                 self.worker_id.clone(),
                 self.worked_queues(),
-                self.wait_state.clone(),
-                wake.clone(),
+                self.shared.wait_state.clone(),
+                claims.wake(),
                 self.health.clone(),
             );
             services.spawn(registration.run(service_stop.clone()));
         } else {
             // Poll-only: nobody else wakes the tasks at start.
-            wake.wake_all(crate::claim::wake::Trigger::Poll);
+            claims.wake_all();
         }
         let poller = Poller::new(
             pool.clone(),
@@ -265,20 +304,32 @@ impl Worker {
                 interval: self.config.poll_interval,
                 queues: self.worked_queues(),
             },
-            wake.clone(),
-            schedule.clone(),
+            claims.wake(),
+            claims.schedule(),
         );
         services.spawn(poller.run(service_stop.clone()));
         // Cancel requests: the fallback for notifications the listener
         // missed. Stops with the services, after every job has ended.
         let watcher = crate::services::cancel_watcher::Watcher::new(
             pool.clone(),
-            cancels,
+            claims.cancels(),
             crate::services::cancel_watcher::WatcherConfig {
                 interval: self.config.cancel_poll_interval,
             },
         );
         services.spawn(watcher.run(service_stop.clone()));
+    }
+
+    /// The services beside the claims: fleet membership, the rescuer, the
+    /// history's maintenance, and (when configured) the rollup, the
+    /// scheduler and the sampler.
+    fn spawn_maintenance(
+        &self,
+        claims: &Claims,
+        services: &mut JoinSet<()>,
+        service_stop: &CancellationToken,
+    ) {
+        let pool = &self.pool;
         let member = crate::services::fleet::Member {
             id: self.worker_id.clone(),
             host: hostname(),
@@ -299,7 +350,7 @@ impl Worker {
             concurrency: self.config.concurrency,
         };
         services.spawn(
-            crate::services::fleet::Membership::new(pool.clone(), member, ctx.slots.clone())
+            crate::services::fleet::Membership::new(pool.clone(), member, claims.slots())
                 .with_handlers(
                     self.registry
                         .tasks()
@@ -316,7 +367,7 @@ impl Worker {
         services.spawn(rescuer.run(service_stop.clone()));
         let history =
             crate::services::history::Maintenance::new(pool.clone(), self.config.history.clone())
-                .with_switch(self.history.clone());
+                .with_switch(self.shared.history.clone());
         services.spawn(history.run(service_stop.clone()));
         if let Some(config) = &self.config.rollup {
             // Stopped with the services, after the last outcome is
@@ -324,7 +375,7 @@ impl Worker {
             let rollup = crate::services::rollup::Rollup::new(
                 pool.clone(),
                 config.clone(),
-                self.rollup.clone(),
+                self.shared.rollup.clone(),
             );
             services.spawn(rollup.run(service_stop.clone()));
         }
@@ -344,105 +395,6 @@ impl Worker {
             );
             services.spawn(sampler.run(service_stop.clone()));
         }
-        // The completer and the heartbeat outlive the claim tasks and the
-        // lease-mode runs: outcomes are written, and leases kept until then.
-        let lease_stop = CancellationToken::new();
-        let completer_done = CancellationToken::new();
-        let mut lease_services = JoinSet::new();
-        lease_services.spawn(crate::claim::completer::run(
-            ctx.clone(),
-            completions,
-            completer_done.clone(),
-        ));
-        lease_services.spawn(crate::claim::lease::heartbeat(
-            ctx.clone(),
-            lease_stop.clone(),
-        ));
-        lease_services.spawn(crate::claim::lease::bury_cancelled(
-            ctx.clone(),
-            lease_stop.clone(),
-        ));
-        lease_services.spawn(crate::claim::lease::hand_back_stalled(
-            ctx.clone(),
-            lease_stop.clone(),
-        ));
-        // Stopped after the last run: its last flush clears their rows.
-        lease_services.spawn(crate::claim::progress::run(
-            ctx.progress.clone(),
-            ctx.pool.clone(),
-            ctx.config.prepared_statements,
-            self.config.progress_interval,
-            lease_stop.clone(),
-        ));
-
-        let mut claimers = JoinSet::new();
-        let tasks = self.config.claim_tasks(self.tx);
-        for _ in 0..tasks {
-            claimers.spawn(crate::claim::claimer::run_task(ctx.clone()));
-        }
-        tracing::info!(
-            database = %connect::describe(&self.db),
-            concurrency = self.config.concurrency,
-            connections = self.config.connections(self.tx),
-            prefetch = %crate::claim::prefetch::Size::of(self.config.prefetch).describe(
-                ctx.plan.iter().any(|s| s.mode == crate::handler::Delivery::Lease)
-            ),
-            batch = self.config.batch,
-            listen = self.config.listen,
-            queues = %self.config.queues_label(),
-            modes = %crate::claim::plan::describe(&self.config, &self.registry),
-            "worker started"
-        );
-        self.say_tx_bound(tasks);
-
-        stop.cancelled().await;
-        tracing::info!(grace = ?self.config.grace_period, "shutting down: no new claims, waiting for running jobs");
-        ctx.jobs.close();
-        let running = async {
-            join_all(&mut claimers).await;
-            // No claim is in flight now: what waits in the prefetch buffer
-            // never started, and goes back at once, attempts refunded.
-            crate::claim::lease::hand_back(&ctx);
-            ctx.jobs.wait().await;
-        };
-        let drained = tokio::select! {
-            _ = running => true,
-            _ = tokio::time::sleep(self.config.grace_period) => false,
-            _ = abort.cancelled() => false,
-        };
-        if !drained {
-            tracing::warn!("grace period over: interrupting running jobs and handing them back");
-            abort.cancel();
-            let running = async {
-                join_all(&mut claimers).await;
-                crate::claim::lease::hand_back(&ctx);
-                ctx.jobs.wait().await;
-            };
-            if tokio::time::timeout(HARD_DEADLINE, running).await.is_err() {
-                tracing::error!("jobs did not stop within the hard deadline; leaving them to the server's rollback and the lease rescuer");
-                claimers.abort_all();
-            }
-        }
-        // Claim tasks aborted at the hard deadline may have buffered more.
-        crate::claim::lease::hand_back(&ctx);
-        // What handlers keep running (persistent processes) stops now that
-        // no job needs it.
-        let handlers: Vec<_> = self
-            .registry
-            .named()
-            .map(|(_, h)| h.clone())
-            .chain(self.registry.catch_all().cloned())
-            .collect();
-        futures::future::join_all(handlers.iter().map(|h| h.shutdown())).await;
-        completer_done.cancel();
-        lease_stop.cancel();
-        join_all(&mut lease_services).await;
-        service_stop.cancel();
-        join_all(&mut services).await;
-        pool.close();
-        self.ledger_pool.close();
-        tracing::info!("worker stopped");
-        Ok(())
     }
 
     /// Start-up checks: the database answers, the schema is this binary's,
@@ -477,7 +429,7 @@ impl Worker {
             return Ok(StartUp::SchemaPending(p));
         }
         let keep = crate::admin::history::apply(&client, self.config.history.keep_finished).await?;
-        self.history.set(keep.is_some());
+        self.shared.history.set(keep.is_some());
         for task in self.registry.tasks() {
             if let Some(h) = self.registry.get(&task) {
                 h.check(&client)
@@ -589,10 +541,11 @@ impl Worker {
         if !self.tx || tasks >= slots {
             return;
         }
-        let lease = if crate::claim::plan::build(&self.config, &self.registry)
-            .iter()
-            .any(|s| s.mode == crate::handler::Delivery::Lease)
-        {
+        let lease = if crate::claim::uses(
+            &self.config,
+            &self.registry,
+            crate::handler::Delivery::Lease,
+        ) {
             "; lease-mode jobs still use every slot"
         } else {
             ""
@@ -615,113 +568,13 @@ impl Worker {
         }
     }
 
-    fn context(
-        &self,
-        cancels: Arc<crate::claim::cancels::CancelBook>,
-        wake: Arc<Wakeup>,
-        schedule: Arc<Schedule>,
-        stop: CancellationToken,
-        abort: CancellationToken,
-        completer: crate::claim::leases::CompleterHandle,
-    ) -> ClaimContext {
-        let plan = crate::claim::plan::build(&self.config, &self.registry);
-        ClaimContext {
-            begin_sql: crate::claim::tx::begin_sql(&self.config),
-            config: self.config.clone(),
-            pool: self.pool.clone(),
-            ledger_pool: self.ledger_pool.clone(),
-            registry: self.registry.clone(),
-            wake,
-            schedule,
-            health: self.health.clone(),
-            events: self.events.clone(),
-            stop,
-            abort,
-            worker_id: self.worker_id.clone(),
-            wait_state: self.wait_state.clone(),
-            cursor: Default::default(),
-            ready_queues: Default::default(),
-            lease_turn: crate::claim::turn::LeaseTurn::for_worker(
-                self.config.concurrency,
-                self.config.claim_tasks(self.tx),
-                self.config.batch,
-                plan.iter().any(|s| s.mode == crate::handler::Delivery::Tx),
-            ),
-            plan,
-            slots: Arc::new(Semaphore::new(self.config.concurrency)),
-            leases: Default::default(),
-            prefetch: crate::claim::prefetch::Prefetch::sized(crate::claim::prefetch::Size::of(
-                self.config.prefetch,
-            )),
-            completer,
-            start_marks: crate::claim::starts::StartMarks::spawn(self.pool.clone()),
-            jobs: TaskTracker::new(),
-            history: self.history.clone(),
-            rollup: self.config.rollup.as_ref().map(|_| self.rollup.clone()),
-            cancels,
-            marks_durable: Default::default(),
-            key_cursors: Default::default(),
-            claim_cursors: Default::default(),
-            key_repairs: crate::claim::key_repair::KeyRepairs::new(self.pool.clone()),
-            progress: Default::default(),
-        }
-    }
-
     /// Run one claim round in the calling task, on the worker's own pools:
     /// claim (in each delivery mode this worker has) and run up to a batch,
     /// write the outcomes, and return how many jobs were claimed. Dropping
     /// the future at any point loses no job and leaves no pooled connection
     /// in a transaction. For tests and tools; `run` is the service.
     pub async fn claim_once(&self) -> Result<usize> {
-        let (completer, completions) = crate::claim::leases::channel();
-        let mut ctx = self.context(
-            Default::default(),
-            Arc::new(Wakeup::default()),
-            Arc::new(Schedule::default()),
-            CancellationToken::new(),
-            CancellationToken::new(),
-            completer,
-        );
-        // One round runs what it claimed and no more.
-        ctx.prefetch = crate::claim::prefetch::Prefetch::new(0);
-        let ctx = Arc::new(ctx);
-        let done = CancellationToken::new();
-        let completer = tokio::spawn(crate::claim::completer::run(
-            ctx.clone(),
-            completions,
-            done.clone(),
-        ));
-        let heartbeat = tokio::spawn(crate::claim::lease::heartbeat(ctx.clone(), done.clone()));
-        let permit = ctx
-            .slots
-            .clone()
-            .acquire_owned()
-            .await
-            .expect("fresh semaphore");
-        // One full batch, as configured (the service sizes batches by time).
-        let mut sizer = crate::claim::tx::BatchSizer::at(self.config.batch);
-        let claimed = crate::claim::claimer::claim_round(
-            &ctx,
-            crate::claim::wake::Trigger::Poll,
-            Some(permit),
-            &mut sizer,
-        )
-        .await
-        .map(|r| r.claimed);
-        ctx.jobs.close();
-        ctx.jobs.wait().await;
-        // What the round's runs reported, and their clears.
-        if let Err(e) = ctx
-            .progress
-            .flush(&ctx.pool, ctx.config.prepared_statements)
-            .await
-        {
-            tracing::warn!(error = %e, "writing progress failed");
-        }
-        done.cancel();
-        let _ = completer.await;
-        let _ = heartbeat.await;
-        claimed
+        crate::claim::claim_once(self.setup()).await
     }
 
     /// The claim pool (for embedding applications and tests).

@@ -22,9 +22,9 @@ use std::sync::Arc;
 use futures::FutureExt;
 use tokio::sync::OwnedSemaphorePermit;
 
+use crate::claim::choose::wake::Trigger;
 use crate::claim::context::ClaimContext;
 use crate::claim::tx::BatchSizer;
-use crate::claim::wake::Trigger;
 use crate::error::Result;
 use crate::handler::Delivery;
 
@@ -34,7 +34,7 @@ pub(crate) struct Round {
     /// Jobs claimed.
     pub claimed: usize,
     /// Another task was turned away from a lease claim while this round
-    /// held the turn ([`LeaseTurn`](crate::claim::turn::LeaseTurn)): claim again for it, even if this round
+    /// held the turn ([`LeaseTurn`](crate::claim::lease::turn::LeaseTurn)): claim again for it, even if this round
     /// found nothing (its wake-up may be for jobs this claim's snapshot did
     /// not see).
     pub again: bool,
@@ -53,7 +53,7 @@ pub(crate) async fn claim_round(
     let started = std::time::Instant::now();
     let mut permits: Vec<OwnedSemaphorePermit> = permit.into_iter().collect();
     let (mut turned_away, mut again) = (false, false);
-    for spec in crate::claim::plan::rotated(&ctx.plan, &ctx.cursor) {
+    for spec in crate::claim::choose::plan::rotated(&ctx.choice.plan, &ctx.choice.cursor) {
         let claimed = match spec.mode {
             Delivery::Tx if permits.is_empty() => continue,
             Delivery::Tx => {
@@ -65,8 +65,8 @@ pub(crate) async fn claim_round(
                 // Under pressure, after a partial batch: one claim per pace
                 // (idle.rs), waited for as a draining claim.
                 let (pace, pressed) = (ctx.config.pressure_pace, ctx.health.claims_resume());
-                if let Some(wait) = ctx.wait_state.pace_turn(pace, pressed) {
-                    let _draining = ctx.wait_state.draining_claim();
+                if let Some(wait) = ctx.choice.wait_state.pace_turn(pace, pressed) {
+                    let _draining = ctx.choice.wait_state.draining_claim();
                     tokio::select! {
                         _ = ctx.stop.cancelled() => return Ok(Round { claimed: 0, again: false }),
                         _ = tokio::time::sleep(wait) => {}
@@ -74,11 +74,11 @@ pub(crate) async fn claim_round(
                 }
                 let claimed =
                     crate::claim::tx::claim_and_run(ctx, spec, limit, sizer, trigger).await?;
-                ctx.wait_state.paced(claimed, limit, pace, pressed);
+                ctx.choice.wait_state.paced(claimed, limit, pace, pressed);
                 claimed
             }
             Delivery::Lease => {
-                let Some(turn) = ctx.lease_turn.take() else {
+                let Some(turn) = ctx.lease.turn.take() else {
                     // Every turn is taken by another task's lease claim;
                     // the first to end claims again for us.
                     turned_away = true;
@@ -96,21 +96,25 @@ pub(crate) async fn claim_round(
                 // room is reserved until the jobs are in the buffer, so
                 // claims in flight at once never overfill it.
                 let free = permits.len();
-                let reserved = ctx.prefetch.reserve(ctx.config.batch.max(free) - free);
+                let reserved = ctx
+                    .lease
+                    .prefetch
+                    .reserve(ctx.config.batch.max(free) - free);
                 let limit = free + reserved.jobs();
                 if limit == 0 {
-                    again |= ctx.lease_turn.end(turn);
+                    again |= ctx.lease.turn.end(turn);
                     continue;
                 }
-                let draining = (trigger == Trigger::Drain).then(|| ctx.wait_state.draining_claim());
+                let draining =
+                    (trigger == Trigger::Drain).then(|| ctx.choice.wait_state.draining_claim());
                 let r = crate::claim::lease::claim(ctx, spec, limit, free, trigger).await;
-                again |= ctx.lease_turn.end(turn);
+                again |= ctx.lease.turn.end(turn);
                 drop(draining);
                 let (claimed, sent) = r?;
                 let n = claimed.len();
                 // A full claim: there is more. This task claims it next
                 // round, and another alongside when that helps.
-                if n == limit && ctx.lease_turn.full_claim_wakes_another() {
+                if n == limit && ctx.lease.turn.full_claim_wakes_another() {
                     ctx.wake.wake_one(Trigger::Drain);
                 }
                 for c in claimed {
@@ -145,6 +149,7 @@ pub(crate) async fn claim_round(
     // with one per claim task) cost lease mode a quarter of its claim time.
     if trigger != Trigger::Drain
         && ctx
+            .choice
             .ready_queues
             .found_nothing(started, ctx.pressure_throttle())
     {
@@ -163,13 +168,13 @@ pub(crate) async fn claim_round(
 pub(crate) async fn run_task(ctx: Arc<ClaimContext>) {
     let mut sizer = BatchSizer::new(ctx.config.batch);
     loop {
-        ctx.wait_state.enter_idle();
+        ctx.choice.wait_state.enter_idle();
         let woke = tokio::select! {
             biased;
             _ = ctx.stop.cancelled() => None,
             t = ctx.wake.wait() => Some(t),
         };
-        ctx.wait_state.leave_idle();
+        ctx.choice.wait_state.leave_idle();
         let Some(mut trigger) = woke else { return };
         let mut backoff = ctx.config.reconnect_backoff();
         loop {
@@ -178,10 +183,10 @@ pub(crate) async fn run_task(ctx: Arc<ClaimContext>) {
                 _ = ctx.stop.cancelled() => return,
                 p = ctx.slots.clone().acquire_owned() => Some(p.expect("the slot semaphore is never closed")),
                 // Every slot busy, the prefetch buffer below half: refill it.
-                _ = ctx.prefetch.refill.notified() => None,
+                _ = ctx.lease.prefetch.refill.notified() => None,
             };
             // A free slot starts a buffered job first, without a round trip.
-            let permit = match permit.map(|p| (p, ctx.prefetch.pop())) {
+            let permit = match permit.map(|p| (p, ctx.lease.prefetch.pop())) {
                 Some((p, Some((job, _)))) => {
                     crate::claim::lease::spawn_run(ctx.clone(), job, p);
                     trigger = Trigger::Drain;
@@ -207,7 +212,7 @@ pub(crate) async fn run_task(ctx: Arc<ClaimContext>) {
                         break;
                     }
                     if round.claimed > 0 {
-                        ctx.wait_state.hit();
+                        ctx.choice.wait_state.hit();
                     }
                     backoff = ctx.config.reconnect_backoff();
                     trigger = Trigger::Drain;

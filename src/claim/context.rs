@@ -1,37 +1,41 @@
-//! The claim context: what every part of the claim path shares (config,
-//! pools, handlers, wake-ups, slots, the lease book), and the steps both
-//! delivery modes take the same way: turning claimed rows into jobs, the
-//! checks before a job runs, resolving an outcome, and reporting it.
+//! The claim context: what every part of the claim path reads (config,
+//! pools, handlers, wake-ups, slots, cancels) and the parts each owns,
+//! defined where their code lives ([`ChoiceState`] in `choose/`,
+//! [`LeaseState`] in `lease/`, [`TxState`] in `tx/`); and the steps both
+//! delivery modes take the same way: the checks before a job runs (the
+//! resolution itself is chosen in `outcome/resolve.rs`) and reporting an
+//! outcome.
 //!
 //! ```text
-//!   claimer.rs ── claim ──▶ tx/  | lease.rs ── run ──▶ executor.rs
+//!   claimer.rs ── claim ──▶ tx/ | lease/ ── run ──▶ run/executor.rs
 //!        ▲                        │                                   │
-//!        └──── slots ◀────────────┴──── record (tx: commit | lease: completer.rs)
+//!        └──── slots ◀────────────┴──── record (tx: commit | lease: lease/completer.rs)
 //!                                                   │
 //!                                          report() here: metrics, events, the rollup tally
 //! ```
 //!
-//! Dependencies run one way: `claimed` ← `leases` ← `context` ←
-//! {`tx`, `lease`, `completer`} ← `claimer` (and `plan`, `executor`
-//! below them all).
+//! Built by `claims.rs`; used by `claimer.rs` and the modes, which hand
+//! `choose/` the pieces it needs ([`ClaimContext::ledger`],
+//! [`ClaimContext::walk`]).
 
-use std::sync::atomic::AtomicUsize;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use tokio::sync::{broadcast, Semaphore};
 use tokio_util::sync::CancellationToken;
-use tokio_util::task::TaskTracker;
 
-use crate::claim::claimed::Claimed;
-use crate::claim::executor::Ended;
-use crate::claim::next_due::Schedule;
-use crate::claim::plan::{ClaimSpec, Targets};
-use crate::claim::wake::Wakeup;
+use crate::claim::choose::next_due::Schedule;
+use crate::claim::choose::plan::{ClaimSpec, Targets};
+use crate::claim::choose::state::ChoiceState;
+use crate::claim::choose::wake::Wakeup;
+use crate::claim::lease::state::LeaseState;
+use crate::claim::run::claimed::Claimed;
+use crate::claim::run::executor::Ended;
+use crate::claim::tx::state::TxState;
 use crate::config::WorkerConfig;
 use crate::handler::{Handler, Registry};
 use crate::health::Health;
-use crate::job::{sanitize_reason, Job, Outcome, Resolution, SLEEP_MAX, SNOOZE_MAX};
+use crate::job::{Job, Resolution};
 use crate::metrics;
 
 /// What became of one job; sent to [`crate::Worker::subscribe`]rs after the
@@ -65,21 +69,15 @@ impl JobEvent {
     }
 }
 
-/// Longest delay a handler's `Outcome::Retry { after }` may ask for; longer
-/// ones are cut to it (a `run_at` past PostgreSQL's range would make the
-/// outcome write fail).
-pub(crate) const RETRY_AFTER_MAX: Duration = Duration::from_secs(10 * 365 * 24 * 3600);
-
-/// State shared by a worker's claim path.
+/// State shared by a worker's claim path: what every part reads, and the
+/// parts each owns, defined where their code lives.
 pub(crate) struct ClaimContext {
     pub config: WorkerConfig,
     pub pool: deadpool_postgres::Pool,
-    /// Durable writes outside the claim transaction (tx-mode batch markers
-    /// and crash charges).
+    /// Durable writes outside any claim transaction: rate admissions (both
+    /// modes), tx-mode batch marks and crash charges.
     pub ledger_pool: deadpool_postgres::Pool,
     pub registry: Registry,
-    /// What to claim, in which mode.
-    pub plan: Vec<ClaimSpec>,
     pub wake: Arc<Wakeup>,
     pub schedule: Arc<Schedule>,
     pub health: Arc<Health>,
@@ -88,53 +86,26 @@ pub(crate) struct ClaimContext {
     pub stop: CancellationToken,
     /// Cancelled when the grace period is over: interrupt running jobs.
     pub abort: CancellationToken,
-    /// `BEGIN` plus the claim transaction's `SET LOCAL`s.
-    pub begin_sql: String,
     /// This worker's id in `leased_jobs.worker_id` and `tx_batches`.
     pub worker_id: String,
-    /// Rotates the order in which specs and queues are tried.
-    pub cursor: AtomicUsize,
-    /// The queues with ready jobs, for fair all-queues claims (`fair.rs`).
-    pub ready_queues: crate::claim::fair::ReadyQueues,
-    /// At most `concurrency / batch` lease claims in flight (`claimer.rs`).
-    pub lease_turn: crate::claim::turn::LeaseTurn,
-    /// Idle/draining state for the waiting registration.
-    pub wait_state: Arc<crate::claim::idle::WaitState>,
     /// One permit per job that may run at once (`concurrency`).
     pub slots: Arc<Semaphore>,
-    /// Running lease-mode jobs (their tokens, for the heartbeat).
-    pub leases: Arc<crate::claim::leases::LeaseBook>,
-    /// Where lease-mode runs send their resolutions.
-    pub completer: crate::claim::leases::CompleterHandle,
-    /// Lease-mode jobs claimed ahead of the free slots (`prefetch.rs`).
-    pub prefetch: crate::claim::prefetch::Prefetch,
-    /// Where a buffered job's start is reported (`starts.rs`).
-    pub start_marks: crate::claim::starts::StartMarks,
-    /// Lease-mode job tasks, joined at shutdown.
-    pub jobs: TaskTracker,
     /// Whether finished jobs are recorded (`crate::admin::history`).
-    pub history: Arc<crate::claim::results::Switch>,
-    /// Running jobs a cancel request can stop (`cancel.rs`).
-    pub cancels: Arc<crate::claim::cancels::CancelBook>,
-    /// Whether the last tx batch's handlers reached the database: the next
-    /// batch's mark is then committed durably at once rather than flushed
-    /// when a handler first reaches it (`claim::tx::mark::Mark`), which
-    /// costs that handler a round trip for nothing.
-    pub marks_durable: std::sync::atomic::AtomicBool,
-    /// Where each fair-keys queue's rotation between limit keys stands
-    /// for this worker (`key_rotation.rs`).
-    pub key_cursors: crate::claim::key_rotation::KeyCursors,
-    /// Where the all-queues claims resume under pressure (`cursor.rs`).
-    pub claim_cursors: crate::claim::cursor::ClaimCursors,
-    /// Repairs of limit keys' slot rows that claims reported
-    /// (`key_repair.rs`).
-    pub key_repairs: crate::claim::key_repair::KeyRepairs,
+    pub history: Arc<crate::claim::outcome::results::Switch>,
+    /// Running jobs a cancel request can stop (`cancels.rs`).
+    pub cancels: Arc<crate::claim::run::cancels::CancelBook>,
     /// The per-minute rollup's counts (`services/rollup.rs`); `None` when
     /// the rollup is off.
-    pub rollup: Option<Arc<crate::claim::tally::Tally>>,
+    pub rollup: Option<Arc<crate::claim::outcome::tally::Tally>>,
     /// What running jobs report of their progress, written every
     /// `progress_interval` (`progress.rs`).
-    pub progress: Arc<crate::claim::progress::Progress>,
+    pub progress: Arc<crate::claim::run::progress::Progress>,
+    /// What to claim and where its rotations stand (`choose/`).
+    pub choice: ChoiceState,
+    /// Lease mode's state (`lease/`).
+    pub lease: LeaseState,
+    /// Tx mode's state (`tx/`).
+    pub tx: TxState,
 }
 
 impl ClaimContext {
@@ -149,11 +120,42 @@ impl ClaimContext {
             .then_some(self.config.pressure_head_scan_every)
     }
 
+    /// Where admissions are taken and given back (`choose/rate.rs`).
+    pub(crate) fn ledger(&self) -> crate::claim::choose::rate::Ledger<'_> {
+        crate::claim::choose::rate::Ledger {
+            pool: &self.ledger_pool,
+            prepared: self.config.prepared_statements,
+            schedule: &self.schedule,
+        }
+    }
+
+    /// A claim round's walk over `targets`, for claims of up to `limit`
+    /// jobs of `spec` (`choose/targets.rs`).
+    pub(crate) fn walk<'a>(
+        &'a self,
+        spec: &'a ClaimSpec,
+        targets: &'a [crate::claim::choose::plan::Target],
+        limit: i64,
+    ) -> crate::claim::choose::targets::Walk<'a> {
+        crate::claim::choose::targets::Walk::new(
+            self.ledger(),
+            &self.choice.key_cursors,
+            &self.wake,
+            spec,
+            targets,
+            limit,
+        )
+    }
+
     /// Where `spec` claims this round (reading the ready queues when stale).
     pub(crate) async fn targets(&self, spec: &ClaimSpec) -> crate::error::Result<Targets> {
         // Listed queues are tried by name: they need the limited queues only.
-        let wants_ready = matches!(spec.queues, crate::claim::plan::Queues::AllExcept(_));
+        let wants_ready = matches!(
+            spec.queues,
+            crate::claim::choose::plan::Queues::AllExcept(_)
+        );
         let (ready, limited) = self
+            .choice
             .ready_queues
             .get(
                 &self.pool,
@@ -162,40 +164,18 @@ impl ClaimContext {
                 self.pressure_throttle(),
             )
             .await?;
-        Ok(spec.targets(&self.cursor, &ready, &limited))
+        Ok(spec.targets(&self.choice.cursor, &ready, &limited))
     }
 
     /// What must happen to a claimed job before any handler runs:
-    /// `Ok(handler)` to run it, or the resolution when it must not run.
+    /// `Ok(handler)` to run it, or the resolution when it must not run
+    /// ([`refusal`](crate::claim::outcome::resolve::refusal)).
     pub(crate) fn precheck(&self, c: &Claimed) -> Result<Arc<dyn Handler>, Resolution> {
-        let job = &c.job;
-        if job.attempt > job.max_attempts {
-            return Err(Resolution::Dead {
-                reason: format!(
-                    "attempt {} exceeds max_attempts {}: earlier runs never reported an outcome (the worker or its database session crashed while running this job)",
-                    job.attempt, job.max_attempts
-                ),
-            });
+        let handler = self.registry.get(&c.job.task);
+        match crate::claim::outcome::resolve::refusal(c, self.stop.is_cancelled(), handler) {
+            Some(resolution) => Err(resolution),
+            None => Ok(handler.expect("a job without a handler is refused").clone()),
         }
-        if self.stop.is_cancelled() {
-            return Err(Resolution::Returned);
-        }
-        let Some(handler) = self.registry.get(&job.task) else {
-            return Err(Resolution::Dead {
-                reason: format!(
-                    "no handler for task {:?}: register one (or a `*` catch-all) and retry it with `pgwake dead retry --id {}`",
-                    job.task, job.id
-                ),
-            });
-        };
-        if let Some(why) = &c.undecodable {
-            if handler.decodes_payload() {
-                return Err(Resolution::Dead {
-                    reason: why.clone(),
-                });
-            }
-        }
-        Ok(handler.clone())
     }
 
     /// The timeout of one run of `job`.
@@ -212,87 +192,8 @@ impl ClaimContext {
     /// result costs nothing.
     pub(crate) fn result_of(&self, ended: &Ended) -> Option<String> {
         match ended {
-            Ended::Outcome(outcome) => crate::claim::results::result_of(outcome),
+            Ended::Outcome(outcome) => crate::claim::outcome::results::result_of(outcome),
             _ => None,
-        }
-    }
-
-    /// What a finished run means for the job.
-    pub(crate) fn resolve(&self, job: &Job, ended: Ended) -> Resolution {
-        match ended {
-            Ended::Interrupted => Resolution::Returned,
-            Ended::Outcome(Outcome::Done | Outcome::DoneWith(_)) => Resolution::Done,
-            Ended::Outcome(Outcome::Fail { reason }) => Resolution::Dead {
-                reason: sanitize_reason(&reason),
-            },
-            Ended::Outcome(Outcome::Snooze(after)) if after <= SNOOZE_MAX => {
-                Resolution::Snoozed { delay: after }
-            }
-            Ended::Outcome(Outcome::Snooze(after)) => self.resolve(
-                job,
-                Ended::Outcome(Outcome::retry(format!(
-                    "the handler asked to snooze for {}, longer than the longest snooze, {} (pgwake::SNOOZE_MAX): snooze less, or enqueue a job with a later run_at",
-                    humantime::format_duration(Duration::from_secs(after.as_secs())),
-                    humantime::format_duration(SNOOZE_MAX)
-                ))),
-            ),
-            Ended::Outcome(Outcome::Sleep(until)) => {
-                // A wake time already past wakes it at once.
-                let delay = until
-                    .duration_since(SystemTime::now())
-                    .unwrap_or(Duration::ZERO);
-                if delay <= SLEEP_MAX {
-                    Resolution::Sleeping { delay }
-                } else {
-                    self.resolve(
-                        job,
-                        Ended::Outcome(Outcome::retry(format!(
-                            "the handler asked to sleep for {}, further ahead than the longest sleep, {} (pgwake::SLEEP_MAX): sleep less, or enqueue a job with a later run_at",
-                            humantime::format_duration(Duration::from_secs(delay.as_secs())),
-                            humantime::format_duration(SLEEP_MAX)
-                        ))),
-                    )
-                }
-            }
-            Ended::Outcome(Outcome::WaitFor { signal, timeout }) => {
-                let refused = if timeout > SLEEP_MAX {
-                    Some(format!(
-                        "the handler asked to wait for signal {:?} for {}, longer than the longest wait, {} (pgwake::SLEEP_MAX): wait less, and wait again on the timeout if need be",
-                        signal.chars().take(120).collect::<String>(),
-                        humantime::format_duration(Duration::from_secs(timeout.as_secs())),
-                        humantime::format_duration(SLEEP_MAX)
-                    ))
-                } else {
-                    crate::job::check_signal_key(&signal)
-                        .err()
-                        .map(|e| format!("the handler asked to wait for a signal, but {e}"))
-                };
-                match refused {
-                    None => Resolution::WaitingForSignal {
-                        key: signal,
-                        timeout,
-                    },
-                    Some(reason) => self.resolve(job, Ended::Outcome(Outcome::retry(reason))),
-                }
-            }
-            Ended::Outcome(Outcome::Retry { reason, after }) => {
-                let reason = sanitize_reason(&reason);
-                if job.attempt >= job.max_attempts {
-                    Resolution::Dead {
-                        reason: sanitize_reason(&format!(
-                            "{reason} (attempt {} of {})",
-                            job.attempt, job.max_attempts
-                        )),
-                    }
-                } else {
-                    Resolution::Retry {
-                        reason,
-                        delay: after
-                            .map(|a| a.min(RETRY_AFTER_MAX))
-                            .unwrap_or_else(|| self.config.retry_delay(job.attempt)),
-                    }
-                }
-            }
         }
     }
 
@@ -333,8 +234,10 @@ impl ClaimContext {
         }
         if self.history.on() {
             match &resolution {
-                Resolution::Done => crate::claim::results::count_recorded("done", 1),
-                Resolution::Dead { .. } => crate::claim::results::count_recorded("dead", 1),
+                Resolution::Done => crate::claim::outcome::results::count_recorded("done", 1),
+                Resolution::Dead { .. } => {
+                    crate::claim::outcome::results::count_recorded("dead", 1)
+                }
                 _ => {}
             }
         }
@@ -367,7 +270,7 @@ impl ClaimContext {
         }
         // After the log lines, which need not repeat the outcome and error
         // the span then records.
-        crate::claim::trace::ended(claimed, &resolution);
+        crate::claim::run::trace::ended(claimed, &resolution);
         let _ = self.events.send(JobEvent {
             id: job.id,
             queue: job.queue.clone(),

@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 use tokio_util::sync::CancellationToken;
 
 use crate::admin::cancel::SWEEP_INTERVAL;
-use crate::claim::cancels::CancelBook;
+use crate::claim::run::cancels::CancelBook;
 use crate::db::connect::PooledConn;
 use crate::db::sql::{Db, CANCEL_POLL as POLL, CANCEL_SWEEP as SWEEP};
 use crate::error::{Error, Result};

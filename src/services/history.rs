@@ -11,7 +11,7 @@ use std::sync::Arc;
 use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 
-use crate::claim::results::Switch;
+use crate::claim::outcome::results::Switch;
 use crate::config::HistoryConfig;
 use crate::db::sql::{self, Db};
 use crate::error::{Error, Result};

@@ -30,8 +30,8 @@ use tokio_postgres::AsyncMessage;
 use tokio_util::sync::CancellationToken;
 
 use crate::admin::cancel::CONTROL_CHANNEL;
-use crate::claim::cancels::CancelBook;
-use crate::claim::wake::{Trigger, Wakeup};
+use crate::claim::choose::wake::{Trigger, Wakeup};
+use crate::claim::run::cancels::CancelBook;
 use crate::error::PgDisplay;
 use crate::health::Health;
 use crate::metrics;

@@ -21,8 +21,8 @@ use std::time::{Duration, Instant, SystemTime};
 
 use tokio_util::sync::CancellationToken;
 
-use crate::claim::next_due::{secs, Schedule};
-use crate::claim::wake::{Trigger, Wakeup};
+use crate::claim::choose::next_due::{secs, Schedule};
+use crate::claim::choose::wake::{Trigger, Wakeup};
 use crate::db::sql::{self, Db};
 use crate::error::{Error, Result};
 

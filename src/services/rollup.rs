@@ -6,7 +6,7 @@
 //! `retention` every [`PRUNE_EVERY`].
 //!
 //! ```text
-//!   report() ──count──▶ claim::tally::Tally (queue, task, outcome, minute → jobs, pickup sum/max)
+//!   report() ──count──▶ claim::outcome::tally::Tally (queue, task, outcome, minute → jobs, pickup sum/max)
 //!                          │ every flush_interval: take all
 //!                          ▼
 //!                 one INSERT … ON CONFLICT DO UPDATE (rows sorted by key)
@@ -26,7 +26,7 @@ use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
 
-use crate::claim::tally::{Counts, Key, Tally};
+use crate::claim::outcome::tally::{Counts, Key, Tally};
 use crate::config::RollupConfig;
 use crate::db::sql::{self, Db};
 use crate::error::{Error, Result};

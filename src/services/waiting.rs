@@ -33,8 +33,8 @@ use std::time::{Duration, Instant};
 
 use tokio_util::sync::CancellationToken;
 
-use crate::claim::idle::WaitState;
-use crate::claim::wake::{Trigger, Wakeup};
+use crate::claim::choose::idle::WaitState;
+use crate::claim::choose::wake::{Trigger, Wakeup};
 use crate::db::sql::{self, Db};
 use crate::error::{Error, Result};
 use crate::health::Health;

@@ -1,7 +1,7 @@
 //! Under database pressure the all-queues claims (tx and lease) resume after the
 //! last job claimed instead of walking the head of the claim index, where a
 //! held vacuum horizon keeps the entries of every job claimed since
-//! (src/claim/cursor.rs, issue 35 item 1); one claim per
+//! (src/claim/choose/cursor.rs, issue 35 item 1); one claim per
 //! `pressure_head_scan_every` starts at the head for the jobs that sort
 //! before the cursor. What it saves is measured by
 //! scripts/bench-pinned-horizon.sh; these tests show the mechanism with a

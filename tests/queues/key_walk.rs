@@ -189,12 +189,12 @@ async fn calls_after_the_worker_ends(db: &TestDb, function: &str) -> i64 {
 /// resuming after the last it visited (`pgwake.fair_key_jobs`, or
 /// `pgwake.reserve_key_admissions` under a rate, counted by the server).
 ///
-/// Teeth: with `KeyCursors::served` (src/claim/key_rotation.rs) ignoring
+/// Teeth: with `KeyCursors::served` (src/claim/choose/key_rotation.rs) ignoring
 /// the reported stop (the cursor stays where it was, as before the bound),
 /// the worker visits the first bound's keys again and again and the key
 /// behind them never runs (the wait for its run times out, both tests);
 /// likewise without the wake-up to claim again after a call stopped at the
-/// bound with nothing taken (`Walk::served`, src/claim/targets.rs): the
+/// bound with nothing taken (`Walk::served`, src/claim/choose/targets.rs): the
 /// worker waits for a poll or a notification that never comes (lease test
 /// run).
 async fn a_key_behind_the_bound_is_served_within_the_stated_calls(rate: bool, extra: &[&str]) {

@@ -3,7 +3,11 @@
 //! never reaches into the services or the admin API, the admin API and
 //! the database layer never reach into the worker, the public files never
 //! reach into the claim path, and the console reads through the admin API
-//! only. Read from the source, so
+//! only. Inside the claim path: choosing what to claim never reaches into
+//! a delivery mode or the outcome, the outcome never into a mode, the
+//! choice or the context, running a job into nothing else of it, the two
+//! modes never into each other, and the worker only through the claim
+//! path's entry point. Read from the source, so
 //! a change that breaks a rule fails here, naming the files.
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -227,6 +231,90 @@ fn the_public_files_never_import_the_claim_path() {
     );
 }
 
+/// Whether module `m` is `root` or under it.
+fn under(m: &str, root: &str) -> bool {
+    m == root || m.starts_with(&format!("{root}::"))
+}
+
+/// Every import (`module -> module`) from a module under `from` to one
+/// under any of `to`.
+fn imports_from_to(from: &str, to: &[&str]) -> Vec<String> {
+    imports()
+        .into_iter()
+        .filter(|(m, _)| under(m, from))
+        .flat_map(|(m, uses)| {
+            uses.into_iter()
+                .filter(|u| to.iter().any(|t| under(u, t)))
+                .map(move |u| format!("{m} -> {u}"))
+        })
+        .collect()
+}
+
+#[test]
+fn choosing_what_to_claim_never_imports_the_context_a_delivery_mode_or_the_outcome() {
+    // claim/choose/ decides what a round takes and when; the modes call
+    // it, never the other way round, and it is handed the pieces of the
+    // claim context it needs (claim/choose/mod.rs).
+    let bad = imports_from_to(
+        "claim::choose",
+        &[
+            "claim::context",
+            "claim::lease",
+            "claim::tx",
+            "claim::outcome",
+            "claim::claimer",
+            "claim::claims",
+        ],
+    );
+    assert!(bad.is_empty(), "{bad:#?}");
+}
+
+#[test]
+fn the_outcome_never_imports_a_delivery_mode_the_choice_or_the_context() {
+    // claim/outcome/ says what a run comes to and writes, the same for
+    // both modes (claim/outcome/mod.rs).
+    let bad = imports_from_to(
+        "claim::outcome",
+        &[
+            "claim::lease",
+            "claim::tx",
+            "claim::choose",
+            "claim::context",
+            "claim::claimer",
+            "claim::claims",
+        ],
+    );
+    assert!(bad.is_empty(), "{bad:#?}");
+}
+
+#[test]
+fn running_a_job_imports_nothing_else_of_the_claim_path() {
+    // claim/run/ is what both modes build on (claim/run/mod.rs).
+    let bad: Vec<String> = imports_from_to("claim::run", &["claim"])
+        .into_iter()
+        .filter(|i| !i.ends_with(" -> claim::run") && !i.contains(" -> claim::run::"))
+        .collect();
+    assert!(bad.is_empty(), "{bad:#?}");
+}
+
+#[test]
+fn the_delivery_modes_never_import_each_other() {
+    let mut bad = imports_from_to("claim::lease", &["claim::tx"]);
+    bad.extend(imports_from_to("claim::tx", &["claim::lease"]));
+    assert!(bad.is_empty(), "{bad:#?}");
+}
+
+#[test]
+fn the_worker_imports_only_the_claim_entry_point() {
+    // worker.rs starts and stops the claim path through what
+    // claim/mod.rs exports (claim::Claims), never through its files.
+    let bad: Vec<String> = imports_from_to("worker", &["claim"])
+        .into_iter()
+        .filter(|i| i != "worker -> claim")
+        .collect();
+    assert!(bad.is_empty(), "{bad:#?}");
+}
+
 #[test]
 fn the_module_graph_is_read_from_the_source() {
     // The checks above see nothing if the reading finds nothing.
@@ -236,7 +324,9 @@ fn the_module_graph_is_read_from_the_source() {
         "{:?}",
         graph["claim::tx"]
     );
-    assert!(graph["services::poller"].contains("claim::next_due"));
+    assert!(graph["services::poller"].contains("claim::choose::next_due"));
+    assert!(graph["worker"].contains("claim"), "{:?}", graph["worker"]);
+    assert!(graph["claim::lease"].contains("claim::run::row"));
 }
 
 /// The text of each claim statement, comments dropped and whitespace

@@ -6,8 +6,9 @@ use std::time::Instant;
 
 use tokio_postgres::types::ToSql;
 
-use crate::claim::claimed::{claimed_from_row, keys_from_row, Claimed, CLAIM_COLUMNS};
 use crate::claim::context::ClaimContext;
+use crate::claim::run::claimed::Claimed;
+use crate::claim::run::row::{ClaimRow, Mode};
 use crate::error::{Error, Result};
 
 use super::mark::Mark;
@@ -83,7 +84,10 @@ pub(super) async fn mark_batch(
     // insert as the unnamed statement: a cached one could need a Parse
     // round trip first and land after the COMMIT). Durable at once when the
     // last batch's handlers used the database.
-    let durable = ctx.marks_durable.load(std::sync::atomic::Ordering::Relaxed);
+    let durable = ctx
+        .tx
+        .marks_durable
+        .load(std::sync::atomic::Ordering::Relaxed);
     let begin = if durable {
         "BEGIN"
     } else {
@@ -159,14 +163,15 @@ pub(super) async fn run_suspect(ctx: &ClaimContext, id: i64) -> Result<()> {
     let db = Db::pooled(c, ctx.config.prepared_statements);
     // Its queue may be rate-limited: one admission, committed first
     // (rate.rs); given back if the job is not claimed.
-    let admission = crate::claim::rate::reserve_on_own(ctx, None, Some(id), 1).await?;
+    let admission =
+        crate::claim::choose::rate::reserve_on_own(ctx.ledger(), None, Some(id), 1).await?;
     let admitted = !admission.none();
     // And to a per-key rate: one admission of its key (key_rate.rs).
     let key_admission = if admitted {
         Some(
-            crate::claim::key_rate::reserve(
-                ctx,
-                crate::claim::key_rate::Wanted {
+            crate::claim::choose::key_rate::reserve(
+                ctx.ledger(),
+                crate::claim::choose::key_rate::Wanted {
                     queue: "",
                     after: None,
                     count: 1,
@@ -184,15 +189,18 @@ pub(super) async fn run_suspect(ctx: &ClaimContext, id: i64) -> Result<()> {
     let params: [&(dyn ToSql + Sync); 3] = [&id, &admitted, &key_admitted];
     let (begun, rows) = tokio::join!(
         biased;
-        c.batch_execute(&ctx.begin_sql),
+        c.batch_execute(&ctx.tx.begin_sql),
         db.query(&CLAIM_ONE, &params)
     );
     begun.map_err(Error::db("claim: begin"))?;
     let rows = rows.map_err(Error::db("claim"))?;
-    crate::claim::rate::settle(ctx, Some(&admission), rows.len()).await?;
-    // The limit key: after xid, backend pid and the three other keys.
-    let used: Vec<Option<&str>> = rows.iter().map(|r| r.get(CLAIM_COLUMNS + 5)).collect();
-    crate::claim::key_rate::settle(ctx, key_admission.as_ref(), used.into_iter()).await?;
+    crate::claim::choose::rate::settle(ctx.ledger(), Some(&admission), rows.len()).await?;
+    let used: Vec<Option<&str>> = rows
+        .iter()
+        .map(|r| ClaimRow::read(r, Mode::Tx).limit_key())
+        .collect();
+    crate::claim::choose::key_rate::settle(ctx.ledger(), key_admission.as_ref(), used.into_iter())
+        .await?;
     let Some(row) = rows.first() else {
         // Taken by another worker meanwhile, or not due.
         c.batch_execute("COMMIT")
@@ -201,17 +209,14 @@ pub(super) async fn run_suspect(ctx: &ClaimContext, id: i64) -> Result<()> {
         tx.release();
         return Ok(());
     };
-    let keys = keys_from_row(row, CLAIM_COLUMNS + 2);
+    let row = ClaimRow::read(row, Mode::Tx);
+    let mut claimed = row.claimed();
     let key_admitted_at = key_admission
         .as_ref()
-        .filter(|a| a.any() && keys.limit_key.is_some())
+        .filter(|a| a.any() && claimed.keys.limit_key.is_some())
         .and_then(|a| a.admitted());
-    let mut claimed = Claimed {
-        admitted_at: key_admitted_at.or(admission.admitted()),
-        keys,
-        ..claimed_from_row(row)
-    };
-    let backend_pid: i32 = row.get(CLAIM_COLUMNS + 1);
+    claimed.admitted_at = key_admitted_at.or(admission.admitted());
+    let backend_pid = row.backend_pid();
     let charged: i32 = {
         let mut conn =
             crate::db::connect::PooledConn::get(&ctx.ledger_pool, "claim: no connection to charge")
@@ -222,34 +227,8 @@ pub(super) async fn run_suspect(ctx: &ClaimContext, id: i64) -> Result<()> {
         conn.check(r).map_err(Error::db("claim: charge"))?.get(0)
     };
     claimed.job.attempt += charged;
-    // Run without a queue slot or a key slot (claimed while its queue or
-    // key had no limit), it is named in a mark of its own, as a batch's
-    // jobs are (`mark_batch`), so that a limit set while it runs counts it.
-    // The mark holds no job id: its charge is made already (a stale mark
-    // of one job would charge it again), and it is cleared with the
-    // outcome; a run that dies leaves it to `adopt_stale.sql`.
-    let holds_slot: bool = row.get(CLAIM_COLUMNS + 6);
-    let holds_key_slot: bool = row.get(CLAIM_COLUMNS + 7);
-    let queues = (!holds_slot).then(|| vec![claimed.job.queue.clone()]);
-    let keys = UnslottedKeys::of(
-        claimed
-            .keys
-            .limit_key
-            .as_deref()
-            .filter(|_| !holds_key_slot)
-            .map(|k| (claimed.job.queue.as_str(), k))
-            .into_iter(),
-    );
-    let xid: String = row.get(CLAIM_COLUMNS);
-    let mark = if queues.is_some() || keys.any() {
-        // No job ids: nothing to find suspect, so always a mark.
-        match mark_batch(ctx, &xid, &[], queues, keys, false).await? {
-            Marked::Mark(mark) => Some(mark.token),
-            Marked::Suspects(_) => unreachable!("a mark without jobs names no suspect"),
-        }
-    } else {
-        None
-    };
+    let xid = row.xid();
+    let mark = mark_alone(ctx, row, &claimed, &xid).await?;
     tracing::info!(
         job = id,
         attempt = claimed.job.attempt,
@@ -270,4 +249,41 @@ pub(super) async fn run_suspect(ctx: &ClaimContext, id: i64) -> Result<()> {
         ctx.report(&r.claimed, r.resolution, r.duration);
     }
     Ok(())
+}
+
+/// The mark of a suspect run alone in transaction `xid`: one when it holds
+/// no queue slot or no key slot, `None` otherwise; returns its token.
+async fn mark_alone(
+    ctx: &ClaimContext,
+    row: ClaimRow<'_>,
+    claimed: &Claimed,
+    xid: &str,
+) -> Result<Option<i64>> {
+    // Run without a queue slot or a key slot (claimed while its queue or
+    // key had no limit), it is named in a mark of its own, as a batch's
+    // jobs are (`mark_batch`), so that a limit set while it runs counts it.
+    // The mark holds no job id: its charge is made already (a stale mark
+    // of one job would charge it again), and it is cleared with the
+    // outcome; a run that dies leaves it to `adopt_stale.sql`.
+    let holds_slot = row.holds_slot();
+    let holds_key_slot = row.holds_key_slot();
+    let queues = (!holds_slot).then(|| vec![claimed.job.queue.clone()]);
+    let keys = UnslottedKeys::of(
+        claimed
+            .keys
+            .limit_key
+            .as_deref()
+            .filter(|_| !holds_key_slot)
+            .map(|k| (claimed.job.queue.as_str(), k))
+            .into_iter(),
+    );
+    Ok(if queues.is_some() || keys.any() {
+        // No job ids: nothing to find suspect, so always a mark.
+        match mark_batch(ctx, xid, &[], queues, keys, false).await? {
+            Marked::Mark(mark) => Some(mark.token),
+            Marked::Suspects(_) => unreachable!("a mark without jobs names no suspect"),
+        }
+    } else {
+        None
+    })
 }

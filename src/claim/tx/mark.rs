@@ -23,7 +23,7 @@ use crate::db::sql::{Db, BATCH_MARK_DURABLE};
 ///
 /// A worker whose handlers do reach the database would pay that flush as a
 /// round trip of its own on top of the old durable commit: so when the last
-/// batch's handlers reached the database (`ClaimContext::marks_durable`), the
+/// batch's handlers reached the database (`TxState::marks_durable`), the
 /// next mark is committed durably at once, as before.
 pub(crate) struct Mark {
     /// The mark's token (`batch_clear.sql` deletes it in the claim's commit).

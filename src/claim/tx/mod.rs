@@ -31,18 +31,21 @@
 //!
 //! Any error before COMMIT drops the connection instead of returning it to
 //! the pool, so no pooled connection is ever left idle in a transaction.
+//!
+//! May import [`choose`](super::choose), [`outcome`](super::outcome),
+//! [`run`](super::run) and the claim context; never
+//! [`lease`](super::lease).
 
 use std::time::Instant;
 
 use deadpool_postgres::Object;
 
-use crate::claim::claimed::{
-    claimed_from_row, keys_from_row, sort_claim_order, Claimed, CLAIM_COLUMNS,
-};
+use crate::claim::choose::plan::{ClaimSpec, Target, Targets};
+use crate::claim::choose::targets::{Settled, Walk};
+use crate::claim::choose::wake::Trigger;
 use crate::claim::context::ClaimContext;
-use crate::claim::plan::{ClaimSpec, Target};
-use crate::claim::targets::Walk;
-use crate::claim::wake::Trigger;
+use crate::claim::run::claimed::{sort_claim_order, Claimed};
+use crate::claim::run::row::{ClaimRow, Mode};
 use crate::error::{Error, Result};
 use crate::metrics;
 
@@ -56,6 +59,7 @@ mod ledger;
 pub(crate) mod mark;
 mod run;
 mod sizer;
+pub(crate) mod state;
 mod write;
 
 use ledger::{mark_batch, run_suspects, Marked, UnslottedKeys};
@@ -115,19 +119,114 @@ pub(crate) async fn claim_and_run(
         .await
         .map_err(Error::pool("claim: no connection"))?;
     let targets = ctx.targets(spec).await?;
-    let (queues, except) = (&targets.queues, &targets.except[..]);
     let tx = OpenTx { conn: Some(conn) };
     let c = tx.conn();
     let db = Db::pooled(c, ctx.config.prepared_statements);
     let limit = limit as i64;
+    let Taken {
+        rows,
+        suspects,
+        settled,
+        claim_sent,
+        by_job,
+    } = take(ctx, spec, &targets, c, limit).await?;
+    let limited = matches!(settled.tried, Some(Target::Limited(_) | Target::Rated(..)));
+    let hit = if rows.is_empty() { "empty" } else { "hit" };
+    ::metrics::counter!(metrics::CLAIMS, "trigger" => trigger.as_str(), "result" => hit, "mode" => "tx")
+        .increment(1);
+    if rows.is_empty() {
+        c.batch_execute("COMMIT")
+            .await
+            .map_err(Error::db("claim: commit"))?;
+        tx.release();
+        return Ok(0);
+    }
+    let first_row = ClaimRow::read(&rows[0], Mode::Tx);
+    let xid = first_row.xid();
+    let backend_pid = first_row.backend_pid();
+    let count = rows.len();
+    let suspect_ids: std::collections::HashSet<i64> =
+        suspects.iter().map(|r| r.get::<_, i64>(0)).collect();
+    let suspects: Vec<i64> = rows
+        .iter()
+        .map(|r| ClaimRow::read(r, Mode::Tx).id())
+        .filter(|id| suspect_ids.contains(id))
+        .collect();
+    if !suspects.is_empty() {
+        return give_back_and_run_alone(ctx, tx, suspects, count).await;
+    }
+    if count as i64 == limit || limited {
+        // There is likely more: let one more task help drain. A limited
+        // queue's claim takes one job per transaction (claim_tx_limited.sql),
+        // so it is full at one.
+        ctx.wake.wake_one(Trigger::Drain);
+    }
+    let claimed = claimed_jobs(ctx, db, &rows, &settled, claim_sent).await;
+    let mark = match mark_claimed(ctx, &rows, &claimed, &xid, limited, by_job).await? {
+        Marked::Mark(mark) => mark,
+        Marked::Suspects(suspects) => {
+            return give_back_and_run_alone(ctx, tx, suspects, count).await;
+        }
+    };
+
+    let started = Instant::now();
+    let token = mark.token;
+    let mark = std::sync::Arc::new(mark);
+    let mut session = Session {
+        last_sent: Instant::now(),
+        limits_for: Some(ctx.config.job_timeout),
+        backend_pid,
+        xid: parse_xid(&xid),
+        mark: Some(mark.clone()),
+    };
+    let results = run_batch(ctx, c, claimed, &mut session).await?;
+    ctx.tx
+        .marks_durable
+        .store(mark.reached(), std::sync::atomic::Ordering::Relaxed);
+    sizer.observe(count, started.elapsed());
+    finish(ctx, db, &results, Some(token), None).await?;
+    tx.release();
+    for r in results {
+        ctx.report(&r.claimed, r.resolution, r.duration);
+    }
+    Ok(count)
+}
+
+/// What a claim transaction's statements took, before anything ran.
+struct Taken<'a> {
+    /// The claimed rows.
+    rows: Vec<tokio_postgres::Row>,
+    /// The crash check's rows (ids of jobs that an earlier batch's mark
+    /// names); empty under pressure, where the mark checks by job.
+    suspects: Vec<tokio_postgres::Row>,
+    /// What the walk's last claim ran on, and its admissions.
+    settled: Settled<'a>,
+    /// When the first claim was sent.
+    claim_sent: Instant,
+    /// Under pressure: the crash check is made by job, in the mark's own
+    /// statement.
+    by_job: bool,
+}
+
+/// BEGIN on `c`, the claims of `spec` over `targets` up to `limit` jobs,
+/// and the crash check.
+async fn take<'a>(
+    ctx: &'a ClaimContext,
+    spec: &'a ClaimSpec,
+    targets: &'a Targets,
+    c: &Object,
+    limit: i64,
+) -> Result<Taken<'a>> {
+    let db = Db::pooled(c, ctx.config.prepared_statements);
+    let except = &targets.except[..];
     // Pipelined: BEGIN, the first claim and (without pressure) the crash
     // check go out together. Queues are tried in turn (a scalar
     // `queue = $2` is an ordered index scan) until one has jobs.
     // A rate-limited queue's admissions are committed first (targets.rs).
-    let mut walk = Walk::new(ctx, spec, queues, limit);
+    let mut walk = ctx.walk(spec, &targets.queues, limit);
     let head_every = ctx.pressure_throttle();
-    let claim_cursor = crate::claim::cursor::CursorUse {
-        cursors: &ctx.claim_cursors,
+    let claim_cursor = crate::claim::choose::cursor::CursorUse {
+        cursors: &ctx.choice.claim_cursors,
         head_every,
     };
     // Under pressure the crash check is made by job, in the mark's own
@@ -153,7 +252,7 @@ pub(crate) async fn claim_and_run(
     let claim_sent = Instant::now();
     let (begun, first, suspects) = tokio::join!(
         biased;
-        c.batch_execute(&ctx.begin_sql),
+        c.batch_execute(&ctx.tx.begin_sql),
         claim_rows(
             db,
             limit,
@@ -161,8 +260,8 @@ pub(crate) async fn claim_and_run(
             except,
             spec,
             &walk,
-            &ctx.key_cursors,
-            &ctx.key_repairs,
+            &ctx.choice.key_cursors,
+            &ctx.choice.key_repairs,
             claim_cursor,
         ),
         suspects_now(),
@@ -190,8 +289,8 @@ pub(crate) async fn claim_and_run(
             except,
             spec,
             &walk,
-            &ctx.key_cursors,
-            &ctx.key_repairs,
+            &ctx.choice.key_cursors,
+            &ctx.choice.key_repairs,
             claim_cursor,
         )
         .await
@@ -203,50 +302,35 @@ pub(crate) async fn claim_and_run(
         // Later claims locked more rows: check again, after them.
         suspects = suspects_now().await.map_err(Error::db("claim: suspects"))?;
     }
-    // The limit key: after xid, backend pid and the three other keys.
-    let used: Vec<Option<&str>> = rows.iter().map(|r| r.get(CLAIM_COLUMNS + 5)).collect();
-    let settled = walk.settle(&used).await?;
-    let tried = settled.tried;
-    let limited_hit =
-        !rows.is_empty() && matches!(tried, Some(Target::Limited(_) | Target::Rated(..)));
-    let hit = if rows.is_empty() { "empty" } else { "hit" };
-    ::metrics::counter!(metrics::CLAIMS, "trigger" => trigger.as_str(), "result" => hit, "mode" => "tx")
-        .increment(1);
-    if rows.is_empty() {
-        c.batch_execute("COMMIT")
-            .await
-            .map_err(Error::db("claim: commit"))?;
-        tx.release();
-        return Ok(0);
-    }
-    let xid: String = rows[0].get(CLAIM_COLUMNS);
-    let backend_pid: i32 = rows[0].get(CLAIM_COLUMNS + 1);
-    let count = rows.len();
-    let suspect_ids: std::collections::HashSet<i64> =
-        suspects.iter().map(|r| r.get::<_, i64>(0)).collect();
-    let suspects: Vec<i64> = rows
+    let used: Vec<Option<&str>> = rows
         .iter()
-        .map(|r| r.get::<_, i64>(0))
-        .filter(|id| suspect_ids.contains(id))
+        .map(|r| ClaimRow::read(r, Mode::Tx).limit_key())
         .collect();
-    if !suspects.is_empty() {
-        return give_back_and_run_alone(ctx, tx, suspects, count).await;
-    }
-    if count as i64 == limit || limited_hit {
-        // There is likely more: let one more task help drain. A limited
-        // queue's claim takes one job per transaction (claim_tx_limited.sql),
-        // so it is full at one.
-        ctx.wake.wake_one(Trigger::Drain);
-    }
+    let settled = walk.settle(&used).await?;
+    Ok(Taken {
+        rows,
+        suspects,
+        settled,
+        claim_sent,
+        by_job,
+    })
+}
+
+/// The claimed rows as jobs, in claim order, this run's attempt counted
+/// and (when the worker traces jobs) their traces attached.
+async fn claimed_jobs(
+    ctx: &ClaimContext,
+    db: Db<'_>,
+    rows: &[tokio_postgres::Row],
+    settled: &Settled<'_>,
+    claim_sent: Instant,
+) -> Vec<Claimed> {
     let mut claimed: Vec<Claimed> = rows
         .iter()
         .map(|row| {
-            let keys = keys_from_row(row, CLAIM_COLUMNS + 2);
-            Claimed {
-                admitted_at: settled.admitted_at(keys.limit_key.is_some()),
-                keys,
-                ..claimed_from_row(row)
-            }
+            let mut c = ClaimRow::read(row, Mode::Tx).claimed();
+            c.admitted_at = settled.admitted_at(c.keys.limit_key.is_some());
+            c
         })
         .collect();
     for c in &mut claimed {
@@ -254,23 +338,37 @@ pub(crate) async fn claim_and_run(
     }
     sort_claim_order(&mut claimed);
     if ctx.config.trace_jobs {
-        crate::claim::trace::attach(db, &mut claimed, claim_sent, "tx").await;
+        crate::claim::run::trace::attach(db, &mut claimed, claim_sent, "tx").await;
     }
+    claimed
+}
+
+/// Mark the batch of transaction `xid` (ledger.rs): its jobs, and those
+/// that hold no queue slot or key slot (`limited`: the claim was from a
+/// limited or rate-limited queue).
+async fn mark_claimed(
+    ctx: &ClaimContext,
+    rows: &[tokio_postgres::Row],
+    claimed: &[Claimed],
+    xid: &str,
+    limited: bool,
+    by_job: bool,
+) -> Result<Marked> {
     let ids: Vec<i64> = claimed.iter().map(|c| c.job.id).collect();
     // A plain claim's jobs hold no queue slot (their queue had no limit); a
     // limited claim says whether it took one (claim_tx_limited.sql, the
     // column after the keys). Jobs without a slot are named in the mark, so
     // that a limit set while they run counts them.
-    let limited = matches!(tried, Some(Target::Limited(_) | Target::Rated(..)));
-    let holds_slot = limited && rows[0].get::<_, bool>(CLAIM_COLUMNS + 6);
+    let holds_slot = limited && ClaimRow::read(&rows[0], Mode::Tx).holds_slot();
     let queues = (!holds_slot).then(|| claimed.iter().map(|c| c.job.queue.clone()).collect());
     // Likewise per key (migration 0022): a job with a limit key that took
     // no key slot (the column after the queue slot's) is named in the
     // mark, so that a per-key limit set while it runs counts it.
     let key_slots: std::collections::HashSet<i64> = if limited {
         rows.iter()
-            .filter(|r| r.get::<_, bool>(CLAIM_COLUMNS + 7))
-            .map(|r| r.get(0))
+            .map(|r| ClaimRow::read(r, Mode::Tx))
+            .filter(|r| r.holds_key_slot())
+            .map(|r| r.id())
             .collect()
     } else {
         Default::default()
@@ -281,33 +379,7 @@ pub(crate) async fn claim_and_run(
             .filter(|c| !key_slots.contains(&c.job.id))
             .filter_map(|c| Some((c.job.queue.as_str(), c.keys.limit_key.as_deref()?))),
     );
-    let mark = match mark_batch(ctx, &xid, &ids, queues, unslotted_keys, by_job).await? {
-        Marked::Mark(mark) => mark,
-        Marked::Suspects(suspects) => {
-            return give_back_and_run_alone(ctx, tx, suspects, count).await;
-        }
-    };
-
-    let started = Instant::now();
-    let token = mark.token;
-    let mark = std::sync::Arc::new(mark);
-    let mut session = Session {
-        last_sent: Instant::now(),
-        limits_for: Some(ctx.config.job_timeout),
-        backend_pid,
-        xid: parse_xid(&xid),
-        mark: Some(mark.clone()),
-    };
-    let results = run_batch(ctx, c, claimed, &mut session).await?;
-    ctx.marks_durable
-        .store(mark.reached(), std::sync::atomic::Ordering::Relaxed);
-    sizer.observe(count, started.elapsed());
-    finish(ctx, db, &results, Some(token), None).await?;
-    tx.release();
-    for r in results {
-        ctx.report(&r.claimed, r.resolution, r.duration);
-    }
-    Ok(count)
+    mark_batch(ctx, xid, &ids, queues, unslotted_keys, by_job).await
 }
 
 /// Some of a claim's jobs are suspects and nothing has run: give every job
@@ -339,9 +411,9 @@ pub(super) async fn claim_rows(
     except: &[String],
     spec: &ClaimSpec,
     walk: &Walk<'_>,
-    cursors: &crate::claim::key_rotation::KeyCursors,
-    repairs: &crate::claim::key_repair::KeyRepairs,
-    claim_cursor: crate::claim::cursor::CursorUse<'_>,
+    cursors: &crate::claim::choose::key_rotation::KeyCursors,
+    repairs: &crate::claim::choose::key_repair::KeyRepairs,
+    claim_cursor: crate::claim::choose::cursor::CursorUse<'_>,
 ) -> std::result::Result<Vec<tokio_postgres::Row>, tokio_postgres::Error> {
     let (admission, admitted_keys) = (walk.admission(), walk.admitted_keys());
     match target {
@@ -377,7 +449,9 @@ pub(super) async fn claim_rows(
             claim_cursor.cursors.claimed(
                 spec,
                 from.is_some(),
-                rows.iter().map(crate::claim::cursor::key_of).max(),
+                rows.iter()
+                    .map(|r| crate::claim::choose::cursor::key_of(ClaimRow::read(r, Mode::Tx)))
+                    .max(),
             );
             Ok(rows)
         }
@@ -408,15 +482,12 @@ pub(super) async fn claim_rows(
                     ],
                 )
                 .await?;
-            // Keys reported for a repair: after the keys, the queue slot
-            // and the key slot columns.
-            let (rows, stop) = repairs.take_reports(q, rows, CLAIM_COLUMNS + 8);
-            // The limit key: after xid, backend pid and the three other keys.
+            // Keys reported for a repair.
+            let (rows, stop) = repairs.take_reports(q, rows, Mode::Tx);
             walk.served(
                 q,
                 after.as_deref(),
-                rows.iter()
-                    .map(|r| r.get::<_, Option<&str>>(CLAIM_COLUMNS + 5)),
+                rows.iter().map(|r| ClaimRow::read(r, Mode::Tx).limit_key()),
                 stop.as_deref(),
             );
             Ok(rows)

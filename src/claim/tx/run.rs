@@ -9,10 +9,11 @@ use std::time::{Duration, Instant};
 use deadpool_postgres::Object;
 
 use super::ahead::{self, Ahead};
-use crate::claim::claimed::Claimed;
 use crate::claim::context::ClaimContext;
-use crate::claim::executor::{execute, Ended};
+use crate::claim::outcome::resolve::{choose, Run, Stopped};
 use crate::claim::outcome::Finished;
+use crate::claim::run::claimed::Claimed;
+use crate::claim::run::executor::{execute, Ended};
 use crate::error::{Error, Result};
 use crate::handler::{ClaimClient, Deadline, JobContext};
 use crate::job::{Job, Resolution};
@@ -32,7 +33,7 @@ pub(super) struct Session {
     /// The claim connection's server process (to cancel a timed-out query).
     pub(super) backend_pid: i32,
     /// The claim transaction's id (`xid8`): what fences its jobs' progress
-    /// (`claim/progress.rs`).
+    /// (`claim/run/progress.rs`).
     pub(super) xid: i64,
     /// The batch's asynchronous mark, made durable before a handler first
     /// uses the database (`mark::Mark`); none for a suspect run alone.
@@ -69,7 +70,7 @@ async fn run_jobs<'c>(
     let mut results = Vec::with_capacity(claimed.len());
     // Every job of the batch can be cancelled from the claim on, also while
     // it waits for its siblings (it then never starts).
-    let mut watches: std::collections::HashMap<i64, crate::claim::cancels::Watch> = claimed
+    let mut watches: std::collections::HashMap<i64, crate::claim::run::cancels::Watch> = claimed
         .iter()
         .map(|c| (c.job.id, ctx.cancels.watch(c.job.id, &ctx.abort)))
         .collect();
@@ -123,7 +124,7 @@ pub(super) async fn run_group<'c>(
     c: &'c Object,
     group: &[Claimed],
     session: &mut Session,
-    watches: &std::collections::HashMap<i64, crate::claim::cancels::Watch>,
+    watches: &std::collections::HashMap<i64, crate::claim::run::cancels::Watch>,
     ahead: &mut Ahead<'c>,
 ) -> Result<Option<Vec<Finished>>> {
     let Ok(handler) = ctx.precheck(&group[0]) else {
@@ -199,7 +200,12 @@ pub(super) async fn run_group<'c>(
                 Finished {
                     claimed: claimed.clone(),
                     result: ctx.result_of(&ended),
-                    resolution: ctx.resolve(&claimed.job, ended),
+                    resolution: choose(
+                        &claimed.job,
+                        Stopped::default(),
+                        Run::Ended(ended),
+                        &ctx.config,
+                    ),
                     duration: share,
                 }
             })
@@ -283,7 +289,7 @@ pub(super) async fn run_one<'c>(
     c: &'c Object,
     claimed: &Claimed,
     session: &mut Session,
-    watch: &crate::claim::cancels::Watch,
+    watch: &crate::claim::run::cancels::Watch,
     ahead: &mut Ahead<'c>,
 ) -> Result<(Resolution, Option<String>, Duration)> {
     // Replies that arrived meanwhile: a failure stops the batch here.
@@ -291,7 +297,12 @@ pub(super) async fn run_one<'c>(
     let job = &claimed.job;
     if watch.cancelled() {
         // Cancelled while it waited for its siblings: it never starts.
-        return Ok((Resolution::Cancelled, None, Duration::ZERO));
+        let stopped = Stopped {
+            cancelled: true,
+            lease_lost: false,
+        };
+        let resolution = choose(job, stopped, Run::NotStarted, &ctx.config);
+        return Ok((resolution, None, Duration::ZERO));
     }
     let handler = match ctx.precheck(claimed) {
         Ok(handler) => handler,
@@ -322,7 +333,7 @@ pub(super) async fn run_one<'c>(
         job.id,
         crate::progress::Run::Tx(session.xid),
     );
-    let (span, trace) = crate::claim::trace::run_span(claimed);
+    let (span, trace) = crate::claim::run::trace::run_span(claimed);
     let job_ctx = JobContext {
         transaction: Some(&claim_client),
         pool: &ctx.pool,
@@ -348,7 +359,7 @@ pub(super) async fn run_one<'c>(
         }
     };
     gauge.decrement(1.0);
-    crate::claim::trace::run_ended(claimed);
+    crate::claim::run::trace::run_ended(claimed);
     let used = claim_client.savepoint.load(Ordering::Acquire);
     if deadline.at() > Instant::now() + timeout {
         // The handler extended its deadline (and the server's limits).
@@ -365,11 +376,11 @@ pub(super) async fn run_one<'c>(
     let result = ctx.result_of(&ended);
     // A cancel wins over whatever the handler returned: nothing is
     // committed yet, so its work is rolled back with the savepoint below.
-    let resolution = if cancelled {
-        Resolution::Cancelled
-    } else {
-        ctx.resolve(job, ended)
+    let stopped = Stopped {
+        cancelled,
+        lease_lost: false,
     };
+    let resolution = choose(job, stopped, Run::Ended(ended), &ctx.config);
     if let Some(taken) = take_savepoint.reply() {
         let keep = resolution == Resolution::Done;
         end_savepoint(c, Savepoint::Job, taken, keep, ahead).await?;

@@ -5,9 +5,9 @@ use std::time::SystemTime;
 
 use tokio_postgres::types::ToSql;
 
-use crate::claim::claimed::Claimed;
 use crate::claim::context::ClaimContext;
 use crate::claim::outcome::{write_of, Finished, Write};
+use crate::claim::run::claimed::Claimed;
 use crate::error::{Error, Result};
 use crate::handler::Delivery;
 use crate::job::Resolution;

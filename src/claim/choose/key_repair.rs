@@ -20,6 +20,7 @@
 use std::collections::HashSet;
 use std::sync::{Arc, Mutex};
 
+use crate::claim::run::row::{ClaimRow, Mode};
 use crate::db::sql::{Db, REPAIR_KEY_SLOTS};
 
 /// The repairs this worker has under way.
@@ -37,30 +38,29 @@ impl KeyRepairs {
         }
     }
 
-    /// Split the rows of a limited claim into its jobs and the keys it
-    /// reported (rows whose id is NULL): keys to repair in column
-    /// `key_column`, whose repair of `queue` this starts, and the key where
-    /// the claim's walk between keys stopped at its bound in the column
-    /// after it. Returns the jobs and that key.
+    /// Split the rows of a limited claim of `mode` into its jobs and the
+    /// keys it reported (rows whose id is NULL): keys to repair, whose
+    /// repair of `queue` this starts, and the key where the claim's walk
+    /// between keys stopped at its bound. Returns the jobs and that key.
     pub(crate) fn take_reports(
         &self,
         queue: &str,
         rows: Vec<tokio_postgres::Row>,
-        key_column: usize,
+        mode: Mode,
     ) -> (Vec<tokio_postgres::Row>, Option<String>) {
         let (jobs, reports): (Vec<_>, Vec<_>) = rows
             .into_iter()
-            .partition(|r| r.get::<_, Option<i64>>(0).is_some());
+            .partition(|r| !ClaimRow::read(r, mode).is_report());
         let keys: Vec<String> = reports
             .iter()
-            .filter_map(|r| r.get::<_, Option<String>>(key_column))
+            .filter_map(|r| ClaimRow::read(r, mode).key_to_repair())
             .collect();
         if !keys.is_empty() {
             self.report(queue, keys);
         }
         let stop = reports
             .iter()
-            .find_map(|r| r.get::<_, Option<String>>(key_column + 1));
+            .find_map(|r| ClaimRow::read(r, mode).walk_stopped_at());
         (jobs, stop)
     }
 

@@ -16,6 +16,22 @@
 //! on the last attempt). The claim token comes from a sequence and is never
 //! reused: a stalled worker that wakes up after its job was rescued, retried
 //! and claimed again cannot renew or complete the new run.
+//!
+//! Here: the lease claim, a leased job's run on its slot and the services
+//! that keep leases ([`heartbeat`]) and the prefetch buffer. Beside it: the
+//! lease book ([`book`]), the outcome writer ([`completer`]), the prefetch
+//! buffer ([`prefetch`]), marks of buffered jobs' starts ([`starts`]),
+//! the lease claims' turns ([`turn`]) and lease mode's part of the claim
+//! context ([`state`]). May import
+//! [`choose`](super::choose), [`outcome`](super::outcome),
+//! [`run`](super::run) and the claim context; never [`tx`](super::tx).
+
+pub(crate) mod book;
+pub(crate) mod completer;
+pub(crate) mod prefetch;
+pub(crate) mod starts;
+pub(crate) mod state;
+pub(crate) mod turn;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -23,18 +39,18 @@ use std::time::{Duration, Instant};
 use tokio::sync::OwnedSemaphorePermit;
 use tokio_util::sync::CancellationToken;
 
-use crate::claim::cancels::Watch;
-use crate::claim::claimed::{
-    claimed_from_row, keys_from_row, sort_claim_order, Claimed, CLAIM_COLUMNS,
-};
+use crate::claim::choose::plan::{ClaimSpec, Target};
+use crate::claim::choose::targets::{Settled, Walk};
+use crate::claim::choose::wake::Trigger;
 use crate::claim::context::ClaimContext;
-use crate::claim::executor::{execute, Ended};
-use crate::claim::leases::stop_margin;
+use crate::claim::lease::book::stop_margin;
+use crate::claim::lease::prefetch::Leased;
+use crate::claim::outcome::resolve::{choose, Run, Stopped};
 use crate::claim::outcome::Finished;
-use crate::claim::plan::{ClaimSpec, Target};
-use crate::claim::prefetch::Leased;
-use crate::claim::targets::Walk;
-use crate::claim::wake::Trigger;
+use crate::claim::run::cancels::Watch;
+use crate::claim::run::claimed::{sort_claim_order, Claimed};
+use crate::claim::run::executor::execute;
+use crate::claim::run::row::{ClaimRow, Mode};
 use crate::db::connect::PooledConn;
 use crate::error::{Error, Result};
 use crate::handler::{Deadline, JobContext};
@@ -77,7 +93,7 @@ pub(crate) async fn claim(
     let mut placed: Vec<(bool, bool)> = Vec::new();
     let mut sent = Instant::now();
     // Admissions of a rate-limited queue are taken for the free slots only.
-    let mut walk = Walk::new(ctx, spec, &targets.queues, free);
+    let mut walk = ctx.walk(spec, &targets.queues, free);
     // A rate-limited queue's admissions are committed first (targets.rs).
     // Fill the free slots across plain queues (targets.rs): a limited queue
     // is claimed only by a round that found nothing before it, and ends it.
@@ -107,48 +123,140 @@ pub(crate) async fn claim(
         // free slots left after the jobs already claimed for slots.
         let run_now = free - placed.iter().filter(|(b, _)| !*b).count() as i64;
         let run_now = run_now.max(0);
+        let ask = Ask {
+            spec,
+            except,
+            wanted,
+            run_now,
+            lease,
+            cap,
+        };
         let db = Db::pooled(&conn, ctx.config.prepared_statements);
-        let r = match queue {
-            Target::All => {
-                // Under pressure, after the last job claimed (cursor.rs).
-                let from = ctx.claim_cursors.start(
+        let r = claim_statement(ctx, db, queue, &ask, &walk).await;
+        let more = conn.check(r).map_err(Error::db("lease claim"))?;
+        let stop = !more.is_empty() && !Walk::fills_with(queue);
+        // A limited claim is for free slots only, never buffered.
+        placed.extend(more.iter().map(|row| {
+            let row = ClaimRow::read(row, Mode::Lease);
+            let buffered = match queue {
+                Target::All | Target::Queue(_) => row.buffered(),
+                Target::Limited(_) | Target::Rated(..) => false,
+            };
+            (buffered, row.suspect())
+        }));
+        rows.extend(more);
+        if stop {
+            break;
+        }
+    }
+    let used: Vec<Option<&str>> = rows
+        .iter()
+        .map(|r| ClaimRow::read(r, Mode::Lease).limit_key())
+        .collect();
+    let settled = walk.settle(&used).await?;
+    let hit = if rows.is_empty() { "empty" } else { "hit" };
+    ::metrics::counter!(metrics::CLAIMS, "trigger" => trigger.as_str(), "result" => hit, "mode" => "lease")
+        .increment(1);
+    let claimed = leased_jobs(ctx, &conn, &rows, &placed, &settled, sent).await;
+    Ok((claimed, sent))
+}
+
+/// What one lease claim statement asks for.
+#[derive(Clone, Copy)]
+struct Ask<'s> {
+    spec: &'s ClaimSpec,
+    /// Queues the all-queues statement leaves to other specs.
+    except: &'s [String],
+    /// The jobs wanted of this statement.
+    wanted: i64,
+    /// Of them, those that go straight to free slots.
+    run_now: i64,
+    /// The lease, in seconds.
+    lease: f64,
+    /// A rate-limited queue's cap on this claim's admissions.
+    cap: Option<i64>,
+}
+
+/// One lease claim statement on `queue` (a fair-keys queue's rotation
+/// continuing where it stands, within the admissions `walk` took for it).
+async fn claim_statement(
+    ctx: &ClaimContext,
+    db: Db<'_>,
+    queue: &Target,
+    ask: &Ask<'_>,
+    walk: &Walk<'_>,
+) -> std::result::Result<Vec<tokio_postgres::Row>, tokio_postgres::Error> {
+    let Ask {
+        spec,
+        except,
+        wanted,
+        run_now,
+        lease,
+        cap,
+    } = *ask;
+    match queue {
+        Target::All => {
+            // Under pressure, after the last job claimed (cursor.rs).
+            let from = ctx.choice.claim_cursors.start(
+                spec,
+                ctx.pressure_throttle(),
+                std::time::Instant::now(),
+            );
+            let head: [&(dyn tokio_postgres::types::ToSql + Sync); 7] = [
+                &wanted,
+                &except,
+                &spec.tasks_in,
+                &spec.tasks_not_in,
+                &ctx.worker_id,
+                &lease,
+                &run_now,
+            ];
+            let r = match &from {
+                None => db.query(&CLAIM_ALL, &head).await,
+                Some((priority, run_at, id)) => {
+                    let mut after = head.to_vec();
+                    after.extend([
+                        priority as &(dyn tokio_postgres::types::ToSql + Sync),
+                        run_at,
+                        id,
+                    ]);
+                    db.query(&CLAIM_ALL_AFTER, &after).await
+                }
+            };
+            if let Ok(rows) = &r {
+                ctx.choice.claim_cursors.claimed(
                     spec,
-                    ctx.pressure_throttle(),
-                    std::time::Instant::now(),
+                    from.is_some(),
+                    rows.iter()
+                        .map(|r| {
+                            crate::claim::choose::cursor::key_of(ClaimRow::read(r, Mode::Lease))
+                        })
+                        .max(),
                 );
-                let head: [&(dyn tokio_postgres::types::ToSql + Sync); 7] = [
+            }
+            r
+        }
+        Target::Queue(q) => {
+            db.query(
+                &CLAIM_QUEUE,
+                &[
                     &wanted,
-                    &except,
+                    q,
                     &spec.tasks_in,
                     &spec.tasks_not_in,
                     &ctx.worker_id,
                     &lease,
                     &run_now,
-                ];
-                let r = match &from {
-                    None => db.query(&CLAIM_ALL, &head).await,
-                    Some((priority, run_at, id)) => {
-                        let mut after = head.to_vec();
-                        after.extend([
-                            priority as &(dyn tokio_postgres::types::ToSql + Sync),
-                            run_at,
-                            id,
-                        ]);
-                        db.query(&CLAIM_ALL_AFTER, &after).await
-                    }
-                };
-                if let Ok(rows) = &r {
-                    ctx.claim_cursors.claimed(
-                        spec,
-                        from.is_some(),
-                        rows.iter().map(crate::claim::cursor::key_of).max(),
-                    );
-                }
-                r
-            }
-            Target::Queue(q) => {
-                db.query(
-                    &CLAIM_QUEUE,
+                ],
+            )
+            .await
+        }
+        Target::Limited(q) | Target::Rated(q, _) => {
+            let after = ctx.choice.key_cursors.after(q);
+            let admitted_keys = walk.admitted_keys();
+            let r = db
+                .query(
+                    &CLAIM_LIMITED,
                     &[
                         &wanted,
                         q,
@@ -156,89 +264,57 @@ pub(crate) async fn claim(
                         &spec.tasks_not_in,
                         &ctx.worker_id,
                         &lease,
-                        &run_now,
+                        &cap,
+                        &after,
+                        &admitted_keys,
                     ],
                 )
                 .await
+                // Keys reported for a repair.
+                .map(|rows| ctx.choice.key_repairs.take_reports(q, rows, Mode::Lease));
+            if let Ok((rows, stop)) = &r {
+                walk.served(
+                    q,
+                    after.as_deref(),
+                    rows.iter()
+                        .map(|r| ClaimRow::read(r, Mode::Lease).limit_key()),
+                    stop.as_deref(),
+                );
             }
-            Target::Limited(q) | Target::Rated(q, _) => {
-                let after = ctx.key_cursors.after(q);
-                let admitted_keys = walk.admitted_keys();
-                let r = db
-                    .query(
-                        &CLAIM_LIMITED,
-                        &[
-                            &wanted,
-                            q,
-                            &spec.tasks_in,
-                            &spec.tasks_not_in,
-                            &ctx.worker_id,
-                            &lease,
-                            &cap,
-                            &after,
-                            &admitted_keys,
-                        ],
-                    )
-                    .await
-                    // Keys reported for a repair: after the keys and the
-                    // suspect flag.
-                    .map(|rows| ctx.key_repairs.take_reports(q, rows, CLAIM_COLUMNS + 6));
-                if let Ok((rows, stop)) = &r {
-                    // The limit key: after the token and the three other keys.
-                    walk.served(
-                        q,
-                        after.as_deref(),
-                        rows.iter()
-                            .map(|r| r.get::<_, Option<&str>>(CLAIM_COLUMNS + 4)),
-                        stop.as_deref(),
-                    );
-                }
-                r.map(|(rows, _)| rows)
-            }
-        };
-        let more = conn.check(r).map_err(Error::db("lease claim"))?;
-        let stop = !more.is_empty() && !Walk::fills_with(queue);
-        // After the limit key: suspect, then (claim_lease_all and
-        // claim_lease_queue) buffered; a limited claim is for free slots
-        // only, never buffered.
-        placed.extend(more.iter().map(|row| {
-            let buffered = match queue {
-                Target::All | Target::Queue(_) => row.get(CLAIM_COLUMNS + 6),
-                Target::Limited(_) | Target::Rated(..) => false,
-            };
-            (buffered, row.get(CLAIM_COLUMNS + 5))
-        }));
-        rows.extend(more);
-        if stop {
-            break;
+            r.map(|(rows, _)| rows)
         }
     }
-    // The limit key: after the token and the three other keys.
-    let used: Vec<Option<&str>> = rows.iter().map(|r| r.get(CLAIM_COLUMNS + 4)).collect();
-    let settled = walk.settle(&used).await?;
-    let hit = if rows.is_empty() { "empty" } else { "hit" };
-    ::metrics::counter!(metrics::CLAIMS, "trigger" => trigger.as_str(), "result" => hit, "mode" => "lease")
-        .increment(1);
+}
+
+/// The claimed rows as jobs (`placed`: each one's buffered and suspect
+/// flags), in claim order with those for free slots first, their traces
+/// and inputs attached, read on the claim's connection `conn`.
+async fn leased_jobs(
+    ctx: &ClaimContext,
+    conn: &PooledConn,
+    rows: &[tokio_postgres::Row],
+    placed: &[(bool, bool)],
+    settled: &Settled<'_>,
+    sent: Instant,
+) -> Vec<Claimed> {
     let mut claimed: Vec<Claimed> = rows
         .iter()
-        .zip(&placed)
+        .zip(placed)
         .map(|(row, &(buffered, suspect))| {
-            let mut c = claimed_from_row(row);
+            let mut c = ClaimRow::read(row, Mode::Lease).claimed();
             c.buffered = buffered;
             c.suspect = suspect;
-            c.token = row.get(CLAIM_COLUMNS);
-            c.keys = keys_from_row(row, CLAIM_COLUMNS + 1);
             c.admitted_at = settled.admitted_at(c.keys.limit_key.is_some());
             c
         })
         .collect();
     sort_claim_order(&mut claimed);
     if ctx.config.trace_jobs {
-        let db = Db::pooled(&conn, ctx.config.prepared_statements);
-        crate::claim::trace::attach(db, &mut claimed, sent, "lease").await;
+        let db = Db::pooled(conn, ctx.config.prepared_statements);
+        crate::claim::run::trace::attach(db, &mut claimed, sent, "lease").await;
     }
     attach_inputs(
-        Db::pooled(&conn, ctx.config.prepared_statements),
+        Db::pooled(conn, ctx.config.prepared_statements),
         ctx,
         &mut claimed,
     )
@@ -246,7 +322,7 @@ pub(crate) async fn claim(
     // The jobs the database took for free slots first: those start now, the
     // others go into the buffer (claimer.rs hands out the slots in order).
     claimed.sort_by_key(|c| c.buffered);
-    Ok((claimed, sent))
+    claimed
 }
 
 /// Read the recorded steps and parents' results of the claimed jobs whose
@@ -287,7 +363,7 @@ async fn attach_inputs(db: Db<'_>, ctx: &ClaimContext, claimed: &mut [Claimed]) 
 /// heartbeat renews it from now) and its id in the cancel book, whether it
 /// starts at once or waits in the prefetch buffer.
 pub(crate) fn leased(ctx: &ClaimContext, claimed: Claimed, secured_from: Instant) -> Leased {
-    let lost = ctx.leases.insert(
+    let lost = ctx.lease.book.insert(
         claimed.token,
         secured_from + ctx.config.lease_duration,
         &ctx.abort,
@@ -304,15 +380,15 @@ pub(crate) fn leased(ctx: &ClaimContext, claimed: Claimed, secured_from: Instant
 /// heartbeat that finds the row gone once the outcome is written must not
 /// take it for a lost lease (`LeaseBook::renewed`).
 fn complete(ctx: &ClaimContext, finished: Finished) {
-    ctx.leases.ended(finished.claimed.token);
-    ctx.completer.send(finished);
+    ctx.lease.book.ended(finished.claimed.token);
+    ctx.lease.completer.send(finished);
 }
 
 /// Run one leased job on its own slot (`permit`), in the background; its
 /// resolution goes to the completer. Then, on the same slot, the next job
 /// of the prefetch buffer, until it is empty or the worker stops.
 pub(crate) fn spawn_run(ctx: Arc<ClaimContext>, mut next: Leased, permit: OwnedSemaphorePermit) {
-    let tracker = ctx.jobs.clone();
+    let tracker = ctx.lease.jobs.clone();
     tracker.spawn(async move {
         loop {
             let Leased {
@@ -321,13 +397,13 @@ pub(crate) fn spawn_run(ctx: Arc<ClaimContext>, mut next: Leased, permit: OwnedS
                 watch,
                 ..
             } = next;
-            ctx.prefetch.started();
+            ctx.lease.prefetch.started();
             if claimed.buffered {
-                ctx.start_marks.started(claimed.token);
+                ctx.lease.start_marks.started(claimed.token);
             }
             let (resolution, result, duration) = run(&ctx, &claimed, &lost, watch).await;
             if claimed.buffered {
-                ctx.start_marks.ended(claimed.token);
+                ctx.lease.start_marks.ended(claimed.token);
             }
             complete(
                 &ctx,
@@ -342,7 +418,7 @@ pub(crate) fn spawn_run(ctx: Arc<ClaimContext>, mut next: Leased, permit: OwnedS
             if ctx.stop.is_cancelled() {
                 break;
             }
-            match ctx.prefetch.pop() {
+            match ctx.lease.prefetch.pop() {
                 Some((job, refill)) => {
                     if refill {
                         ctx.wake.wake_one(Trigger::Drain);
@@ -370,18 +446,24 @@ pub(crate) async fn bury_cancelled(ctx: Arc<ClaimContext>, stop: CancellationTok
             _ = stop.cancelled() => return,
             _ = ctx.cancels.cancelled_some.notified() => {}
         }
-        for job in ctx.prefetch.take_cancelled() {
+        for job in ctx.lease.prefetch.take_cancelled() {
+            let stopped = Stopped {
+                cancelled: true,
+                lease_lost: false,
+            };
+            let resolution = choose(&job.claimed.job, stopped, Run::NotStarted, &ctx.config);
             complete(
                 &ctx,
                 Finished {
                     claimed: job.claimed,
-                    resolution: Resolution::Cancelled,
+                    resolution,
                     result: None,
                     duration: Duration::ZERO,
                 },
             );
         }
         let restricted = ctx
+            .lease
             .prefetch
             .take_restricted(|queue, at| ctx.cancels.restricted_since(queue, at));
         let n = give_back(&ctx, restricted);
@@ -401,7 +483,7 @@ pub(crate) fn buffer(ctx: &ClaimContext, job: Leased, sent: Instant) {
     if ctx.cancels.restricted_since(&job.claimed.job.queue, sent) {
         give_back(ctx, vec![job]);
     } else {
-        ctx.prefetch.push(job);
+        ctx.lease.prefetch.push(job);
     }
 }
 
@@ -409,7 +491,7 @@ pub(crate) fn buffer(ctx: &ClaimContext, job: Leased, sent: Instant) {
 /// attempt refunded, through the completer (one requeue statement, fenced
 /// by the tokens, releasing keys and slots as any requeue does).
 pub(crate) fn hand_back(ctx: &ClaimContext) -> usize {
-    let n = give_back(ctx, ctx.prefetch.drain());
+    let n = give_back(ctx, ctx.lease.prefetch.drain());
     if n > 0 {
         tracing::info!(
             jobs = n,
@@ -425,13 +507,11 @@ pub(crate) fn hand_back(ctx: &ClaimContext) -> usize {
 fn give_back(ctx: &ClaimContext, jobs: Vec<Leased>) -> usize {
     let n = jobs.len();
     for job in jobs {
-        let resolution = if job.watch.cancelled() {
-            Resolution::Cancelled
-        } else if job.lost.is_cancelled() && !ctx.abort.is_cancelled() {
-            Resolution::Lost
-        } else {
-            Resolution::Returned
+        let stopped = Stopped {
+            cancelled: job.watch.cancelled(),
+            lease_lost: job.lost.is_cancelled() && !ctx.abort.is_cancelled(),
         };
+        let resolution = choose(&job.claimed.job, stopped, Run::NotStarted, &ctx.config);
         complete(
             ctx,
             Finished {
@@ -459,7 +539,7 @@ pub(crate) async fn hand_back_stalled(ctx: Arc<ClaimContext>, stop: Cancellation
             _ = stop.cancelled() => return,
             _ = tick.tick() => {}
         }
-        let n = give_back(&ctx, ctx.prefetch.take_stalled(wait, Instant::now()));
+        let n = give_back(&ctx, ctx.lease.prefetch.take_stalled(wait, Instant::now()));
         if n > 0 {
             tracing::info!(
                 jobs = n,
@@ -478,11 +558,13 @@ async fn run(
 ) -> (Resolution, Option<String>, Duration) {
     // A job that waited in the prefetch buffer starts only if its lease
     // still holds and no cancel came meanwhile.
-    if watch.cancelled() {
-        return (Resolution::Cancelled, None, Duration::ZERO);
-    }
-    if lost.is_cancelled() && !ctx.abort.is_cancelled() {
-        return (Resolution::Lost, None, Duration::ZERO);
+    let stopped = Stopped {
+        cancelled: watch.cancelled(),
+        lease_lost: lost.is_cancelled() && !ctx.abort.is_cancelled(),
+    };
+    if stopped.cancelled || stopped.lease_lost {
+        let resolution = choose(&claimed.job, stopped, Run::NotStarted, &ctx.config);
+        return (resolution, None, Duration::ZERO);
     }
     let handler = match ctx.precheck(claimed) {
         Ok(handler) => handler,
@@ -493,8 +575,8 @@ async fn run(
         // that ended before it are written first, so a crash it causes
         // cannot send them to the rescuer (and charge them again). Bounded
         // by the lease: a completer that cannot write holds no one up.
-        let _ =
-            tokio::time::timeout(ctx.config.lease_duration, ctx.leases.outcomes_written()).await;
+        let _ = tokio::time::timeout(ctx.config.lease_duration, ctx.lease.book.outcomes_written())
+            .await;
     }
     let job = &claimed.job;
     // Stops on a lost lease, shutdown past the grace period, or a cancel
@@ -509,7 +591,7 @@ async fn run(
         job.id,
         crate::progress::Run::Lease(claimed.token),
     );
-    let (span, trace) = crate::claim::trace::run_span(claimed);
+    let (span, trace) = crate::claim::run::trace::run_span(claimed);
     let job_ctx = JobContext {
         transaction: None,
         pool: &ctx.pool,
@@ -523,17 +605,19 @@ async fn run(
         inputs: claimed.inputs.clone(),
     };
     let (ended, _, duration) = execute(handler.as_ref(), job, job_ctx, watch.token(), span).await;
-    crate::claim::trace::run_ended(claimed);
+    crate::claim::run::trace::run_ended(claimed);
     gauge.decrement(1.0);
     let result = ctx.result_of(&ended);
-    let resolution = match ended {
+    let stopped = Stopped {
         // Its cancel was requested: the completer buries it as cancelled,
         // fenced by its token, now that the run has stopped (never before:
         // a `dead retry` must not find it in dead_jobs while it runs).
-        _ if watch.cancelled() => Resolution::Cancelled,
-        Ended::Interrupted if !ctx.abort.is_cancelled() => Resolution::Lost,
-        ended => ctx.resolve(job, ended),
+        cancelled: watch.cancelled(),
+        // Interrupted while the worker is not aborting: only the lease's
+        // loss interrupts a run then.
+        lease_lost: !ctx.abort.is_cancelled(),
     };
+    let resolution = choose(job, stopped, Run::Ended(ended), &ctx.config);
     (resolution, result, duration)
 }
 
@@ -551,7 +635,7 @@ pub(crate) async fn heartbeat(ctx: Arc<ClaimContext>, stop: CancellationToken) {
                 _ = stop.cancelled() => return,
                 _ = tokio::time::sleep(check) => {}
             }
-            let stopped = ctx.leases.stop_unsecured(stop_margin(lease));
+            let stopped = ctx.lease.book.stop_unsecured(stop_margin(lease));
             if stopped > 0 {
                 tracing::error!(
                     jobs = stopped,
@@ -567,7 +651,7 @@ pub(crate) async fn heartbeat(ctx: Arc<ClaimContext>, stop: CancellationToken) {
                 _ = stop.cancelled() => return,
                 _ = tokio::time::sleep(every) => {}
             }
-            let tokens = ctx.leases.tokens();
+            let tokens = ctx.lease.book.tokens();
             if tokens.is_empty() {
                 continue;
             }
@@ -575,7 +659,10 @@ pub(crate) async fn heartbeat(ctx: Arc<ClaimContext>, stop: CancellationToken) {
             let renewal = tokio::time::timeout(every, renew(&ctx, &tokens)).await;
             match renewal.unwrap_or(Err(Error::ConnectionLost("heartbeat timed out"))) {
                 Ok((renewed, held)) => {
-                    let lost = ctx.leases.renewed(&tokens, &renewed, &held, sent, lease);
+                    let lost = ctx
+                        .lease
+                        .book
+                        .renewed(&tokens, &renewed, &held, sent, lease);
                     if lost > 0 {
                         tracing::warn!(
                             jobs = lost,

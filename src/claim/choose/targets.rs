@@ -7,10 +7,11 @@
 
 use std::time::SystemTime;
 
-use crate::claim::context::ClaimContext;
-use crate::claim::key_rate::{self, KeyAdmission};
-use crate::claim::plan::{ClaimSpec, Target};
-use crate::claim::rate::{self, Admission};
+use crate::claim::choose::key_rate::{self, KeyAdmission};
+use crate::claim::choose::key_rotation::KeyCursors;
+use crate::claim::choose::plan::{ClaimSpec, Target};
+use crate::claim::choose::rate::{self, Admission, Ledger};
+use crate::claim::choose::wake::{Trigger, Wakeup};
 use crate::error::Result;
 
 /// The walk: [`Walk::next`] until the claims found enough jobs, then
@@ -20,7 +21,12 @@ use crate::error::Result;
 /// it, and ends the round (its jobs hold slots or admissions of their own:
 /// see [`Walk::fills_with`]).
 pub(crate) struct Walk<'a> {
-    ctx: &'a ClaimContext,
+    /// Where its admissions are taken.
+    ledger: Ledger<'a>,
+    /// This worker's rotation between a fair-keys queue's limit keys.
+    key_cursors: &'a KeyCursors,
+    /// Woken when keys behind a fair-keys claim's bound were left unvisited.
+    wake: &'a Wakeup,
     spec: &'a ClaimSpec,
     targets: std::slice::Iter<'a, Target>,
     limit: i64,
@@ -54,15 +60,21 @@ impl Settled<'_> {
 }
 
 impl<'a> Walk<'a> {
-    /// A walk over `targets` for claims of up to `limit` jobs of `spec`.
+    /// A walk over `targets` for claims of up to `limit` jobs of `spec`
+    /// (`ClaimContext::walk` gives it the worker's `ledger`, `key_cursors`
+    /// and `wake`).
     pub(crate) fn new(
-        ctx: &'a ClaimContext,
+        ledger: Ledger<'a>,
+        key_cursors: &'a KeyCursors,
+        wake: &'a Wakeup,
         spec: &'a ClaimSpec,
         targets: &'a [Target],
         limit: i64,
     ) -> Self {
         Walk {
-            ctx,
+            ledger,
+            key_cursors,
+            wake,
             spec,
             targets: targets.iter(),
             limit,
@@ -79,20 +91,20 @@ impl<'a> Walk<'a> {
         let Some(target) = self.targets.next() else {
             return Ok(None);
         };
-        rate::settle(self.ctx, self.admission.take().as_ref(), 0).await?;
+        rate::settle(self.ledger, self.admission.take().as_ref(), 0).await?;
         key_rate::settle(
-            self.ctx,
+            self.ledger,
             self.key_admission.take().as_ref(),
             std::iter::empty(),
         )
         .await?;
-        self.admission = rate::reserve_for(self.ctx, target, self.limit).await?;
+        self.admission = rate::reserve_for(self.ledger, target, self.limit).await?;
         if let Target::Rated(q, rates) = target {
             if rates.per_key && !self.admission.as_ref().is_some_and(|a| a.none()) {
-                let after = self.ctx.key_cursors.after(q);
+                let after = self.key_cursors.after(q);
                 self.key_admission = Some(
                     key_rate::reserve(
-                        self.ctx,
+                        self.ledger,
                         key_rate::Wanted {
                             queue: q,
                             after: after.as_deref(),
@@ -134,7 +146,7 @@ impl<'a> Walk<'a> {
     /// rotation on (to where the reservation's walk stopped, if it did: it
     /// went furthest), and wakes a claim task to claim again at once when
     /// keys behind the bound were left unvisited by a walk that took
-    /// nothing ([`KeyCursors::served`](crate::claim::key_rotation::KeyCursors::served)).
+    /// nothing ([`KeyCursors::served`](crate::claim::choose::key_rotation::KeyCursors::served)).
     pub(crate) fn served<'k>(
         &self,
         queue: &str,
@@ -147,8 +159,8 @@ impl<'a> Walk<'a> {
             .as_ref()
             .and_then(|a| a.stop.as_deref())
             .or(stop);
-        if self.ctx.key_cursors.served(queue, after, keys, stop) {
-            self.ctx.wake.wake_one(crate::claim::wake::Trigger::Drain);
+        if self.key_cursors.served(queue, after, keys, stop) {
+            self.wake.wake_one(Trigger::Drain);
         }
     }
 
@@ -162,8 +174,13 @@ impl<'a> Walk<'a> {
     /// key) from the current target: give back the admissions it did not
     /// use.
     pub(crate) async fn settle<'k>(self, used: &[Option<&'k str>]) -> Result<Settled<'a>> {
-        rate::settle(self.ctx, self.admission.as_ref(), used.len()).await?;
-        key_rate::settle(self.ctx, self.key_admission.as_ref(), used.iter().copied()).await?;
+        rate::settle(self.ledger, self.admission.as_ref(), used.len()).await?;
+        key_rate::settle(
+            self.ledger,
+            self.key_admission.as_ref(),
+            used.iter().copied(),
+        )
+        .await?;
         Ok(Settled {
             tried: self.current,
             admitted_at: self.admission.as_ref().and_then(|a| a.admitted()),

@@ -20,11 +20,23 @@
 
 use std::time::SystemTime;
 
-use crate::claim::context::ClaimContext;
-use crate::claim::plan::Target;
+use crate::claim::choose::next_due::Schedule;
+use crate::claim::choose::plan::Target;
+use crate::config::PreparedStatements;
 use crate::db::connect::PooledConn;
 use crate::db::sql::{Db, RATE_RELEASE, RATE_RESERVE};
 use crate::error::{Error, Result};
+
+/// Where admissions (per queue here, per key in `key_rate.rs`) are taken
+/// and given back: the ledger pool, on which they commit outside any claim
+/// transaction, how statements go over it, and the schedule the poller
+/// reads, told when a throttled queue or key frees.
+#[derive(Clone, Copy)]
+pub(crate) struct Ledger<'a> {
+    pub pool: &'a deadpool_postgres::Pool,
+    pub prepared: PreparedStatements,
+    pub schedule: &'a Schedule,
+}
 
 /// Admissions taken for one claim.
 #[derive(Debug)]
@@ -61,7 +73,7 @@ impl Admission {
 /// told when the next one frees, so the backlog starts on time without a
 /// notification.
 pub(crate) async fn reserve(
-    ctx: &ClaimContext,
+    schedule: &Schedule,
     db: Db<'_>,
     queue: Option<&str>,
     job: Option<i64>,
@@ -78,7 +90,7 @@ pub(crate) async fn reserve(
     };
     let next_free: Option<SystemTime> = row.get(5);
     if let Some(at) = next_free {
-        ctx.schedule.hint(at);
+        schedule.hint(at);
         if let Some(q) = &admission.queue {
             ::metrics::counter!(crate::metrics::RATE_THROTTLED, "queue" => crate::metrics::queue_label(q))
                 .increment(1);
@@ -105,7 +117,7 @@ pub(crate) async fn release(
 /// Admissions for a claim of `target` (`None` unless it is rate-limited),
 /// taken on a connection of their own: they commit before the claim.
 pub(crate) async fn reserve_for(
-    ctx: &ClaimContext,
+    ledger: Ledger<'_>,
     target: &Target,
     wanted: i64,
 ) -> Result<Option<Admission>> {
@@ -115,22 +127,22 @@ pub(crate) async fn reserve_for(
     if !rates.queue {
         return Ok(None);
     }
-    reserve_on_own(ctx, Some(queue), None, wanted)
+    reserve_on_own(ledger, Some(queue), None, wanted)
         .await
         .map(Some)
 }
 
 /// [`reserve`] on a connection of the ledger pool.
 pub(crate) async fn reserve_on_own(
-    ctx: &ClaimContext,
+    ledger: Ledger<'_>,
     queue: Option<&str>,
     job: Option<i64>,
     wanted: i64,
 ) -> Result<Admission> {
-    let mut conn = PooledConn::get(&ctx.ledger_pool, "claim: no connection for admissions").await?;
+    let mut conn = PooledConn::get(ledger.pool, "claim: no connection for admissions").await?;
     let r = reserve(
-        ctx,
-        Db::pooled(&conn, ctx.config.prepared_statements),
+        ledger.schedule,
+        Db::pooled(&conn, ledger.prepared),
         queue,
         job,
         wanted,
@@ -141,20 +153,15 @@ pub(crate) async fn reserve_on_own(
 
 /// [`release`] on a connection of the ledger pool, if anything is unused.
 pub(crate) async fn settle(
-    ctx: &ClaimContext,
+    ledger: Ledger<'_>,
     admission: Option<&Admission>,
     used: usize,
 ) -> Result<()> {
     let Some(admission) = admission.filter(|a| a.slots.len() > used) else {
         return Ok(());
     };
-    let mut conn = PooledConn::get(&ctx.ledger_pool, "claim: no connection for admissions").await?;
-    let r = release(
-        Db::pooled(&conn, ctx.config.prepared_statements),
-        admission,
-        used,
-    )
-    .await;
+    let mut conn = PooledConn::get(ledger.pool, "claim: no connection for admissions").await?;
+    let r = release(Db::pooled(&conn, ledger.prepared), admission, used).await;
     conn.check(r)
         .map_err(Error::db("claim: give back rate admissions"))
 }

@@ -1,6 +1,6 @@
 //! Rate limits per limit key (migration 0021): at most N jobs of any one
 //! limit key of a queue are admitted in any window W (sliding), across
-//! every worker. The queue rate's admission clock ([`crate::claim::rate`]),
+//! every worker. The queue rate's admission clock ([`crate::claim::choose::rate`]),
 //! kept per key.
 //!
 //! ```text
@@ -27,7 +27,7 @@
 use std::collections::HashMap;
 use std::time::SystemTime;
 
-use crate::claim::context::ClaimContext;
+use crate::claim::choose::rate::Ledger;
 use crate::db::connect::PooledConn;
 use crate::db::sql::{Db, KEY_RATE_RELEASE, KEY_RATE_RESERVE};
 use crate::error::{Error, Result};
@@ -111,9 +111,9 @@ pub(crate) struct Wanted<'a> {
 /// commit before the claim). A key whose ready jobs found no free admission
 /// hints the poller at its next one, so the backlog starts on time without
 /// a notification.
-pub(crate) async fn reserve(ctx: &ClaimContext, w: Wanted<'_>) -> Result<KeyAdmission> {
-    let mut conn = PooledConn::get(&ctx.ledger_pool, "claim: no connection for admissions").await?;
-    let r = Db::pooled(&conn, ctx.config.prepared_statements)
+pub(crate) async fn reserve(ledger: Ledger<'_>, w: Wanted<'_>) -> Result<KeyAdmission> {
+    let mut conn = PooledConn::get(ledger.pool, "claim: no connection for admissions").await?;
+    let r = Db::pooled(&conn, ledger.prepared)
         .query_one(
             &KEY_RATE_RESERVE,
             &[
@@ -139,7 +139,7 @@ pub(crate) async fn reserve(ctx: &ClaimContext, w: Wanted<'_>) -> Result<KeyAdmi
     };
     let next_free: Option<SystemTime> = row.get(5);
     if let (Some(at), Some(q)) = (next_free, &admission.queue) {
-        ctx.schedule.hint(at);
+        ledger.schedule.hint(at);
         ::metrics::counter!(crate::metrics::KEY_RATE_THROTTLED, "queue" => crate::metrics::queue_label(q))
             .increment(1);
     }
@@ -149,7 +149,7 @@ pub(crate) async fn reserve(ctx: &ClaimContext, w: Wanted<'_>) -> Result<KeyAdmi
 /// The claim took jobs of `used` keys: give back the admissions it did not
 /// use, on a connection of the ledger pool.
 pub(crate) async fn settle<'k>(
-    ctx: &ClaimContext,
+    ledger: Ledger<'_>,
     admission: Option<&KeyAdmission>,
     used: impl Iterator<Item = Option<&'k str>>,
 ) -> Result<()> {
@@ -160,8 +160,8 @@ pub(crate) async fn settle<'k>(
     if keys.is_empty() {
         return Ok(());
     }
-    let mut conn = PooledConn::get(&ctx.ledger_pool, "claim: no connection for admissions").await?;
-    let r = Db::pooled(&conn, ctx.config.prepared_statements)
+    let mut conn = PooledConn::get(ledger.pool, "claim: no connection for admissions").await?;
+    let r = Db::pooled(&conn, ledger.prepared)
         .execute(
             &KEY_RATE_RELEASE,
             &[queue, &keys, &slots, &admission.admitted_at],

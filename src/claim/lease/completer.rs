@@ -262,7 +262,8 @@ async fn flush(ctx: &ClaimContext, batch: Vec<Finished>) {
     // So may a job of a limited queue: its slot is free once its lease row
     // is gone, and a claim that found every slot held went idle.
     let keyed = batch.iter().any(|f| {
-        f.claimed.keys.ordering_key.is_some() || ctx.ready_queues.is_limited(&f.claimed.job.queue)
+        f.claimed.keys.ordering_key.is_some()
+            || ctx.choice.ready_queues.is_limited(&f.claimed.job.queue)
     });
     let writes = Writes::of(batch.iter(), history);
     let matched = match write_retrying(ctx, &writes).await {
@@ -299,29 +300,22 @@ async fn flush(ctx: &ClaimContext, batch: Vec<Finished>) {
         }
     };
     for f in batch {
-        ctx.leases.remove(f.claimed.token);
+        ctx.lease.book.remove(f.claimed.token);
         let written = matches!(&matched, Some(m) if m.contains(&f.claimed.token));
-        let resolution = match f.resolution {
-            Resolution::Lost => Resolution::Lost,
-            // Recorded as cancelled whoever wrote it (pgwake.cancel() or
-            // this flush).
-            Resolution::Cancelled => Resolution::Cancelled,
-            r if written => r,
-            _ => {
-                if matched.is_some() {
-                    tracing::warn!(
-                        job = f.claimed.job.id,
-                        attempt = f.claimed.job.attempt,
-                        "late outcome fenced: the lease was rescued, the job runs again"
-                    );
-                }
-                Resolution::Lost
-            }
-        };
+        let fenced = !written && !matches!(f.resolution, Resolution::Lost | Resolution::Cancelled);
+        if fenced && matched.is_some() {
+            tracing::warn!(
+                job = f.claimed.job.id,
+                attempt = f.claimed.job.attempt,
+                "late outcome fenced: the lease was rescued, the job runs again"
+            );
+        }
+        let resolution = crate::claim::outcome::resolve::after_lease_write(f.resolution, written);
         ctx.report(&f.claimed, resolution, f.duration);
     }
     if keyed {
-        ctx.wake.wake_one(crate::claim::wake::Trigger::Drain);
+        ctx.wake
+            .wake_one(crate::claim::choose::wake::Trigger::Drain);
     }
 }
 

@@ -40,8 +40,8 @@ use std::time::{Duration, Instant};
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
-use crate::claim::cancels::Watch;
-use crate::claim::claimed::Claimed;
+use crate::claim::run::cancels::Watch;
+use crate::claim::run::claimed::Claimed;
 
 /// A leased job, claimed, not started yet.
 pub(crate) struct Leased {
@@ -333,8 +333,8 @@ impl Prefetch {
 #[cfg(test)]
 mod tests {
     use super::{Leased, Prefetch, Size, StartRate};
-    use crate::claim::cancels::CancelBook;
-    use crate::claim::claimed::Claimed;
+    use crate::claim::run::cancels::CancelBook;
+    use crate::claim::run::claimed::Claimed;
     use std::sync::Arc;
     use std::time::{Duration, Instant};
     use tokio_util::sync::CancellationToken;

@@ -1,13 +1,7 @@
-//! Claimed rows as jobs: the columns every claim statement returns, the
-//! pickup latency they record, and claim order. Shared by both delivery
-//! modes; depends on nothing else of the claim path.
+//! Claimed rows as jobs (read by [`row`](super::row)) and claim order.
+//! Shared by both delivery modes.
 
-use std::time::Duration;
-
-use tokio_postgres::Row;
-
-use crate::job::{decode_payload, Job};
-use crate::metrics;
+use crate::job::Job;
 
 /// A claimed job with what the claim path needs beside it.
 #[derive(Clone)]
@@ -36,7 +30,7 @@ pub(crate) struct Claimed {
     /// per-minute rollup.
     pub ready_for: f64,
     /// Its trace context and spans, when the worker traces jobs
-    /// (`crate::claim::trace::attach`).
+    /// (`crate::claim::run::trace::attach`).
     pub trace: Option<std::sync::Arc<JobTrace>>,
     /// lease mode: its recorded steps and parents' results, read with the
     /// claim for a handler that reads them up front (`exec`).
@@ -45,69 +39,6 @@ pub(crate) struct Claimed {
 
 /// Defined beside the handler's context, which reads it.
 pub(crate) use crate::handler::Keys;
-
-/// The keys a claim returns after its own columns, from column
-/// `first` on: ordering_key, unique_key, coalesce(ordering_at, run_at),
-/// limit_key.
-pub(crate) fn keys_from_row(row: &Row, first: usize) -> Keys {
-    Keys {
-        ordering_key: row.get(first),
-        unique_key: row.get(first + 1),
-        ordering_at: row.get(first + 2),
-        limit_key: row.get(first + 3),
-    }
-}
-
-/// The columns every claim statement returns first, in this order:
-/// id, queue, task, payload::text, priority, run_at, attempts (including
-/// this run in lease mode), max_attempts, last_error, created_at,
-/// timeout seconds, seconds ready before the claim.
-pub(crate) const CLAIM_COLUMNS: usize = 12;
-
-/// A claimed row as a job (recording its pickup latency).
-pub(crate) fn claimed_from_row(row: &Row) -> Claimed {
-    let payload_text: String = row.get(3);
-    let (payload, undecodable) = match decode_payload(&payload_text) {
-        Ok(v) => (v, None),
-        Err(why) => (serde_json::Value::Null, Some(why)),
-    };
-    let timeout: Option<f64> = row.get(10);
-    let ready_for: f64 = row.get(11);
-    let job = Job {
-        id: row.get(0),
-        queue: row.get(1),
-        task: row.get(2),
-        payload,
-        payload_text,
-        priority: row.get(4),
-        run_at: row.get(5),
-        attempt: row.get(6),
-        max_attempts: row.get(7),
-        timeout: timeout.map(|s| Duration::from_secs_f64(s.clamp(0.001, 1e9))),
-        created_at: row.get(9),
-    };
-    ::metrics::histogram!(metrics::PICKUP_LATENCY, "queue" => metrics::queue_label(&job.queue))
-        .record(ready_for.max(0.0));
-    // A flow's child that its parents released (migration 0045): every
-    // claim returns `release_s`, NULL for any other job.
-    if let Ok(Some(released_for)) = row.try_get::<_, Option<f64>>("release_s") {
-        ::metrics::histogram!(metrics::FLOW_RELEASE_LATENCY, "queue" => metrics::queue_label(&job.queue))
-            .record(released_for.max(0.0));
-    }
-    Claimed {
-        job,
-        undecodable,
-        last_error: row.get(8),
-        token: 0,
-        keys: Keys::default(),
-        admitted_at: None,
-        buffered: false,
-        suspect: false,
-        ready_for: ready_for.max(0.0),
-        trace: None,
-        inputs: None,
-    }
-}
 
 /// One claimed job's tracing: the producer's context (if it gave one), the
 /// job's span, and the outcome span while its outcome is being written.

@@ -1,11 +1,23 @@
+//! The outcome of a run, whatever the delivery mode: the one chooser of
+//! its resolution ([`resolve`]), what each resolution writes (here), the results recorded ([`results`]) and the per-minute
+//! rollup's counts ([`tally`]).
+//!
+//! May import [`run`](super::run); never a delivery mode
+//! ([`lease`](super::lease), [`tx`](super::tx)), the choice of what to
+//! claim, or the claim context.
+//!
 //! What a finished run writes: the one mapping from a [`Resolution`] to the
 //! row it leaves, consumed by both delivery modes (the tx claim's commit,
 //! the lease completer). A new outcome kind touches `job.rs` and
 //! [`write_of`], nothing else.
 
+pub(crate) mod resolve;
+pub(crate) mod results;
+pub(crate) mod tally;
+
 use std::time::Duration;
 
-use crate::claim::claimed::Claimed;
+use crate::claim::run::claimed::Claimed;
 use crate::handler::Delivery;
 use crate::job::{Resolution, CANCELLED_REASON};
 

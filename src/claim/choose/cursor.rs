@@ -38,7 +38,8 @@ use std::time::{Duration, Instant};
 
 use chrono::{DateTime, Utc};
 
-use crate::claim::plan::ClaimSpec;
+use crate::claim::choose::plan::ClaimSpec;
+use crate::claim::run::row::ClaimRow;
 
 /// A job's place in claim order: (priority, run_at, id).
 pub(crate) type Key = (i32, DateTime<Utc>, i64);
@@ -52,10 +53,9 @@ pub(crate) type Key = (i32, DateTime<Utc>, i64);
 /// for the next claim from the head.
 pub(crate) const LAG: Duration = Duration::from_millis(250);
 
-/// The claim key of a claimed row (claim columns: id 0, priority 4,
-/// run_at 5).
-pub(crate) fn key_of(row: &tokio_postgres::Row) -> Key {
-    (row.get(4), row.get(5), row.get(0))
+/// The claim key of a claimed row: priority, run_at, id.
+pub(crate) fn key_of(row: ClaimRow<'_>) -> Key {
+    row.order()
 }
 
 /// Each claim spec's cursor.
@@ -128,7 +128,7 @@ impl ClaimCursors {
 #[cfg(test)]
 mod tests {
     use super::{ClaimCursors, Key};
-    use crate::claim::plan::{ClaimSpec, Queues};
+    use crate::claim::choose::plan::{ClaimSpec, Queues};
     use crate::handler::Delivery;
     use chrono::{TimeZone, Utc};
     use std::time::{Duration, Instant};

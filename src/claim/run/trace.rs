@@ -19,7 +19,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Instant, SystemTime};
 
-use crate::claim::claimed::{Claimed, JobTrace};
+use crate::claim::run::claimed::{Claimed, JobTrace};
 use crate::db::sql::{Db, JOB_TRACES};
 use crate::job::Resolution;
 use crate::trace::TraceContext;

@@ -27,7 +27,7 @@ use std::collections::HashMap;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use crate::claim::plan::Rates;
+use crate::claim::choose::plan::Rates;
 use crate::config::PreparedStatements;
 use crate::db::connect::PooledConn;
 use crate::db::sql::{Db, LIMITED_QUEUES, READY_QUEUES};
