@@ -51,7 +51,7 @@ $$;
 -- tx-mode claim over every queue but `skip_queues` (claimed by other specs
 -- of the worker), of the jobs after (after_priority, after_run_at,
 -- after_id) in claim order: the claim starts there in jobs_claim_idx
--- instead of at its head (src/claim/cursor.rs: under database pressure,
+-- instead of at its head (src/claim/choose/cursor.rs: under database pressure,
 -- the head holds the index entries of every job claimed since the vacuum
 -- horizon was pinned, which no claim can remove and each would walk). Runs inside the claim transaction: the rows stay
 -- deleted-but-uncommitted (locked) while their handlers run and come back
@@ -186,7 +186,7 @@ $$;
 
 -- lease-mode claim over every queue but `skip_queues`, of the jobs after
 -- (`after_priority`, `after_run_at`, `after_id`) in claim order
--- (src/claim/cursor.rs: under database pressure, claims resume after the
+-- (src/claim/choose/cursor.rs: under database pressure, claims resume after the
 -- last job claimed instead of walking the head of the claim index, where
 -- the entries of jobs claimed while the vacuum horizon is held stay).
 -- Moves the jobs into pgwake.leased_jobs in one statement, with this attempt counted and a
@@ -268,7 +268,7 @@ END
 $$;
 
 -- claim_lease_all_after from the head (every claim but those under
--- pressure, src/claim/lease.rs).
+-- pressure, src/claim/lease/mod.rs).
 CREATE OR REPLACE FUNCTION pgwake.claim_lease_all(
     claim_limit bigint, skip_queues text[], only_tasks text[], never_tasks text[],
     worker text, lease_seconds double precision, run_now bigint)
@@ -453,7 +453,7 @@ $$;
 -- an admission: a key at its limit or rate, or with no job this worker can
 -- take now); the keys it takes from are at most its `wanted`. A call that
 -- reaches it stops and reports the last key it visited, and the worker's
--- rotation resumes after that key (src/claim/key_rotation.rs), so a key with
+-- rotation resumes after that key (src/claim/choose/key_rotation.rs), so a key with
 -- a ready job is visited within ceil(keys / bound) calls of one worker.
 -- Before, one call visited every key (measured: 0.03-0.5 ms a key in a
 -- reservation, 10,000 keys at their rate up to 4.6 s a reservation; 0.055
@@ -463,7 +463,7 @@ $$;
 -- besides its keys (a round trip, its setup) stays small beside a walk of
 -- 128 keys, so a lap of every key costs about what one call did before; and
 -- a ready key behind the others waits ceil(keys / 128) calls, which the
--- worker makes back to back (src/claim/key_rotation.rs).
+-- worker makes back to back (src/claim/choose/key_rotation.rs).
 CREATE OR REPLACE FUNCTION pgwake.key_walk_bound() RETURNS integer
 LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
     SELECT 128

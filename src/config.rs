@@ -257,7 +257,7 @@ pub struct WorkerConfig {
     /// Under database pressure (a held vacuum horizon or the governor's
     /// level above ok), once a tx-mode claim finds jobs but fewer than it
     /// asked for, the worker's tx claims start at most one per this long,
-    /// until one takes a full batch (claim/idle.rs, "pacing"): a steady
+    /// until one takes a full batch (claim/choose/idle.rs, "pacing"): a steady
     /// stream then gathers into fewer, larger batches — fewer claims, crash
     /// marks and commits, each a WAL flush that producers' commits queue
     /// behind — at the cost of up to this much pickup latency. A claim

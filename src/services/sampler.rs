@@ -37,7 +37,7 @@ use crate::metrics;
 /// How often, between samples, the sampler reads the age of the oldest
 /// open transaction alone (`db/sql/oldest_transaction_age.sql`, no table
 /// read): claims resume after their cursor once a transaction has been open
-/// for `HORIZON_HELD` (health.rs, 5 s; claim/cursor.rs), and
+/// for `HORIZON_HELD` (health.rs, 5 s; claim/choose/cursor.rs), and
 /// with only the full sample every 5 s they started up to 5 s late, walking
 /// the dead index entries the held horizon had left by then
 /// (docs/src/performance.md, "Under a pinned vacuum horizon").

@@ -227,7 +227,7 @@ impl InTx {
 }
 
 /// Under pressure, once a tx claim finds fewer jobs than it asked for, the
-/// worker's tx claims start one per `pressure_pace` (claim/idle.rs): jobs
+/// worker's tx claims start one per `pressure_pace` (claim/choose/idle.rs): jobs
 /// inserted one by one after a partial batch gather into the next batch
 /// instead of each being claimed as it comes. One claim task; twenty jobs
 /// in one statement grow its batches (1, 2, 4, 8, then 5 of 10: partial);

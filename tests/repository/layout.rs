@@ -72,7 +72,7 @@ fn collect(dir: &Path, out: &mut Vec<PathBuf>) {
     }
 }
 
-/// `src/claim/tx.rs` → `claim::tx`; `src/claim/mod.rs` → `claim`;
+/// `src/claim/outcome/resolve.rs` → `claim::outcome::resolve`; `src/claim/mod.rs` → `claim`;
 /// `src/lib.rs` → `` (the crate root).
 fn module_of(src: &Path, file: &Path) -> String {
     let rel = file.strip_prefix(src).unwrap().with_extension("");

@@ -1,7 +1,7 @@
 -- The age in seconds of this database's oldest open transaction (the
 -- oldest_tx_age of sample_pressure.sql, alone): read by the sampler once a
 -- second between its samples (services/sampler.rs, HORIZON_PROBE_EVERY),
--- so that claims resume after their cursor (claim/cursor.rs) within about a
+-- so that claims resume after their cursor (claim/choose/cursor.rs) within about a
 -- second of a transaction reaching health.rs's HORIZON_HELD rather than
 -- up to a sample interval later. One row per backend, no table read.
 SELECT greatest(0, coalesce(extract(epoch FROM max(now() - xact_start)), 0))::float8

@@ -1,4 +1,4 @@
--- The progress rows of runs that ended on this worker (claim/progress.rs),
+-- The progress rows of runs that ended on this worker (claim/run/progress.rs),
 -- each only if the row is still that run's: $1 job ids, $2 claim tokens
 -- (lease runs; NULL for tx runs), $3 claim transactions as text (tx runs).
 DELETE FROM pgwake.job_progress p

@@ -1,5 +1,5 @@
 -- The latest progress of many running jobs, in one statement: the
--- worker's coalesced write (claim/progress.rs), every --progress-interval.
+-- worker's coalesced write (claim/run/progress.rs), every --progress-interval.
 -- $1 job ids, $2 claim tokens (lease runs; NULL for tx runs), $3 claim
 -- transactions as text (tx runs; NULL for lease runs), $4 values (JSON
 -- text, bounded by the worker), $5 messages.

@@ -1,4 +1,4 @@
--- Fair claims over every queue (src/claim/fair.rs): the queues that have a ready
+-- Fair claims over every queue (src/claim/choose/fair.rs): the queues that have a ready
 -- job, but those in $1 and paused ones, at most $2. The query is in the
 -- function pgwake.ready_queues (migration 0013), which plans it once per
 -- session: a loose scan of jobs_queue_ready_idx (jobs that are not held,
