@@ -78,7 +78,7 @@ impl WaitState {
     /// not under pressure: never paced, and pacing ends.
     pub(crate) fn pace_turn(&self, pace: Duration, under_pressure: bool) -> Option<Duration> {
         if pace.is_zero() || !under_pressure {
-            self.pace_next_us.store(0, Ordering::SeqCst);
+            self.end_pacing();
             return None;
         }
         let now = self.micros();
@@ -107,12 +107,21 @@ impl WaitState {
     /// empty one changes nothing.
     pub(crate) fn paced(&self, claimed: usize, limit: usize, pace: Duration, under_pressure: bool) {
         if claimed >= limit || pace.is_zero() || !under_pressure {
-            self.pace_next_us.store(0, Ordering::SeqCst);
+            self.end_pacing();
         } else if claimed > 0 {
             let next = self.micros() + pace.as_micros() as u64;
             let _ = self
                 .pace_next_us
                 .compare_exchange(0, next, Ordering::SeqCst, Ordering::SeqCst);
+        }
+    }
+
+    /// Pacing ends. Read first: without pressure every tx claim passes
+    /// here, and a store each time would bounce the cache line between the
+    /// claim tasks for nothing.
+    fn end_pacing(&self) {
+        if self.pace_next_us.load(Ordering::Relaxed) != 0 {
+            self.pace_next_us.store(0, Ordering::SeqCst);
         }
     }
 
