@@ -118,15 +118,16 @@ pub const PRESSURE_PACE_DEFAULT: Duration = Duration::from_millis(5);
 pub const PRESSURE_PACE_MAX: Duration = Duration::from_secs(1);
 /// Most lease-mode jobs buffered ahead of the free slots by default. The
 /// default buffer holds the jobs this worker starts in 50 ms at its
-/// measured rate (at least one, at most this): no-op jobs fill it, and
-/// each claim then takes `--batch` (100) jobs; slow jobs keep it at a job
-/// or two, so a `kill -9` charges few unused attempts and other workers
-/// are not kept waiting. Chosen from `pgwake bench` runs of the lease
-/// no-op alone on one cluster (docs/src/performance.md, "Lease prefetch
-/// sized by rate"): at 8 slots it ran 4,434 jobs/s with a fixed buffer of
-/// 32 (the previous default), 7,869–20,105 with 100 and 23,751–26,601
-/// with 200, back to back on a loaded machine.
-pub const PREFETCH_CAP_DEFAULT: usize = 200;
+/// measured rate (at least one, at most this): no-op jobs fill it; slow
+/// jobs keep it at a job or two, so a `kill -9` leaves few jobs to refund
+/// and other workers are not kept waiting. The cap binds only above 20,000
+/// starts/s. Chosen from `pgwake bench` runs of the lease no-op
+/// (docs/src/performance.md, "Lease prefetch sized by rate" and "Lease
+/// claims that keep up"): at 8 slots it ran 4,434 jobs/s with a fixed
+/// buffer of 32, 23,751–26,601 with 200, and with 1,000 (claims of a third
+/// of it, two in flight) 41,984–49,601, where 200 ran 26,641–30,062 on
+/// the same machine.
+pub const PREFETCH_CAP_DEFAULT: usize = 1000;
 /// How long a prefetch buffer waits while no job starts before it goes back
 /// (`--prefetch-wait`). The default buffer holds about 50 ms of starts;
 /// when none has come for 20 times that, every slot is running long jobs
@@ -238,8 +239,8 @@ pub struct WorkerConfig {
     /// freed slot starts the next job without a round trip; 0 turns it off.
     /// Never from a limited or rate-limited queue. A buffered job is handed
     /// back with its attempt refunded at shutdown, or when no job starts
-    /// for [`WorkerConfig::prefetch_wait`]; a `kill -9` charges it
-    /// one attempt. `None`: sized by the worker's start rate, about 50 ms
+    /// for [`WorkerConfig::prefetch_wait`]; after a `kill -9` the rescuer
+    /// refunds it too and marks it a suspect. `None`: sized by the worker's start rate, about 50 ms
     /// of its starts, at most [`PREFETCH_CAP_DEFAULT`].
     pub prefetch: Option<usize>,
     /// How long buffered jobs wait while no job starts on this worker

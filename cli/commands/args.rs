@@ -211,11 +211,10 @@ pub struct RunArgs {
     #[arg(long, env = "PGWAKE_MAX_CONNECTIONS", allow_negative_numbers = true)]
     pub max_connections: Option<usize>,
     /// Lease-mode jobs claimed ahead of the free slots (0–1000, 0: off; default: about 50 ms of
-    /// the worker's starts, at most 200), so a freed slot starts the next job without a round
-    /// trip. Never from a
-    /// limited or rate-limited queue; handed back (attempt refunded) at shutdown or when no job
-    /// starts for --prefetch-wait; a kill -9
-    /// charges each buffered job one attempt.
+    /// the worker's starts, at most 1000), so a freed slot starts the next job without a round
+    /// trip. Never from a limited or rate-limited queue; handed back (attempt refunded) at
+    /// shutdown or when no job starts for --prefetch-wait; after a kill -9 the rescuer refunds
+    /// the buffered jobs too.
     #[arg(long, env = "PGWAKE_PREFETCH", allow_negative_numbers = true)]
     pub prefetch: Option<usize>,
     /// How long prefetched jobs wait while no job starts on this worker: when every slot runs a

@@ -91,10 +91,11 @@ pub(crate) async fn claim_round(
                         Err(_) => break,
                     }
                 }
-                // And as many more as the prefetch buffer has room for, so
-                // a slot freed meanwhile starts its next job at once; the
-                // room is reserved until the jobs are in the buffer, so
-                // claims in flight at once never overfill it.
+                // And a share of the room in the prefetch buffer (what the
+                // batch leaves, or a third of the buffer if more), so a slot
+                // freed meanwhile starts its next job at once; the room is
+                // reserved until the jobs are in the buffer, so claims in
+                // flight at once never overfill it.
                 let free = permits.len();
                 let reserved = ctx
                     .lease

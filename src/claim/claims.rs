@@ -108,6 +108,7 @@ fn context(
                 config.concurrency,
                 config.claim_tasks(setup.tx),
                 config.batch,
+                config.prefetch_jobs() > 0,
                 plan.iter().any(|s| s.mode == Delivery::Tx),
             ),
             book: Default::default(),

@@ -231,7 +231,7 @@ async fn the_worker_start_line_shows_queues_as_a_person_would_write_them() {
     // 200 jobs held by every worker. Teeth: the cap alone fails the first
     // and the third case.
     let by_rate =
-        "prefetch=the lease-mode jobs this worker starts in 50ms at its measured rate, 1 to 200";
+        "prefetch=the lease-mode jobs this worker starts in 50ms at its measured rate, 1 to 1000";
     for (args, expect) in [
         (
             vec!["--handler", "t=exec:true"],

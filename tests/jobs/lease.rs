@@ -474,6 +474,75 @@ async fn a_lease_backlog_is_claimed_several_jobs_per_statement() {
     );
 }
 
+/// Waits for a permit of `go`, saying when it starts.
+struct WaitForGo {
+    started: Arc<Semaphore>,
+    go: Arc<Semaphore>,
+}
+
+#[async_trait]
+impl Handler for WaitForGo {
+    async fn handle(&self, _job: &Job, _ctx: JobContext<'_>) -> Result<Outcome, BoxError> {
+        self.started.add_permits(1);
+        self.go.acquire().await?.forget();
+        Ok(Outcome::Done)
+    }
+}
+
+/// A claim for the prefetch buffer takes, besides its free slots, what
+/// `--batch` leaves or a third of the buffer (prefetch.rs, `CLAIM_SHARE`),
+/// whichever is more, not `--batch` in all: a fast worker's buffer is filled by few large claims,
+/// two in flight, instead of one claim of `--batch` after another on one
+/// backend (issue 34, item 9). Here both slots hold running jobs while the
+/// buffer (30) fills: with the claim bounded by `--batch` (4), as before,
+/// no claim statement moves more than 4 jobs and this fails.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_claim_for_the_prefetch_buffer_takes_a_third_of_it_beyond_the_batch() {
+    let db = migrated_db().await;
+    record_claim_statements(&db).await;
+    insert_jobs(&db, "t", 100).await;
+    let (started, go) = (Arc::new(Semaphore::new(0)), Arc::new(Semaphore::new(0)));
+    let worker = Worker::builder(db.config())
+        .config(WorkerConfig {
+            concurrency: 2,
+            batch: 4,
+            prefetch: Some(30),
+            // Never handed back while both slots are held.
+            prefetch_wait: Duration::from_secs(3600),
+            queues: Some(vec!["default".into()]),
+            ..lease_config(Duration::from_secs(30))
+        })
+        .handler(
+            "t",
+            WaitForGo {
+                started: started.clone(),
+                go: go.clone(),
+            },
+        )
+        .build()
+        .unwrap();
+    let w = Running::start(worker);
+    started.acquire_many(2).await.unwrap().forget();
+    let largest = async || -> i64 {
+        db.scalar("SELECT coalesce(max(n), 0) FROM (SELECT count(*) AS n FROM public.lease_claims GROUP BY xact) c")
+            .await
+    };
+    eventually(
+        "a lease claim statement moving more than --batch (4) jobs: a refill of the buffer held to --batch",
+        Duration::from_secs(60),
+        || async { largest().await > 4 },
+    )
+    .await;
+    let largest = largest().await;
+    assert!(
+        largest <= 2 + 10,
+        "the largest lease claim moved {largest} jobs: more than its free slots (2) and a third of the buffer (10)"
+    );
+    go.add_permits(1000);
+    until_drained(&db).await;
+    w.shutdown().await;
+}
+
 /// A task that finds another task's lease claim in flight goes back to idle
 /// and leaves a request that the claiming task serves with one more claim
 /// (the turn's logic has unit tests in claimer.rs). Each job here is

@@ -4,7 +4,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::SeqCst};
 
 /// As many lease claim statements in flight per worker as it takes to fill
 /// every slot: `concurrency / batch`, rounded up (one at the default batch
-/// of 10 and concurrency 8).
+/// of 100 and concurrency 8), and two with a prefetch buffer.
 ///
 /// Every lease claim takes the free slots there are, up to `batch`; with
 /// one claim per task, `concurrency` tasks each held the one slot it
@@ -13,7 +13,12 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::SeqCst};
 /// claims in flight, each takes every slot freed while the one before was
 /// in flight. More turns than that would only take slots from each other;
 /// fewer would leave slots idle (at `--batch 1` one turn ran one claim of
-/// one job at a time: 0.31× of the lease burn-down). A task that finds
+/// one job at a time: 0.31× of the lease burn-down). A buffer is refilled
+/// by claims of a third of it each (`prefetch::CLAIM_SHARE`): with one
+/// turn they went out one after the other, one statement on one backend
+/// moving every job while the other core idled (a fifth of the machine at
+/// 8 slots, no-op jobs); a second turn lets the next go out while one is in
+/// flight. A task that finds
 /// every turn taken goes back to idle and leaves a request (`again`) that a
 /// holder serves with one more claim after its own: no wake-up is lost,
 /// and the requests of any number of tasks cost one statement.
@@ -50,16 +55,24 @@ impl LeaseTurn {
     }
 
     /// The turns for a worker of `concurrency` slots and `tasks` claim
-    /// tasks claiming up to `batch` jobs per statement (never more turns
-    /// than tasks: each claim is a task's, on a connection); `tx_specs`: its
-    /// plan also claims in tx mode.
+    /// tasks claiming up to `batch` jobs per statement for free slots (never
+    /// more turns than tasks: each claim is a task's, on a connection);
+    /// `prefetch`: claims also fill a buffer (a second turn for its
+    /// refills); `tx_specs`: its plan also claims in tx mode.
     pub(crate) fn for_worker(
         concurrency: usize,
         tasks: usize,
         batch: usize,
+        prefetch: bool,
         tx_specs: bool,
     ) -> LeaseTurn {
-        let mut t = LeaseTurn::new(concurrency.div_ceil(batch.max(1)).min(tasks));
+        let for_slots = concurrency.div_ceil(batch.max(1));
+        let turns = if prefetch {
+            for_slots.max(2)
+        } else {
+            for_slots
+        };
+        let mut t = LeaseTurn::new(turns.min(tasks));
         t.wake_on_full |= tx_specs;
         t
     }
@@ -133,12 +146,19 @@ mod tests {
 
     #[test]
     fn turns_fill_every_slot_and_no_more() {
-        assert_eq!(LeaseTurn::for_worker(8, 8, 10, false).turns(), 1);
-        assert_eq!(LeaseTurn::for_worker(8, 8, 1, false).turns(), 8);
-        assert_eq!(LeaseTurn::for_worker(100, 100, 10, false).turns(), 10);
-        assert_eq!(LeaseTurn::for_worker(8, 8, 3, false).turns(), 3);
+        assert_eq!(LeaseTurn::for_worker(8, 8, 10, false, false).turns(), 1);
+        assert_eq!(LeaseTurn::for_worker(8, 8, 1, false, false).turns(), 8);
+        assert_eq!(
+            LeaseTurn::for_worker(100, 100, 10, false, false).turns(),
+            10
+        );
+        assert_eq!(LeaseTurn::for_worker(8, 8, 3, false, false).turns(), 3);
+        // A buffer's refills get a turn of their own.
+        assert_eq!(LeaseTurn::for_worker(8, 8, 100, true, false).turns(), 2);
+        assert_eq!(LeaseTurn::for_worker(8, 8, 3, true, false).turns(), 3);
+        assert_eq!(LeaseTurn::for_worker(8, 1, 100, true, false).turns(), 1);
         // Bounded by the claim tasks (so by connections).
-        assert_eq!(LeaseTurn::for_worker(300, 8, 10, false).turns(), 8);
+        assert_eq!(LeaseTurn::for_worker(300, 8, 10, false, false).turns(), 8);
         let t = LeaseTurn::new(2);
         let (a, b) = (t.take().unwrap(), t.take().unwrap());
         assert!(t.take().is_none(), "at most two claims in flight");
