@@ -240,8 +240,9 @@ pub struct WorkerConfig {
     /// Never from a limited or rate-limited queue. A buffered job is handed
     /// back with its attempt refunded at shutdown, or when no job starts
     /// for [`WorkerConfig::prefetch_wait`]; after a `kill -9` the rescuer
-    /// refunds it too and marks it a suspect. `None`: sized by the worker's start rate, about 50 ms
-    /// of its starts, at most [`PREFETCH_CAP_DEFAULT`].
+    /// refunds it too and marks it a suspect. `None`: sized by the worker's
+    /// start rate, about 50 ms of its starts, at most
+    /// [`PREFETCH_CAP_DEFAULT`].
     pub prefetch: Option<usize>,
     /// How long buffered jobs wait while no job starts on this worker
     /// (`--prefetch-wait`): when every slot runs a long job for this long,

@@ -491,9 +491,9 @@ impl Handler for WaitForGo {
 
 /// A claim for the prefetch buffer takes, besides its free slots, what
 /// `--batch` leaves or a third of the buffer (prefetch.rs, `CLAIM_SHARE`),
-/// whichever is more, not `--batch` in all: a fast worker's buffer is filled by few large claims,
-/// two in flight, instead of one claim of `--batch` after another on one
-/// backend (issue 34, item 9). Here both slots hold running jobs while the
+/// whichever is more, not `--batch` in all: a fast worker's buffer is
+/// filled by few large claims, two in flight, instead of one claim of
+/// `--batch` after another on one backend (issue 34, item 9). Here both slots hold running jobs while the
 /// buffer (30) fills: with the claim bounded by `--batch` (4), as before,
 /// no claim statement moves more than 4 jobs and this fails.
 #[tokio::test(flavor = "multi_thread")]

@@ -63,10 +63,10 @@ pub(crate) const HORIZON: Duration = Duration::from_millis(50);
 /// A claim for the buffer takes at most this share of it (a third), or
 /// what `--batch` leaves beside its free slots if that is more: the refill
 /// of a large buffer asked for at half goes out as smaller claims, two in
-/// flight at once (`LeaseTurn::for_worker`), each landing sooner, so the buffer never
-/// runs dry behind one large claim. At 8 slots, no-op jobs, claims for the
-/// whole room ran 34,784–39,452 jobs/s, a third of it 42,232–48,573
-/// (docs/src/performance.md, "Lease claims that keep up").
+/// flight at once (`LeaseTurn::for_worker`), each landing sooner, so the
+/// buffer never runs dry behind one large claim. At 8 slots, no-op jobs,
+/// claims for the whole room ran 34,784–39,452 jobs/s, a third of it
+/// 42,232–48,573 (docs/src/performance.md, "Lease claims that keep up").
 pub(crate) const CLAIM_SHARE: usize = 3;
 
 /// How the buffer is sized.
