@@ -220,3 +220,66 @@ async fn what_a_process_prints_reaches_the_log_tagged_with_its_job() {
         "{log}"
     );
 }
+
+/// A process that prints, then answers, then gets its next job at once:
+/// each line is still tagged with the job that printed it, never with the
+/// next one (the lines and the answer come on different pipes; the lines
+/// written before an answer are read before the job is let go).
+#[tokio::test]
+async fn each_line_is_tagged_with_the_job_that_printed_it_while_jobs_follow_at_once() {
+    let db = migrated_db().await;
+    let client = db.client().await;
+    const JOBS: usize = 150;
+    for _ in 0..JOBS {
+        enqueue(&client, &NewJob::new("echo", json!({})))
+            .await
+            .unwrap();
+    }
+    let handler = format!("echo=persistent:{}", python_worker(""));
+    let mut run = KillOnDrop::new(spawn_pgwake_run(
+        &db.url,
+        &["--handler", &handler, "--processes", "1"],
+    ));
+    let log = tail_stderr(run.child());
+    eventually("the jobs are done", WAIT, || async {
+        remaining(&db).await == 0
+    })
+    .await;
+    let printed = |log: &str| {
+        log.lines()
+            .filter(|l| l.contains("pgwake::persistent: echo "))
+            .count()
+    };
+    eventually("every line is logged", Duration::from_secs(10), || {
+        let log = log.clone();
+        async move { printed(&log.lock().unwrap()) == 2 * JOBS }
+    })
+    .await;
+    send_signal(run.child(), libc::SIGTERM);
+    let _ = run.child().wait();
+    let log = log.lock().unwrap().clone();
+    let mistagged: Vec<&str> = log
+        .lines()
+        .filter(|l| l.contains("pgwake::persistent: echo "))
+        .filter(|l| {
+            let printed_by = l
+                .split("pgwake::persistent: echo ")
+                .nth(1)
+                .and_then(|r| r.split([' ', '\n']).next())
+                .unwrap_or("?");
+            !l.contains(&format!(" job={printed_by} "))
+        })
+        .collect();
+    assert!(
+        mistagged.is_empty(),
+        "{} of {} lines tagged with another job than the one that printed them, e.g.:\n{}",
+        mistagged.len(),
+        2 * JOBS,
+        mistagged
+            .iter()
+            .take(5)
+            .copied()
+            .collect::<Vec<_>>()
+            .join("\n")
+    );
+}

@@ -535,6 +535,15 @@ impl Pool {
                 }
             }
         };
+        if matches!(
+            msg,
+            Incoming::Done { .. } | Incoming::Fail { .. } | Incoming::Snooze { .. }
+        ) && proc.load() == 1
+        {
+            // What the job printed before it answered is its own: logged
+            // with its tag before the next job takes the process.
+            proc.catch_up_output();
+        }
         let mut inflight = proc.inflight.lock().expect("inflight");
         let Some(entry) = inflight.get(&id) else {
             drop(inflight);

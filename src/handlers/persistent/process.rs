@@ -10,7 +10,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
-use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+use tokio::io::{AsyncWriteExt, BufReader};
 use tokio::process::{Child, Command};
 use tokio::sync::mpsc;
 
@@ -112,6 +112,8 @@ pub(super) struct Proc {
     pub(super) kill_cause: Mutex<Option<(Kill, String)>>,
     /// The end of its stderr.
     pub(super) stderr_tail: Arc<Mutex<Vec<u8>>>,
+    /// Its stdout and stderr.
+    outputs: Vec<Arc<Output>>,
     pub(super) started: Instant,
 }
 
@@ -212,6 +214,14 @@ impl Proc {
         Some(kb * 1024)
     }
 
+    /// Log what its stdout and stderr hold now, before a job it runs alone
+    /// is let go: those lines are that job's.
+    pub(super) fn catch_up_output(&self) {
+        for output in &self.outputs {
+            output.read_now();
+        }
+    }
+
     /// The job the process is running, when it runs exactly one (or last
     /// ran alone, when it runs none): the tag of what it prints.
     fn only_job(&self) -> Option<(i64, String)> {
@@ -257,6 +267,8 @@ pub(super) struct Started {
     stderr_closed: tokio_util::sync::CancellationToken,
     /// Who the stdout/stderr lines are tagged with, once known.
     pub(super) tag: Arc<Mutex<Option<std::sync::Weak<Proc>>>>,
+    /// Its stdout and stderr.
+    outputs: Vec<Arc<Output>>,
 }
 
 /// A pipe with both ends close-on-exec, the ends moved above the
@@ -333,30 +345,32 @@ pub(super) fn start(spec: &Spec, index: usize) -> std::io::Result<Started> {
     let tag: Arc<Mutex<Option<std::sync::Weak<Proc>>>> = Arc::new(Mutex::new(None));
     let stderr_tail = Arc::new(Mutex::new(Vec::new()));
     let stderr_closed = tokio_util::sync::CancellationToken::new();
-    if let Some(stdout) = child.stdout.take() {
-        tokio::spawn(log_output(
-            stdout,
-            "stdout",
-            spec.label.clone(),
+    let output = |stream: OwnedFd, name, tail| -> std::io::Result<Arc<Output>> {
+        Ok(Arc::new(Output {
+            pipe: tokio::net::unix::pipe::Receiver::from_owned_fd(stream)?,
+            name,
+            label: spec.label.clone(),
             index,
-            tag.clone(),
-            None,
-        ));
+            tag: tag.clone(),
+            tail,
+            line: Mutex::default(),
+        }))
+    };
+    let mut outputs = Vec::with_capacity(2);
+    if let Some(stdout) = child.stdout.take() {
+        let out = output(stdout.into_owned_fd()?, "stdout", None)?;
+        tokio::spawn(out.clone().run());
+        outputs.push(out);
     }
     if let Some(stderr) = child.stderr.take() {
-        let logged = log_output(
-            stderr,
-            "stderr",
-            spec.label.clone(),
-            index,
-            tag.clone(),
-            Some(stderr_tail.clone()),
-        );
+        let err = output(stderr.into_owned_fd()?, "stderr", Some(stderr_tail.clone()))?;
         let closed = stderr_closed.clone();
+        let read = err.clone();
         tokio::spawn(async move {
-            logged.await;
+            read.run().await;
             closed.cancel();
         });
+        outputs.push(err);
     } else {
         stderr_closed.cancel();
     }
@@ -397,6 +411,7 @@ pub(super) fn start(spec: &Spec, index: usize) -> std::io::Result<Started> {
         stderr_tail,
         stderr_closed,
         tag,
+        outputs,
     })
 }
 
@@ -423,6 +438,7 @@ impl Started {
             given: AtomicU64::new(0),
             kill_cause: Mutex::new(None),
             stderr_tail: self.stderr_tail,
+            outputs: self.outputs,
             started: Instant::now(),
         });
         *self.tag.lock().expect("tag") = Some(Arc::downgrade(&proc));
@@ -479,66 +495,124 @@ pub(super) fn tail_text(tail: &Mutex<Vec<u8>>) -> String {
     lines[lines.len().saturating_sub(3)..].join(" | ")
 }
 
-/// Log each line of a process's stdout or stderr, tagged with its process
-/// and, when it runs exactly one job, the job.
-async fn log_output<R: tokio::io::AsyncRead + Unpin>(
-    stream: R,
+/// A process's stdout or stderr, read into the worker's log line by line,
+/// each line tagged with its process and, when it runs exactly one job
+/// (or ran one alone last), that job.
+///
+/// Its own task reads it as bytes arrive, and the process's watcher reads
+/// it too before it lets a job go ([`Proc::catch_up_output`]): a job's
+/// lines and its answer come on different pipes, and what it printed
+/// before answering is in the pipe when the answer is read, so it is
+/// logged with that job, not with the next job given at once.
+pub(super) struct Output {
+    pipe: tokio::net::unix::pipe::Receiver,
     name: &'static str,
     label: Arc<str>,
     index: usize,
     tag: Arc<Mutex<Option<std::sync::Weak<Proc>>>>,
+    /// Where stderr's last lines are kept for error messages.
     tail: Option<Arc<Mutex<Vec<u8>>>>,
-) {
-    let mut reader = BufReader::new(stream);
-    let mut line = Vec::new();
-    loop {
-        line.clear();
-        let mut cut = 0usize;
-        // A bounded read of one line: what is past the bound is counted.
-        loop {
-            let buf = match reader.fill_buf().await {
-                Ok(b) => b,
-                Err(_) => return,
-            };
-            if buf.is_empty() {
-                if line.is_empty() && cut == 0 {
-                    return;
-                }
-                break;
-            }
-            let (take, end) = match buf.iter().position(|&b| b == b'\n') {
-                Some(i) => (i, true),
-                None => (buf.len(), false),
-            };
-            let room = OUTPUT_LINE_MAX.saturating_sub(line.len());
-            line.extend_from_slice(&buf[..take.min(room)]);
-            cut += take.saturating_sub(room);
-            reader.consume(take + usize::from(end));
-            if end {
-                break;
+    /// The line being read, and whether the pipe has closed.
+    line: Mutex<Partial>,
+}
+
+#[derive(Default)]
+struct Partial {
+    bytes: Vec<u8>,
+    /// Bytes past [`OUTPUT_LINE_MAX`], dropped.
+    cut: usize,
+    closed: bool,
+}
+
+impl std::fmt::Debug for Output {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Output")
+            .field("name", &self.name)
+            .field("index", &self.index)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Output {
+    /// Read as bytes arrive until the pipe closes (the process and its
+    /// descendants are gone).
+    async fn run(self: Arc<Self>) {
+        while self.pipe.readable().await.is_ok() {
+            if !self.read_now() {
+                return;
             }
         }
-        if let Some(tail) = &tail {
+    }
+
+    /// Read what the pipe holds now and log each whole line; at its end,
+    /// the last partial line too. `false` once the pipe has closed.
+    pub(super) fn read_now(&self) -> bool {
+        let mut line = self.line.lock().expect("output line");
+        if line.closed {
+            return false;
+        }
+        let mut buf = [0u8; 8192];
+        loop {
+            match self.pipe.try_read(&mut buf) {
+                Ok(0) => break,
+                Ok(n) => self.take(&mut line, &buf[..n]),
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return true,
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(_) => break,
+            }
+        }
+        if !line.bytes.is_empty() || line.cut > 0 {
+            self.log(&mut line);
+        }
+        line.closed = true;
+        false
+    }
+
+    /// Add `bytes` to the line being read, logging each line they end.
+    fn take(&self, line: &mut Partial, mut bytes: &[u8]) {
+        while !bytes.is_empty() {
+            let (upto, ends) = match bytes.iter().position(|&b| b == b'\n') {
+                Some(i) => (i, true),
+                None => (bytes.len(), false),
+            };
+            let room = OUTPUT_LINE_MAX.saturating_sub(line.bytes.len());
+            line.bytes.extend_from_slice(&bytes[..upto.min(room)]);
+            line.cut += upto.saturating_sub(room);
+            bytes = &bytes[upto + usize::from(ends)..];
+            if ends {
+                self.log(line);
+            }
+        }
+    }
+
+    /// Log one line (escaped, with a note of what was cut), and keep it in
+    /// stderr's tail.
+    fn log(&self, line: &mut Partial) {
+        if let Some(tail) = &self.tail {
             let mut t = tail.lock().expect("tail");
-            t.extend_from_slice(&line);
+            t.extend_from_slice(&line.bytes);
             t.push(b'\n');
             if t.len() > STDERR_TAIL {
                 let drop = t.len() - STDERR_TAIL;
                 t.drain(..drop);
             }
         }
-        let text = escape_line(&line);
-        let note = if cut > 0 {
-            format!("…[cut {cut} bytes]")
+        let text = escape_line(&line.bytes);
+        let note = if line.cut > 0 {
+            format!("…[cut {} bytes]", line.cut)
         } else {
             String::new()
         };
-        let job = tag
+        line.bytes.clear();
+        line.cut = 0;
+        let job = self
+            .tag
             .lock()
             .expect("tag")
             .as_ref()
             .and_then(|w| w.upgrade())
             .and_then(|p| p.only_job());
+        let (label, index, name) = (&self.label, self.index, self.name);
         match job {
             Some((id, task)) => tracing::info!(
                 target: LOG_TARGET,
