@@ -23,7 +23,8 @@
 //! cached plan to matter (docs/src/performance.md has the figure); the other
 //! services run a statement every few seconds, and the commands once, so
 //! they always send unnamed statements (one round trip, where a prepare
-//! costs two, plus a Close).
+//! costs two, plus a Close). The statements that find leases by claim
+//! token are planned on every call in every mode ([`Plan::EachCall`]).
 //!
 //! Each statement's parameter types are written here, next to its file
 //! name, and `tests/connecting/pgbouncer.rs` checks them against what the server
@@ -45,16 +46,39 @@ pub struct Sql {
     pub text: &'static str,
     /// The type of each `$n`, in order, as the server infers it.
     pub params: &'static [Type],
+    /// When the server plans it.
+    pub plan: Plan,
+}
+
+/// When the server plans a statement.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Plan {
+    /// Once per connection, where the connection caches statements (the
+    /// claim path in [`PreparedStatements::Cached`] mode); else on every call.
+    Cached,
+    /// On every call, with its parameters and the table's current size,
+    /// whatever the mode: the statements that find leases in
+    /// `pgwake.leased_jobs` by claim token. That table holds only the jobs
+    /// running now, so it is often empty when it is analyzed, and it fills
+    /// with dead rows whenever the vacuum horizon is held. A plan the
+    /// server caches while it is small scans it whole (every dead row) on
+    /// every later call; one made with its current size walks the token
+    /// index. The cost: one plan per outcome flush (a flush holds many
+    /// jobs), in the same round trip.
+    EachCall,
 }
 
 macro_rules! statements {
-    ($($konst:ident = $file:literal [$($ty:ident),*];)*) => {
+    (@plan) => { Plan::Cached };
+    (@plan each_call) => { Plan::EachCall };
+    ($($konst:ident = $file:literal [$($ty:ident),*] $($plan:ident)?;)*) => {
         $(
             #[doc = concat!("`src/db/sql/", $file, ".sql`.")]
             pub const $konst: Sql = Sql {
                 name: $file,
                 text: include_str!(concat!("sql/", $file, ".sql")),
                 params: &[$(Type::$ty),*],
+                plan: statements!(@plan $($plan)?),
             };
         )*
         /// Every statement above (the type check in `tests/connecting/pgbouncer.rs`).
@@ -139,21 +163,21 @@ statements! {
     HISTORY_MAINTAIN = "history_maintain" [FLOAT8, INT4, FLOAT8];
     HISTORY_SETTINGS_GET = "history_settings_get" [];
     HISTORY_SETTINGS_SET = "history_settings_set" [FLOAT8];
-    LEASE_BURY = "lease_bury" [INT8_ARRAY, TEXT_ARRAY];
-    LEASE_DONE = "lease_done" [INT8_ARRAY];
-    LEASE_DONE_HISTORY = "lease_done_history" [INT8_ARRAY, TEXT_ARRAY];
-    LEASE_DONE_RESULTS = "lease_done_results" [INT8_ARRAY, TEXT_ARRAY];
+    LEASE_BURY = "lease_bury" [INT8_ARRAY, TEXT_ARRAY] each_call;
+    LEASE_DONE = "lease_done" [INT8_ARRAY] each_call;
+    LEASE_DONE_HISTORY = "lease_done_history" [INT8_ARRAY, TEXT_ARRAY] each_call;
+    LEASE_DONE_RESULTS = "lease_done_results" [INT8_ARRAY, TEXT_ARRAY] each_call;
     PARENT_RESULTS = "parent_results" [INT8];
     HANDLER_INPUTS = "handler_inputs" [INT8_ARRAY];
     BATCH_OPEN = "batch_open" [TEXT, TEXT, TEXT, FLOAT8];
     BATCH_CLOSE = "batch_close" [INT8];
     BATCH_STATUS = "batch_status" [INT8];
-    LEASE_HEARTBEAT = "lease_heartbeat" [INT8_ARRAY, FLOAT8];
-    LEASE_REQUEUE = "lease_requeue" [INT8_ARRAY, INT4_ARRAY, TEXT_ARRAY, FLOAT8_ARRAY];
-    LEASE_SNOOZE = "lease_snooze" [INT8_ARRAY, INT4_ARRAY, FLOAT8_ARRAY];
-    LEASE_SLEEP = "lease_sleep" [INT8_ARRAY, INT4_ARRAY, FLOAT8_ARRAY];
-    LEASE_WAIT = "lease_wait" [INT8_ARRAY, INT4_ARRAY, FLOAT8_ARRAY, TEXT_ARRAY];
-    LEASE_STARTED = "lease_started" [INT8_ARRAY];
+    LEASE_HEARTBEAT = "lease_heartbeat" [INT8_ARRAY, FLOAT8] each_call;
+    LEASE_REQUEUE = "lease_requeue" [INT8_ARRAY, INT4_ARRAY, TEXT_ARRAY, FLOAT8_ARRAY] each_call;
+    LEASE_SNOOZE = "lease_snooze" [INT8_ARRAY, INT4_ARRAY, FLOAT8_ARRAY] each_call;
+    LEASE_SLEEP = "lease_sleep" [INT8_ARRAY, INT4_ARRAY, FLOAT8_ARRAY] each_call;
+    LEASE_WAIT = "lease_wait" [INT8_ARRAY, INT4_ARRAY, FLOAT8_ARRAY, TEXT_ARRAY] each_call;
+    LEASE_STARTED = "lease_started" [INT8_ARRAY] each_call;
     NEXT_RUN_AT_ALL = "next_run_at_all" [];
     OLDEST_TRANSACTION_AGE = "oldest_transaction_age" [];
     NEXT_RUN_AT_QUEUES = "next_run_at_queues" [TEXT_ARRAY];
@@ -231,7 +255,7 @@ statements! {
     STATS_LEASED = "stats_leased" [];
     STATS_SNOOZED = "stats_snoozed" [];
     STATS_PARENTS = "stats_parents" [];
-    STEP_RECORD_LEASE = "step_record_lease" [INT8, TEXT, TEXT, INT4, INT8];
+    STEP_RECORD_LEASE = "step_record_lease" [INT8, TEXT, TEXT, INT4, INT8] each_call;
     STEP_RECORD_TX = "step_record_tx" [INT8, TEXT, TEXT, INT4];
     STEP_SWEEP = "step_sweep" [INT8];
     SIGNAL = "signal" [TEXT, TEXT, FLOAT8];
@@ -300,13 +324,18 @@ impl<'a> Db<'a> {
         self.client
     }
 
+    /// The statement cache to prepare `sql` in, if any.
+    fn cache_for(&self, sql: &Sql) -> Option<&'a StatementCache> {
+        self.cache.filter(|_| sql.plan == Plan::Cached)
+    }
+
     /// Run `sql`; its rows.
     pub async fn query(
         self,
         sql: &Sql,
         params: &Params<'_>,
     ) -> Result<Vec<Row>, tokio_postgres::Error> {
-        match self.cache {
+        match self.cache_for(sql) {
             Some(cache) => {
                 let stmt = cache.prepare(self.client, sql.text).await?;
                 self.client.query(&stmt, params).await.map_err(lost_named)
@@ -325,7 +354,7 @@ impl<'a> Db<'a> {
         sql: &Sql,
         params: &Params<'_>,
     ) -> Result<Row, tokio_postgres::Error> {
-        match self.cache {
+        match self.cache_for(sql) {
             Some(cache) => {
                 let stmt = cache.prepare(self.client, sql.text).await?;
                 self.client
@@ -347,7 +376,7 @@ impl<'a> Db<'a> {
         sql: &Sql,
         params: &Params<'_>,
     ) -> Result<u64, tokio_postgres::Error> {
-        match self.cache {
+        match self.cache_for(sql) {
             Some(cache) => {
                 let stmt = cache.prepare(self.client, sql.text).await?;
                 self.client.execute(&stmt, params).await.map_err(lost_named)

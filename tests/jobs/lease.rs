@@ -831,3 +831,82 @@ async fn a_job_buffered_behind_long_runs_goes_to_an_idle_worker() {
     b.shutdown().await;
     assert_eq!(starts.lock().unwrap().len(), 3, "each job ran once");
 }
+
+/// The statements that end or touch a lease find it by its claim token
+/// through the token index, even on a cached connection after the table
+/// was analyzed empty and then filled with dead rows (a held vacuum
+/// horizon): a plan the server cached while the table was small would scan
+/// every dead row on every outcome flush. Fails with these statements
+/// cached like the claims' (40 sequential scans, one per statement).
+#[tokio::test]
+async fn lease_outcomes_walk_the_token_index_after_the_table_filled_with_dead_rows() {
+    use pgwake::config::PreparedStatements;
+    use pgwake::internal::sql::{Db, LEASE_DONE, LEASE_STARTED};
+    let db = migrated_db().await;
+    let client = db.client().await;
+    // No vacuum may clean up behind the test: the dead rows stay, as they
+    // do behind a held horizon; the statistics say the table is empty.
+    for setup in [
+        "ALTER TABLE pgwake.leased_jobs SET (autovacuum_enabled = off)",
+        "VACUUM ANALYZE pgwake.leased_jobs",
+        "INSERT INTO pgwake.jobs (task) SELECT 'lease-scan' FROM generate_series(1, 20100)",
+    ] {
+        client.batch_execute(setup).await.unwrap();
+    }
+    let claim = |n: i64| {
+        let client = &client;
+        async move {
+            client
+                .query(
+                    "SELECT token FROM pgwake.claim_lease_queue($1, 'default', NULL, '{}', 'test', 600, $1)",
+                    &[&n],
+                )
+                .await
+                .unwrap()
+                .iter()
+                .map(|r| r.get::<_, i64>(0))
+                .collect::<Vec<i64>>()
+        }
+    };
+    let pool = pgwake::connect::pool(&pgwake::connect::parse_url(&db.url).unwrap(), 1).unwrap();
+    let conn = pool.get().await.unwrap();
+    let cached = Db::pooled(&conn, PreparedStatements::Cached);
+    // Used while the table is small: the server would cache a plan now.
+    let small = claim(100).await;
+    for chunk in small.chunks(10) {
+        let tokens = chunk.to_vec();
+        cached.execute(&LEASE_STARTED, &[&tokens]).await.unwrap();
+        cached.query(&LEASE_DONE, &[&tokens]).await.unwrap();
+    }
+    // 20,000 dead rows: claimed, then done.
+    let many = claim(20000).await;
+    let (gone, live) = many.split_at(19900);
+    client
+        .execute(
+            "DELETE FROM pgwake.leased_jobs WHERE token = ANY($1)",
+            &[&gone.to_vec()],
+        )
+        .await
+        .unwrap();
+    conn.batch_execute("BEGIN").await.unwrap();
+    for chunk in live.chunks(10) {
+        let tokens = chunk.to_vec();
+        cached.execute(&LEASE_STARTED, &[&tokens]).await.unwrap();
+        let done = cached.query(&LEASE_DONE, &[&tokens]).await.unwrap();
+        assert_eq!(done.len(), tokens.len());
+    }
+    let scans: i64 = conn
+        .query_one(
+            "SELECT seq_scan FROM pg_stat_xact_user_tables
+             WHERE schemaname = 'pgwake' AND relname = 'leased_jobs'",
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    conn.batch_execute("ROLLBACK").await.unwrap();
+    assert_eq!(
+        scans, 0,
+        "{scans} sequential scans of pgwake.leased_jobs (20,000 dead rows) for 40 lease statements"
+    );
+}
