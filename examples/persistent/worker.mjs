@@ -41,6 +41,9 @@ const fail = (error, forGood = false, retryAfter) =>
 const snooze = (after) => ({ type: "snooze", after });
 
 const tasks = {
+  async noop() {
+    return done();
+  },
   async echo(job, payload) {
     console.log(`echo ${job.msg.id}`); // pgwake logs stdout and stderr, tagged with the job
     console.error(`echo ${job.msg.id} on stderr`);

@@ -5,7 +5,6 @@ pgwake writes one JSON object a line on fd $PGWAKE_PROTOCOL_IN; we answer on $PG
 The main thread only reads, so pings are answered while every job slot is busy (a silent process
 is killed); jobs run on a pool of --inflight threads."""
 import argparse, json, os, queue, signal, sys, threading, traceback
-from concurrent.futures import ThreadPoolExecutor
 
 if os.environ.get("PGWAKE_PROTOCOL") != "1":  # exit 2 before the hello: a configuration error
     print(f"worker.py speaks protocol 1, PGWAKE_PROTOCOL is {os.environ.get('PGWAKE_PROTOCOL')!r}: "
@@ -50,8 +49,8 @@ class StepRefused(Exception):
 
 class Job:
     def __init__(self, msg):
-        self.msg, self.cancelled, self.sql_results, self.seq = msg, threading.Event(), queue.Queue(), 0
-        self.step_results = queue.Queue()
+        self.msg, self.cancelled, self.seq = msg, threading.Event(), 0
+        self.sql_results, self.step_results = queue.SimpleQueue(), queue.SimpleQueue()
 
     def step(self, name, body):
         """A durable step: the output an earlier run recorded (the job message's "steps", sent to a
@@ -84,6 +83,8 @@ def echo(job, payload):
     print(f"echo {job.msg['id']}", flush=True)  # pgwake logs stdout and stderr, tagged with the job
     print(f"echo {job.msg['id']} on stderr", file=sys.stderr, flush=True)
     return done(payload)
+def noop(job, payload):  # the benchmark's no-op
+    return done()
 def sleep(job, payload):
     return fail("cancelled") if job.cancelled.wait(float(payload["secs"])) else done()
 def crash(job, payload):
@@ -141,8 +142,8 @@ def bad_step(job, p):
         errors.append(job.step_results.get().get("error"))
     return done(errors)
 
-TASKS = {"echo": echo, "sleep": sleep, "crash": crash, "fail": fail_task, "snooze": snooze_task,
-         "progress": progress_task, "sql": sql, "steps": steps_task, "inputs": inputs_task,
+TASKS = {"noop": noop, "echo": echo, "sleep": sleep, "crash": crash, "fail": fail_task,
+         "snooze": snooze_task, "progress": progress_task, "sql": sql, "steps": steps_task, "inputs": inputs_task,
          "bad_step": bad_step}
 jobs, jobs_lock, draining = {}, threading.Lock(), False  # jobs in flight by id
 
@@ -161,7 +162,12 @@ def run(job):
 
 def main():
     global draining
-    pool = ThreadPoolExecutor(max_workers=INFLIGHT)
+    todo = queue.SimpleQueue()  # jobs for the --inflight threads, each running one at a time
+    def serve():
+        while True:
+            run(todo.get())
+    for _ in range(INFLIGHT):
+        threading.Thread(target=serve, daemon=True).start()
     hello = {"type": "hello", "version": 1, "tasks": list(TASKS), "inflight": INFLIGHT}
     if ARGS.steps:  # optional fields: without them, job messages carry neither (and cost nothing)
         hello.update(steps=True, parent_results=True)
@@ -181,7 +187,7 @@ def main():
                     send({**fail("draining"), "id": msg["id"], "token": msg["token"]})
                     continue
                 jobs[msg["id"]] = job = Job(msg)
-            pool.submit(run, job)
+            todo.put(job)
         elif msg["type"] == "cancel" and ours:
             job.cancelled.set()
             job.sql_results.put({"error": {"message": "cancelled"}})  # if it waits for a statement
