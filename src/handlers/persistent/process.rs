@@ -23,6 +23,9 @@ pub const LOG_TARGET: &str = "pgwake::persistent";
 /// Longest stdout/stderr line logged; the rest is dropped with a note.
 const OUTPUT_LINE_MAX: usize = 4096;
 
+/// Most bytes of queued lines written to a process at once.
+const WRITE_COALESCE_MAX: usize = 64 * 1024;
+
 /// How much of a process's stderr is kept for an error message.
 const STDERR_TAIL: usize = 2048;
 
@@ -383,7 +386,17 @@ pub(super) fn start(spec: &Spec, index: usize) -> std::io::Result<Started> {
     tokio::spawn(async move {
         let mut writer = writer;
         while let Some(line) = out_rx.recv().await {
-            if writer.write_all(line.as_bytes()).await.is_err() {
+            // The lines queued meanwhile go in the same write (the jobs of
+            // one claim, a ping beside them): one wake-up of the process
+            // for all of them, not one each.
+            let mut bytes = line.into_bytes();
+            while bytes.len() < WRITE_COALESCE_MAX {
+                match out_rx.try_recv() {
+                    Ok(more) => bytes.extend_from_slice(more.as_bytes()),
+                    Err(_) => break,
+                }
+            }
+            if writer.write_all(&bytes).await.is_err() {
                 break;
             }
         }
