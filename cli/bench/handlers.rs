@@ -11,10 +11,10 @@
 //! committed outcome, as in the burn-down.
 //!
 //! Then the persistent handler (issue 34): the reference Python worker's
-//! `echo` through the protocol (lease, `pgwake run`'s default of C
-//! processes of one job each), against the same no-op as one `python3` per
-//! job (`exec`), and against the Rust no-op on a lease queue of the same
-//! run. Without `python3` or the reference worker these rows are left out,
+//! `noop` through the protocol (lease, one process per core taking C jobs
+//! between them, `persistent::shape`), against the same no-op as one
+//! `python3` per job (`exec`), and against the Rust no-op on a lease queue
+//! of the same run. Without `python3` or the reference worker these rows are left out,
 //! with a note saying why.
 
 use std::process::Stdio;
@@ -63,7 +63,7 @@ const EXEC_JOBS: (u64, u64) = (3000, 200);
 const EXEC_PYTHON_JOBS: (u64, u64) = (200, 10);
 
 /// The persistent handler's rows.
-pub(crate) const PERSISTENT_KIND: &str = "python3 persistent (echo)";
+pub(crate) const PERSISTENT_KIND: &str = "python3 persistent (noop)";
 
 /// What phase 0 measured, and the notes on what it skipped.
 pub(crate) type Kinds = (Vec<KindRun>, Vec<String>);
@@ -160,9 +160,9 @@ pub(crate) async fn run(bench: &Bench<'_>) -> Result<Kinds> {
             };
             out.push(versus("exec py", python_exec));
             out.push(versus("lease", lease_runs));
+            let (processes, inflight) = super::persistent::shape(plan.concurrency);
             vec![format!(
-                "{PERSISTENT_KIND}: lease mode, {} processes of one job each; \"exec py\" runs {python_exec_jobs} jobs, one python3 each",
-                plan.concurrency
+                "{PERSISTENT_KIND}: lease mode, {processes} processes (one per core) of {inflight} jobs at once each; \"exec py\" runs {python_exec_jobs} jobs, one python3 each"
             )]
         }
     };

@@ -202,11 +202,15 @@ impl RunningWorker {
                 builder.handler_arc(TASK, pgwake::handlers::parse_flag(&python.exec_flag)?.1)
             }
             HandlerKind::Persistent => {
-                let command = super::persistent::commands()
-                    .map_err(Error::Config)?
-                    .persistent;
+                let (processes, inflight) = super::persistent::shape(spec.concurrency);
+                let command = format!(
+                    "{} --inflight {inflight}",
+                    super::persistent::commands()
+                        .map_err(Error::Config)?
+                        .persistent
+                );
                 let opts = pgwake::handlers::persistent::Options {
-                    processes: spec.concurrency,
+                    processes,
                     ..Default::default()
                 };
                 builder.handler(

@@ -12,10 +12,20 @@ use std::sync::OnceLock;
 /// The reference worker, relative to a repository checkout.
 const REFERENCE_WORKER: &str = "examples/persistent/worker.py";
 
-/// The task the reference worker serves as a no-op: its `echo` answers
-/// `done` with the payload (`{}`) as the result, and prints one line on
-/// stdout and one on stderr, which pgwake reads into its log.
-pub(crate) const TASK: &str = "echo";
+/// The task the reference worker serves as a no-op: its `noop` answers
+/// `done`, nothing else.
+pub(crate) const TASK: &str = "noop";
+
+/// How the persistent no-op's slots are spread: one process per core
+/// (no more than `concurrency`), each taking its share of `concurrency`
+/// jobs at once (its `--inflight`): (processes, inflight). What a Python
+/// application with CPU-bound handlers would run; more processes than
+/// cores only add context switches to every hand-off.
+pub(crate) fn shape(concurrency: usize) -> (usize, usize) {
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let processes = cores.min(concurrency).max(1);
+    (processes, concurrency.div_ceil(processes).max(1))
+}
 
 /// The Python handlers' commands, or why their figures are skipped.
 #[derive(Debug, Clone)]
