@@ -6,6 +6,7 @@
 //! cause, and no job is lost or finished twice; a stale token is refused
 //! and logged. What a process prints reaches the log, tagged with its job.
 
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use crate::common::*;
@@ -180,6 +181,22 @@ async fn a_stale_token_is_refused_and_logged_and_the_real_answer_counts() {
     );
 }
 
+/// `pgwake run` serving `echo` with the reference Python worker on one
+/// process, once every job enqueued is done: the run and its log so far.
+async fn echo_on_one_process(db: &TestDb) -> (KillOnDrop, Arc<Mutex<String>>) {
+    let handler = format!("echo=persistent:{}", python_worker(""));
+    let mut run = KillOnDrop::new(spawn_pgwake_run(
+        &db.url,
+        &["--handler", &handler, "--processes", "1"],
+    ));
+    let log = tail_stderr(run.child());
+    eventually("the jobs are done", WAIT, || async {
+        remaining(db).await == 0
+    })
+    .await;
+    (run, log)
+}
+
 #[tokio::test]
 async fn what_a_process_prints_reaches_the_log_tagged_with_its_job() {
     let db = migrated_db().await;
@@ -190,16 +207,7 @@ async fn what_a_process_prints_reaches_the_log_tagged_with_its_job() {
     )
     .await
     .unwrap();
-    let handler = format!("echo=persistent:{}", python_worker(""));
-    let mut run = KillOnDrop::new(spawn_pgwake_run(
-        &db.url,
-        &["--handler", &handler, "--processes", "1"],
-    ));
-    let log = tail_stderr(run.child());
-    eventually("the job is done", WAIT, || async {
-        remaining(&db).await == 0
-    })
-    .await;
+    let (mut run, log) = echo_on_one_process(&db).await;
     let line = format!("echo {id} on stderr");
     eventually("the lines are logged", Duration::from_secs(10), || {
         let log = log.clone();
@@ -235,16 +243,7 @@ async fn each_line_is_tagged_with_the_job_that_printed_it_while_jobs_follow_at_o
             .await
             .unwrap();
     }
-    let handler = format!("echo=persistent:{}", python_worker(""));
-    let mut run = KillOnDrop::new(spawn_pgwake_run(
-        &db.url,
-        &["--handler", &handler, "--processes", "1"],
-    ));
-    let log = tail_stderr(run.child());
-    eventually("the jobs are done", WAIT, || async {
-        remaining(&db).await == 0
-    })
-    .await;
+    let (mut run, log) = echo_on_one_process(&db).await;
     let printed = |log: &str| {
         log.lines()
             .filter(|l| l.contains("pgwake::persistent: echo "))
