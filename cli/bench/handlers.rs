@@ -14,8 +14,8 @@
 //! `noop` through the protocol (lease, one process per core taking C jobs
 //! between them, `persistent::shape`), against the same no-op as one
 //! `python3` per job (`exec`), and against the Rust no-op on a lease queue
-//! of the same run. Without `python3` or the reference worker these rows are left out,
-//! with a note saying why.
+//! of the same run. Without `python3` or the reference worker these rows
+//! are left out, with a note saying why.
 
 use std::process::Stdio;
 use std::time::Instant;

@@ -143,8 +143,8 @@ def bad_step(job, p):
     return done(errors)
 
 TASKS = {"noop": noop, "echo": echo, "sleep": sleep, "crash": crash, "fail": fail_task,
-         "snooze": snooze_task, "progress": progress_task, "sql": sql, "steps": steps_task, "inputs": inputs_task,
-         "bad_step": bad_step}
+         "snooze": snooze_task, "progress": progress_task, "sql": sql, "steps": steps_task,
+         "inputs": inputs_task, "bad_step": bad_step}
 jobs, jobs_lock, draining = {}, threading.Lock(), False  # jobs in flight by id
 
 def run(job):
