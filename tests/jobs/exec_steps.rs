@@ -82,9 +82,10 @@ if p:
     seen["parents"] = json.load(open(p))
     seen["dir"] = os.path.dirname(p)
     seen["mode"] = oct(stat.S_IMODE(os.stat(os.path.dirname(p)).st_mode))
-with open({seen:?} + ".tmp", "w") as f:
+tmp = {seen:?} + ".%d.tmp" % os.getpid()  # the two children may run at once
+with open(tmp, "w") as f:
     f.write(json.dumps(seen) + "\n")
-os.rename({seen:?} + ".tmp", {seen:?} + (".lone" if "lone" in sys.stdin.read() else ""))
+os.rename(tmp, {seen:?} + (".lone" if "lone" in sys.stdin.read() else ""))
 "#,
             seen = seen.display().to_string()
         ),
