@@ -5,10 +5,11 @@
 # seconds (default 60); then a session opens a REPEATABLE READ transaction,
 # takes its snapshot and sits idle in it for PINNED seconds (default 180),
 # and the producers go on for 10 s after it ends. Every 5 s the script
-# prints the producers' insert rate and latency (mean, p99), the worker's
-# pickup latency (from the INSERT statement to the handler, mean and max),
-# the backlog, and the dead tuples of the queue tables; at the end, per
-# phase, the same figures, the mean server time of the statements that
+# prints the worker's pickup latency (from the INSERT statement to the
+# handler, mean and max), the backlog, and the dead tuples of the queue
+# tables; at the end, per phase, the producers' insert rate and latency
+# (mean, p99, max: the insert's own, INSERT and COMMIT, and pgbench's, from
+# the insert's scheduled time), the same figures, the mean server time of the statements that
 # cost the most time (pg_stat_statements, when the server preloads it), and
 # what the producers' sessions waited on (pg_stat_activity sampled every
 # 100 ms on one session: WAL flushes, the NOTIFY commit lock, a core).
@@ -33,6 +34,7 @@ cleanup() {
     for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
     wait 2>/dev/null || true
     psql -q "$admin" -c "DROP DATABASE IF EXISTS $db WITH (FORCE)" >/dev/null 2>&1 || true
+    if [ -n "${KEEP:-}" ]; then mkdir -p "$KEEP" && cp "$work"/log* "$KEEP"/ 2>/dev/null; fi
     rm -rf "$work"
 }
 trap cleanup EXIT
@@ -42,9 +44,13 @@ psql -q "$url" <<'SQL' >/dev/null
 -- The pickup of every job: from its INSERT statement (the payload's t) to
 -- the handler, in the claim transaction (rolled back with it, so only
 -- runs that commit count). Unlogged: no WAL beside the queue's own.
-CREATE UNLOGGED TABLE bench_pickup (at timestamptz NOT NULL DEFAULT clock_timestamp(), seconds float8 NOT NULL);
-CREATE FUNCTION bench_noop(p jsonb) RETURNS void LANGUAGE sql AS
-  $$INSERT INTO bench_pickup (seconds) VALUES (extract(epoch FROM clock_timestamp()) - (p->>'t')::float8)$$;
+-- BRIN on `at`: the script's 5-second reads take the last rows only (a
+-- scan of the whole table every 5 s, 240,000 rows by the end, was CPU the
+-- producers then waited for).
+CREATE UNLOGGED TABLE bench_pickup (at timestamptz NOT NULL DEFAULT clock_timestamp(), seconds float8 NOT NULL, job_id bigint NOT NULL);
+CREATE INDEX ON bench_pickup USING brin (at) WITH (pages_per_range = 8);
+CREATE FUNCTION bench_noop(payload jsonb, job_id bigint, attempt int) RETURNS void LANGUAGE sql AS
+  $$INSERT INTO bench_pickup (seconds, job_id) VALUES (extract(epoch FROM clock_timestamp()) - (payload->>'t')::float8, job_id)$$;
 SQL
 stats=$(psql -qAt "$url" -c "SELECT count(*) FROM pg_extension WHERE extname = 'pg_stat_statements'" 2>/dev/null || echo 0)
 if [ "$stats" = 0 ] && psql -qAt "$url" -c "CREATE EXTENSION IF NOT EXISTS pg_stat_statements" >/dev/null 2>&1 \
@@ -60,7 +66,7 @@ until psql -qAt "$url" -c "SELECT count(*) FROM pgwake.workers" 2>/dev/null | gr
 
 echo "INSERT INTO pgwake.jobs (task, payload) VALUES ('noop', jsonb_build_object('t', extract(epoch FROM clock_timestamp())));" > "$work/insert.sql"
 total=$((unpinned + pinned + 10))
-pgbench -n -c 2 -j 2 -R "$rate" -T "$total" -f "$work/insert.sql" -l --log-prefix="$work/log" "$url" >"$work/pgbench.out" 2>&1 &
+nice -n "${PRODUCERS_NICE:-0}" pgbench -n -c 2 -j 2 -R "$rate" -T "$total" -f "$work/insert.sql" -l --log-prefix="$work/log" "$url" >"$work/pgbench.out" 2>&1 &
 pids+=($!)
 bench=$!
 t0=$(date +%s.%N)
@@ -80,15 +86,30 @@ top_statements() {
     psql -qAt -F ' | ' "$url" -c "SELECT calls, round(mean_exec_time::numeric, 3) AS mean_ms, round(total_exec_time::numeric) AS total_ms, left(regexp_replace(query, '\s+', ' ', 'g'), 90)
                                    FROM pg_stat_statements WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database())
                                    ORDER BY total_exec_time DESC LIMIT 6" | sed 's/^/    /'
+    # The longest single executions: a statement that holds a core for
+    # tens of milliseconds delays the producers' inserts queued meanwhile.
+    echo "    (longest single executions: calls | max ms | mean ms | statement)"
+    psql -qAt -F ' | ' "$url" -c "SELECT calls, round(max_exec_time::numeric, 1), round(mean_exec_time::numeric, 3), left(regexp_replace(query, '\s+', ' ', 'g'), 90)
+                                   FROM pg_stat_statements WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database())
+                                   ORDER BY max_exec_time DESC LIMIT 5" | sed 's/^/    /'
 }
+# The backlog: the jobs after the last one that ran 5 s ago, counted by
+# their ids (jobs run about in id order; one left behind for longer shows
+# in the pickup maximum and in the count at the end). Counting the whole
+# table walked every dead row a held horizon keeps, 190,000 at the end of
+# a pinned phase, every 5 s: a burst of server time the producers waited
+# for at each sample.
 sample() {
     psql -qAt -F ' ' "$url" -c "
-      SELECT (SELECT count(*) FROM pgwake.jobs),
+      SELECT (SELECT count(*) FROM pgwake.jobs WHERE id > coalesce((
+                  SELECT max(job_id) FROM bench_pickup
+                  WHERE at BETWEEN now() - interval '6 s' AND now() - interval '5 s'), 0)),
              (SELECT coalesce(sum(n_dead_tup), 0) FROM pg_stat_user_tables WHERE relid = 'pgwake.jobs'::regclass),
              (SELECT coalesce(sum(n_dead_tup), 0) FROM pg_stat_user_tables WHERE relid IN ('pgwake.leased_jobs'::regclass, 'pgwake.tx_batches'::regclass)),
-             (SELECT count(*) FROM bench_pickup WHERE at > now() - interval '5 s'),
-             (SELECT round(coalesce(avg(seconds), 0)::numeric * 1000, 1) FROM bench_pickup WHERE at > now() - interval '5 s'),
-             (SELECT round(coalesce(max(seconds), 0)::numeric * 1000, 1) FROM bench_pickup WHERE at > now() - interval '5 s')"
+             p.n, p.mean, p.max
+      FROM (SELECT count(*) AS n, round(coalesce(avg(seconds), 0)::numeric * 1000, 1) AS mean,
+                   round(coalesce(max(seconds), 0)::numeric * 1000, 1) AS max
+            FROM bench_pickup WHERE at > now() - interval '5 s') p"
 }
 printf '%6s %7s %9s %8s %9s %11s %10s %9s\n' t phase "ran/s" "pickup" "pickupmax" backlog "dead jobs" "dead other"
 phase=unpinned
@@ -129,6 +150,7 @@ while kill -0 "$bench" 2>/dev/null; do
 done
 wait "$bench" || true
 mark end
+echo "-- jobs waiting when the producers stopped (every one, counted once): $(psql -qAt "$url" -c "SELECT count(*) FROM pgwake.jobs")"
 python3 - "$work/marks" <<'PY'
 import sys
 rows = [l.split() for l in open(sys.argv[1])]
@@ -150,38 +172,42 @@ done
 python3 - "$t0" "$unpinned" "$pinned" "$rate" "$work" <<'PY'
 import glob, os, sys
 t0, unpinned, pinned, rate, work = float(sys.argv[1]), float(sys.argv[2]), float(sys.argv[3]), float(sys.argv[4]), sys.argv[5]
-phases = {"unpinned": [], "pinned": []}
+# pgbench -R logs each insert's latency from its scheduled time and its
+# schedule lag (how late it started): the insert itself, INSERT and COMMIT
+# as a producer's own session sees them, is the difference. The lag is the
+# load generator's: an insert waits for its connection's earlier ones and
+# for the pgbench thread to get a core (on a small machine shared with the
+# server and the worker, most of it).
+inserts = []  # (done, own latency ms, latency from the schedule ms)
 for f in glob.glob(work + "/log*"):
     for line in open(f):
         c = line.split()
-        lat_ms = int(c[2]) / 1000.0
-        done = int(c[4]) + int(c[5]) / 1e6 - t0
-        if 5 <= done < unpinned:
-            phases["unpinned"].append(lat_ms)
-        elif unpinned <= done < unpinned + pinned:
-            phases["pinned"].append(lat_ms)
+        lat, lag = int(c[2]) / 1000.0, int(c[6]) / 1000.0
+        inserts.append((int(c[4]) + int(c[5]) / 1e6 - t0, lat - lag, lat))
 def pct(xs, p):
     xs = sorted(xs)
     return xs[min(len(xs) - 1, int(p / 100.0 * len(xs)))] if xs else float("nan")
-for name, xs in phases.items():
-    secs = (unpinned - 5) if name == "unpinned" else pinned
-    print(f"-- inserts, {name}: {len(xs) / secs:7.0f}/s of {rate:.0f}, latency mean {sum(xs) / max(1, len(xs)):6.2f} ms, "
-          f"p99 {pct(xs, 99):7.2f} ms, max {max(xs or [0]):8.1f} ms")
+def figures(xs):
+    return f"mean {sum(xs) / max(1, len(xs)):6.2f} ms, p99 {pct(xs, 99):7.2f} ms, max {max(xs or [0]):8.1f} ms"
+for name, lo, hi in (("unpinned", 5, unpinned), ("pinned", unpinned, unpinned + pinned)):
+    own = [o for d, o, _ in inserts if lo <= d < hi]
+    sched = [l for d, _, l in inserts if lo <= d < hi]
+    print(f"-- inserts, {name}: {len(own) / (hi - lo):7.0f}/s of {rate:.0f}; the insert (INSERT and COMMIT): {figures(own)}; "
+          f"from its scheduled time (pgbench's latency): {figures(sched)}")
 # With CSV=path: every 5 s, the worker's figures beside the producers'
-# (inserts done in those 5 s and their latency p99), for a plot.
+# (inserts done in those 5 s and their latency p99, from the schedule and
+# the insert's own), for a plot.
 if os.environ.get("CSV"):
     buckets = {}
-    for f in glob.glob(work + "/log*"):
-        for line in open(f):
-            c = line.split()
-            done = int(c[4]) + int(c[5]) / 1e6 - t0
-            buckets.setdefault(int(done // 5) * 5 + 5, []).append(int(c[2]) / 1000.0)
+    for done, own, lat in inserts:
+        buckets.setdefault(int(done // 5) * 5 + 5, []).append((own, lat))
     with open(os.environ["CSV"], "w") as out:
-        out.write("t,phase,ran_per_s,pickup_ms,dead_jobs,inserts_per_s,insert_p99_ms\n")
+        out.write("t,phase,ran_per_s,pickup_ms,dead_jobs,inserts_per_s,insert_p99_ms,insert_own_p99_ms\n")
         for line in open(work + "/samples"):
             t, phase, ran, pickup, dead = line.split()
             xs = buckets.get(int(t), [])
-            out.write(f"{t},{phase},{ran},{pickup},{dead},{len(xs) / 5:.0f},{pct(xs, 99):.2f}\n")
+            out.write(f"{t},{phase},{ran},{pickup},{dead},{len(xs) / 5:.0f},"
+                      f"{pct([l for _, l in xs], 99):.2f},{pct([o for o, _ in xs], 99):.2f}\n")
 PY
 psql -qAt -F ' ' "$url" -c "
   SELECT '-- pickup, ' || phase || ': mean ' || round(avg(seconds)::numeric * 1000, 1) || ' ms, p99 ' ||
