@@ -100,6 +100,9 @@ pub struct Sample {
     pub waiting: Vec<(String, String, i64)>,
     /// How long the sample took (connection checkout included).
     pub duration: Duration,
+    /// Whether [`Sample::queues`] was read ([`sample_parts`]); when not,
+    /// it is empty and says nothing about the queues.
+    pub queues_read: bool,
 }
 
 /// Read one sample within [`TIME_LIMIT_DEFAULT`]; see [`sample_with`].
@@ -115,6 +118,18 @@ pub async fn sample_with(
     pool: &deadpool_postgres::Pool,
     depth_cap: i64,
     time_limit: Option<Duration>,
+) -> Result<Sample> {
+    sample_parts(pool, depth_cap, time_limit, true).await
+}
+
+/// As [`sample_with`], reading the per-queue gauges only when `read_queues`
+/// (the worker's sampler skips them on most ticks while the vacuum horizon
+/// is held: `services/sampler.rs`, `PRESSURE_QUEUE_GAUGES_EVERY`).
+pub async fn sample_parts(
+    pool: &deadpool_postgres::Pool,
+    depth_cap: i64,
+    time_limit: Option<Duration>,
+    read_queues: bool,
 ) -> Result<Sample> {
     let started = Instant::now();
     let mut conn = pool.get().await.map_err(Error::pool("sampler"))?;
@@ -137,7 +152,13 @@ pub async fn sample_with(
     let params: [&(dyn tokio_postgres::types::ToSql + Sync); 2] = [&depth_cap, &window];
     let db = Db::unnamed(tx.client());
     let (queues, pressure, settings, waiting) = tokio::join!(
-        db.query(&sql::SAMPLE_QUEUES, &params),
+        async {
+            if read_queues {
+                db.query(&sql::SAMPLE_QUEUES, &params).await
+            } else {
+                Ok(Vec::new())
+            }
+        },
         db.query_one(&sql::SAMPLE_PRESSURE, &[]),
         db.query(&sql::SAMPLE_QUEUE_SETTINGS, &[]),
         db.query(&sql::SAMPLE_WAITING, &waiting_params),
@@ -221,5 +242,6 @@ pub async fn sample_with(
             .map(|r| (r.get(0), r.get(1), r.get(2)))
             .collect(),
         duration: started.elapsed(),
+        queues_read: read_queues,
     })
 }

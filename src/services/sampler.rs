@@ -26,8 +26,8 @@ use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 
 pub use crate::admin::gauges::{
-    sample, sample_with, QueueSample, Sample, DEPTH_CAP_DEFAULT, RUNNING_CHECK_WINDOW,
-    TIME_LIMIT_DEFAULT,
+    sample, sample_parts, sample_with, QueueSample, Sample, DEPTH_CAP_DEFAULT,
+    RUNNING_CHECK_WINDOW, TIME_LIMIT_DEFAULT,
 };
 use crate::admin::pressure::{self, Pressure};
 use crate::error::Error;
@@ -42,6 +42,31 @@ use crate::metrics;
 /// the dead index entries the held horizon had left by then
 /// (docs/src/performance.md, "Under a pinned vacuum horizon").
 pub const HORIZON_PROBE_EVERY: Duration = Duration::from_secs(1);
+
+/// While claims resume after their cursor (`Health::claims_resume`: a
+/// transaction open 5 s, or the governor's level above ok), the queue
+/// gauges are read at most once per this many sample intervals (30 s at
+/// the default 5 s); the ticks between read the pressure alone (the
+/// governor and the oldest transaction's age). Each count of the queue
+/// gauges walks the dead index entries a held horizon keeps, which no read
+/// can skip: 88 ms of a core every 5 s after two pinned minutes at 1,500
+/// jobs/s, each a stall the producers' inserts queued behind
+/// (docs/src/performance.md, "Where the producers' latency goes").
+pub const PRESSURE_QUEUE_GAUGES_EVERY: u32 = 6;
+
+/// Whether a sample tick at `now` reads the queue gauges: always without
+/// pressure; under it (`pressed`), when none were read within
+/// [`PRESSURE_QUEUE_GAUGES_EVERY`] intervals (half an interval early, for
+/// the ticks' jitter).
+pub fn reads_queue_gauges(
+    pressed: bool,
+    last_read: Option<std::time::Instant>,
+    now: std::time::Instant,
+    interval: Duration,
+) -> bool {
+    let every = interval * PRESSURE_QUEUE_GAUGES_EVERY;
+    !pressed || last_read.is_none_or(|at| now.saturating_duration_since(at) + interval / 2 >= every)
+}
 
 /// How the sampler runs.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -103,6 +128,8 @@ pub struct Sampler {
     seen_apps: HashSet<String>,
     /// (queue label, reason) pairs last published with waiting jobs.
     seen_waiting: HashSet<(String, String)>,
+    /// When the queue gauges were last read ([`reads_queue_gauges`]).
+    queue_gauges_read: Option<std::time::Instant>,
 }
 
 impl Sampler {
@@ -126,6 +153,7 @@ impl Sampler {
             seen_fair: HashSet::new(),
             seen_apps: HashSet::new(),
             seen_waiting: HashSet::new(),
+            queue_gauges_read: None,
         }
     }
 
@@ -148,19 +176,32 @@ impl Sampler {
                 continue;
             }
             self.publish_pool();
-            match sample_with(
+            let now = std::time::Instant::now();
+            // Under pressure, most ticks leave the queue gauges at their
+            // last values and read the rest (settings, shed queues, waits).
+            let read_queues = reads_queue_gauges(
+                self.health.claims_resume(),
+                self.queue_gauges_read,
+                now,
+                self.config.interval,
+            );
+            match sample_parts(
                 &self.pool,
                 self.config.depth_cap,
                 Some(self.config.time_limit),
+                read_queues,
             )
             .await
             {
                 Ok(s) => {
+                    if read_queues {
+                        self.queue_gauges_read = Some(now);
+                    }
                     self.health.set_db(true);
                     self.health
                         .set_oldest_transaction_age(s.oldest_transaction_age);
                     self.publish(&s);
-                    if self.config.depth_minutes {
+                    if self.config.depth_minutes && s.queues_read {
                         self.record_depth(&s).await;
                     }
                     self.govern().await;
@@ -251,6 +292,14 @@ impl Sampler {
     /// Queues beyond the label cap are summed into `queue="other"` (the
     /// oldest age is their maximum).
     pub fn publish(&mut self, s: &Sample) {
+        if s.queues_read {
+            self.publish_queues(s);
+        }
+        self.publish_rest(s);
+    }
+
+    /// The per-queue gauges: depth, oldest ready age, dead jobs.
+    fn publish_queues(&mut self, s: &Sample) {
         let mut by_label: std::collections::BTreeMap<String, (i64, i64, i64, f64)> =
             Default::default();
         for q in &s.queues {
@@ -279,6 +328,10 @@ impl Sampler {
             ::metrics::gauge!(metrics::DEAD_JOBS, "queue" => gone.clone()).set(0.0);
         }
         self.seen_queues.extend(now_queues);
+    }
+
+    /// Everything else a sample read: waits, queue settings, pressure.
+    fn publish_rest(&mut self, s: &Sample) {
         // Waiting jobs by reason (summed over the queues reported as
         // `other`); a pair with none since the last sample: 0.
         let mut waiting: std::collections::BTreeMap<(String, String), i64> = Default::default();
@@ -424,4 +477,39 @@ fn publish_limit<'a>(
         ::metrics::gauge!(metric, "queue" => q.clone()).set(0.0);
     }
     now
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{reads_queue_gauges, PRESSURE_QUEUE_GAUGES_EVERY};
+    use std::time::{Duration, Instant};
+
+    #[test]
+    fn under_pressure_the_queue_gauges_are_read_once_per_several_intervals() {
+        let every = Duration::from_secs(5);
+        let t0 = Instant::now();
+        assert!(
+            reads_queue_gauges(false, Some(t0), t0 + every, every),
+            "no pressure: every tick"
+        );
+        assert!(
+            reads_queue_gauges(true, None, t0, every),
+            "under pressure: the first tick reads"
+        );
+        let reads: Vec<u32> = (1..=2 * PRESSURE_QUEUE_GAUGES_EVERY)
+            .filter(|k| reads_queue_gauges(true, Some(t0), t0 + every * *k, every))
+            .collect();
+        assert_eq!(
+            reads.first(),
+            Some(&PRESSURE_QUEUE_GAUGES_EVERY),
+            "ticks read the pressure alone until {PRESSURE_QUEUE_GAUGES_EVERY} intervals have passed"
+        );
+        // A tick a little early (the interval's jitter) still reads.
+        assert!(reads_queue_gauges(
+            true,
+            Some(t0),
+            t0 + every * PRESSURE_QUEUE_GAUGES_EVERY - Duration::from_millis(100),
+            every
+        ));
+    }
 }

@@ -481,3 +481,84 @@ async fn a_prepared_transaction_drives_the_level_and_slots_and_standbys_are_repo
         .unwrap();
     drop(standby);
 }
+
+/// While the vacuum horizon is held the worker's sampler reads the
+/// per-queue gauges only once per several intervals
+/// (`PRESSURE_QUEUE_GAUGES_EVERY`: each count walks the dead index entries
+/// the held horizon keeps); a sample without them leaves the queue gauges
+/// at their last values and still publishes the rest, here a queue paused
+/// meanwhile. Fails with a partial sample published as if it had read the
+/// queues (the depth falls to 0) or not published at all (the pause unseen).
+#[tokio::test(flavor = "current_thread")]
+async fn a_sample_without_the_queue_gauges_keeps_their_last_values_and_publishes_the_rest() {
+    let handle = pgwake::metrics::install();
+    let db = migrated_db().await;
+    let c = db.client().await;
+    let q = format!("partial_{}", std::process::id());
+    let insert = |n: i32| {
+        format!(
+            "INSERT INTO pgwake.jobs (queue, task) SELECT '{q}', 't' FROM generate_series(1, {n})"
+        )
+    };
+    c.batch_execute(&insert(3)).await.unwrap();
+    let pool = pgwake::connect::pool(&db.config(), 1).unwrap();
+    let mut sampler = pgwake::internal::sampler::Sampler::new(
+        pool.clone(),
+        pgwake::internal::sampler::SamplerConfig::every(Duration::from_secs(60)),
+        std::sync::Arc::new(pgwake::Health::new(false)),
+    );
+    let gauge = |name: &str| -> String {
+        let text = handle.render();
+        text.lines()
+            .find(|l| l.starts_with(name) && l.contains(&format!("queue=\"{q}\"")))
+            .and_then(|l| l.rsplit(' ').next())
+            .unwrap_or_default()
+            .to_string()
+    };
+    let depth = "pgwake_queue_depth{queue=";
+    let ready_depth = || {
+        let text = handle.render();
+        text.lines()
+            .find(|l| {
+                l.starts_with(depth)
+                    && l.contains(&format!("queue=\"{q}\""))
+                    && l.contains("state=\"ready\"")
+            })
+            .and_then(|l| l.rsplit(' ').next())
+            .unwrap_or_default()
+            .to_string()
+    };
+    sampler.publish(
+        &pgwake::internal::sampler::sample(&pool, pgwake::internal::sampler::DEPTH_CAP_DEFAULT)
+            .await
+            .unwrap(),
+    );
+    assert_eq!(ready_depth(), "3");
+
+    c.batch_execute(&format!("{}; SELECT pgwake.pause_queue('{q}')", insert(2)))
+        .await
+        .unwrap();
+    let partial = pgwake::internal::sampler::sample_parts(
+        &pool,
+        pgwake::internal::sampler::DEPTH_CAP_DEFAULT,
+        Some(pgwake::internal::sampler::TIME_LIMIT_DEFAULT),
+        false,
+    )
+    .await
+    .unwrap();
+    assert!(!partial.queues_read && partial.queues.is_empty());
+    sampler.publish(&partial);
+    assert_eq!(
+        ready_depth(),
+        "3",
+        "the queue gauges keep their last values"
+    );
+    assert_eq!(gauge("pgwake_queue_paused{"), "1", "the rest is published");
+
+    sampler.publish(
+        &pgwake::internal::sampler::sample(&pool, pgwake::internal::sampler::DEPTH_CAP_DEFAULT)
+            .await
+            .unwrap(),
+    );
+    assert_eq!(ready_depth(), "5", "the next full sample reads them again");
+}
