@@ -184,6 +184,60 @@ BEGIN
 END
 $$;
 
+-- claim_tx_queue, of the jobs after (after_priority, after_run_at, after_id)
+-- in the queue's claim order: under database pressure (src/claim/choose/cursor.rs)
+-- a claim of one queue resumes after the last job claimed from it instead
+-- of walking the head of its range, where a held vacuum horizon keeps the
+-- entries of every job claimed since.
+CREATE OR REPLACE FUNCTION pgwake.claim_tx_queue_after(
+    claim_limit bigint, claim_queue text, only_tasks text[], never_tasks text[],
+    after_priority integer, after_run_at timestamptz, after_id bigint)
+RETURNS TABLE (id bigint, queue text, task text, payload text, priority integer,
+               run_at timestamptz, attempts integer, max_attempts integer, last_error text,
+               created_at timestamptz, timeout_s double precision, pickup_s double precision,
+               xid text, backend_pid integer,
+               ordering_key text, unique_key text, ordering_at timestamptz,
+               limit_key text, release_s double precision)
+LANGUAGE plpgsql VOLATILE
+SET plan_cache_mode = force_generic_plan
+SET enable_sort = off
+SET enable_seqscan = off
+SET jit = off
+AS $$
+#variable_conflict use_column
+BEGIN
+    RETURN QUERY
+    WITH c AS (
+        DELETE FROM pgwake.jobs
+        WHERE ctid = ANY(ARRAY(
+            SELECT ctid FROM pgwake.jobs
+            -- After the cursor: an index bound (the index's own order).
+            WHERE (queue, priority, run_at, id) > (claim_queue, after_priority, after_run_at, after_id)
+              AND queue <= claim_queue AND run_at <= now()
+              -- Paused or limited: a one-time filter (migration 0011).
+              AND pgwake.queue_claimable(claim_queue)
+              AND (only_tasks IS NULL OR task = ANY(only_tasks)) AND task <> ALL(never_tasks)
+              AND NOT held
+              AND CASE WHEN ordering_key IS NULL THEN true
+                       ELSE pgwake.ordering_free(ordering_key, priority, coalesce(ordering_at, run_at), id) END
+            ORDER BY queue, priority, run_at, id
+            LIMIT claim_limit
+            FOR UPDATE SKIP LOCKED))
+        RETURNING *
+    )
+    SELECT c.id, c.queue, c.task, c.payload::text, c.priority, c.run_at, c.attempts,
+           c.max_attempts, c.last_error, c.created_at, extract(epoch FROM c.timeout)::float8,
+           extract(epoch FROM clock_timestamp() - greatest(c.created_at, c.run_at))::float8,
+           pg_current_xact_id()::text,
+           pg_backend_pid(),
+           c.ordering_key, c.unique_key, coalesce(c.ordering_at, c.run_at), c.limit_key,
+           -- a flow's child released by its parents (migration 0045)
+           CASE WHEN c.released_at IS NOT NULL
+                THEN extract(epoch FROM clock_timestamp() - greatest(c.released_at, c.run_at))::float8 END
+    FROM c;
+END
+$$;
+
 -- lease-mode claim over every queue but `skip_queues`, of the jobs after
 -- (`after_priority`, `after_run_at`, `after_id`) in claim order
 -- (src/claim/choose/cursor.rs: under database pressure, claims resume after the
@@ -310,6 +364,76 @@ BEGIN
     picked := ARRAY(
         SELECT ctid FROM pgwake.jobs
         WHERE queue >= claim_queue AND queue <= claim_queue AND run_at <= now()
+          AND pgwake.queue_claimable(claim_queue)
+          AND (only_tasks IS NULL OR task = ANY(only_tasks)) AND task <> ALL(never_tasks)
+          AND (run_now > 0 OR NOT suspect)
+          AND NOT held
+          AND CASE WHEN ordering_key IS NULL THEN true
+                   ELSE pgwake.ordering_free(ordering_key, priority, coalesce(ordering_at, run_at), id) END
+        ORDER BY queue, priority, run_at, id
+        LIMIT claim_limit
+        FOR UPDATE SKIP LOCKED);
+    RETURN QUERY
+    WITH r AS (
+        -- A suspect is never buffered: one past the free slots stays
+        -- (locked until this transaction ends, then claimable again).
+        DELETE FROM pgwake.jobs j
+        WHERE j.ctid = ANY(picked)
+          AND (NOT j.suspect OR j.ctid = ANY(picked[1:run_now]))
+        RETURNING j.*, NOT (j.ctid = ANY(picked[1:run_now])) AS in_buffer
+    )
+    INSERT INTO pgwake.leased_jobs AS l
+        (id, queue, task, payload, priority, run_at, attempts, max_attempts, last_error,
+         created_at, timeout, worker_id, leased_at, lease_until, ordering_key, unique_key,
+         ordering_at, holds_slot, limit_key, suspect, buffered, released_at)
+    SELECT r.id, r.queue, r.task, r.payload, r.priority, r.run_at, r.attempts + 1,
+           r.max_attempts, r.last_error, r.created_at, r.timeout, worker, now(),
+           now() + make_interval(secs => lease_seconds), r.ordering_key, r.unique_key,
+           r.ordering_at, false, r.limit_key, r.suspect, r.in_buffer, r.released_at
+    FROM r
+    RETURNING l.id, l.queue, l.task, l.payload::text, l.priority, l.run_at, l.attempts,
+              l.max_attempts, l.last_error, l.created_at, extract(epoch FROM l.timeout)::float8,
+              extract(epoch FROM clock_timestamp() - greatest(l.created_at, l.run_at))::float8,
+              l.token, l.ordering_key, l.unique_key, coalesce(l.ordering_at, l.run_at), l.limit_key,
+              l.suspect, l.buffered,
+              -- a flow's child released by its parents (migration 0045)
+              CASE WHEN l.released_at IS NOT NULL
+                THEN extract(epoch FROM clock_timestamp() - greatest(l.released_at, l.run_at))::float8 END;
+END
+$$;
+
+-- claim_lease_queue, of the jobs after (after_priority, after_run_at, after_id)
+-- in the queue's claim order: under database pressure (src/claim/choose/cursor.rs)
+-- a claim of one queue resumes after the last job claimed from it instead
+-- of walking the head of its range, where a held vacuum horizon keeps the
+-- entries of every job claimed since.
+CREATE OR REPLACE FUNCTION pgwake.claim_lease_queue_after(
+    claim_limit bigint, claim_queue text, only_tasks text[], never_tasks text[],
+    worker text, lease_seconds double precision, run_now bigint,
+    after_priority integer, after_run_at timestamptz, after_id bigint)
+RETURNS TABLE (id bigint, queue text, task text, payload text, priority integer,
+               run_at timestamptz, attempts integer, max_attempts integer, last_error text,
+               created_at timestamptz, timeout_s double precision, pickup_s double precision,
+               token bigint, ordering_key text, unique_key text, ordering_at timestamptz,
+               limit_key text, suspect boolean, buffered boolean,
+               release_s double precision)
+LANGUAGE plpgsql VOLATILE
+SET plan_cache_mode = force_generic_plan
+SET enable_sort = off
+SET enable_seqscan = off
+SET jit = off
+AS $$
+#variable_conflict use_column
+DECLARE
+    picked tid[];
+BEGIN
+    -- In claim order (the index walk's): the first `run_now` go to free
+    -- slots, the rest to the buffer.
+    picked := ARRAY(
+        SELECT ctid FROM pgwake.jobs
+        -- After the cursor: an index bound (the index's own order).
+        WHERE (queue, priority, run_at, id) > (claim_queue, after_priority, after_run_at, after_id)
+          AND queue <= claim_queue AND run_at <= now()
           AND pgwake.queue_claimable(claim_queue)
           AND (only_tasks IS NULL OR task = ANY(only_tasks)) AND task <> ALL(never_tasks)
           AND (run_now > 0 OR NOT suspect)

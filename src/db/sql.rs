@@ -115,6 +115,8 @@ statements! {
         INT8, TEXT, TEXT_ARRAY];
     CLAIM_LEASE_QUEUE = "claim_lease_queue" [INT8, TEXT, TEXT_ARRAY, TEXT_ARRAY, TEXT, FLOAT8,
         INT8];
+    CLAIM_LEASE_QUEUE_AFTER = "claim_lease_queue_after" [INT8, TEXT, TEXT_ARRAY, TEXT_ARRAY, TEXT,
+        FLOAT8, INT8, INT4, TIMESTAMPTZ, INT8];
     CLAIM_TX_ALL = "claim_tx_all" [INT8, TEXT_ARRAY, TEXT_ARRAY, TEXT_ARRAY];
     CLAIM_TX_ALL_AFTER = "claim_tx_all_after" [INT8, TEXT_ARRAY, TEXT_ARRAY, TEXT_ARRAY, INT4,
         TIMESTAMPTZ, INT8];
@@ -122,6 +124,8 @@ statements! {
         TEXT_ARRAY];
     CLAIM_TX_ONE = "claim_tx_one" [INT8, BOOL, BOOL];
     CLAIM_TX_QUEUE = "claim_tx_queue" [INT8, TEXT, TEXT_ARRAY, TEXT_ARRAY];
+    CLAIM_TX_QUEUE_AFTER = "claim_tx_queue_after" [INT8, TEXT, TEXT_ARRAY, TEXT_ARRAY, INT4,
+        TIMESTAMPTZ, INT8];
     CLEANUP_ATTEMPTS = "cleanup_attempts" [];
     CLEAR_ATTEMPTS = "clear_attempts" [INT8_ARRAY];
     DEAD_CANCELLED = "dead_cancelled" [INT8_ARRAY, TEXT];

@@ -1,5 +1,6 @@
-//! Under database pressure the all-queues claims (tx and lease) resume after the
-//! last job claimed instead of walking the head of the claim index, where a
+//! Under database pressure the claims (tx and lease, over every queue or of
+//! one queue by name) resume after the last job claimed instead of walking
+//! the head of the claim index, where a
 //! held vacuum horizon keeps the entries of every job claimed since
 //! (src/claim/choose/cursor.rs, issue 35 item 1); one claim per
 //! `pressure_head_scan_every` starts at the head for the jobs that sort
@@ -157,6 +158,65 @@ async fn claims_resume_after_the_last_job_claimed(delivery: Delivery) {
     .await;
     // A wake-up for the claim; without pressure it starts at the head.
     let next = insert(&c, "now()").await;
+    until_ran(&ledger, "the early job, from the head", early).await;
+    until_ran(&ledger, "the next job", next).await;
+    w.shutdown().await;
+}
+
+/// The same for a worker claiming its queues by name (`--queues`, and the
+/// fair claims over several ready queues): each queue's claims resume after
+/// the last job claimed from it, in its range of the (queue, priority,
+/// run_at, id) index. Fails without the per-queue cursor (the early job
+/// runs first).
+#[tokio::test]
+async fn under_pressure_claims_of_one_queue_resume_after_the_last_job_claimed_tx() {
+    claims_of_one_queue_resume(Delivery::Tx).await;
+}
+
+#[tokio::test]
+async fn under_pressure_claims_of_one_queue_resume_after_the_last_job_claimed_lease() {
+    claims_of_one_queue_resume(Delivery::Lease).await;
+}
+
+async fn claims_of_one_queue_resume(delivery: Delivery) {
+    let db = migrated_db().await;
+    let c = db.client().await;
+    let ledger = Ledger::default();
+    let config = pgwake::WorkerConfig {
+        queues: Some(vec!["named".into()]),
+        sample_interval: Some(Duration::from_millis(100)),
+        pressure_head_scan_every: Duration::from_secs(3600),
+        ..test_config()
+    };
+    let (w, pin) = under_pressure_with(&db, config, InMode(ledger.clone(), delivery)).await;
+    let insert = async |run_at: &str| -> i64 {
+        c.query_one(
+            &format!(
+                "INSERT INTO pgwake.jobs (queue, task, run_at) VALUES ('named', 'work', {run_at}) RETURNING id"
+            ),
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0)
+    };
+    let first = insert("now()").await;
+    until_ran(&ledger, "the first job", first).await;
+    let early = insert("now() - interval '1 hour'").await;
+    let later = insert("now()").await;
+    until_ran(&ledger, "the later job", later).await;
+    assert!(
+        !ran(&ledger).contains(&early),
+        "a claim of the queue under pressure started at its head: {:?}",
+        ledger.runs()
+    );
+    pin.batch_execute("COMMIT").await.unwrap();
+    wait_for("the pressure to fall", LONG, async || {
+        let l = level(&c).await;
+        (l == "ok").then_some(()).ok_or(l)
+    })
+    .await;
+    let next = insert("now()").await;
     until_ran(&ledger, "the early job, from the head", early).await;
     until_ran(&ledger, "the next job", next).await;
     w.shutdown().await;

@@ -9,9 +9,10 @@
 //! server's cores from the producers (docs/src/performance.md, "Under a
 //! pinned vacuum horizon": 0.125 → 10.9 ms a claim, producers 1,500 → 240
 //! inserts/s). So while the governor says the database is under pressure
-//! (`Health::claims_resume`), the all-queues claims of both modes start after
-//! the last job this worker claimed (`claim_tx_all_after`,
-//! `claim_lease_all_after`: an index bound)
+//! (`Health::claims_resume`), the all-queues claims of both modes and the
+//! claims of one queue by name start after the last job this worker claimed
+//! there (`claim_tx_all_after`, `claim_lease_all_after`,
+//! `claim_tx_queue_after`, `claim_lease_queue_after`: an index bound)
 //! instead of at the head, and only one claim per
 //! [`WorkerConfig::pressure_head_scan_every`](crate::WorkerConfig) (1 s)
 //! starts at the head.
@@ -58,12 +59,41 @@ pub(crate) fn key_of(row: ClaimRow<'_>) -> Key {
     row.order()
 }
 
-/// Each claim spec's cursor.
+/// Each claim spec's cursors: one for its all-queues claims, one per queue
+/// it claims by name (`queue = $2`, the index (queue, priority, run_at,
+/// id), where a queue's claimed jobs leave their entries at the head of
+/// its range just the same).
 #[derive(Debug, Default)]
 pub(crate) struct ClaimCursors {
     /// By spec (its address: the specs live in the claim context's plan for
     /// the worker's life).
-    state: Mutex<HashMap<usize, Cursor>>,
+    state: Mutex<HashMap<usize, SpecCursors>>,
+}
+
+/// Most per-queue cursors one spec keeps; past it they are all dropped (a
+/// worker serving queues named per tenant would otherwise keep one for
+/// every queue it ever claimed from) and the next claim of each queue
+/// starts at the head.
+const QUEUE_CURSORS_MAX: usize = 10_000;
+
+#[derive(Debug, Default)]
+struct SpecCursors {
+    all: Cursor,
+    queues: HashMap<String, Cursor>,
+}
+
+impl SpecCursors {
+    fn of(&mut self, queue: Option<&str>) -> &mut Cursor {
+        match queue {
+            None => &mut self.all,
+            Some(q) => {
+                if !self.queues.contains_key(q) && self.queues.len() >= QUEUE_CURSORS_MAX {
+                    self.queues.clear();
+                }
+                self.queues.entry(q.to_string()).or_default()
+            }
+        }
+    }
 }
 
 #[derive(Debug, Default)]
@@ -85,18 +115,23 @@ pub(crate) struct CursorUse<'a> {
 }
 
 impl ClaimCursors {
-    /// Where a claim of `spec` sent `now` starts: after the returned key,
-    /// or at the head (`None`, recorded as the spec's last head claim).
-    /// After the cursor only under pressure (`head_every` given), with a
-    /// cursor known and a head claim within `head_every`.
+    /// Where a claim of `spec` (over every queue, or from `queue`) sent
+    /// `now` starts: after the returned key, or at the head (`None`,
+    /// recorded as the last head claim of that cursor). After the cursor
+    /// only under pressure (`head_every` given), with a cursor known and a
+    /// head claim within `head_every`.
     pub(crate) fn start(
         &self,
         spec: &ClaimSpec,
+        queue: Option<&str>,
         head_every: Option<Duration>,
         now: Instant,
     ) -> Option<Key> {
         let mut state = self.state.lock().expect("claim cursors");
-        let c = state.entry(spec as *const ClaimSpec as usize).or_default();
+        let c = state
+            .entry(spec as *const ClaimSpec as usize)
+            .or_default()
+            .of(queue);
         if let Some(head_every) = head_every {
             if let (Some((priority, run_at, _)), Some(at)) = (c.after, c.head_at) {
                 if now.saturating_duration_since(at) < head_every {
@@ -109,15 +144,24 @@ impl ClaimCursors {
         None
     }
 
-    /// A claim of `spec` (after a cursor, or from the head) took jobs up to
-    /// `last` in claim order. A head claim sets the cursor to its last job
-    /// (there may be jobs after it that it had no room for); a claim after
-    /// the cursor moves it on, never back (claims in flight at once finish
-    /// in any order).
-    pub(crate) fn claimed(&self, spec: &ClaimSpec, after_cursor: bool, last: Option<Key>) {
+    /// A claim of `spec` (over every queue, or from `queue`; after a
+    /// cursor, or from the head) took jobs up to `last` in claim order. A
+    /// head claim sets the cursor to its last job (there may be jobs after
+    /// it that it had no room for); a claim after the cursor moves it on,
+    /// never back (claims in flight at once finish in any order).
+    pub(crate) fn claimed(
+        &self,
+        spec: &ClaimSpec,
+        queue: Option<&str>,
+        after_cursor: bool,
+        last: Option<Key>,
+    ) {
         let Some(last) = last else { return };
         let mut state = self.state.lock().expect("claim cursors");
-        let c = state.entry(spec as *const ClaimSpec as usize).or_default();
+        let c = state
+            .entry(spec as *const ClaimSpec as usize)
+            .or_default()
+            .of(queue);
         c.after = Some(match (after_cursor, c.after) {
             (true, Some(a)) => a.max(last),
             _ => last,
@@ -162,32 +206,64 @@ mod tests {
         let c = ClaimCursors::default();
         let every = Duration::from_secs(1);
         let t0 = Instant::now();
-        assert_eq!(c.start(&spec, Some(every), t0), None, "no cursor yet");
-        c.claimed(&spec, false, Some(key(10)));
-        assert_eq!(c.start(&spec, None, t0), None, "no pressure: the head");
+        assert_eq!(c.start(&spec, None, Some(every), t0), None, "no cursor yet");
+        c.claimed(&spec, None, false, Some(key(10)));
         assert_eq!(
-            c.start(&spec, Some(every), t0 + every / 2),
+            c.start(&spec, None, None, t0),
+            None,
+            "no pressure: the head"
+        );
+        assert_eq!(
+            c.start(&spec, None, Some(every), t0 + every / 2),
             Some(lagged(10)),
             "under pressure, within the head's period: after the cursor"
         );
-        c.claimed(&spec, true, Some(key(20)));
-        c.claimed(&spec, true, Some(key(15)));
+        c.claimed(&spec, None, true, Some(key(20)));
+        c.claimed(&spec, None, true, Some(key(15)));
         assert_eq!(
-            c.start(&spec, Some(every), t0 + every / 2),
+            c.start(&spec, None, Some(every), t0 + every / 2),
             Some(lagged(20)),
             "claims in flight at once never move it back"
         );
-        c.claimed(&spec, true, None);
+        c.claimed(&spec, None, true, None);
         assert_eq!(
-            c.start(&spec, Some(every), t0 + every),
+            c.start(&spec, None, Some(every), t0 + every),
             None,
             "the head again"
         );
-        c.claimed(&spec, false, Some(key(5)));
+        c.claimed(&spec, None, false, Some(key(5)));
         assert_eq!(
-            c.start(&spec, Some(every), t0 + every + every / 2),
+            c.start(&spec, None, Some(every), t0 + every + every / 2),
             Some(lagged(5)),
             "a head claim sets the cursor, back if it found jobs before it"
         );
+    }
+
+    #[test]
+    fn each_queue_claimed_by_name_has_a_cursor_of_its_own() {
+        let spec = ClaimSpec {
+            mode: Delivery::Tx,
+            queues: Queues::AllExcept(Vec::new()),
+            tasks_in: None,
+            tasks_not_in: Vec::new(),
+        };
+        let c = ClaimCursors::default();
+        let every = Duration::from_secs(1);
+        let t0 = Instant::now();
+        assert_eq!(c.start(&spec, Some("a"), Some(every), t0), None);
+        c.claimed(&spec, Some("a"), false, Some(key(10)));
+        assert_eq!(
+            c.start(&spec, Some("b"), Some(every), t0),
+            None,
+            "another queue starts at its head"
+        );
+        c.claimed(&spec, Some("b"), false, Some(key(3)));
+        assert_eq!(
+            c.start(&spec, None, Some(every), t0),
+            None,
+            "and so do the all-queues claims"
+        );
+        assert_eq!(c.start(&spec, Some("a"), Some(every), t0), Some(lagged(10)));
+        assert_eq!(c.start(&spec, Some("b"), Some(every), t0), Some(lagged(3)));
     }
 }

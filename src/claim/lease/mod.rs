@@ -60,7 +60,7 @@ use crate::metrics;
 use crate::db::sql::{
     Db, CLAIM_LEASE_ALL as CLAIM_ALL, CLAIM_LEASE_ALL_AFTER as CLAIM_ALL_AFTER,
     CLAIM_LEASE_LIMITED as CLAIM_LIMITED, CLAIM_LEASE_QUEUE as CLAIM_QUEUE,
-    LEASE_HEARTBEAT as HEARTBEAT,
+    CLAIM_LEASE_QUEUE_AFTER as CLAIM_QUEUE_AFTER, LEASE_HEARTBEAT as HEARTBEAT,
 };
 
 /// Claim up to `limit` jobs for `spec` (one per free slot, and room in the
@@ -199,6 +199,7 @@ async fn claim_statement(
             // Under pressure, after the last job claimed (cursor.rs).
             let from = ctx.choice.claim_cursors.start(
                 spec,
+                None,
                 ctx.pressure_throttle(),
                 std::time::Instant::now(),
             );
@@ -226,6 +227,7 @@ async fn claim_statement(
             if let Ok(rows) = &r {
                 ctx.choice.claim_cursors.claimed(
                     spec,
+                    None,
                     from.is_some(),
                     rows.iter()
                         .map(|r| {
@@ -237,19 +239,47 @@ async fn claim_statement(
             r
         }
         Target::Queue(q) => {
-            db.query(
-                &CLAIM_QUEUE,
-                &[
-                    &wanted,
-                    q,
-                    &spec.tasks_in,
-                    &spec.tasks_not_in,
-                    &ctx.worker_id,
-                    &lease,
-                    &run_now,
-                ],
-            )
-            .await
+            // Under pressure, after the last job claimed from this queue.
+            let from = ctx.choice.claim_cursors.start(
+                spec,
+                Some(q),
+                ctx.pressure_throttle(),
+                std::time::Instant::now(),
+            );
+            let head: [&(dyn tokio_postgres::types::ToSql + Sync); 7] = [
+                &wanted,
+                q,
+                &spec.tasks_in,
+                &spec.tasks_not_in,
+                &ctx.worker_id,
+                &lease,
+                &run_now,
+            ];
+            let r = match &from {
+                None => db.query(&CLAIM_QUEUE, &head).await,
+                Some((priority, run_at, id)) => {
+                    let mut after = head.to_vec();
+                    after.extend([
+                        priority as &(dyn tokio_postgres::types::ToSql + Sync),
+                        run_at,
+                        id,
+                    ]);
+                    db.query(&CLAIM_QUEUE_AFTER, &after).await
+                }
+            };
+            if let Ok(rows) = &r {
+                ctx.choice.claim_cursors.claimed(
+                    spec,
+                    Some(q),
+                    from.is_some(),
+                    rows.iter()
+                        .map(|r| {
+                            crate::claim::choose::cursor::key_of(ClaimRow::read(r, Mode::Lease))
+                        })
+                        .max(),
+                );
+            }
+            r
         }
         Target::Limited(q) | Target::Rated(q, _) => {
             let after = ctx.choice.key_cursors.after(q);

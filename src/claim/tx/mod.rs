@@ -51,7 +51,8 @@ use crate::metrics;
 
 use crate::db::sql::{
     Db, CLAIM_TX_ALL as CLAIM_ALL, CLAIM_TX_ALL_AFTER as CLAIM_ALL_AFTER,
-    CLAIM_TX_LIMITED as CLAIM_LIMITED, CLAIM_TX_QUEUE as CLAIM_QUEUE, SUSPECTS,
+    CLAIM_TX_LIMITED as CLAIM_LIMITED, CLAIM_TX_QUEUE as CLAIM_QUEUE,
+    CLAIM_TX_QUEUE_AFTER as CLAIM_QUEUE_AFTER, SUSPECTS,
 };
 
 pub(crate) mod ahead;
@@ -419,9 +420,10 @@ pub(super) async fn claim_rows(
     match target {
         Target::All => {
             // Under pressure, after the last job claimed (cursor.rs).
-            let from = claim_cursor
-                .cursors
-                .start(spec, claim_cursor.head_every, Instant::now());
+            let from =
+                claim_cursor
+                    .cursors
+                    .start(spec, None, claim_cursor.head_every, Instant::now());
             let rows = match &from {
                 None => {
                     c.query(
@@ -448,6 +450,7 @@ pub(super) async fn claim_rows(
             };
             claim_cursor.cursors.claimed(
                 spec,
+                None,
                 from.is_some(),
                 rows.iter()
                     .map(|r| crate::claim::choose::cursor::key_of(ClaimRow::read(r, Mode::Tx)))
@@ -456,11 +459,44 @@ pub(super) async fn claim_rows(
             Ok(rows)
         }
         Target::Queue(q) => {
-            c.query(
-                &CLAIM_QUEUE,
-                &[&limit, q, &spec.tasks_in, &spec.tasks_not_in],
-            )
-            .await
+            // Under pressure, after the last job claimed from this queue.
+            let from =
+                claim_cursor
+                    .cursors
+                    .start(spec, Some(q), claim_cursor.head_every, Instant::now());
+            let rows = match &from {
+                None => {
+                    c.query(
+                        &CLAIM_QUEUE,
+                        &[&limit, q, &spec.tasks_in, &spec.tasks_not_in],
+                    )
+                    .await?
+                }
+                Some((priority, run_at, id)) => {
+                    c.query(
+                        &CLAIM_QUEUE_AFTER,
+                        &[
+                            &limit,
+                            q,
+                            &spec.tasks_in,
+                            &spec.tasks_not_in,
+                            priority,
+                            run_at,
+                            id,
+                        ],
+                    )
+                    .await?
+                }
+            };
+            claim_cursor.cursors.claimed(
+                spec,
+                Some(q),
+                from.is_some(),
+                rows.iter()
+                    .map(|r| crate::claim::choose::cursor::key_of(ClaimRow::read(r, Mode::Tx)))
+                    .max(),
+            );
+            Ok(rows)
         }
         Target::Limited(q) | Target::Rated(q, _) => {
             if admission.is_some_and(|a| a.none()) {
