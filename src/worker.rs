@@ -351,6 +351,7 @@ impl Worker {
         };
         services.spawn(
             crate::services::fleet::Membership::new(pool.clone(), member, claims.slots())
+                .with_health(self.health.clone())
                 .with_handlers(
                     self.registry
                         .tasks()

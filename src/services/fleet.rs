@@ -5,7 +5,8 @@
 //! renewal). The registry says which workers are alive and what they serve
 //! (`pgwake stats`, the console), and so which waiting jobs no live worker
 //! can run: this service also samples those (`pgwake.unserved_jobs()`) into
-//! the `pgwake_jobs_unserved` gauge every [`UNSERVED_EVERY`]. With each
+//! the `pgwake_jobs_unserved` gauge every [`UNSERVED_EVERY`] (every
+//! [`UNSERVED_EVERY_UNDER_PRESSURE`] while the vacuum horizon is held). With each
 //! renewal goes a snapshot of the persistent handlers' processes (migration
 //! 0029): how many live, jobs in flight, restarts, and jobs waiting for a
 //! process with room, for the console and `pgwake explain`.
@@ -30,6 +31,13 @@ pub(crate) const TTL: Duration = Duration::from_secs(30);
 pub(crate) const RENEW_EVERY: Duration = Duration::from_secs(10);
 /// How often the unserved jobs are sampled.
 pub(crate) const UNSERVED_EVERY: Duration = Duration::from_secs(30);
+/// How often while claims resume after their cursor (a transaction open
+/// 5 s, or the governor's level above ok): the sample reads the head of
+/// every (queue, priority) range, where a held horizon keeps the entries
+/// of every job claimed since (107 ms a sample, up to 353 ms, over three
+/// pinned minutes at 1,500 jobs/s; docs/src/performance.md, "Where the
+/// producers' latency goes").
+pub(crate) const UNSERVED_EVERY_UNDER_PRESSURE: Duration = Duration::from_secs(300);
 /// Jobs looked at per queue and priority when sampling unserved jobs.
 const UNSERVED_HEAD: i32 = 10;
 /// (queue, priority) pairs looked at, at most.
@@ -65,6 +73,9 @@ pub(crate) struct Membership {
     slots: Arc<Semaphore>,
     /// Handlers by task, asked for their processes at every renewal.
     handlers: Vec<(String, Arc<dyn Handler>)>,
+    /// Whether claims resume after their cursor (the unserved jobs are
+    /// then sampled every [`UNSERVED_EVERY_UNDER_PRESSURE`]).
+    health: Option<Arc<crate::health::Health>>,
 }
 
 impl Membership {
@@ -79,7 +90,15 @@ impl Membership {
             member,
             slots,
             handlers: Vec::new(),
+            health: None,
         }
+    }
+
+    /// Sample the unserved jobs less often while `health` says claims
+    /// resume after their cursor.
+    pub(crate) fn with_health(mut self, health: Arc<crate::health::Health>) -> Membership {
+        self.health = Some(health);
+        self
     }
 
     /// Report the processes of these handlers (by task) with each renewal.
@@ -96,7 +115,12 @@ impl Membership {
             if let Err(e) = self.register().await {
                 tracing::warn!(error = %e, "worker registry: cannot renew this worker's row");
             }
-            if sampled.is_none_or(|t| t.elapsed() >= UNSERVED_EVERY) {
+            let every = if self.health.as_ref().is_some_and(|h| h.claims_resume()) {
+                UNSERVED_EVERY_UNDER_PRESSURE
+            } else {
+                UNSERVED_EVERY
+            };
+            if sampled.is_none_or(|t| t.elapsed() >= every) {
                 match self.sample_unserved(&mut unserved).await {
                     Ok(()) => sampled = Some(Instant::now()),
                     Err(e) => {

@@ -40,6 +40,19 @@ pub(crate) const REFRESH_ROUNDS: u32 = 16;
 /// statement that ends every round.
 pub(crate) const LISTED_MAX: i64 = 1000;
 
+/// Under pressure, with no limited queue known at the last read, one read
+/// of the ready queues per this many throttle periods (10 s at the default
+/// `pressure_head_scan_every`). Each read walks the head of every queue's
+/// range of the claim index, which a held horizon fills with entries no
+/// read can skip (57 ms a read, up to 149 ms, over three pinned minutes at
+/// 1,500 jobs/s: docs/src/performance.md, "Where the producers' latency
+/// goes"). A stale list costs little then: the claims of a listed queue
+/// resume after their cursor (cursor.rs), a new queue is taken by the
+/// all-queues statement that ends every round, and only the rotation
+/// between plain queues waits for the next read. With limited queues known
+/// (claimed only when listed) the period stays one throttle.
+pub(crate) const PLAIN_PRESSURE_PERIODS: u32 = 10;
+
 /// The ready queues of one worker's all-queues claims.
 #[derive(Debug, Default)]
 pub(crate) struct ReadyQueues {
@@ -77,7 +90,8 @@ struct State {
     /// counts as fresh.
     stale_since: Option<Instant>,
     /// Under database pressure: at most one read of the ready queues per
-    /// this long (each walks the head of the claim index, which a held
+    /// this long, or per [`PLAIN_PRESSURE_PERIODS`] of it with no limited
+    /// queue known (each walks the head of the claim index, which a held
     /// vacuum horizon fills with entries no read can skip: 0.1 → 29 ms a
     /// read in docs/src/performance.md, "Under a pinned vacuum horizon").
     /// Set by the caller for each call (`None`: no limit).
@@ -140,6 +154,9 @@ impl State {
     /// last one.
     fn throttled(&self) -> bool {
         match (self.throttle, self.read_started) {
+            (Some(every), Some(at)) if self.limited.is_empty() => {
+                at.elapsed() < every * PLAIN_PRESSURE_PERIODS
+            }
             (Some(every), Some(at)) => at.elapsed() < every,
             _ => false,
         }
@@ -418,5 +435,29 @@ mod tests {
         s.rounds = Some(REFRESH_ROUNDS);
         assert_eq!(s.next(true), Next::Read { ready: true });
         assert_eq!(uses(&mut s), ["a"]);
+    }
+
+    #[test]
+    fn under_pressure_a_list_without_limited_queues_is_read_ten_times_less_often() {
+        let every = Duration::from_secs(1);
+        let mut s = read(&["a", "b"]);
+        s.throttle = Some(every);
+        s.rounds = Some(REFRESH_ROUNDS);
+        s.read_started = Some(Instant::now() - 2 * every);
+        assert_eq!(
+            s.next(true),
+            Next::Use(vec!["a".into(), "b".into()], HashMap::new()),
+            "no limited queue known: {PLAIN_PRESSURE_PERIODS} periods between reads"
+        );
+        s.limited.insert("l".into(), Rates::default());
+        assert_eq!(
+            s.next(true),
+            Next::Read { ready: true },
+            "a limited queue known: one period"
+        );
+        s.reading = 0;
+        s.limited.clear();
+        s.read_started = Some(Instant::now() - every * PLAIN_PRESSURE_PERIODS);
+        assert_eq!(s.next(true), Next::Read { ready: true }, "ten periods on");
     }
 }
