@@ -38,6 +38,16 @@ pub(crate) const UNSERVED_EVERY: Duration = Duration::from_secs(30);
 /// pinned minutes at 1,500 jobs/s; docs/src/performance.md, "Where the
 /// producers' latency goes").
 pub(crate) const UNSERVED_EVERY_UNDER_PRESSURE: Duration = Duration::from_secs(300);
+/// How long between two samples of the unserved jobs: longer while claims
+/// resume after their cursor (`pressed`).
+fn unserved_every(pressed: bool) -> Duration {
+    if pressed {
+        UNSERVED_EVERY_UNDER_PRESSURE
+    } else {
+        UNSERVED_EVERY
+    }
+}
+
 /// Jobs looked at per queue and priority when sampling unserved jobs.
 const UNSERVED_HEAD: i32 = 10;
 /// (queue, priority) pairs looked at, at most.
@@ -115,12 +125,8 @@ impl Membership {
             if let Err(e) = self.register().await {
                 tracing::warn!(error = %e, "worker registry: cannot renew this worker's row");
             }
-            let every = if self.health.as_ref().is_some_and(|h| h.claims_resume()) {
-                UNSERVED_EVERY_UNDER_PRESSURE
-            } else {
-                UNSERVED_EVERY
-            };
-            if sampled.is_none_or(|t| t.elapsed() >= every) {
+            let pressed = self.health.as_ref().is_some_and(|h| h.claims_resume());
+            if sampled.is_none_or(|t| t.elapsed() >= unserved_every(pressed)) {
                 match self.sample_unserved(&mut unserved).await {
                     Ok(()) => sampled = Some(Instant::now()),
                     Err(e) => {
@@ -248,6 +254,12 @@ fn processes(handlers: &[(String, Arc<dyn Handler>)]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn under_pressure_the_unserved_jobs_are_sampled_ten_times_less_often() {
+        assert_eq!(unserved_every(false), UNSERVED_EVERY);
+        assert_eq!(unserved_every(true), 10 * UNSERVED_EVERY);
+    }
 
     use async_trait::async_trait;
 
