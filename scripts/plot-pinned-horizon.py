@@ -35,8 +35,13 @@ def main():
         max(float(r["insert_p99_ms"]) for _, rows in runs for r in rows if r["insert_p99_ms"] != "nan"),
         10.0,
     ) * 2
+    # Runs written since the script printed the insert's own latency
+    # (INSERT and COMMIT, pgbench's latency less its schedule lag) get a
+    # third panel.
+    own = any("insert_own_p99_ms" in rows[0] for _, rows in runs if rows)
+    panels = 3 if own else 2
     plot_w = W - LEFT - RIGHT
-    height = TOP + 2 * PANEL_H + GAP + 40 + 20 * len(runs)
+    height = TOP + panels * PANEL_H + (panels - 1) * GAP + 40 + 20 * len(runs)
 
     def x(t):
         return LEFT + plot_w * t / t_max
@@ -99,8 +104,33 @@ def main():
     while v <= p99_hi:
         ticks.append((v, f"{v:,.0f} ms" if v < 1000 else f"{v / 1000:,.0f} s"))
         v *= 10
-    panel(top2, "Producers' insert latency, p99 of each 5 s (log scale)", p99, y_p99, ticks)
-    axis_y = top2 + PANEL_H + 16
+    panel(
+        top2,
+        "Producers' insert latency from its scheduled time (pgbench's), p99 of each 5 s (log scale)",
+        p99,
+        y_p99,
+        ticks,
+    )
+    last = top2
+    if own:
+        top3 = top2 + PANEL_H + GAP
+
+        def y_own(v):
+            return y_p99(v) - top2 + top3
+
+        def own_p99(r):
+            v = r.get("insert_own_p99_ms")
+            return None if v in (None, "nan") else float(v)
+
+        panel(
+            top3,
+            "The insert itself (INSERT and COMMIT), p99 of each 5 s (log scale)",
+            own_p99,
+            y_own,
+            ticks,
+        )
+        last = top3
+    axis_y = last + PANEL_H + 16
     for t in range(0, t_max + 1, 30):
         parts.append(f'<text x="{x(t):.1f}" y="{axis_y}" text-anchor="middle">{t} s</text>')
     for i, (label, _) in enumerate(runs):
