@@ -18,7 +18,8 @@
 #   scripts/bench-pinned-horizon.sh ADMIN_URL [RATE] [UNPINNED] [PINNED] [PGWAKE]
 # ADMIN_URL names a server where a database can be created and dropped
 # (e.g. postgres://postgres@127.0.0.1:5432/postgres); PGWAKE, the binary
-# (default target/release/pgwake). Extra worker flags: PGWAKE_RUN_ARGS.
+# (default target/release/pgwake). Extra worker flags: PGWAKE_RUN_ARGS;
+# QUEUES=n inserts into n queues instead of one.
 # CSV=path also writes the 5-second figures (worker and producers) there,
 # for scripts/plot-pinned-horizon.py.
 set -euo pipefail
@@ -64,7 +65,14 @@ pids+=($!)
 worker=$!
 until psql -qAt "$url" -c "SELECT count(*) FROM pgwake.workers" 2>/dev/null | grep -qv '^0$'; do sleep 0.2; done
 
-echo "INSERT INTO pgwake.jobs (task, payload) VALUES ('noop', jsonb_build_object('t', extract(epoch FROM clock_timestamp())));" > "$work/insert.sql"
+# QUEUES=n spreads the inserts over n queues (q1 … qn, at random; default:
+# the one queue "default"): a worker over every queue then claims them
+# fairly, one queue per statement.
+if [ "${QUEUES:-1}" -gt 1 ]; then
+    echo "INSERT INTO pgwake.jobs (queue, task, payload) VALUES ('q' || (1 + floor(random() * ${QUEUES}))::int, 'noop', jsonb_build_object('t', extract(epoch FROM clock_timestamp())));" > "$work/insert.sql"
+else
+    echo "INSERT INTO pgwake.jobs (task, payload) VALUES ('noop', jsonb_build_object('t', extract(epoch FROM clock_timestamp())));" > "$work/insert.sql"
+fi
 total=$((unpinned + pinned + 10))
 nice -n "${PRODUCERS_NICE:-0}" pgbench -n -c 2 -j 2 -R "$rate" -T "$total" -f "$work/insert.sql" -l --log-prefix="$work/log" "$url" >"$work/pgbench.out" 2>&1 &
 pids+=($!)
