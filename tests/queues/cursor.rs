@@ -126,24 +126,44 @@ async fn under_pressure_with(
 /// one).
 #[tokio::test]
 async fn under_pressure_claims_resume_after_the_last_job_claimed_tx() {
-    claims_resume_after_the_last_job_claimed(Delivery::Tx).await;
+    claims_resume_after_the_last_job_claimed(Delivery::Tx, None).await;
 }
 
 #[tokio::test]
 async fn under_pressure_claims_resume_after_the_last_job_claimed_lease() {
-    claims_resume_after_the_last_job_claimed(Delivery::Lease).await;
+    claims_resume_after_the_last_job_claimed(Delivery::Lease, None).await;
 }
 
-async fn claims_resume_after_the_last_job_claimed(delivery: Delivery) {
+/// `queue`: the worker claims that queue by name (`--queues`), and the
+/// jobs go there; `None`: the worker claims every queue.
+async fn claims_resume_after_the_last_job_claimed(delivery: Delivery, queue: Option<&str>) {
     let db = migrated_db().await;
     let c = db.client().await;
     let ledger = Ledger::default();
-    let (w, pin) = under_pressure(&db, &ledger, Duration::from_secs(3600), delivery).await;
+    let config = pgwake::WorkerConfig {
+        queues: queue.map(|q| vec![q.to_string()]),
+        sample_interval: Some(Duration::from_millis(100)),
+        pressure_head_scan_every: Duration::from_secs(3600),
+        ..test_config()
+    };
+    let (w, pin) = under_pressure_with(&db, config, InMode(ledger.clone(), delivery)).await;
+    let insert = async |run_at: &str| -> i64 {
+        let queue = queue.unwrap_or("default");
+        c.query_one(
+            &format!(
+                "INSERT INTO pgwake.jobs (queue, task, run_at) VALUES ('{queue}', 'work', {run_at}) RETURNING id"
+            ),
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0)
+    };
     // The first claim under pressure starts at the head and sets the cursor.
-    let first = insert(&c, "now()").await;
+    let first = insert("now()").await;
     until_ran(&ledger, "the first job", first).await;
-    let early = insert(&c, "now() - interval '1 hour'").await;
-    let later = insert(&c, "now()").await;
+    let early = insert("now() - interval '1 hour'").await;
+    let later = insert("now()").await;
     until_ran(&ledger, "the later job", later).await;
     assert!(
         !ran(&ledger).contains(&early),
@@ -157,7 +177,7 @@ async fn claims_resume_after_the_last_job_claimed(delivery: Delivery) {
     })
     .await;
     // A wake-up for the claim; without pressure it starts at the head.
-    let next = insert(&c, "now()").await;
+    let next = insert("now()").await;
     until_ran(&ledger, "the early job, from the head", early).await;
     until_ran(&ledger, "the next job", next).await;
     w.shutdown().await;
@@ -170,56 +190,12 @@ async fn claims_resume_after_the_last_job_claimed(delivery: Delivery) {
 /// runs first).
 #[tokio::test]
 async fn under_pressure_claims_of_one_queue_resume_after_the_last_job_claimed_tx() {
-    claims_of_one_queue_resume(Delivery::Tx).await;
+    claims_resume_after_the_last_job_claimed(Delivery::Tx, Some("named")).await;
 }
 
 #[tokio::test]
 async fn under_pressure_claims_of_one_queue_resume_after_the_last_job_claimed_lease() {
-    claims_of_one_queue_resume(Delivery::Lease).await;
-}
-
-async fn claims_of_one_queue_resume(delivery: Delivery) {
-    let db = migrated_db().await;
-    let c = db.client().await;
-    let ledger = Ledger::default();
-    let config = pgwake::WorkerConfig {
-        queues: Some(vec!["named".into()]),
-        sample_interval: Some(Duration::from_millis(100)),
-        pressure_head_scan_every: Duration::from_secs(3600),
-        ..test_config()
-    };
-    let (w, pin) = under_pressure_with(&db, config, InMode(ledger.clone(), delivery)).await;
-    let insert = async |run_at: &str| -> i64 {
-        c.query_one(
-            &format!(
-                "INSERT INTO pgwake.jobs (queue, task, run_at) VALUES ('named', 'work', {run_at}) RETURNING id"
-            ),
-            &[],
-        )
-        .await
-        .unwrap()
-        .get(0)
-    };
-    let first = insert("now()").await;
-    until_ran(&ledger, "the first job", first).await;
-    let early = insert("now() - interval '1 hour'").await;
-    let later = insert("now()").await;
-    until_ran(&ledger, "the later job", later).await;
-    assert!(
-        !ran(&ledger).contains(&early),
-        "a claim of the queue under pressure started at its head: {:?}",
-        ledger.runs()
-    );
-    pin.batch_execute("COMMIT").await.unwrap();
-    wait_for("the pressure to fall", LONG, async || {
-        let l = level(&c).await;
-        (l == "ok").then_some(()).ok_or(l)
-    })
-    .await;
-    let next = insert("now()").await;
-    until_ran(&ledger, "the early job, from the head", early).await;
-    until_ran(&ledger, "the next job", next).await;
-    w.shutdown().await;
+    claims_resume_after_the_last_job_claimed(Delivery::Lease, Some("named")).await;
 }
 
 /// Under pressure one claim per `pressure_head_scan_every` still starts at

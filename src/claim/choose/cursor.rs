@@ -40,7 +40,8 @@ use std::time::{Duration, Instant};
 use chrono::{DateTime, Utc};
 
 use crate::claim::choose::plan::ClaimSpec;
-use crate::claim::run::row::ClaimRow;
+use crate::claim::run::row::{ClaimRow, Mode};
+use crate::db::sql::{Db, Sql};
 
 /// A job's place in claim order: (priority, run_at, id).
 pub(crate) type Key = (i32, DateTime<Utc>, i64);
@@ -142,6 +143,44 @@ impl ClaimCursors {
         }
         c.head_at = Some(now);
         None
+    }
+
+    /// One claim of `spec` (over every queue, or from `queue`) through its
+    /// cursor: `head` with `params` from the head of the index, or, under
+    /// pressure (`head_every`, see [`ClaimCursors::start`]), `after` with
+    /// `params` and the cursor's key; then the cursor moves on to the last
+    /// job taken (its rows read as `mode`'s).
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) async fn claim(
+        &self,
+        db: Db<'_>,
+        spec: &ClaimSpec,
+        queue: Option<&str>,
+        head_every: Option<Duration>,
+        mode: Mode,
+        (head, after): (&Sql, &Sql),
+        params: &[&(dyn tokio_postgres::types::ToSql + Sync)],
+    ) -> Result<Vec<tokio_postgres::Row>, tokio_postgres::Error> {
+        let from = self.start(spec, queue, head_every, Instant::now());
+        let rows = match &from {
+            None => db.query(head, params).await?,
+            Some((priority, run_at, id)) => {
+                let mut with_key = params.to_vec();
+                with_key.extend([
+                    priority as &(dyn tokio_postgres::types::ToSql + Sync),
+                    run_at,
+                    id,
+                ]);
+                db.query(after, &with_key).await?
+            }
+        };
+        self.claimed(
+            spec,
+            queue,
+            from.is_some(),
+            rows.iter().map(|r| key_of(ClaimRow::read(r, mode))).max(),
+        );
+        Ok(rows)
     }
 
     /// A claim of `spec` (over every queue, or from `queue`; after a

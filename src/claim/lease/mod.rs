@@ -195,91 +195,50 @@ async fn claim_statement(
         cap,
     } = *ask;
     match queue {
+        // Under pressure, after the last job claimed (cursor.rs).
         Target::All => {
-            // Under pressure, after the last job claimed (cursor.rs).
-            let from = ctx.choice.claim_cursors.start(
-                spec,
-                None,
-                ctx.pressure_throttle(),
-                std::time::Instant::now(),
-            );
-            let head: [&(dyn tokio_postgres::types::ToSql + Sync); 7] = [
-                &wanted,
-                &except,
-                &spec.tasks_in,
-                &spec.tasks_not_in,
-                &ctx.worker_id,
-                &lease,
-                &run_now,
-            ];
-            let r = match &from {
-                None => db.query(&CLAIM_ALL, &head).await,
-                Some((priority, run_at, id)) => {
-                    let mut after = head.to_vec();
-                    after.extend([
-                        priority as &(dyn tokio_postgres::types::ToSql + Sync),
-                        run_at,
-                        id,
-                    ]);
-                    db.query(&CLAIM_ALL_AFTER, &after).await
-                }
-            };
-            if let Ok(rows) = &r {
-                ctx.choice.claim_cursors.claimed(
+            ctx.choice
+                .claim_cursors
+                .claim(
+                    db,
                     spec,
                     None,
-                    from.is_some(),
-                    rows.iter()
-                        .map(|r| {
-                            crate::claim::choose::cursor::key_of(ClaimRow::read(r, Mode::Lease))
-                        })
-                        .max(),
-                );
-            }
-            r
+                    ctx.pressure_throttle(),
+                    Mode::Lease,
+                    (&CLAIM_ALL, &CLAIM_ALL_AFTER),
+                    &[
+                        &wanted,
+                        &except,
+                        &spec.tasks_in,
+                        &spec.tasks_not_in,
+                        &ctx.worker_id,
+                        &lease,
+                        &run_now,
+                    ],
+                )
+                .await
         }
         Target::Queue(q) => {
-            // Under pressure, after the last job claimed from this queue.
-            let from = ctx.choice.claim_cursors.start(
-                spec,
-                Some(q),
-                ctx.pressure_throttle(),
-                std::time::Instant::now(),
-            );
-            let head: [&(dyn tokio_postgres::types::ToSql + Sync); 7] = [
-                &wanted,
-                q,
-                &spec.tasks_in,
-                &spec.tasks_not_in,
-                &ctx.worker_id,
-                &lease,
-                &run_now,
-            ];
-            let r = match &from {
-                None => db.query(&CLAIM_QUEUE, &head).await,
-                Some((priority, run_at, id)) => {
-                    let mut after = head.to_vec();
-                    after.extend([
-                        priority as &(dyn tokio_postgres::types::ToSql + Sync),
-                        run_at,
-                        id,
-                    ]);
-                    db.query(&CLAIM_QUEUE_AFTER, &after).await
-                }
-            };
-            if let Ok(rows) = &r {
-                ctx.choice.claim_cursors.claimed(
+            ctx.choice
+                .claim_cursors
+                .claim(
+                    db,
                     spec,
                     Some(q),
-                    from.is_some(),
-                    rows.iter()
-                        .map(|r| {
-                            crate::claim::choose::cursor::key_of(ClaimRow::read(r, Mode::Lease))
-                        })
-                        .max(),
-                );
-            }
-            r
+                    ctx.pressure_throttle(),
+                    Mode::Lease,
+                    (&CLAIM_QUEUE, &CLAIM_QUEUE_AFTER),
+                    &[
+                        &wanted,
+                        q,
+                        &spec.tasks_in,
+                        &spec.tasks_not_in,
+                        &ctx.worker_id,
+                        &lease,
+                        &run_now,
+                    ],
+                )
+                .await
         }
         Target::Limited(q) | Target::Rated(q, _) => {
             let after = ctx.choice.key_cursors.after(q);

@@ -418,85 +418,34 @@ pub(super) async fn claim_rows(
 ) -> std::result::Result<Vec<tokio_postgres::Row>, tokio_postgres::Error> {
     let (admission, admitted_keys) = (walk.admission(), walk.admitted_keys());
     match target {
+        // Under pressure, after the last job claimed (cursor.rs).
         Target::All => {
-            // Under pressure, after the last job claimed (cursor.rs).
-            let from =
-                claim_cursor
-                    .cursors
-                    .start(spec, None, claim_cursor.head_every, Instant::now());
-            let rows = match &from {
-                None => {
-                    c.query(
-                        &CLAIM_ALL,
-                        &[&limit, &except, &spec.tasks_in, &spec.tasks_not_in],
-                    )
-                    .await?
-                }
-                Some((priority, run_at, id)) => {
-                    c.query(
-                        &CLAIM_ALL_AFTER,
-                        &[
-                            &limit,
-                            &except,
-                            &spec.tasks_in,
-                            &spec.tasks_not_in,
-                            priority,
-                            run_at,
-                            id,
-                        ],
-                    )
-                    .await?
-                }
-            };
-            claim_cursor.cursors.claimed(
-                spec,
-                None,
-                from.is_some(),
-                rows.iter()
-                    .map(|r| crate::claim::choose::cursor::key_of(ClaimRow::read(r, Mode::Tx)))
-                    .max(),
-            );
-            Ok(rows)
+            claim_cursor
+                .cursors
+                .claim(
+                    c,
+                    spec,
+                    None,
+                    claim_cursor.head_every,
+                    Mode::Tx,
+                    (&CLAIM_ALL, &CLAIM_ALL_AFTER),
+                    &[&limit, &except, &spec.tasks_in, &spec.tasks_not_in],
+                )
+                .await
         }
         Target::Queue(q) => {
-            // Under pressure, after the last job claimed from this queue.
-            let from =
-                claim_cursor
-                    .cursors
-                    .start(spec, Some(q), claim_cursor.head_every, Instant::now());
-            let rows = match &from {
-                None => {
-                    c.query(
-                        &CLAIM_QUEUE,
-                        &[&limit, q, &spec.tasks_in, &spec.tasks_not_in],
-                    )
-                    .await?
-                }
-                Some((priority, run_at, id)) => {
-                    c.query(
-                        &CLAIM_QUEUE_AFTER,
-                        &[
-                            &limit,
-                            q,
-                            &spec.tasks_in,
-                            &spec.tasks_not_in,
-                            priority,
-                            run_at,
-                            id,
-                        ],
-                    )
-                    .await?
-                }
-            };
-            claim_cursor.cursors.claimed(
-                spec,
-                Some(q),
-                from.is_some(),
-                rows.iter()
-                    .map(|r| crate::claim::choose::cursor::key_of(ClaimRow::read(r, Mode::Tx)))
-                    .max(),
-            );
-            Ok(rows)
+            claim_cursor
+                .cursors
+                .claim(
+                    c,
+                    spec,
+                    Some(q),
+                    claim_cursor.head_every,
+                    Mode::Tx,
+                    (&CLAIM_QUEUE, &CLAIM_QUEUE_AFTER),
+                    &[&limit, q, &spec.tasks_in, &spec.tasks_not_in],
+                )
+                .await
         }
         Target::Limited(q) | Target::Rated(q, _) => {
             if admission.is_some_and(|a| a.none()) {
