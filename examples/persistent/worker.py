@@ -2,9 +2,13 @@
 """A reference persistent handler for pgwake (protocol 1, docs/src/protocol.md), standard library only.
 
 pgwake writes one JSON object a line on fd $PGWAKE_PROTOCOL_IN; we answer on $PGWAKE_PROTOCOL_OUT.
-The main thread only reads, so pings are answered while every job slot is busy (a silent process
-is killed); jobs run on a pool of --inflight threads."""
+--inflight + 1 threads take turns reading: the one that reads a job runs it and then reads on, so a
+quick job costs no hand-off between threads. A job that blocks (it sleeps, calls a service, waits for
+pgwake) leaves the reading to another thread, at once when it waits for pgwake, else within POLL
+seconds: pings are answered and cancels seen while every job slot is busy (a silent process is
+killed)."""
 import argparse, json, os, queue, signal, sys, threading, traceback
+POLL = 0.05  # how often the thread waiting to read checks whether the reading one runs a job
 
 if os.environ.get("PGWAKE_PROTOCOL") != "1":  # exit 2 before the hello: a configuration error
     print(f"worker.py speaks protocol 1, PGWAKE_PROTOCOL is {os.environ.get('PGWAKE_PROTOCOL')!r}: "
@@ -47,9 +51,26 @@ def snooze(after):
 class StepRefused(Exception):
     """pgwake refused to record a step (its step_recorded error): the attempt fails whatever we answer."""
 
+class Flag:
+    """Set once (a cancel), waited on with a timeout: a threading.Event, but ten times cheaper to make."""
+    def __init__(self):
+        self.q, self.flag = queue.SimpleQueue(), False
+    def set(self):
+        self.flag = True
+        self.q.put(True)
+    def is_set(self):
+        return self.flag
+    def wait(self, timeout=None):
+        """True once set (at once if it is), False after `timeout` seconds if not."""
+        try:
+            self.flag or self.q.get(timeout=timeout)
+        except queue.Empty:
+            pass
+        return self.flag
+
 class Job:
     def __init__(self, msg):
-        self.msg, self.cancelled, self.seq = msg, threading.Event(), 0
+        self.msg, self.cancelled, self.seq = msg, Flag(), 0
         self.sql_results, self.step_results = queue.SimpleQueue(), queue.SimpleQueue()
 
     def step(self, name, body):
@@ -61,7 +82,8 @@ class Job:
             return recorded[name]
         output = body()
         send({"type": "step", "id": self.msg["id"], "token": self.msg["token"], "name": name, "output": output})
-        r = self.step_results.get()  # the step_recorded, handed over by the reader thread
+        reader_wanted.set()  # we wait for pgwake's answer: another thread reads it
+        r = self.step_results.get()  # the step_recorded, handed over by the reading thread
         if "error" in r:
             raise StepRefused(r["error"])
         return output
@@ -71,7 +93,8 @@ class Job:
         self.seq += 1
         send({"type": "sql", "id": self.msg["id"], "token": self.msg["token"], "seq": self.seq,
               "sql": sql, "params": params})
-        return self.sql_results.get()  # handed over by the reader thread
+        reader_wanted.set()  # we wait for pgwake's answer: another thread reads it
+        return self.sql_results.get()  # handed over by the reading thread
 
     def progress(self, value, message=None):
         """Reports how far the job has got (shown by pgwake job show while it runs); not an answer.
@@ -139,6 +162,7 @@ def bad_step(job, p):
     errors = []
     for m in p["steps"]:
         send({**m, "type": "step", "id": job.msg["id"], "token": job.msg["token"]})
+        reader_wanted.set()
         errors.append(job.step_results.get().get("error"))
     return done(errors)
 
@@ -160,21 +184,14 @@ def run(job):
         if draining and not jobs:
             quit(0)
 
-def main():
+read_lock = threading.Lock()  # held by the thread reading fd 3
+standby_lock = threading.Lock()  # held by the thread waiting to read next
+reader_wanted = threading.Event()  # set by a job about to wait for pgwake: read its answer now
+
+def next_job():
+    """Reads until a job comes (the reading thread answers everything else at once)."""
     global draining
-    todo = queue.SimpleQueue()  # jobs for the --inflight threads, each running one at a time
-    def serve():
-        while True:
-            run(todo.get())
-    for _ in range(INFLIGHT):
-        threading.Thread(target=serve, daemon=True).start()
-    hello = {"type": "hello", "version": 1, "tasks": list(TASKS), "inflight": INFLIGHT}
-    if ARGS.steps:  # optional fields: without them, job messages carry neither (and cost nothing)
-        hello.update(steps=True, parent_results=True)
-    send(hello)
-    if json.loads(inp.readline() or "{}").get("type") != "welcome":  # no job comes before it
-        raise RuntimeError("the first message is not a welcome")
-    for line in inp:  # ends when pgwake closes fd 3 (it is gone): then stop at once
+    for line in inp:
         msg = json.loads(line)
         with jobs_lock:
             job = jobs.get(msg.get("id"))
@@ -183,11 +200,10 @@ def main():
             send({"type": "pong", "seq": msg["seq"]})
         elif msg["type"] == "job":
             with jobs_lock:
-                if draining:  # never sent after a drain; answer rather than leave it hanging
-                    send({**fail("draining"), "id": msg["id"], "token": msg["token"]})
-                    continue
-                jobs[msg["id"]] = job = Job(msg)
-            todo.put(job)
+                if not draining:
+                    jobs[msg["id"]] = job = Job(msg)
+                    return job
+            send({**fail("draining"), "id": msg["id"], "token": msg["token"]})  # never sent after a drain
         elif msg["type"] == "cancel" and ours:
             job.cancelled.set()
             job.sql_results.put({"error": {"message": "cancelled"}})  # if it waits for a statement
@@ -203,7 +219,37 @@ def main():
                     quit(0)
         elif msg["type"] not in ("cancel", "sql_result", "step_recorded"):
             print(f"worker.py: ignoring a message of type {msg['type']!r}", file=sys.stderr, flush=True)
-    quit(0)
+    quit(0)  # end of fd 3: pgwake is gone, stop at once
+
+def serve():
+    """Read when no other thread does, run the job read, and read on. Of the INFLIGHT + 1 threads
+    (pgwake sends at most INFLIGHT jobs) one is always free to read or to watch the one reading."""
+    try:
+        while True:
+            if not read_lock.acquire(blocking=False):  # another thread reads
+                with standby_lock:  # one waiting thread watches it; the others sleep here
+                    while not read_lock.acquire(blocking=False):
+                        reader_wanted.wait(POLL)  # take over when the reading thread runs a job
+                        reader_wanted.clear()
+            try:
+                job = next_job()
+            finally:
+                read_lock.release()
+            run(job)
+    except BaseException:  # a line that is not JSON, fd 4 closed...: say why and exit
+        traceback.print_exc()
+        quit(1)
+
+def main():
+    hello = {"type": "hello", "version": 1, "tasks": list(TASKS), "inflight": INFLIGHT}
+    if ARGS.steps:  # optional fields: without them, job messages carry neither (and cost nothing)
+        hello.update(steps=True, parent_results=True)
+    send(hello)
+    if json.loads(inp.readline() or "{}").get("type") != "welcome":  # no job comes before it
+        raise RuntimeError("the first message is not a welcome")
+    for _ in range(INFLIGHT):
+        threading.Thread(target=serve, daemon=True).start()
+    serve()
 
 try:
     main()
