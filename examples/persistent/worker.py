@@ -51,6 +51,12 @@ def snooze(after):
 class StepRefused(Exception):
     """pgwake refused to record a step (its step_recorded error): the attempt fails whatever we answer."""
 
+def answer(results):
+    """Waits for pgwake's answer to a job's message, which the reading thread puts in `results`;
+    this thread may have been the reading one: another takes over at once."""
+    reader_wanted.set()
+    return results.get()
+
 class Flag:
     """Set once (a cancel), waited on with a timeout: a threading.Event, but ten times cheaper to make."""
     def __init__(self):
@@ -82,8 +88,7 @@ class Job:
             return recorded[name]
         output = body()
         send({"type": "step", "id": self.msg["id"], "token": self.msg["token"], "name": name, "output": output})
-        reader_wanted.set()  # we wait for pgwake's answer: another thread reads it
-        r = self.step_results.get()  # the step_recorded, handed over by the reading thread
+        r = answer(self.step_results)  # the step_recorded
         if "error" in r:
             raise StepRefused(r["error"])
         return output
@@ -93,8 +98,7 @@ class Job:
         self.seq += 1
         send({"type": "sql", "id": self.msg["id"], "token": self.msg["token"], "seq": self.seq,
               "sql": sql, "params": params})
-        reader_wanted.set()  # we wait for pgwake's answer: another thread reads it
-        return self.sql_results.get()  # handed over by the reading thread
+        return answer(self.sql_results)
 
     def progress(self, value, message=None):
         """Reports how far the job has got (shown by pgwake job show while it runs); not an answer.
@@ -162,8 +166,7 @@ def bad_step(job, p):
     errors = []
     for m in p["steps"]:
         send({**m, "type": "step", "id": job.msg["id"], "token": job.msg["token"]})
-        reader_wanted.set()
-        errors.append(job.step_results.get().get("error"))
+        errors.append(answer(job.step_results).get("error"))
     return done(errors)
 
 TASKS = {"noop": noop, "echo": echo, "sleep": sleep, "crash": crash, "fail": fail_task,
@@ -193,17 +196,18 @@ def next_job():
     global draining
     for line in inp:
         msg = json.loads(line)
-        with jobs_lock:
-            job = jobs.get(msg.get("id"))
-        ours = job is not None and job.msg["token"] == msg.get("token")  # else its answer crossed it
-        if msg["type"] == "ping":
-            send({"type": "pong", "seq": msg["seq"]})
-        elif msg["type"] == "job":
+        if msg["type"] == "job":
             with jobs_lock:
                 if not draining:
                     jobs[msg["id"]] = job = Job(msg)
                     return job
             send({**fail("draining"), "id": msg["id"], "token": msg["token"]})  # never sent after a drain
+            continue
+        with jobs_lock:
+            job = jobs.get(msg.get("id"))
+        ours = job is not None and job.msg["token"] == msg.get("token")  # else its answer crossed it
+        if msg["type"] == "ping":
+            send({"type": "pong", "seq": msg["seq"]})
         elif msg["type"] == "cancel" and ours:
             job.cancelled.set()
             job.sql_results.put({"error": {"message": "cancelled"}})  # if it waits for a statement
