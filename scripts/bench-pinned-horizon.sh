@@ -19,11 +19,16 @@
 # ADMIN_URL names a server where a database can be created and dropped
 # (e.g. postgres://postgres@127.0.0.1:5432/postgres); PGWAKE, the binary
 # (default target/release/pgwake). Extra worker flags: PGWAKE_RUN_ARGS;
-# QUEUES=n inserts into n queues instead of one.
+# QUEUES=n inserts into n queues instead of one; CLIENTS=n, on n
+# connections instead of 2 (at 1,500/s and about 1 ms an insert, two
+# connections are busy most of the time, and an insert scheduled while its
+# connection still runs the one before waits for it: pgbench counts that
+# wait in its latency from the scheduled time).
 # CSV=path also writes the 5-second figures (worker and producers) there,
 # for scripts/plot-pinned-horizon.py.
 set -euo pipefail
 export PGOPTIONS="-c client_min_messages=warning"
+clients=${CLIENTS:-2}
 admin=$1; rate=${2:-1500}; unpinned=${3:-60}; pinned=${4:-180}
 here=$(cd "$(dirname "$0")/.." && pwd)
 pgwake=${5:-$here/target/release/pgwake}
@@ -57,7 +62,7 @@ stats=$(psql -qAt "$url" -c "SELECT count(*) FROM pg_extension WHERE extname = '
 if [ "$stats" = 0 ] && psql -qAt "$url" -c "CREATE EXTENSION IF NOT EXISTS pg_stat_statements" >/dev/null 2>&1 \
    && psql -qAt "$url" -c "SELECT 1 FROM pg_stat_statements LIMIT 1" >/dev/null 2>&1; then stats=1; fi
 echo "server: $(psql -qAt "$url" -c 'SHOW server_version') shared_buffers=$(psql -qAt "$url" -c 'SHOW shared_buffers') synchronous_commit=$(psql -qAt "$url" -c 'SHOW synchronous_commit') autovacuum_naptime=$(psql -qAt "$url" -c 'SHOW autovacuum_naptime') pg_stat_statements=$stats"
-echo "machine: $(nproc) cores, $(awk '/MemTotal/ {printf "%.0f GiB", $2/1048576}' /proc/meminfo); pgwake $("$pgwake" --version | awk '{print $2}'); pgbench -c 2 -R $rate; $unpinned s unpinned, $pinned s pinned, 10 s after"
+echo "machine: $(nproc) cores, $(awk '/MemTotal/ {printf "%.0f GiB", $2/1048576}' /proc/meminfo); pgwake $("$pgwake" --version | awk '{print $2}'); pgbench -c $clients -R $rate; $unpinned s unpinned, $pinned s pinned, 10 s after"
 
 # Metrics on a port of its own (the default 9187 may be another worker's).
 "$pgwake" run --database-url "$url" --handler 'noop=sql:bench_noop' --metrics-addr 127.0.0.1:0 ${PGWAKE_RUN_ARGS:-} >"$work/worker.log" 2>&1 &
@@ -74,7 +79,7 @@ else
     echo "INSERT INTO pgwake.jobs (task, payload) VALUES ('noop', jsonb_build_object('t', extract(epoch FROM clock_timestamp())));" > "$work/insert.sql"
 fi
 total=$((unpinned + pinned + 10))
-nice -n "${PRODUCERS_NICE:-0}" pgbench -n -c 2 -j 2 -R "$rate" -T "$total" -f "$work/insert.sql" -l --log-prefix="$work/log" "$url" >"$work/pgbench.out" 2>&1 &
+nice -n "${PRODUCERS_NICE:-0}" pgbench -n -c "$clients" -j 2 -R "$rate" -T "$total" -f "$work/insert.sql" -l --log-prefix="$work/log" "$url" >"$work/pgbench.out" 2>&1 &
 pids+=($!)
 bench=$!
 t0=$(date +%s.%N)
