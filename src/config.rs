@@ -111,6 +111,10 @@ pub const SERVICE_CONNECTIONS: usize = 2;
 /// before a job that sorts behind the cursor (committed late, released by
 /// its ordering key, rescued, of a higher priority) is seen.
 pub const PRESSURE_HEAD_SCAN_EVERY_DEFAULT: Duration = Duration::from_secs(1);
+/// How many jobs a worker may claim while a transaction is open before its
+/// claims resume after the last job claimed, once the transaction is 1 s
+/// old ([`WorkerConfig::horizon_held_claims`]).
+pub const HORIZON_HELD_CLAIMS_DEFAULT: u64 = 2_000;
 /// Under database pressure, how far apart tx-mode claims start once one
 /// found jobs but fewer than it asked for ([`WorkerConfig::pressure_pace`]).
 pub const PRESSURE_PACE_DEFAULT: Duration = Duration::from_millis(5);
@@ -266,6 +270,14 @@ pub struct WorkerConfig {
     /// after an idle wait is not delayed. Zero: no pacing. Default
     /// [`PRESSURE_PACE_DEFAULT`] (5 ms), at most [`PRESSURE_PACE_MAX`].
     pub pressure_pace: Duration,
+    /// Claims resume after the last job claimed (claim/choose/cursor.rs)
+    /// once a transaction has been open 5 s, or sooner, from 1 s, once this
+    /// worker has claimed about this many jobs since the transaction began
+    /// (its age times the worker's claim rate over the last second): each
+    /// such job left an index entry that every claim from the head walks
+    /// while the transaction lasts. Zero: from 1 s at any rate. Default
+    /// [`HORIZON_HELD_CLAIMS_DEFAULT`] (2,000: at 1,500 jobs/s, 1.3 s).
+    pub horizon_held_claims: u64,
     /// Most jobs one claim statement takes. In `tx` mode a batch runs its
     /// jobs one after another in one transaction, and its size adapts below
     /// this cap so a batch runs about 100 ms (`tx::TX_BATCH_TARGET`); in
@@ -371,6 +383,7 @@ impl Default for WorkerConfig {
             prefetch_wait: PREFETCH_WAIT_DEFAULT,
             pressure_head_scan_every: PRESSURE_HEAD_SCAN_EVERY_DEFAULT,
             pressure_pace: PRESSURE_PACE_DEFAULT,
+            horizon_held_claims: HORIZON_HELD_CLAIMS_DEFAULT,
             batch: BATCH_DEFAULT,
             poll_interval: POLL_INTERVAL_DEFAULT,
             listen: true,

@@ -1,7 +1,7 @@
 //! Liveness and readiness as the worker sees them, shared by its services
 //! and served on `/health` and `/ready`.
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Mutex;
 
 /// Readiness inputs. Ready = the database answers, its schema is this
@@ -18,9 +18,12 @@ pub struct Health {
     /// ok (tx-mode batches are then capped, see `claim/tx/sizer.rs`).
     under_pressure: AtomicBool,
     /// Whether the oldest open transaction of a client session, at the last
-    /// sample, was at least [`HORIZON_HELD`] old (claims then resume after
-    /// the last job claimed, `claim/choose/cursor.rs`).
+    /// sample, held the horizon long enough for claims to resume after the
+    /// last job claimed ([`horizon_held`], `claim/choose/cursor.rs`).
     horizon_held: AtomicBool,
+    /// Jobs this worker has claimed since it started (the sampler's claim
+    /// rate, [`horizon_held`]).
+    claimed: AtomicU64,
 }
 
 /// How old the oldest open transaction must be, at a sample, for the
@@ -29,6 +32,28 @@ pub struct Health {
 /// claimed leaves an index entry no claim can skip. Well under the
 /// governor's default threshold (a minute), which is for people.
 pub(crate) const HORIZON_HELD: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// The youngest transaction that turns the claims' cursor on
+/// ([`horizon_held`]), however fast the worker claims: a transaction of an
+/// ordinary request is younger.
+pub(crate) const HORIZON_HELD_MIN: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// Whether a transaction open `age` seconds holds the vacuum horizon long
+/// enough for this worker's claims to resume after the last job claimed
+/// (`claim/choose/cursor.rs`): [`HORIZON_HELD`] (5 s), or sooner, from
+/// [`HORIZON_HELD_MIN`] (1 s), once the jobs this worker has claimed since
+/// the transaction began — `age` times its claim rate, `claims_per_second`
+/// — reach `held_claims` (`WorkerConfig::horizon_held_claims`). Each of
+/// those jobs left an index entry that every claim from the head walks
+/// while the transaction lasts, so the cost of the claims grows with the
+/// rate as well as the time: at 1,500 jobs/s the 5 s before the cursor
+/// took over were a burst of claims walking up to 7,500 such entries each,
+/// and the two cores were theirs for those seconds (docs/src/performance.md,
+/// "The first seconds of a pin").
+pub(crate) fn horizon_held(age: f64, claims_per_second: f64, held_claims: u64) -> bool {
+    age >= HORIZON_HELD.as_secs_f64()
+        || (age >= HORIZON_HELD_MIN.as_secs_f64() && age * claims_per_second >= held_claims as f64)
+}
 
 impl Health {
     /// New state; `listen` says whether the listener counts.
@@ -40,6 +65,7 @@ impl Health {
             schema_pending: Mutex::new(None),
             under_pressure: AtomicBool::new(false),
             horizon_held: AtomicBool::new(false),
+            claimed: AtomicU64::new(0),
         }
     }
 
@@ -56,16 +82,28 @@ impl Health {
         self.under_pressure.load(Ordering::Relaxed)
     }
 
-    /// Record the age of the oldest open transaction of a client session,
-    /// as the sampler read it.
-    pub fn set_oldest_transaction_age(&self, seconds: f64) {
-        self.horizon_held
-            .store(seconds >= HORIZON_HELD.as_secs_f64(), Ordering::Relaxed);
+    /// Record whether the oldest open transaction of a client session, as
+    /// the sampler last read it, holds the horizon long enough for claims
+    /// to resume after the last job claimed (the sampler decides, from the
+    /// transaction's age and this worker's claim rate).
+    pub fn set_horizon_held(&self, held: bool) {
+        self.horizon_held.store(held, Ordering::Relaxed);
+    }
+
+    /// Count `n` jobs this worker claimed.
+    pub fn count_claimed(&self, n: usize) {
+        self.claimed.fetch_add(n as u64, Ordering::Relaxed);
+    }
+
+    /// Jobs this worker has claimed since it started.
+    pub fn claimed(&self) -> u64 {
+        self.claimed.load(Ordering::Relaxed)
     }
 
     /// Whether claims resume after the last job claimed (`claim/choose/cursor.rs`):
-    /// the database under pressure, or a transaction open for
-    /// 5 s or more at the last sample.
+    /// the database under pressure, or a transaction open long enough at
+    /// the last reading ([`horizon_held`]: 5 s, or from 1 s once this worker
+    /// claimed `WorkerConfig::horizon_held_claims` jobs meanwhile).
     pub fn claims_resume(&self) -> bool {
         self.under_pressure() || self.horizon_held.load(Ordering::Relaxed)
     }
@@ -130,5 +168,27 @@ impl Health {
 
     fn publish(&self) {
         metrics::gauge!(crate::metrics::READY).set(if self.ready() { 1.0 } else { 0.0 });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::horizon_held;
+
+    #[test]
+    fn a_transaction_holds_the_horizon_at_five_seconds_or_sooner_at_a_high_claim_rate() {
+        // Without claims, 5 s.
+        assert!(!horizon_held(4.9, 0.0, 2_000));
+        assert!(horizon_held(5.0, 0.0, 2_000));
+        // At 1,500 claims/s, from 2,000 entries: 1.34 s.
+        assert!(!horizon_held(1.3, 1_500.0, 2_000));
+        assert!(horizon_held(1.4, 1_500.0, 2_000));
+        // Never before 1 s, however fast.
+        assert!(!horizon_held(0.9, 1e9, 2_000));
+        assert!(horizon_held(1.0, 1e9, 2_000));
+        // A low rate waits for the 5 s.
+        assert!(!horizon_held(4.0, 100.0, 2_000));
+        // 0 entries: from 1 s.
+        assert!(horizon_held(1.0, 0.0, 0));
     }
 }

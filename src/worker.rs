@@ -390,6 +390,7 @@ impl Worker {
                 pool.clone(),
                 crate::services::sampler::SamplerConfig {
                     depth_minutes: self.config.rollup.is_some(),
+                    horizon_held_claims: self.config.horizon_held_claims,
                     ..crate::services::sampler::SamplerConfig::every(interval)
                 },
                 self.health.clone(),

@@ -75,6 +75,7 @@ pub(crate) async fn claim_round(
                 let claimed =
                     crate::claim::tx::claim_and_run(ctx, spec, limit, sizer, trigger).await?;
                 ctx.choice.wait_state.paced(claimed, limit, pace, pressed);
+                ctx.health.count_claimed(claimed);
                 claimed
             }
             Delivery::Lease => {
@@ -126,6 +127,7 @@ pub(crate) async fn claim_round(
                     }
                 }
                 drop(reserved);
+                ctx.health.count_claimed(n);
                 if permits.is_empty() {
                     return Ok(Round { claimed: n, again });
                 }

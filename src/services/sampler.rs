@@ -37,7 +37,8 @@ use crate::metrics;
 /// How often, between samples, the sampler reads the age of the oldest
 /// open transaction alone (`db/sql/oldest_transaction_age.sql`, no table
 /// read): claims resume after their cursor once a transaction has been open
-/// for `HORIZON_HELD` (health.rs, 5 s; claim/choose/cursor.rs), and
+/// for `HORIZON_HELD` (health.rs, 5 s, or from 1 s at a high claim rate:
+/// `horizon_held`; claim/choose/cursor.rs), and
 /// with only the full sample every 5 s they started up to 5 s late, walking
 /// the dead index entries the held horizon had left by then
 /// (docs/src/performance.md, "Under a pinned vacuum horizon").
@@ -83,6 +84,10 @@ pub struct SamplerConfig {
     /// console's depth chart; one statement per sample). Default true;
     /// the worker sets it from its rollup setting.
     pub depth_minutes: bool,
+    /// How many jobs the worker may claim while a transaction is open
+    /// before its claims resume after their cursor, from 1 s
+    /// (`WorkerConfig::horizon_held_claims`, health.rs `horizon_held`).
+    pub horizon_held_claims: u64,
 }
 
 impl Default for SamplerConfig {
@@ -92,6 +97,7 @@ impl Default for SamplerConfig {
             depth_cap: DEPTH_CAP_DEFAULT,
             time_limit: TIME_LIMIT_DEFAULT,
             depth_minutes: true,
+            horizon_held_claims: crate::config::HORIZON_HELD_CLAIMS_DEFAULT,
         }
     }
 }
@@ -130,6 +136,9 @@ pub struct Sampler {
     seen_waiting: HashSet<(String, String)>,
     /// When the queue gauges were last read ([`reads_queue_gauges`]).
     queue_gauges_read: Option<std::time::Instant>,
+    /// The worker's claim count at the last reading of the horizon, and
+    /// when ([`Sampler::claim_rate`]).
+    claims_seen: Option<(u64, std::time::Instant)>,
 }
 
 impl Sampler {
@@ -154,6 +163,7 @@ impl Sampler {
             seen_apps: HashSet::new(),
             seen_waiting: HashSet::new(),
             queue_gauges_read: None,
+            claims_seen: None,
         }
     }
 
@@ -198,8 +208,7 @@ impl Sampler {
                         self.queue_gauges_read = Some(now);
                     }
                     self.health.set_db(true);
-                    self.health
-                        .set_oldest_transaction_age(s.oldest_transaction_age);
+                    self.read_horizon(s.oldest_transaction_age);
                     self.publish(&s);
                     if self.config.depth_minutes && s.queues_read {
                         self.record_depth(&s).await;
@@ -220,7 +229,7 @@ impl Sampler {
     /// Read the age of the oldest open transaction alone, for the claims'
     /// cursor ([`HORIZON_PROBE_EVERY`]). A failure is left to the next
     /// sample to report.
-    pub async fn probe_horizon(&self) {
+    pub async fn probe_horizon(&mut self) {
         let read = async {
             let conn = self.pool.get().await.map_err(Error::pool("sampler"))?;
             crate::db::sql::Db::unnamed(&conn)
@@ -229,9 +238,36 @@ impl Sampler {
                 .map_err(Error::db("sampler: reading the oldest transaction's age"))
         };
         match read.await {
-            Ok(row) => self.health.set_oldest_transaction_age(row.get(0)),
+            Ok(row) => self.read_horizon(row.get(0)),
             Err(e) => tracing::debug!(error = %e, "sampler: horizon probe failed"),
         }
+    }
+
+    /// Tell the claims whether the oldest open transaction, `age` seconds
+    /// old, holds the horizon long enough for them to resume after their
+    /// cursor (health.rs, `horizon_held`: from its age and the worker's
+    /// claim rate).
+    fn read_horizon(&mut self, age: f64) {
+        let rate = self.claim_rate();
+        self.health.set_horizon_held(crate::health::horizon_held(
+            age,
+            rate,
+            self.config.horizon_held_claims,
+        ));
+    }
+
+    /// Jobs this worker claimed per second since the last reading of the
+    /// horizon (about a second ago; 0 at the first).
+    fn claim_rate(&mut self) -> f64 {
+        let (now, claimed) = (std::time::Instant::now(), self.health.claimed());
+        let rate = match self.claims_seen {
+            Some((before, at)) if now > at => {
+                claimed.saturating_sub(before) as f64 / (now - at).as_secs_f64()
+            }
+            _ => 0.0,
+        };
+        self.claims_seen = Some((claimed, now));
+        rate
     }
 
     /// Read the governor's level (`pgwake.pressure()`, which records a

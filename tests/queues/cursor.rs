@@ -364,3 +364,70 @@ async fn a_held_horizon_is_seen_between_samples() {
     .await;
     w.shutdown().await;
 }
+
+/// At a high claim rate a held transaction turns the cursor on before it
+/// is 5 s old (health.rs `horizon_held`: from 1 s, once the worker has
+/// claimed `horizon_held_claims` jobs since the transaction began; each of
+/// them left an index entry that every claim from the head walks). A
+/// producer keeps jobs coming while a transaction is held; when the
+/// worker's claims resume after their cursor, the transaction is younger
+/// than 5 s (its age read after the switch was seen, so the switch came
+/// earlier still). Fails with the claim rate left out of the decision (the
+/// switch then comes at 5 s).
+#[tokio::test]
+async fn at_a_high_claim_rate_a_held_horizon_is_seen_before_five_seconds() {
+    let db = migrated_db().await;
+    let worker = Worker::builder(db.config())
+        .config(pgwake::WorkerConfig {
+            sample_interval: Some(Duration::from_secs(3600)),
+            horizon_held_claims: 100,
+            ..test_config()
+        })
+        .handler("work", InMode(Ledger::default(), Delivery::Tx))
+        .build()
+        .unwrap();
+    let w = Running::start(worker);
+    w.until_listening().await;
+    let producing = Arc::new(std::sync::atomic::AtomicBool::new(true));
+    let producer = {
+        let (c, producing) = (db.client().await, producing.clone());
+        tokio::spawn(async move {
+            while producing.load(std::sync::atomic::Ordering::Relaxed) {
+                c.batch_execute(
+                    "INSERT INTO pgwake.jobs (task) SELECT 'work' FROM generate_series(1, 20)",
+                )
+                .await
+                .unwrap();
+            }
+        })
+    };
+    let pin = connect_as(&db, "report").await;
+    pin.batch_execute("BEGIN ISOLATION LEVEL REPEATABLE READ; SELECT 1;")
+        .await
+        .unwrap();
+    wait_for(
+        "the worker to see the transaction held open",
+        LONG,
+        async || {
+            w.health
+                .claims_resume()
+                .then_some(())
+                .ok_or("not yet".to_string())
+        },
+    )
+    .await;
+    let age: f64 = db
+        .scalar(
+            "SELECT extract(epoch FROM now() - xact_start)::float8 FROM pg_stat_activity \
+             WHERE datname = current_database() AND application_name = 'report'",
+        )
+        .await;
+    assert!(
+        age < 5.0,
+        "claims resumed after their cursor only once the transaction was {age:.2} s old"
+    );
+    producing.store(false, std::sync::atomic::Ordering::Relaxed);
+    producer.await.unwrap();
+    pin.batch_execute("COMMIT").await.unwrap();
+    w.shutdown().await;
+}

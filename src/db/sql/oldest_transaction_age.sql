@@ -2,8 +2,9 @@
 -- oldest_tx_age of sample_pressure.sql, alone): read by the sampler once a
 -- second between its samples (services/sampler.rs, HORIZON_PROBE_EVERY),
 -- so that claims resume after their cursor (claim/choose/cursor.rs) within about a
--- second of a transaction reaching health.rs's HORIZON_HELD rather than
--- up to a sample interval later. One row per backend, no table read.
+-- second of a transaction holding the horizon long enough (health.rs,
+-- horizon_held: 5 s, or from 1 s at a high claim rate) rather than up to
+-- a sample interval later. One row per backend, no table read.
 SELECT greatest(0, coalesce(extract(epoch FROM max(now() - xact_start)), 0))::float8
 FROM pg_stat_activity
 WHERE datname = current_database()
