@@ -19,7 +19,8 @@
 # ADMIN_URL names a server where a database can be created and dropped
 # (e.g. postgres://postgres@127.0.0.1:5432/postgres); PGWAKE, the binary
 # (default target/release/pgwake). Extra worker flags: PGWAKE_RUN_ARGS;
-# QUEUES=n inserts into n queues instead of one; CLIENTS=n, on n
+# QUEUES=n inserts into n queues instead of one; NO_PIN=1 holds no
+# transaction in the "pinned" phase (a control); CLIENTS=n, on n
 # connections instead of 2 (at 1,500/s and about 1 ms an insert, two
 # connections are busy most of the time, and an insert scheduled while its
 # connection still runs the one before waits for it: pgbench counts that
@@ -40,7 +41,7 @@ cleanup() {
     for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
     wait 2>/dev/null || true
     psql -q "$admin" -c "DROP DATABASE IF EXISTS $db WITH (FORCE)" >/dev/null 2>&1 || true
-    if [ -n "${KEEP:-}" ]; then mkdir -p "$KEEP" && cp "$work"/log* "$KEEP"/ 2>/dev/null; fi
+    if [ -n "${KEEP:-}" ]; then mkdir -p "$KEEP" && cp "$work"/log* "$work"/worker.log "$KEEP"/ 2>/dev/null; fi
     rm -rf "$work"
 }
 trap cleanup EXIT
@@ -144,8 +145,12 @@ while kill -0 "$bench" 2>/dev/null; do
     if [ "$next" -eq "$unpinned" ]; then
         mark pinned
         echo "-- top statements, unpinned:"; top_statements; reset_stats
-        ( echo "SET application_name = 'pinning-session'; BEGIN ISOLATION LEVEL REPEATABLE READ; SELECT count(*) FROM pgwake.workers;"; sleep "$pinned"; echo "COMMIT;" ) \
-            | psql -q "$url" >/dev/null &
+        # NO_PIN=1: the same phases without the pin (a control: what the
+        # script's own work at the boundary costs the producers).
+        pin="BEGIN ISOLATION LEVEL REPEATABLE READ; SELECT count(*) FROM pgwake.workers;"
+        [ -n "${NO_PIN:-}" ] && pin="SELECT 1;"
+        ( echo "SET application_name = 'pinning-session'; $pin"; sleep "$pinned"; echo "COMMIT;" ) \
+            | psql -q "$url" >/dev/null 2>&1 &
         pids+=($!)
         phase=pinned
         echo "$phase" > "$work/phase"
