@@ -114,7 +114,7 @@ pub const PRESSURE_HEAD_SCAN_EVERY_DEFAULT: Duration = Duration::from_secs(1);
 /// How many jobs a worker may claim while a transaction is open before its
 /// claims resume after the last job claimed, once the transaction is 1 s
 /// old ([`WorkerConfig::horizon_held_claims`]).
-pub const HORIZON_HELD_CLAIMS_DEFAULT: u64 = 2_000;
+pub const HORIZON_HELD_CLAIMS_DEFAULT: u64 = 500;
 /// Under database pressure, how far apart tx-mode claims start once one
 /// found jobs but fewer than it asked for ([`WorkerConfig::pressure_pace`]).
 pub const PRESSURE_PACE_DEFAULT: Duration = Duration::from_millis(5);
@@ -276,7 +276,7 @@ pub struct WorkerConfig {
     /// (its age times the worker's claim rate over the last second): each
     /// such job left an index entry that every claim from the head walks
     /// while the transaction lasts. Zero: from 1 s at any rate. Default
-    /// [`HORIZON_HELD_CLAIMS_DEFAULT`] (2,000: at 1,500 jobs/s, 1.3 s).
+    /// [`HORIZON_HELD_CLAIMS_DEFAULT`] (500: from 1 s at 500 jobs/s or more).
     pub horizon_held_claims: u64,
     /// Most jobs one claim statement takes. In `tx` mode a batch runs its
     /// jobs one after another in one transaction, and its size adapts below

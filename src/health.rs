@@ -46,10 +46,9 @@ pub(crate) const HORIZON_HELD_MIN: std::time::Duration = std::time::Duration::fr
 /// — reach `held_claims` (`WorkerConfig::horizon_held_claims`). Each of
 /// those jobs left an index entry that every claim from the head walks
 /// while the transaction lasts, so the cost of the claims grows with the
-/// rate as well as the time: at 1,500 jobs/s the 5 s before the cursor
-/// took over were a burst of claims walking up to 7,500 such entries each,
-/// and the two cores were theirs for those seconds (docs/src/performance.md,
-/// "The first seconds of a pin").
+/// rate as well as the time: at 1,500 jobs/s the 5–6 s before the cursor
+/// took over left up to 9,000 such entries for each claim to walk
+/// (docs/src/performance.md, "The first seconds of a pin").
 pub(crate) fn horizon_held(age: f64, claims_per_second: f64, held_claims: u64) -> bool {
     age >= HORIZON_HELD.as_secs_f64()
         || (age >= HORIZON_HELD_MIN.as_secs_f64() && age * claims_per_second >= held_claims as f64)
@@ -88,6 +87,12 @@ impl Health {
     /// transaction's age and this worker's claim rate).
     pub fn set_horizon_held(&self, held: bool) {
         self.horizon_held.store(held, Ordering::Relaxed);
+    }
+
+    /// Whether the oldest open transaction held the horizon long enough at
+    /// the last reading ([`Health::set_horizon_held`]).
+    pub fn horizon_held(&self) -> bool {
+        self.horizon_held.load(Ordering::Relaxed)
     }
 
     /// Count `n` jobs this worker claimed.
@@ -180,9 +185,10 @@ mod tests {
         // Without claims, 5 s.
         assert!(!horizon_held(4.9, 0.0, 2_000));
         assert!(horizon_held(5.0, 0.0, 2_000));
-        // At 1,500 claims/s, from 2,000 entries: 1.34 s.
+        // At 1,500 claims/s, from 2,000 entries: 1.34 s; from 500: 1 s.
         assert!(!horizon_held(1.3, 1_500.0, 2_000));
         assert!(horizon_held(1.4, 1_500.0, 2_000));
+        assert!(horizon_held(1.0, 1_500.0, 500));
         // Never before 1 s, however fast.
         assert!(!horizon_held(0.9, 1e9, 2_000));
         assert!(horizon_held(1.0, 1e9, 2_000));

@@ -249,11 +249,19 @@ impl Sampler {
     /// claim rate).
     fn read_horizon(&mut self, age: f64) {
         let rate = self.claim_rate();
-        self.health.set_horizon_held(crate::health::horizon_held(
-            age,
-            rate,
-            self.config.horizon_held_claims,
-        ));
+        let held = crate::health::horizon_held(age, rate, self.config.horizon_held_claims);
+        if held != self.health.horizon_held() {
+            if held {
+                tracing::info!(
+                    oldest_transaction_seconds = format_args!("{age:.1}"),
+                    claims_per_second = format_args!("{rate:.0}"),
+                    "a transaction holds the vacuum horizon: claims resume after the last job claimed"
+                );
+            } else {
+                tracing::info!("the vacuum horizon moves again: claims start at the head");
+            }
+        }
+        self.health.set_horizon_held(held);
     }
 
     /// Jobs this worker claimed per second since the last reading of the
