@@ -19,10 +19,10 @@ pub struct Health {
     under_pressure: AtomicBool,
     /// Whether the oldest open transaction of a client session, at the last
     /// sample, held the horizon long enough for claims to resume after the
-    /// last job claimed ([`horizon_held`], `claim/choose/cursor.rs`).
+    /// last job claimed (`horizon_held`, `claim/choose/cursor.rs`).
     horizon_held: AtomicBool,
     /// Jobs this worker has claimed since it started (the sampler's claim
-    /// rate, [`horizon_held`]).
+    /// rate, `horizon_held`).
     claimed: AtomicU64,
 }
 
@@ -34,7 +34,7 @@ pub struct Health {
 pub(crate) const HORIZON_HELD: std::time::Duration = std::time::Duration::from_secs(5);
 
 /// The youngest transaction that turns the claims' cursor on
-/// ([`horizon_held`]), however fast the worker claims: a transaction of an
+/// (`horizon_held`), however fast the worker claims: a transaction of an
 /// ordinary request is younger.
 pub(crate) const HORIZON_HELD_MIN: std::time::Duration = std::time::Duration::from_secs(1);
 
@@ -107,7 +107,7 @@ impl Health {
 
     /// Whether claims resume after the last job claimed (`claim/choose/cursor.rs`):
     /// the database under pressure, or a transaction open long enough at
-    /// the last reading ([`horizon_held`]: 5 s, or from 1 s once this worker
+    /// the last reading (`horizon_held`: 5 s, or from 1 s once this worker
     /// claimed `WorkerConfig::horizon_held_claims` jobs meanwhile).
     pub fn claims_resume(&self) -> bool {
         self.under_pressure() || self.horizon_held.load(Ordering::Relaxed)
