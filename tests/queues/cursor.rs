@@ -44,6 +44,27 @@ async fn until_ran(ledger: &Ledger, what: &str, id: i64) {
     .await;
 }
 
+/// A session of `application_name` holding the vacuum horizon: a
+/// REPEATABLE READ transaction that took its snapshot and sits idle.
+async fn hold_horizon(db: &TestDb, application_name: &str) -> tokio_postgres::Client {
+    let pin = connect_as(db, application_name).await;
+    pin.batch_execute("BEGIN ISOLATION LEVEL REPEATABLE READ; SELECT 1;")
+        .await
+        .unwrap();
+    pin
+}
+
+/// Until the worker's claims resume after their cursor (`resume`), or
+/// start at the head again.
+async fn until_claims_resume(w: &Running, resume: bool, what: &str) {
+    wait_for(what, LONG, async || {
+        (w.health.claims_resume() == resume)
+            .then_some(())
+            .ok_or("not yet".to_string())
+    })
+    .await;
+}
+
 /// Records each job it runs, in the delivery mode given.
 struct InMode(Ledger, Delivery);
 
@@ -103,10 +124,7 @@ async fn under_pressure_with(
         .unwrap();
     let w = Running::start(worker);
     w.until_listening().await;
-    let pin = connect_as(db, "metabase").await;
-    pin.batch_execute("BEGIN ISOLATION LEVEL REPEATABLE READ; SELECT 1;")
-        .await
-        .unwrap();
+    let pin = hold_horizon(db, "metabase").await;
     wait_for(
         "the worker's sampler to see the pressure",
         LONG,
@@ -340,28 +358,10 @@ async fn a_held_horizon_is_seen_between_samples() {
     let w = Running::start(worker);
     w.until_listening().await;
     assert!(!w.health.claims_resume(), "nothing holds the horizon yet");
-    let pin = connect_as(&db, "metabase").await;
-    pin.batch_execute("BEGIN ISOLATION LEVEL REPEATABLE READ; SELECT 1;")
-        .await
-        .unwrap();
-    wait_for(
-        "the worker to see the transaction held open",
-        LONG,
-        async || {
-            w.health
-                .claims_resume()
-                .then_some(())
-                .ok_or("not yet".to_string())
-        },
-    )
-    .await;
+    let pin = hold_horizon(&db, "metabase").await;
+    until_claims_resume(&w, true, "the worker to see the transaction held open").await;
     pin.batch_execute("COMMIT").await.unwrap();
-    wait_for("the worker to see it end", LONG, async || {
-        (!w.health.claims_resume())
-            .then_some(())
-            .ok_or("not yet".to_string())
-    })
-    .await;
+    until_claims_resume(&w, false, "the worker to see it end").await;
     w.shutdown().await;
 }
 
@@ -401,21 +401,8 @@ async fn at_a_high_claim_rate_a_held_horizon_is_seen_before_five_seconds() {
             }
         })
     };
-    let pin = connect_as(&db, "report").await;
-    pin.batch_execute("BEGIN ISOLATION LEVEL REPEATABLE READ; SELECT 1;")
-        .await
-        .unwrap();
-    wait_for(
-        "the worker to see the transaction held open",
-        LONG,
-        async || {
-            w.health
-                .claims_resume()
-                .then_some(())
-                .ok_or("not yet".to_string())
-        },
-    )
-    .await;
+    let pin = hold_horizon(&db, "report").await;
+    until_claims_resume(&w, true, "the worker to see the transaction held open").await;
     let age: f64 = db
         .scalar(
             "SELECT extract(epoch FROM now() - xact_start)::float8 FROM pg_stat_activity \
