@@ -6,6 +6,7 @@
 
 use crate::common;
 
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use common::*;
@@ -23,14 +24,21 @@ fn config(lease: bool) -> WorkerConfig {
     }
 }
 
+/// The ids of the jobs whose handlers returned `Done`, in the order they
+/// returned it. A job that can only be claimed once another has ended
+/// starts after that one's handler returned, so this order is causal; the
+/// order in which a worker's claim tasks publish their events is not.
+type Ends = Arc<Mutex<Vec<i64>>>;
+
 /// `wait`: waits for the signal its payload names, then is done. `quick`:
 /// done at once.
-struct Tasks;
+struct Tasks(Ends);
 
 #[pgwake::async_trait]
 impl pgwake::Handler for Tasks {
     async fn handle(&self, job: &Job, ctx: JobContext<'_>) -> Result<Outcome, BoxError> {
         if job.task == "quick" {
+            self.0.lock().unwrap().push(job.id);
             return Ok(Outcome::Done);
         }
         Ok(match ctx.signal().await? {
@@ -38,20 +46,25 @@ impl pgwake::Handler for Tasks {
                 job.payload["key"].as_str().unwrap_or("k"),
                 Duration::from_secs(3600),
             ),
-            Some(_) => Outcome::Done,
+            Some(_) => {
+                self.0.lock().unwrap().push(job.id);
+                Outcome::Done
+            }
         })
     }
 }
 
-fn worker(db: &TestDb, lease: bool) -> Running {
-    Running::start(
+fn worker(db: &TestDb, lease: bool) -> (Running, Ends) {
+    let ends = Ends::default();
+    let w = Running::start(
         Worker::builder(db.config())
             .config(config(lease))
-            .handler("wait", Tasks)
-            .handler("quick", Tasks)
+            .handler("wait", Tasks(ends.clone()))
+            .handler("quick", Tasks(ends.clone()))
             .build()
             .unwrap(),
-    )
+    );
+    (w, ends)
 }
 
 async fn explain_reason(c: &tokio_postgres::Client, id: i64) -> String {
@@ -77,7 +90,7 @@ async fn a_waiting_job_keeps_its_key_and_holds_no_slot(lease: bool) {
     )
     .await
     .unwrap();
-    let mut w = worker(&db, lease);
+    let (mut w, ends) = worker(&db, lease);
     w.next_events(1, Duration::from_secs(30), |e| {
         e.id == a && e.outcome() == "waiting_for_signal"
     })
@@ -97,12 +110,11 @@ async fn a_waiting_job_keeps_its_key_and_holds_no_slot(lease: bool) {
     assert_eq!(ran[0].id, cc, "the job without a key ran while A waited");
     assert_eq!(explain_reason(&c, b).await, "ordering_key");
     assert_eq!(signal(&c, "ship:1", None).await.unwrap(), 1);
-    let ran = w
-        .next_events(2, Duration::from_secs(30), |e| e.outcome() == "done")
+    w.next_events(2, Duration::from_secs(30), |e| e.outcome() == "done")
         .await;
     w.shutdown().await;
-    let order: Vec<i64> = ran.iter().map(|e| e.id).collect();
-    assert_eq!(order, [a, b], "B after A, its key's head");
+    let order = ends.lock().unwrap().clone();
+    assert_eq!(order, [cc, a, b], "B after A, its key's head");
 }
 
 #[tokio::test]
@@ -133,7 +145,7 @@ async fn a_waiting_parent_keeps_its_children_held(lease: bool) {
     )
     .await
     .unwrap();
-    let mut w = worker(&db, lease);
+    let (mut w, ends) = worker(&db, lease);
     w.next_events(1, Duration::from_secs(30), |e| {
         e.id == parent && e.outcome() == "waiting_for_signal"
     })
@@ -146,12 +158,11 @@ async fn a_waiting_parent_keeps_its_children_held(lease: bool) {
         .await;
     assert_eq!(explain_reason(&c, child).await, "waiting_for_parents");
     assert_eq!(signal(&c, "approve:7", None).await.unwrap(), 1);
-    let ran = w
-        .next_events(2, Duration::from_secs(30), |e| e.outcome() == "done")
+    w.next_events(2, Duration::from_secs(30), |e| e.outcome() == "done")
         .await;
     w.shutdown().await;
-    let order: Vec<i64> = ran.iter().map(|e| e.id).collect();
-    assert_eq!(order, [parent, child]);
+    let order = ends.lock().unwrap().clone();
+    assert_eq!(order, [other, parent, child], "the child after its parent");
 }
 
 #[tokio::test]
