@@ -116,10 +116,10 @@ pub const PRESSURE_HEAD_SCAN_EVERY_DEFAULT: Duration = Duration::from_secs(1);
 /// old ([`WorkerConfig::horizon_held_claims`]).
 pub const HORIZON_HELD_CLAIMS_DEFAULT: u64 = 500;
 /// Under database pressure, how far apart tx-mode claims start once one
-/// found jobs but fewer than it asked for ([`WorkerConfig::pressure_pace`]).
-pub const PRESSURE_PACE_DEFAULT: Duration = Duration::from_millis(5);
-/// The longest [`WorkerConfig::pressure_pace`] accepted.
-pub const PRESSURE_PACE_MAX: Duration = Duration::from_secs(1);
+/// found jobs but fewer than it asked for ([`WorkerConfig::claim_pace`]).
+pub const CLAIM_PACE_DEFAULT: Duration = Duration::from_millis(5);
+/// The longest [`WorkerConfig::claim_pace`] accepted.
+pub const CLAIM_PACE_MAX: Duration = Duration::from_secs(1);
 /// Most lease-mode jobs buffered ahead of the free slots by default. The
 /// default buffer holds the jobs this worker starts in 50 ms at its
 /// measured rate (at least one, at most this): no-op jobs fill it; slow
@@ -268,8 +268,8 @@ pub struct WorkerConfig {
     /// marks and commits, each a WAL flush that producers' commits queue
     /// behind — at the cost of up to this much pickup latency. A claim
     /// after an idle wait is not delayed. Zero: no pacing. Default
-    /// [`PRESSURE_PACE_DEFAULT`] (5 ms), at most [`PRESSURE_PACE_MAX`].
-    pub pressure_pace: Duration,
+    /// [`CLAIM_PACE_DEFAULT`] (5 ms), at most [`CLAIM_PACE_MAX`].
+    pub claim_pace: Duration,
     /// Claims resume after the last job claimed (claim/choose/cursor.rs)
     /// once a transaction has been open 5 s, or sooner, from 1 s, once this
     /// worker has claimed about this many jobs since the transaction began
@@ -382,7 +382,7 @@ impl Default for WorkerConfig {
             prefetch: None,
             prefetch_wait: PREFETCH_WAIT_DEFAULT,
             pressure_head_scan_every: PRESSURE_HEAD_SCAN_EVERY_DEFAULT,
-            pressure_pace: PRESSURE_PACE_DEFAULT,
+            claim_pace: CLAIM_PACE_DEFAULT,
             horizon_held_claims: HORIZON_HELD_CLAIMS_DEFAULT,
             batch: BATCH_DEFAULT,
             poll_interval: POLL_INTERVAL_DEFAULT,
@@ -555,10 +555,10 @@ impl WorkerConfig {
         if self.lease_duration < Duration::from_secs(1) {
             return bad("--lease-duration must be at least 1s".into());
         }
-        if self.pressure_pace > PRESSURE_PACE_MAX {
+        if self.claim_pace > CLAIM_PACE_MAX {
             return bad(format!(
-                "WorkerConfig::pressure_pace must be between 0 (off) and {PRESSURE_PACE_MAX:?} (got {:?})",
-                self.pressure_pace
+                "WorkerConfig::claim_pace must be between 0 (off) and {CLAIM_PACE_MAX:?} (got {:?})",
+                self.claim_pace
             ));
         }
         for (setting, d) in [

@@ -64,7 +64,7 @@ pub(crate) async fn claim_round(
                     crate::claim::tx::batch_limit(sizer.size(), ctx.health.under_pressure());
                 // Under pressure, after a partial batch: one claim per pace
                 // (idle.rs), waited for as a draining claim.
-                let (pace, pressed) = (ctx.config.pressure_pace, ctx.health.claims_resume());
+                let (pace, pressed) = (ctx.config.claim_pace, ctx.health.claims_resume());
                 if let Some(wait) = ctx.choice.wait_state.pace_turn(pace, pressed) {
                     let _draining = ctx.choice.wait_state.draining_claim();
                     tokio::select! {

@@ -392,7 +392,7 @@ fn each_invalid_config() -> Vec<pgwake::WorkerConfig> {
             ..d()
         },
         WorkerConfig {
-            pressure_pace: Duration::from_secs(2),
+            claim_pace: Duration::from_secs(2),
             ..d()
         },
         WorkerConfig {

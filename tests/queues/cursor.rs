@@ -281,12 +281,12 @@ impl InTx {
 }
 
 /// Under pressure, once a tx claim finds fewer jobs than it asked for, the
-/// worker's tx claims start one per `pressure_pace` (claim/choose/idle.rs): jobs
+/// worker's tx claims start one per `claim_pace` (claim/choose/idle.rs): jobs
 /// inserted one by one after a partial batch gather into the next batch
 /// instead of each being claimed as it comes. One claim task; twenty jobs
 /// in one statement grow its batches (1, 2, 4, 8, then 5 of 10: partial);
 /// with a pace of 1 s, three jobs inserted one by one right after them
-/// share one claim transaction. Fails with `pressure_pace` zero (no
+/// share one claim transaction. Fails with `claim_pace` zero (no
 /// pacing): the worker claims again as soon as a batch commits, and the
 /// three jobs are taken as they come.
 #[tokio::test]
@@ -296,7 +296,7 @@ async fn under_pressure_tx_claims_after_a_partial_batch_are_paced() {
     let handler = InTx::default();
     let config = pgwake::WorkerConfig {
         sample_interval: Some(Duration::from_millis(100)),
-        pressure_pace: Duration::from_secs(1),
+        claim_pace: Duration::from_secs(1),
         concurrency: 1,
         ..test_config()
     };

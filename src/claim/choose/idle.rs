@@ -4,7 +4,7 @@
 //! [`LINGER`].
 //!
 //! And the pacing of tx-mode claims under database pressure
-//! ([`WorkerConfig::pressure_pace`](crate::WorkerConfig)): once a claim
+//! ([`WorkerConfig::claim_pace`](crate::WorkerConfig)): once a claim
 //! finds jobs but fewer than it asked for, every tx claim of the worker
 //! takes a turn, one per pace, until one takes a full batch. Each claim,
 //! crash mark and commit is a WAL flush the producers' commits queue behind;
@@ -174,7 +174,7 @@ mod tests {
     const PACE: Duration = Duration::from_millis(50);
 
     #[test]
-    fn a_partial_batch_under_pressure_paces_the_next_claims_one_turn_each() {
+    fn a_partial_batch_under_claim_paces_the_next_claims_one_turn_each() {
         let s = WaitState::default();
         assert_eq!(s.pace_turn(PACE, true), None, "not pacing yet");
         s.paced(3, 10, PACE, true);
