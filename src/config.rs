@@ -115,8 +115,8 @@ pub const PRESSURE_HEAD_SCAN_EVERY_DEFAULT: Duration = Duration::from_secs(1);
 /// claims resume after the last job claimed, once the transaction is 1 s
 /// old ([`WorkerConfig::horizon_held_claims`]).
 pub const HORIZON_HELD_CLAIMS_DEFAULT: u64 = 500;
-/// Under database pressure, how far apart tx-mode claims start once one
-/// found jobs but fewer than it asked for ([`WorkerConfig::claim_pace`]).
+/// How far apart tx-mode claims start once one found jobs but fewer than
+/// it asked for ([`WorkerConfig::claim_pace`]).
 pub const CLAIM_PACE_DEFAULT: Duration = Duration::from_millis(5);
 /// The longest [`WorkerConfig::claim_pace`] accepted.
 pub const CLAIM_PACE_MAX: Duration = Duration::from_secs(1);
@@ -260,15 +260,17 @@ pub struct WorkerConfig {
     /// for the jobs that sort before it (claim/choose/cursor.rs). Default
     /// [`PRESSURE_HEAD_SCAN_EVERY_DEFAULT`] (1 s).
     pub pressure_head_scan_every: Duration,
-    /// Under database pressure (a held vacuum horizon or the governor's
-    /// level above ok), once a tx-mode claim finds jobs but fewer than it
-    /// asked for, the worker's tx claims start at most one per this long,
-    /// until one takes a full batch (claim/choose/idle.rs, "pacing"): a steady
-    /// stream then gathers into fewer, larger batches — fewer claims, crash
-    /// marks and commits, each a WAL flush that producers' commits queue
-    /// behind — at the cost of up to this much pickup latency. A claim
-    /// after an idle wait is not delayed. Zero: no pacing. Default
-    /// [`CLAIM_PACE_DEFAULT`] (5 ms), at most [`CLAIM_PACE_MAX`].
+    /// Once a tx-mode claim finds jobs but fewer than it asked for, the
+    /// worker's tx claims start at most one per this long, until one takes
+    /// a full batch (claim/choose/idle.rs, "pacing"): a steady stream then
+    /// gathers into fewer, larger batches — fewer claims, crash marks and
+    /// commits, each a WAL flush that producers' commits queue behind and
+    /// server time they wait for — at the cost of up to this much pickup
+    /// latency for a job that arrives just after a claim. A claim after an
+    /// idle wait is not delayed, and a backlog is claimed as fast as its
+    /// batches run. Zero: no pacing (every claim as soon as a task is
+    /// free). Default [`CLAIM_PACE_DEFAULT`] (5 ms), at most
+    /// [`CLAIM_PACE_MAX`]. `pgwake run --claim-pace`.
     pub claim_pace: Duration,
     /// Claims resume after the last job claimed (claim/choose/cursor.rs)
     /// once a transaction has been open 5 s, or sooner, from 1 s, once this
@@ -557,7 +559,7 @@ impl WorkerConfig {
         }
         if self.claim_pace > CLAIM_PACE_MAX {
             return bad(format!(
-                "WorkerConfig::claim_pace must be between 0 (off) and {CLAIM_PACE_MAX:?} (got {:?})",
+                "--claim-pace (WorkerConfig::claim_pace) must be between 0 (off) and {CLAIM_PACE_MAX:?} (got {:?})",
                 self.claim_pace
             ));
         }

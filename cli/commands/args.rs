@@ -228,6 +228,13 @@ pub struct RunArgs {
     /// takes one job per free slot, at most this many.
     #[arg(long, default_value_t = config::BATCH_DEFAULT, allow_negative_numbers = true)]
     pub batch: usize,
+    /// After a tx claim finds fewer jobs than it asked for, tx claims start at most one per this
+    /// long (0–1s, 0: off) until one fills its batch: a steady stream is taken in fewer, larger
+    /// batches (fewer commits and round trips, for the producers' sake) at the cost of up to this
+    /// much pickup latency. A claim after an idle wait and a backlog are never delayed.
+    #[arg(long, env = "PGWAKE_CLAIM_PACE", value_parser = duration,
+          default_value_t = human(config::CLAIM_PACE_DEFAULT))]
+    pub claim_pace: HumanDuration,
     /// Fallback poll interval (jittered ±25%).
     #[arg(long, value_parser = duration, default_value_t = human(config::POLL_INTERVAL_DEFAULT))]
     pub poll_interval: HumanDuration,

@@ -20,6 +20,7 @@ pub fn worker_config(args: &RunArgs) -> Result<WorkerConfig, Error> {
         prefetch: args.prefetch,
         prefetch_wait: args.prefetch_wait.into(),
         batch: args.batch,
+        claim_pace: args.claim_pace.into(),
         poll_interval: args.poll_interval.into(),
         listen: !args.no_listen,
         job_timeout: args.job_timeout.into(),

@@ -62,10 +62,10 @@ pub(crate) async fn claim_round(
                 // Under pressure (the sampler's last reading), a smaller batch.
                 let limit =
                     crate::claim::tx::batch_limit(sizer.size(), ctx.health.under_pressure());
-                // Under pressure, after a partial batch: one claim per pace
-                // (idle.rs), waited for as a draining claim.
-                let (pace, pressed) = (ctx.config.claim_pace, ctx.health.claims_resume());
-                if let Some(wait) = ctx.choice.wait_state.pace_turn(pace, pressed) {
+                // After a partial batch: one claim per pace (idle.rs),
+                // waited for as a draining claim.
+                let pace = ctx.config.claim_pace;
+                if let Some(wait) = ctx.choice.wait_state.pace_turn(pace) {
                     let _draining = ctx.choice.wait_state.draining_claim();
                     tokio::select! {
                         _ = ctx.stop.cancelled() => return Ok(Round { claimed: 0, again: false }),
@@ -74,7 +74,7 @@ pub(crate) async fn claim_round(
                 }
                 let claimed =
                     crate::claim::tx::claim_and_run(ctx, spec, limit, sizer, trigger).await?;
-                ctx.choice.wait_state.paced(claimed, limit, pace, pressed);
+                ctx.choice.wait_state.paced(claimed, limit, pace);
                 ctx.health.count_claimed(claimed);
                 claimed
             }

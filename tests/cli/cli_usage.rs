@@ -100,6 +100,20 @@ fn a_negative_number_is_refused_naming_the_flag() {
 }
 
 #[test]
+fn a_claim_pace_out_of_range_is_refused_naming_the_flag_and_the_range() {
+    let o = run(
+        &["run", "--handler", "t=exec:true", "--claim-pace", "2s"],
+        Some("postgres://u@127.0.0.1:1/x"),
+    );
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    let e = stderr(&o);
+    assert!(
+        e.contains("--claim-pace") && e.contains("between 0 (off) and 1s"),
+        "{e}"
+    );
+}
+
+#[test]
 fn a_task_given_two_handlers_is_refused() {
     let o = run(
         &[

@@ -2,8 +2,8 @@
 //! the server's idle limit, one job's unwritable failure reason does not
 //! roll back its siblings, a job that crashes its worker (or its database
 //! session) is charged alone and ends dead, while the jobs claimed with it
-//! run once and never end dead; under database pressure a tx batch holds
-//! at most ten jobs.
+//! run once and never end dead; after a partial batch tx claims are paced;
+//! under database pressure a tx batch holds at most ten jobs.
 
 use crate::common;
 
@@ -675,6 +675,101 @@ fn largest_batch(batches: &[(i64, i64)], ids: &[i64]) -> usize {
         }
     }
     per.into_values().max().unwrap_or(0)
+}
+
+/// Once a tx claim finds fewer jobs than it asked for, the worker's tx
+/// claims start one per `claim_pace` (claim/choose/idle.rs), pressure or
+/// not: jobs inserted one by one after a partial batch gather into the next
+/// batch instead of each being claimed as it comes. One claim task; twenty
+/// jobs in one statement grow its batches (1, 2, 4, 8, then 5: partial);
+/// with a pace of 1 s, three jobs inserted one by one right after them,
+/// 50 ms apart, share one claim transaction. Fails with `claim_pace` zero
+/// (no pacing): the worker claims again as soon as a batch commits and
+/// takes the three as they come (more than one transaction in 8 of 8
+/// runs).
+async fn three_jobs_after_a_partial_batch(pace: Duration) -> usize {
+    let db = migrated_db().await;
+    let c = db.client().await;
+    let batches = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let worker = Worker::builder(db.config())
+        .config(WorkerConfig {
+            claim_pace: pace,
+            concurrency: 1,
+            ..test_config()
+        })
+        .handler(
+            "t",
+            RecordsItsBatch {
+                batches: batches.clone(),
+            },
+        )
+        .build()
+        .unwrap();
+    let w = Running::start(worker);
+    w.until_listening().await;
+    let ran = async |ids: &[i64]| {
+        let b = batches.lock().unwrap();
+        ids.iter()
+            .all(|id| b.iter().any(|(_, j)| j == id))
+            .then_some(())
+            .ok_or(format!("{} of {} ran", b.len(), ids.len()))
+    };
+    let first: Vec<i64> = c
+        .query(
+            "INSERT INTO pgwake.jobs (task) SELECT 't' FROM generate_series(1, 20) RETURNING id",
+            &[],
+        )
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    wait_for(
+        "the first twenty jobs",
+        Duration::from_secs(30),
+        async || ran(&first).await,
+    )
+    .await;
+    let mut later = Vec::new();
+    for i in 0..3 {
+        // A producer's pace, not a synchronisation: 50 ms between inserts,
+        // all three well inside the 1 s pace, each far more than a claim.
+        if i > 0 {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        let id: i64 = c
+            .query_one(
+                "INSERT INTO pgwake.jobs (task) VALUES ('t') RETURNING id",
+                &[],
+            )
+            .await
+            .unwrap()
+            .get(0);
+        later.push(id);
+    }
+    wait_for(
+        "the three later jobs",
+        Duration::from_secs(30),
+        async || ran(&later).await,
+    )
+    .await;
+    w.shutdown().await;
+    let b = batches.lock().unwrap();
+    let txs: std::collections::HashSet<i64> = b
+        .iter()
+        .filter(|(_, id)| later.contains(id))
+        .map(|(xid, _)| *xid)
+        .collect();
+    txs.len()
+}
+
+#[tokio::test]
+async fn tx_claims_after_a_partial_batch_are_paced() {
+    assert_eq!(
+        three_jobs_after_a_partial_batch(Duration::from_secs(1)).await,
+        1,
+        "the jobs inserted one by one after a partial batch were claimed as they came"
+    );
 }
 
 /// Issue 35, item 2: while the governor's level is above ok (as the

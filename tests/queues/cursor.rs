@@ -12,7 +12,7 @@
 use crate::common;
 
 use std::collections::HashSet;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use common::*;
@@ -247,92 +247,6 @@ async fn a_head_claim_takes_what_sorts_before_the_cursor(delivery: Delivery) {
         Err(format!("{} runs, not the early job", ledger.runs().len()))
     })
     .await;
-    assert_eq!(level(&c).await, "elevated", "still under pressure");
-    pin.batch_execute("COMMIT").await.unwrap();
-    w.shutdown().await;
-}
-
-/// Records each job with the claim transaction it ran in.
-#[derive(Clone, Default)]
-struct InTx(Arc<Mutex<Vec<(i64, i64)>>>);
-
-#[async_trait]
-impl Handler for InTx {
-    async fn handle(&self, job: &Job, ctx: JobContext<'_>) -> Result<Outcome, BoxError> {
-        let tx = ctx
-            .transaction()
-            .await?
-            .ok_or("a tx-mode job has a transaction")?;
-        let xid: i64 = tx.query_one("SELECT txid_current()", &[]).await?.get(0);
-        self.0.lock().unwrap().push((job.id, xid));
-        Ok(Outcome::Done)
-    }
-}
-
-impl InTx {
-    fn tx_of(&self, id: i64) -> Option<i64> {
-        self.0
-            .lock()
-            .unwrap()
-            .iter()
-            .find(|r| r.0 == id)
-            .map(|r| r.1)
-    }
-}
-
-/// Under pressure, once a tx claim finds fewer jobs than it asked for, the
-/// worker's tx claims start one per `claim_pace` (claim/choose/idle.rs): jobs
-/// inserted one by one after a partial batch gather into the next batch
-/// instead of each being claimed as it comes. One claim task; twenty jobs
-/// in one statement grow its batches (1, 2, 4, 8, then 5 of 10: partial);
-/// with a pace of 1 s, three jobs inserted one by one right after them
-/// share one claim transaction. Fails with `claim_pace` zero (no
-/// pacing): the worker claims again as soon as a batch commits, and the
-/// three jobs are taken as they come.
-#[tokio::test]
-async fn under_pressure_tx_claims_after_a_partial_batch_are_paced() {
-    let db = migrated_db().await;
-    let c = db.client().await;
-    let handler = InTx::default();
-    let config = pgwake::WorkerConfig {
-        sample_interval: Some(Duration::from_millis(100)),
-        claim_pace: Duration::from_secs(1),
-        concurrency: 1,
-        ..test_config()
-    };
-    let (w, pin) = under_pressure_with(&db, config, handler.clone()).await;
-    let first: Vec<i64> = c
-        .query(
-            "INSERT INTO pgwake.jobs (task) SELECT 'work' FROM generate_series(1, 20) RETURNING id",
-            &[],
-        )
-        .await
-        .unwrap()
-        .iter()
-        .map(|r| r.get(0))
-        .collect();
-    let all_ran = async |ids: &[i64]| {
-        ids.iter()
-            .all(|&id| handler.tx_of(id).is_some())
-            .then_some(())
-            .ok_or(format!("{:?}", handler.0.lock().unwrap()))
-    };
-    wait_for("the first twenty jobs", LONG, async || {
-        all_ran(&first).await
-    })
-    .await;
-    let mut later = Vec::new();
-    for _ in 0..3 {
-        later.push(insert(&c, "now()").await);
-    }
-    wait_for("the three later jobs", LONG, async || all_ran(&later).await).await;
-    let txs: HashSet<i64> = later.iter().filter_map(|&id| handler.tx_of(id)).collect();
-    assert_eq!(
-        txs.len(),
-        1,
-        "the jobs inserted one by one after a partial batch were claimed as they came: {:?}",
-        handler.0.lock().unwrap()
-    );
     assert_eq!(level(&c).await, "elevated", "still under pressure");
     pin.batch_execute("COMMIT").await.unwrap();
     w.shutdown().await;

@@ -3,15 +3,17 @@
 //! NOTIFY only when some task is idle and no claim found jobs within
 //! [`LINGER`].
 //!
-//! And the pacing of tx-mode claims under database pressure
+//! And the pacing of tx-mode claims
 //! ([`WorkerConfig::claim_pace`](crate::WorkerConfig)): once a claim
 //! finds jobs but fewer than it asked for, every tx claim of the worker
 //! takes a turn, one per pace, until one takes a full batch. Each claim,
-//! crash mark and commit is a WAL flush the producers' commits queue behind;
-//! at 1,500 jobs/s a worker that claims again at once takes two or three
-//! jobs a claim, paced it takes about a pace's worth. The turn is waited
-//! for as a draining claim, so the worker does not register for the
-//! notifications every producer's commit would then pay for.
+//! crash mark and commit is a WAL flush the producers' commits queue behind
+//! and a few round trips of server time; at 1,500 jobs/s a worker that
+//! claims again at once takes two or three jobs a claim, paced it takes
+//! about a pace's worth. The turn is waited for as a draining claim, so the
+//! worker does not register for the notifications every producer's commit
+//! would then pay for. A claim after an idle wait is not delayed, and a
+//! backlog (full batches) is claimed as fast as ever.
 
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
@@ -74,10 +76,10 @@ impl WaitState {
     }
 
     /// A tx claim is about to start: while pacing, take the next turn and
-    /// return how long to wait for it (`None`: claim now). `pace` zero, or
-    /// not under pressure: never paced, and pacing ends.
-    pub(crate) fn pace_turn(&self, pace: Duration, under_pressure: bool) -> Option<Duration> {
-        if pace.is_zero() || !under_pressure {
+    /// return how long to wait for it (`None`: claim now). `pace` zero:
+    /// never paced, and pacing ends.
+    pub(crate) fn pace_turn(&self, pace: Duration) -> Option<Duration> {
+        if pace.is_zero() {
             self.end_pacing();
             return None;
         }
@@ -101,12 +103,12 @@ impl WaitState {
         }
     }
 
-    /// A tx claim under pressure took `claimed` jobs of the `limit` it asked
-    /// for: a partial batch starts pacing (the next turn one pace from now),
-    /// a full one ends it (a backlog: claim as fast as batches run); an
-    /// empty one changes nothing.
-    pub(crate) fn paced(&self, claimed: usize, limit: usize, pace: Duration, under_pressure: bool) {
-        if claimed >= limit || pace.is_zero() || !under_pressure {
+    /// A tx claim took `claimed` jobs of the `limit` it asked for: a
+    /// partial batch starts pacing (the next turn one pace from now), a full
+    /// one ends it (a backlog: claim as fast as batches run); an empty one
+    /// changes nothing.
+    pub(crate) fn paced(&self, claimed: usize, limit: usize, pace: Duration) {
+        if claimed >= limit || pace.is_zero() {
             self.end_pacing();
         } else if claimed > 0 {
             let next = self.micros() + pace.as_micros() as u64;
@@ -116,9 +118,9 @@ impl WaitState {
         }
     }
 
-    /// Pacing ends. Read first: without pressure every tx claim passes
-    /// here, and a store each time would bounce the cache line between the
-    /// claim tasks for nothing.
+    /// Pacing ends. Read first: while batches come full every tx claim
+    /// passes here, and a store each time would bounce the cache line
+    /// between the claim tasks for nothing.
     fn end_pacing(&self) {
         if self.pace_next_us.load(Ordering::Relaxed) != 0 {
             self.pace_next_us.store(0, Ordering::SeqCst);
@@ -174,15 +176,13 @@ mod tests {
     const PACE: Duration = Duration::from_millis(50);
 
     #[test]
-    fn a_partial_batch_under_claim_paces_the_next_claims_one_turn_each() {
+    fn a_partial_batch_paces_the_next_claims_one_turn_each() {
         let s = WaitState::default();
-        assert_eq!(s.pace_turn(PACE, true), None, "not pacing yet");
-        s.paced(3, 10, PACE, true);
-        let first = s
-            .pace_turn(PACE, true)
-            .expect("paced after a partial batch");
+        assert_eq!(s.pace_turn(PACE), None, "not pacing yet");
+        s.paced(3, 10, PACE);
+        let first = s.pace_turn(PACE).expect("paced after a partial batch");
         let second = s
-            .pace_turn(PACE, true)
+            .pace_turn(PACE)
             .expect("a second claim takes the next turn");
         assert!(first <= PACE, "{first:?}");
         assert!(
@@ -192,24 +192,14 @@ mod tests {
     }
 
     #[test]
-    fn a_full_or_unpressed_batch_ends_pacing_and_an_empty_one_keeps_it() {
+    fn a_full_batch_ends_pacing_and_an_empty_one_keeps_it() {
         let s = WaitState::default();
-        s.paced(3, 10, PACE, true);
-        s.paced(0, 10, PACE, true);
-        assert!(
-            s.pace_turn(PACE, true).is_some(),
-            "an empty claim keeps pacing"
-        );
-        s.paced(10, 10, PACE, true);
-        assert_eq!(s.pace_turn(PACE, true), None, "a full batch ends it");
-        s.paced(3, 10, PACE, true);
-        assert_eq!(s.pace_turn(PACE, false), None, "no pressure: no pacing");
-        assert_eq!(s.pace_turn(PACE, true), None, "and it ended");
-        s.paced(3, 10, Duration::ZERO, true);
-        assert_eq!(
-            s.pace_turn(Duration::ZERO, true),
-            None,
-            "a zero pace is off"
-        );
+        s.paced(3, 10, PACE);
+        s.paced(0, 10, PACE);
+        assert!(s.pace_turn(PACE).is_some(), "an empty claim keeps pacing");
+        s.paced(10, 10, PACE);
+        assert_eq!(s.pace_turn(PACE), None, "a full batch ends it");
+        s.paced(3, 10, Duration::ZERO);
+        assert_eq!(s.pace_turn(Duration::ZERO), None, "a zero pace is off");
     }
 }
