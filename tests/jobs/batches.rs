@@ -650,10 +650,32 @@ async fn a_tx_worker_runs_as_many_jobs_at_once_as_its_concurrency_says() {
     assert!(out.status.success(), "{}", log.lock().unwrap());
 }
 
+/// Each job's claim transaction (its xid) and id, in the order they ran.
+type Batches = std::sync::Arc<std::sync::Mutex<Vec<(i64, i64)>>>;
+
 /// Records each job's claim transaction (its xid), so that a test can see
 /// how many jobs each tx batch held.
 struct RecordsItsBatch {
-    batches: std::sync::Arc<std::sync::Mutex<Vec<(i64, i64)>>>,
+    batches: Batches,
+}
+
+/// A worker with `config` whose task `t` records its batches, started and
+/// listening.
+async fn recording_worker(db: &TestDb, config: WorkerConfig) -> (Running, Batches) {
+    let batches = Batches::default();
+    let worker = Worker::builder(db.config())
+        .config(config)
+        .handler(
+            "t",
+            RecordsItsBatch {
+                batches: batches.clone(),
+            },
+        )
+        .build()
+        .unwrap();
+    let w = Running::start(worker);
+    w.until_listening().await;
+    (w, batches)
 }
 
 #[async_trait]
@@ -687,26 +709,16 @@ fn largest_batch(batches: &[(i64, i64)], ids: &[i64]) -> usize {
 /// (no pacing): the worker claims again as soon as a batch commits and
 /// takes the three as they come (more than one transaction in 8 of 8
 /// runs).
-async fn three_jobs_after_a_partial_batch(pace: Duration) -> usize {
+#[tokio::test]
+async fn tx_claims_after_a_partial_batch_are_paced() {
     let db = migrated_db().await;
     let c = db.client().await;
-    let batches = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
-    let worker = Worker::builder(db.config())
-        .config(WorkerConfig {
-            claim_pace: pace,
-            concurrency: 1,
-            ..test_config()
-        })
-        .handler(
-            "t",
-            RecordsItsBatch {
-                batches: batches.clone(),
-            },
-        )
-        .build()
-        .unwrap();
-    let w = Running::start(worker);
-    w.until_listening().await;
+    let config = WorkerConfig {
+        claim_pace: Duration::from_secs(1),
+        concurrency: 1,
+        ..test_config()
+    };
+    let (w, batches) = recording_worker(&db, config).await;
     let ran = async |ids: &[i64]| {
         let b = batches.lock().unwrap();
         ids.iter()
@@ -755,20 +767,10 @@ async fn three_jobs_after_a_partial_batch(pace: Duration) -> usize {
     .await;
     w.shutdown().await;
     let b = batches.lock().unwrap();
-    let txs: std::collections::HashSet<i64> = b
-        .iter()
-        .filter(|(_, id)| later.contains(id))
-        .map(|(xid, _)| *xid)
-        .collect();
-    txs.len()
-}
-
-#[tokio::test]
-async fn tx_claims_after_a_partial_batch_are_paced() {
     assert_eq!(
-        three_jobs_after_a_partial_batch(Duration::from_secs(1)).await,
-        1,
-        "the jobs inserted one by one after a partial batch were claimed as they came"
+        largest_batch(&b, &later),
+        3,
+        "the jobs inserted one by one after a partial batch were claimed as they came: {b:?}"
     );
 }
 
@@ -785,24 +787,13 @@ async fn under_pressure_tx_batches_are_capped() {
     )
     .await
     .unwrap();
-    let batches = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
-    let worker = Worker::builder(db.config())
-        .config(WorkerConfig {
-            batch: 100,
-            concurrency: 1,
-            sample_interval: Some(Duration::from_millis(100)),
-            ..test_config()
-        })
-        .handler(
-            "t",
-            RecordsItsBatch {
-                batches: batches.clone(),
-            },
-        )
-        .build()
-        .unwrap();
-    let w = Running::start(worker);
-    w.until_listening().await;
+    let config = WorkerConfig {
+        batch: 100,
+        concurrency: 1,
+        sample_interval: Some(Duration::from_millis(100)),
+        ..test_config()
+    };
+    let (w, batches) = recording_worker(&db, config).await;
     let run = async |n: i64| -> Vec<i64> {
         let ids: Vec<i64> = c
             .query(
