@@ -34,9 +34,11 @@ pub(crate) struct Round {
     /// Jobs claimed.
     pub claimed: usize,
     /// Another task was turned away from a lease claim while this round
-    /// held the turn ([`LeaseTurn`](crate::claim::lease::turn::LeaseTurn)): claim again for it, even if this round
-    /// found nothing (its wake-up may be for jobs this claim's snapshot did
-    /// not see).
+    /// held the turn ([`LeaseTurn`](crate::claim::lease::turn::LeaseTurn)),
+    /// or a claim of this worker found nothing beside this round's
+    /// ([`Overlap`](crate::claim::choose::overlap::Overlap)): claim again for
+    /// it, even if this round found nothing (its wake-up may be for jobs
+    /// this claim's snapshot did not see).
     pub again: bool,
 }
 
@@ -72,8 +74,13 @@ pub(crate) async fn claim_round(
                         _ = tokio::time::sleep(wait) => {}
                     }
                 }
-                let claimed =
-                    crate::claim::tx::claim_and_run(ctx, spec, limit, sizer, trigger).await?;
+                let crate::claim::tx::TxClaim {
+                    claimed,
+                    again: more,
+                } = crate::claim::tx::claim_and_run(ctx, spec, limit, sizer, trigger).await?;
+                // A claim of this worker beside this one found nothing:
+                // claim once more (choose/overlap.rs).
+                again |= more;
                 ctx.choice.wait_state.paced(claimed, limit, pace);
                 ctx.health.count_claimed(claimed);
                 claimed
@@ -109,7 +116,12 @@ pub(crate) async fn claim_round(
                 }
                 let draining =
                     (trigger == Trigger::Drain).then(|| ctx.choice.wait_state.draining_claim());
+                let in_flight = ctx.choice.overlap.begin();
                 let r = crate::claim::lease::claim(ctx, spec, limit, free, trigger).await;
+                if let Ok((claimed, _)) = &r {
+                    // One autocommit statement: its slot locks are gone.
+                    again |= in_flight.end(!claimed.is_empty());
+                }
                 again |= ctx.lease.turn.end(turn);
                 drop(draining);
                 let (claimed, sent) = r?;

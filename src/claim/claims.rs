@@ -131,6 +131,7 @@ fn context(
             claim_cursors: Default::default(),
             key_repairs: crate::claim::choose::key_repair::KeyRepairs::new(setup.pool.clone()),
             wait_state: setup.shared.wait_state.clone(),
+            overlap: Default::default(),
         },
     };
     (ctx, completions)

@@ -24,5 +24,6 @@ mod queues;
 mod rate;
 mod running_limits;
 mod shedding;
+mod slot_contention;
 mod unique;
 mod vacuum;

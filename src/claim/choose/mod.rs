@@ -3,7 +3,8 @@
 //! ([`targets`]) under fair queues ([`fair`]), rate limits ([`rate`],
 //! [`key_rate`]), limit keys ([`key_rotation`], [`key_repair`]) and the
 //! claim cursor ([`cursor`]), and the wake-ups that start a round
-//! ([`wake`], [`idle`], [`next_due`]); the choice's part of the claim
+//! ([`wake`], [`idle`], [`next_due`]), claims that overlap ([`overlap`]);
+//! the choice's part of the claim
 //! context ([`state`]).
 //!
 //! May import [`run`](super::run) only: never the claim context (what
@@ -17,6 +18,7 @@ pub(crate) mod key_rate;
 pub(crate) mod key_repair;
 pub(crate) mod key_rotation;
 pub(crate) mod next_due;
+pub(crate) mod overlap;
 pub(crate) mod plan;
 pub(crate) mod rate;
 pub(crate) mod state;

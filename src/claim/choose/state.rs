@@ -8,6 +8,7 @@ use crate::claim::choose::fair::ReadyQueues;
 use crate::claim::choose::idle::WaitState;
 use crate::claim::choose::key_repair::KeyRepairs;
 use crate::claim::choose::key_rotation::KeyCursors;
+use crate::claim::choose::overlap::Overlap;
 use crate::claim::choose::plan::ClaimSpec;
 
 /// The choice's part of the claim context: the plan and where each of its
@@ -29,4 +30,7 @@ pub(crate) struct ChoiceState {
     pub key_repairs: KeyRepairs,
     /// Idle/draining state for the waiting registration.
     pub wait_state: Arc<WaitState>,
+    /// The claims in flight, so that none loses a wake-up to another that
+    /// locked a slot it skipped (`overlap.rs`).
+    pub overlap: Overlap,
 }

@@ -105,15 +105,34 @@ impl Drop for OpenTx {
     }
 }
 
-/// Claim up to `limit` jobs for `spec` and run them; returns how many were
-/// claimed (suspects included).
+/// What a tx claim did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct TxClaim {
+    /// Jobs claimed (suspects included).
+    pub claimed: usize,
+    /// It found nothing and claims once more for a claim of this worker
+    /// that found nothing beside it (`choose/overlap.rs`).
+    pub again: bool,
+}
+
+impl TxClaim {
+    /// `claimed` jobs claimed and run.
+    fn ran(claimed: usize) -> TxClaim {
+        TxClaim {
+            claimed,
+            again: false,
+        }
+    }
+}
+
+/// Claim up to `limit` jobs for `spec` and run them.
 pub(crate) async fn claim_and_run(
     ctx: &ClaimContext,
     spec: &ClaimSpec,
     limit: usize,
     sizer: &mut BatchSizer,
     trigger: Trigger,
-) -> Result<usize> {
+) -> Result<TxClaim> {
     let conn = ctx
         .pool
         .get()
@@ -124,6 +143,9 @@ pub(crate) async fn claim_and_run(
     let c = tx.conn();
     let db = Db::pooled(c, ctx.config.prepared_statements);
     let limit = limit as i64;
+    // In flight until the claim's transaction has ended, or its jobs are
+    // claimed (choose/overlap.rs).
+    let in_flight = ctx.choice.overlap.begin();
     let Taken {
         rows,
         suspects,
@@ -140,8 +162,12 @@ pub(crate) async fn claim_and_run(
             .await
             .map_err(Error::db("claim: commit"))?;
         tx.release();
-        return Ok(0);
+        return Ok(TxClaim {
+            claimed: 0,
+            again: in_flight.end(false),
+        });
     }
+    in_flight.end(true);
     let first_row = ClaimRow::read(&rows[0], Mode::Tx);
     let xid = first_row.xid();
     let backend_pid = first_row.backend_pid();
@@ -154,7 +180,9 @@ pub(crate) async fn claim_and_run(
         .filter(|id| suspect_ids.contains(id))
         .collect();
     if !suspects.is_empty() {
-        return give_back_and_run_alone(ctx, tx, suspects, count).await;
+        return give_back_and_run_alone(ctx, tx, suspects, count)
+            .await
+            .map(TxClaim::ran);
     }
     if count as i64 == limit || limited {
         // There is likely more: let one more task help drain. A limited
@@ -166,7 +194,9 @@ pub(crate) async fn claim_and_run(
     let mark = match mark_claimed(ctx, &rows, &claimed, &xid, limited, by_job).await? {
         Marked::Mark(mark) => mark,
         Marked::Suspects(suspects) => {
-            return give_back_and_run_alone(ctx, tx, suspects, count).await;
+            return give_back_and_run_alone(ctx, tx, suspects, count)
+                .await
+                .map(TxClaim::ran);
         }
     };
 
@@ -190,7 +220,7 @@ pub(crate) async fn claim_and_run(
     for r in results {
         ctx.report(&r.claimed, r.resolution, r.duration);
     }
-    Ok(count)
+    Ok(TxClaim::ran(count))
 }
 
 /// What a claim transaction's statements took, before anything ran.
