@@ -109,7 +109,9 @@ pub const SERVICE_CONNECTIONS: usize = 2;
 /// starts at the head of the claim index rather than after the last job
 /// claimed ([`WorkerConfig::pressure_head_scan_every`]): at most this long
 /// before a job that sorts behind the cursor (committed late, released by
-/// its ordering key, rescued, of a higher priority) is seen.
+/// its ordering key, rescued, of a higher priority) is seen, unless the
+/// last claim from the head took more than a fiftieth of it (the next then
+/// comes 50 times that duration later).
 pub const PRESSURE_HEAD_SCAN_EVERY_DEFAULT: Duration = Duration::from_secs(1);
 /// How many jobs a worker may claim while a transaction is open before its
 /// claims resume after the last job claimed, once the transaction is 1 s
@@ -257,7 +259,8 @@ pub struct WorkerConfig {
     /// Under database pressure (the governor's level above ok), the
     /// all-queues tx-mode claims resume after the last job claimed, and one
     /// claim per this long starts at the head of the claim index instead,
-    /// for the jobs that sort before it (claim/choose/cursor.rs). Default
+    /// for the jobs that sort before it (claim/choose/cursor.rs), or per
+    /// 50 times the last such claim's duration if that is longer. Default
     /// [`PRESSURE_HEAD_SCAN_EVERY_DEFAULT`] (1 s).
     pub pressure_head_scan_every: Duration,
     /// Once a tx-mode claim finds jobs but fewer than it asked for, the

@@ -15,14 +15,19 @@
 //! `claim_tx_queue_after`, `claim_lease_queue_after`: an index bound)
 //! instead of at the head, and only one claim per
 //! [`WorkerConfig::pressure_head_scan_every`](crate::WorkerConfig) (1 s)
-//! starts at the head.
+//! starts at the head. A head claim walks every entry the pin keeps, so it
+//! grows with the pin (12–16 ms a claim over three pinned minutes at 1,500
+//! jobs/s, and more the longer it lasts): the next one comes at least
+//! [`HEAD_SHARE`] times its duration later, so that head claims take at
+//! most a fiftieth of a connection's time however long the pin lasts.
 //!
 //! ```text
 //!  not under pressure: every claim from the head (the cursor kept up to date)
 //!  under pressure:     head claim ──▶ cursor = its last job
 //!                      claims within head_every: after the cursor
 //!                         (cursor = the furthest job they took)
-//!                      head_every later: a head claim again
+//!                      head_every later (or 50 × the last head claim's
+//!                         duration, if longer): a head claim again
 //! ```
 //!
 //! What a claim after the cursor cannot see waits for the next head claim
@@ -54,6 +59,11 @@ pub(crate) type Key = (i32, DateTime<Utc>, i64);
 /// of the index again, about 375 entries at 1,500 jobs/s); later ones wait
 /// for the next claim from the head.
 pub(crate) const LAG: Duration = Duration::from_millis(250);
+
+/// Under pressure, the next claim from the head comes at least this many
+/// times the last one's duration after it (and at least `head_every`): a
+/// head claim at 20 ms, one a second; at 200 ms, one per 10 s.
+pub(crate) const HEAD_SHARE: u32 = 50;
 
 /// The claim key of a claimed row: priority, run_at, id.
 pub(crate) fn key_of(row: ClaimRow<'_>) -> Key {
@@ -103,6 +113,8 @@ struct Cursor {
     after: Option<Key>,
     /// When the last claim from the head was sent.
     head_at: Option<Instant>,
+    /// How long the last claim from the head took.
+    head_took: Duration,
 }
 
 /// How claims of one round use the cursors.
@@ -135,7 +147,7 @@ impl ClaimCursors {
             .of(queue);
         if let Some(head_every) = head_every {
             if let (Some((priority, run_at, _)), Some(at)) = (c.after, c.head_at) {
-                if now.saturating_duration_since(at) < head_every {
+                if now.saturating_duration_since(at) < head_every.max(c.head_took * HEAD_SHARE) {
                     let lag = chrono::Duration::from_std(LAG).expect("a small duration");
                     return Some((priority, run_at - lag, i64::MIN));
                 }
@@ -161,9 +173,14 @@ impl ClaimCursors {
         (head, after): (&Sql, &Sql),
         params: &[&(dyn tokio_postgres::types::ToSql + Sync)],
     ) -> Result<Vec<tokio_postgres::Row>, tokio_postgres::Error> {
-        let from = self.start(spec, queue, head_every, Instant::now());
+        let sent = Instant::now();
+        let from = self.start(spec, queue, head_every, sent);
         let rows = match &from {
-            None => db.query(head, params).await?,
+            None => {
+                let rows = db.query(head, params).await?;
+                self.head_took(spec, queue, sent.elapsed());
+                rows
+            }
             Some((priority, run_at, id)) => {
                 let mut with_key = params.to_vec();
                 with_key.extend([
@@ -181,6 +198,17 @@ impl ClaimCursors {
             rows.iter().map(|r| key_of(ClaimRow::read(r, mode))).max(),
         );
         Ok(rows)
+    }
+
+    /// A claim of `spec` (over every queue, or from `queue`) from the head
+    /// took `took`.
+    fn head_took(&self, spec: &ClaimSpec, queue: Option<&str>, took: Duration) {
+        let mut state = self.state.lock().expect("claim cursors");
+        state
+            .entry(spec as *const ClaimSpec as usize)
+            .or_default()
+            .of(queue)
+            .head_took = took;
     }
 
     /// A claim of `spec` (over every queue, or from `queue`; after a
@@ -275,6 +303,44 @@ mod tests {
             c.start(&spec, None, Some(every), t0 + every + every / 2),
             Some(lagged(5)),
             "a head claim sets the cursor, back if it found jobs before it"
+        );
+    }
+
+    #[test]
+    fn a_slow_head_claim_puts_the_next_one_off_by_fifty_times_its_duration() {
+        let spec = ClaimSpec {
+            mode: Delivery::Tx,
+            queues: Queues::AllExcept(Vec::new()),
+            tasks_in: None,
+            tasks_not_in: Vec::new(),
+        };
+        let c = ClaimCursors::default();
+        let every = Duration::from_secs(1);
+        let t0 = Instant::now();
+        assert_eq!(c.start(&spec, None, Some(every), t0), None);
+        c.claimed(&spec, None, false, Some(key(10)));
+        c.head_took(&spec, None, Duration::from_millis(10));
+        assert_eq!(
+            c.start(&spec, None, Some(every), t0 + every),
+            None,
+            "10 ms: the head again after head_every"
+        );
+        c.head_took(&spec, None, Duration::from_millis(100));
+        let later = t0 + every;
+        assert_eq!(
+            c.start(
+                &spec,
+                None,
+                Some(every),
+                later + Duration::from_millis(4_900)
+            ),
+            Some(lagged(10)),
+            "100 ms: not before 5 s"
+        );
+        assert_eq!(
+            c.start(&spec, None, Some(every), later + Duration::from_secs(5)),
+            None,
+            "100 ms: the head again after 5 s"
         );
     }
 
