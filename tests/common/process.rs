@@ -179,3 +179,19 @@ pub async fn wait_files(dir: &Path, suffix: &str, n: usize) {
     )
     .await
 }
+
+/// The sum of the samples of counter or gauge `name` on the worker's
+/// /metrics at `addr` whose labels include every one of `labels` (each
+/// written `key="value"`).
+pub fn metric_sum(addr: &str, name: &str, labels: &[&str]) -> f64 {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(addr).unwrap();
+    write!(s, "GET /metrics HTTP/1.0\r\nHost: x\r\n\r\n").unwrap();
+    let mut text = String::new();
+    s.read_to_string(&mut text).unwrap();
+    let prefix = format!("{name}{{");
+    text.lines()
+        .filter(|l| l.starts_with(&prefix) && labels.iter().all(|label| l.contains(label)))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
+}

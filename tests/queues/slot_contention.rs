@@ -15,19 +15,11 @@ use common::*;
 /// The sum of `pgwake_claims_total{mode=MODE,result="empty"}` on the
 /// worker's /metrics at `addr`.
 fn empty_claims(addr: &str, mode: &str) -> f64 {
-    use std::io::{Read, Write};
-    let mut s = std::net::TcpStream::connect(addr).unwrap();
-    write!(s, "GET /metrics HTTP/1.0\r\nHost: x\r\n\r\n").unwrap();
-    let mut text = String::new();
-    s.read_to_string(&mut text).unwrap();
-    text.lines()
-        .filter(|l| {
-            l.starts_with("pgwake_claims_total{")
-                && l.contains(&format!("mode=\"{mode}\""))
-                && l.contains("result=\"empty\"")
-        })
-        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-        .sum()
+    metric_sum(
+        addr,
+        "pgwake_claims_total",
+        &[&format!("mode=\"{mode}\""), "result=\"empty\""],
+    )
 }
 
 /// Commits of the sessions that have `synchronous_commit` on (the

@@ -55,15 +55,7 @@ async fn enqueue_delay_counts_from_the_database_clock() {
 /// The sum of `pgwake_claims_total{trigger="poll",…}` on the worker's
 /// /metrics at `addr`.
 fn poll_claims(addr: &str) -> f64 {
-    use std::io::{Read, Write};
-    let mut s = std::net::TcpStream::connect(addr).unwrap();
-    write!(s, "GET /metrics HTTP/1.0\r\nHost: x\r\n\r\n").unwrap();
-    let mut text = String::new();
-    s.read_to_string(&mut text).unwrap();
-    text.lines()
-        .filter(|l| l.starts_with("pgwake_claims_total{") && l.contains("trigger=\"poll\""))
-        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-        .sum()
+    metric_sum(addr, "pgwake_claims_total", &["trigger=\"poll\""])
 }
 
 #[tokio::test]
