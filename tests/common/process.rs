@@ -180,6 +180,26 @@ pub async fn wait_files(dir: &Path, suffix: &str, n: usize) {
     .await
 }
 
+/// The address a `pgwake run` child serves /metrics on, from its log
+/// (`serving /metrics, /health, /ready addr=…`, with `--metrics-addr
+/// 127.0.0.1:0`), waiting up to 60 s for the line.
+pub async fn metrics_addr(log: &Mutex<String>) -> String {
+    super::wait::wait_for(
+        "the metrics address in the log",
+        Duration::from_secs(60),
+        async || {
+            let text = log.lock().unwrap().clone();
+            text.lines()
+                .find(|l| l.contains("serving /metrics"))
+                .and_then(|l| l.split("addr=").nth(1))
+                .and_then(|rest| rest.split_whitespace().next())
+                .map(str::to_string)
+                .ok_or(text)
+        },
+    )
+    .await
+}
+
 /// The sum of the samples of counter or gauge `name` on the worker's
 /// /metrics at `addr` whose labels include every one of `labels` (each
 /// written `key="value"`).

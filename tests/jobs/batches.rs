@@ -726,16 +726,7 @@ async fn tx_claims_after_a_partial_batch_are_paced() {
             .then_some(())
             .ok_or(format!("{} of {} ran", b.len(), ids.len()))
     };
-    let first: Vec<i64> = c
-        .query(
-            "INSERT INTO pgwake.jobs (task) SELECT 't' FROM generate_series(1, 20) RETURNING id",
-            &[],
-        )
-        .await
-        .unwrap()
-        .iter()
-        .map(|r| r.get(0))
-        .collect();
+    let first = insert_jobs(&db, "t", 20).await;
     wait_for(
         "the first twenty jobs",
         Duration::from_secs(30),

@@ -303,28 +303,7 @@ async fn a_dead_collector_changes_nothing_but_a_counter() {
     )
     .await;
     assert_eq!(ids.len(), 20);
-    let mut addr = String::new();
-    wait_for_every(
-        "the metrics address in the log",
-        DEADLINE,
-        Duration::from_millis(50),
-        async || {
-            let l = log.lock().unwrap();
-            match l.lines().find(|l| l.contains("serving /metrics")) {
-                Some(line) => {
-                    addr = line
-                        .split("addr=")
-                        .nth(1)
-                        .and_then(|a| a.split_whitespace().next())
-                        .unwrap_or("")
-                        .to_string();
-                    Ok(())
-                }
-                None => Err(l.clone()),
-            }
-        },
-    )
-    .await;
+    let addr = metrics_addr(&log).await;
     wait_for_every(
         "dropped spans counted",
         DEADLINE,

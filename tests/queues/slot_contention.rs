@@ -79,15 +79,7 @@ async fn a_claim_that_skipped_a_slot_locked_by_an_empty_claim_is_made_again(mode
             .unwrap(),
     );
     let log = tail_stderr(child.child());
-    let addr = wait_for("the metrics address", Duration::from_secs(30), async || {
-        let text = log.lock().unwrap().clone();
-        text.split("addr=")
-            .nth(1)
-            .and_then(|rest| rest.split_whitespace().next())
-            .map(str::to_string)
-            .ok_or(text)
-    })
-    .await;
+    let addr = metrics_addr(&log).await;
     // Idle and registered for notifications, its re-check claim made.
     eventually("the worker registered", Duration::from_secs(30), || async {
         let n: i64 = db

@@ -103,13 +103,7 @@ async fn a_worker_whose_clock_runs_an_hour_ahead_does_not_spin_before_a_schedule
     // a sleeping poller claims about 3 times in those 3 s; the former one,
     // comparing run_at with its own clock an hour ahead, polled without
     // pause until the job was due.
-    let text = log.lock().unwrap().clone();
-    let addr = text
-        .split("addr=")
-        .nth(1)
-        .and_then(|rest| rest.split_whitespace().next())
-        .expect("the worker logs its metrics address")
-        .to_string();
+    let addr = metrics_addr(&log).await;
     let polls = poll_claims(&addr);
     eprintln!("{polls} poll-triggered claims before a job 3 s ahead");
     send_signal(&child, libc::SIGTERM);

@@ -113,7 +113,8 @@ struct Cursor {
     after: Option<Key>,
     /// When the last claim from the head was sent.
     head_at: Option<Instant>,
-    /// How long the last claim from the head took.
+    /// How long the last claim from the head under pressure took (zero
+    /// while not under pressure).
     head_took: Duration,
 }
 
@@ -140,21 +141,39 @@ impl ClaimCursors {
         head_every: Option<Duration>,
         now: Instant,
     ) -> Option<Key> {
+        self.with(spec, queue, |c| {
+            match head_every {
+                Some(head_every) => {
+                    if let (Some((priority, run_at, _)), Some(at)) = (c.after, c.head_at) {
+                        if now.saturating_duration_since(at)
+                            < head_every.max(c.head_took * HEAD_SHARE)
+                        {
+                            let lag = chrono::Duration::from_std(LAG).expect("a small duration");
+                            return Some((priority, run_at - lag, i64::MIN));
+                        }
+                    }
+                }
+                // A pressure that begins later starts from head_every.
+                None => c.head_took = Duration::ZERO,
+            }
+            c.head_at = Some(now);
+            None
+        })
+    }
+
+    /// `f` on the cursor of `spec`'s claims over every queue, or from
+    /// `queue`.
+    fn with<R>(
+        &self,
+        spec: &ClaimSpec,
+        queue: Option<&str>,
+        f: impl FnOnce(&mut Cursor) -> R,
+    ) -> R {
         let mut state = self.state.lock().expect("claim cursors");
-        let c = state
+        f(state
             .entry(spec as *const ClaimSpec as usize)
             .or_default()
-            .of(queue);
-        if let Some(head_every) = head_every {
-            if let (Some((priority, run_at, _)), Some(at)) = (c.after, c.head_at) {
-                if now.saturating_duration_since(at) < head_every.max(c.head_took * HEAD_SHARE) {
-                    let lag = chrono::Duration::from_std(LAG).expect("a small duration");
-                    return Some((priority, run_at - lag, i64::MIN));
-                }
-            }
-        }
-        c.head_at = Some(now);
-        None
+            .of(queue))
     }
 
     /// One claim of `spec` (over every queue, or from `queue`) through its
@@ -176,11 +195,7 @@ impl ClaimCursors {
         let sent = Instant::now();
         let from = self.start(spec, queue, head_every, sent);
         let rows = match &from {
-            None => {
-                let rows = db.query(head, params).await?;
-                self.head_took(spec, queue, sent.elapsed());
-                rows
-            }
+            None => db.query(head, params).await?,
             Some((priority, run_at, id)) => {
                 let mut with_key = params.to_vec();
                 with_key.extend([
@@ -191,48 +206,47 @@ impl ClaimCursors {
                 db.query(after, &with_key).await?
             }
         };
+        // Under pressure, how long a claim from the head took (its walk
+        // over the entries the pin keeps): it spaces the next one.
+        let head_took = (from.is_none() && head_every.is_some()).then(|| sent.elapsed());
         self.claimed(
             spec,
             queue,
             from.is_some(),
             rows.iter().map(|r| key_of(ClaimRow::read(r, mode))).max(),
+            head_took,
         );
         Ok(rows)
     }
 
-    /// A claim of `spec` (over every queue, or from `queue`) from the head
-    /// took `took`.
-    fn head_took(&self, spec: &ClaimSpec, queue: Option<&str>, took: Duration) {
-        let mut state = self.state.lock().expect("claim cursors");
-        state
-            .entry(spec as *const ClaimSpec as usize)
-            .or_default()
-            .of(queue)
-            .head_took = took;
-    }
-
     /// A claim of `spec` (over every queue, or from `queue`; after a
-    /// cursor, or from the head) took jobs up to `last` in claim order. A
-    /// head claim sets the cursor to its last job (there may be jobs after
-    /// it that it had no room for); a claim after the cursor moves it on,
-    /// never back (claims in flight at once finish in any order).
+    /// cursor, or from the head) took jobs up to `last` in claim order, and,
+    /// from the head under pressure, `head_took`. A head claim sets the
+    /// cursor to its last job (there may be jobs after it that it had no
+    /// room for); a claim after the cursor moves it on, never back (claims
+    /// in flight at once finish in any order).
     pub(crate) fn claimed(
         &self,
         spec: &ClaimSpec,
         queue: Option<&str>,
         after_cursor: bool,
         last: Option<Key>,
+        head_took: Option<Duration>,
     ) {
-        let Some(last) = last else { return };
-        let mut state = self.state.lock().expect("claim cursors");
-        let c = state
-            .entry(spec as *const ClaimSpec as usize)
-            .or_default()
-            .of(queue);
-        c.after = Some(match (after_cursor, c.after) {
-            (true, Some(a)) => a.max(last),
-            _ => last,
-        });
+        if last.is_none() && head_took.is_none() {
+            return;
+        }
+        self.with(spec, queue, |c| {
+            if let Some(took) = head_took {
+                c.head_took = took;
+            }
+            if let Some(last) = last {
+                c.after = Some(match (after_cursor, c.after) {
+                    (true, Some(a)) => a.max(last),
+                    _ => last,
+                });
+            }
+        })
     }
 }
 
@@ -252,6 +266,16 @@ mod tests {
         )
     }
 
+    /// A tx-mode spec over every queue.
+    fn spec() -> ClaimSpec {
+        ClaimSpec {
+            mode: Delivery::Tx,
+            queues: Queues::AllExcept(Vec::new()),
+            tasks_in: None,
+            tasks_not_in: Vec::new(),
+        }
+    }
+
     /// Where a claim resumes after `key(id)`: LAG before its run_at.
     fn lagged(id: i64) -> Key {
         let (p, r, _) = key(id);
@@ -264,17 +288,12 @@ mod tests {
 
     #[test]
     fn under_pressure_claims_resume_after_the_cursor_and_the_head_comes_back() {
-        let spec = ClaimSpec {
-            mode: Delivery::Tx,
-            queues: Queues::AllExcept(Vec::new()),
-            tasks_in: None,
-            tasks_not_in: Vec::new(),
-        };
+        let spec = spec();
         let c = ClaimCursors::default();
         let every = Duration::from_secs(1);
         let t0 = Instant::now();
         assert_eq!(c.start(&spec, None, Some(every), t0), None, "no cursor yet");
-        c.claimed(&spec, None, false, Some(key(10)));
+        c.claimed(&spec, None, false, Some(key(10)), None);
         assert_eq!(
             c.start(&spec, None, None, t0),
             None,
@@ -285,20 +304,20 @@ mod tests {
             Some(lagged(10)),
             "under pressure, within the head's period: after the cursor"
         );
-        c.claimed(&spec, None, true, Some(key(20)));
-        c.claimed(&spec, None, true, Some(key(15)));
+        c.claimed(&spec, None, true, Some(key(20)), None);
+        c.claimed(&spec, None, true, Some(key(15)), None);
         assert_eq!(
             c.start(&spec, None, Some(every), t0 + every / 2),
             Some(lagged(20)),
             "claims in flight at once never move it back"
         );
-        c.claimed(&spec, None, true, None);
+        c.claimed(&spec, None, true, None, None);
         assert_eq!(
             c.start(&spec, None, Some(every), t0 + every),
             None,
             "the head again"
         );
-        c.claimed(&spec, None, false, Some(key(5)));
+        c.claimed(&spec, None, false, Some(key(5)), None);
         assert_eq!(
             c.start(&spec, None, Some(every), t0 + every + every / 2),
             Some(lagged(5)),
@@ -308,24 +327,19 @@ mod tests {
 
     #[test]
     fn a_slow_head_claim_puts_the_next_one_off_by_fifty_times_its_duration() {
-        let spec = ClaimSpec {
-            mode: Delivery::Tx,
-            queues: Queues::AllExcept(Vec::new()),
-            tasks_in: None,
-            tasks_not_in: Vec::new(),
-        };
+        let spec = spec();
         let c = ClaimCursors::default();
         let every = Duration::from_secs(1);
         let t0 = Instant::now();
         assert_eq!(c.start(&spec, None, Some(every), t0), None);
-        c.claimed(&spec, None, false, Some(key(10)));
-        c.head_took(&spec, None, Duration::from_millis(10));
+        c.claimed(&spec, None, false, Some(key(10)), None);
+        c.claimed(&spec, None, false, None, Some(Duration::from_millis(10)));
         assert_eq!(
             c.start(&spec, None, Some(every), t0 + every),
             None,
             "10 ms: the head again after head_every"
         );
-        c.head_took(&spec, None, Duration::from_millis(100));
+        c.claimed(&spec, None, false, None, Some(Duration::from_millis(100)));
         let later = t0 + every;
         assert_eq!(
             c.start(
@@ -346,23 +360,18 @@ mod tests {
 
     #[test]
     fn each_queue_claimed_by_name_has_a_cursor_of_its_own() {
-        let spec = ClaimSpec {
-            mode: Delivery::Tx,
-            queues: Queues::AllExcept(Vec::new()),
-            tasks_in: None,
-            tasks_not_in: Vec::new(),
-        };
+        let spec = spec();
         let c = ClaimCursors::default();
         let every = Duration::from_secs(1);
         let t0 = Instant::now();
         assert_eq!(c.start(&spec, Some("a"), Some(every), t0), None);
-        c.claimed(&spec, Some("a"), false, Some(key(10)));
+        c.claimed(&spec, Some("a"), false, Some(key(10)), None);
         assert_eq!(
             c.start(&spec, Some("b"), Some(every), t0),
             None,
             "another queue starts at its head"
         );
-        c.claimed(&spec, Some("b"), false, Some(key(3)));
+        c.claimed(&spec, Some("b"), false, Some(key(3)), None);
         assert_eq!(
             c.start(&spec, None, Some(every), t0),
             None,
