@@ -238,6 +238,25 @@ pub async fn dead_reason(client: &tokio_postgres::Client, id: i64) -> String {
         .get(0)
 }
 
+/// The buffers a statement reads (hits and reads, planning left out), by
+/// `EXPLAIN (ANALYZE, BUFFERS)`: the top node's figures include every node
+/// under it, CTEs and subplans too.
+pub async fn buffers_read(c: &tokio_postgres::Client, statement: &str) -> i64 {
+    let row = c
+        .query_one(
+            &format!("EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) {statement}"),
+            &[],
+        )
+        .await
+        .unwrap();
+    let plan: serde_json::Value = row.get(0);
+    let top = &plan[0]["Plan"];
+    ["Shared Hit Blocks", "Shared Read Blocks"]
+        .iter()
+        .map(|k| top[k].as_i64().expect("a buffer count"))
+        .sum()
+}
+
 /// A connection to `db` with `application_name` set.
 pub async fn connect_as(db: &TestDb, application_name: &str) -> tokio_postgres::Client {
     let config = pgwake::connect::with_application_name(&db.config(), application_name);

@@ -8,7 +8,14 @@
 -- loose index scan, one probe per pair; each pair's counts are index ranges
 -- (ready: run_at <= now(), scheduled: run_at > now()), computed once per
 -- pair and summed per queue (an earlier version re-scanned the list of pairs
--- for every queue: quadratic, 1.2 s at 4,000 queues). The ranges are written
+-- for every queue: quadratic, 1.2 s at 4,000 queues). Each pair's probe
+-- returns the pair's first row this statement sees, and the pair's ranges
+-- start there, not at the pair's first index entry: a held vacuum horizon
+-- leaves the entries of every job claimed since at the head of the range,
+-- and each read from the head walked them all (a heap visit each, since
+-- none is dead to every snapshot): four walks a pair, 100-180 ms of a core
+-- every 30 s after three pinned minutes at 1,500 jobs/s, each a stall the
+-- producers' inserts queued behind; now the probe's one. The ranges are written
 -- as row comparisons on exactly the index's leading columns, so that the
 -- planner cannot pick another index and filter. The caller runs this under a
 -- statement_timeout (the sampler's time limit). Measured: see docs/src/metrics.md.
@@ -24,14 +31,15 @@
 -- is then high by at most the number of jobs in flight.
 WITH RECURSIVE
     pairs AS (
-        (SELECT queue, priority FROM pgwake.jobs ORDER BY queue, priority LIMIT 1)
+        (SELECT queue, priority, run_at, id FROM pgwake.jobs
+         ORDER BY queue, priority, run_at, id LIMIT 1)
         UNION ALL
-        SELECT nxt.queue, nxt.priority
+        SELECT nxt.queue, nxt.priority, nxt.run_at, nxt.id
         FROM pairs p
         CROSS JOIN LATERAL (
-            SELECT j.queue, j.priority FROM pgwake.jobs j
+            SELECT j.queue, j.priority, j.run_at, j.id FROM pgwake.jobs j
             WHERE (j.queue, j.priority) > (p.queue, p.priority)
-            ORDER BY j.queue, j.priority
+            ORDER BY j.queue, j.priority, j.run_at, j.id
             LIMIT 1
         ) nxt
     ),
@@ -51,13 +59,13 @@ WITH RECURSIVE
         SELECT p.queue,
                (SELECT count(*) FROM (
                     SELECT FROM pgwake.jobs j
-                    WHERE (j.queue, j.priority, j.run_at) >= (p.queue, p.priority, '-infinity')
+                    WHERE (j.queue, j.priority, j.run_at, j.id) >= (p.queue, p.priority, p.run_at, p.id)
                       AND (j.queue, j.priority, j.run_at) <= (p.queue, p.priority, now())
                     LIMIT $1
                 ) c) AS visible,
                (SELECT count(*) FROM (
                     SELECT j.xmax FROM pgwake.jobs j
-                    WHERE (j.queue, j.priority, j.run_at) >= (p.queue, p.priority, '-infinity')
+                    WHERE (j.queue, j.priority, j.run_at, j.id) >= (p.queue, p.priority, p.run_at, p.id)
                       AND (j.queue, j.priority, j.run_at) <= (p.queue, p.priority, now())
                     ORDER BY j.queue, j.priority, j.run_at, j.id
                     LIMIT $2
@@ -67,7 +75,7 @@ WITH RECURSIVE
                -- pickup latency counts it); each priority's first ready job
                -- is the one that has waited longest in it.
                (SELECT greatest(j.created_at, j.run_at) FROM pgwake.jobs j
-                WHERE (j.queue, j.priority, j.run_at) >= (p.queue, p.priority, '-infinity')
+                WHERE (j.queue, j.priority, j.run_at, j.id) >= (p.queue, p.priority, p.run_at, p.id)
                   AND (j.queue, j.priority, j.run_at) <= (p.queue, p.priority, now())
                   AND j.xmax NOT IN (SELECT xid FROM running)
                 ORDER BY j.queue, j.priority, j.run_at, j.id
