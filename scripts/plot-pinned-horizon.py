@@ -13,7 +13,7 @@ import math
 import sys
 from html import escape
 
-COLOURS = ["#c0392b", "#e67e22", "#2471a3", "#1e8449"]
+COLOURS = ["#c0392b", "#e67e22", "#2471a3", "#1e8449", "#7d3c98"]
 W, PANEL_H, LEFT, RIGHT, TOP, GAP = 760, 190, 70, 20, 30, 60
 
 
