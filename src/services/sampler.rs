@@ -48,11 +48,14 @@ pub const HORIZON_PROBE_EVERY: Duration = Duration::from_secs(1);
 /// transaction open 5 s, or the governor's level above ok), the queue
 /// gauges are read at most once per this many sample intervals (30 s at
 /// the default 5 s); the ticks between read the pressure alone (the
-/// governor and the oldest transaction's age). Each count of the queue
-/// gauges walks the dead index entries a held horizon keeps, which no read
-/// can skip: 88 ms of a core every 5 s after two pinned minutes at 1,500
-/// jobs/s, each a stall the producers' inserts queued behind
-/// (docs/src/performance.md, "Where the producers' latency goes").
+/// governor and the oldest transaction's age). The queue gauges walk the
+/// dead index entries a held horizon keeps, which no read can skip: 88 ms
+/// of a core every 5 s after two pinned minutes at 1,500 jobs/s, each a
+/// stall the producers' inserts queued behind (docs/src/performance.md,
+/// "Where the producers' latency goes"); once a (queue, priority) since
+/// they start their counts at the first row the pair's probe found (22–27
+/// ms a sample three minutes into such a pin: "One walk of the dead entries
+/// a read").
 pub const PRESSURE_QUEUE_GAUGES_EVERY: u32 = 6;
 
 /// Whether a sample tick at `now` reads the queue gauges: always without
