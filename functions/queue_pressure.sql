@@ -70,6 +70,8 @@ DECLARE
     qname text := queue_pressure.queue_name;
     q record;
     prio integer;
+    first_at timestamptz;
+    first_id bigint;
     visited integer := 0;
     seen bigint := 0;
     budget bigint;
@@ -133,24 +135,37 @@ BEGIN
 
     -- Ready jobs, priority by priority; the running tx-mode jobs are among
     -- them, so the budget counts them too and they are taken off after.
+    -- Each priority's probe returns its first job this call sees (the
+    -- function is STABLE: one snapshot for all its statements), and the
+    -- count and the oldest job start there, not at the priority's first
+    -- index entry: a held vacuum horizon leaves the entries of every job
+    -- claimed since at the head of the range, each a heap visit for every
+    -- read that starts there (none is dead to every snapshot), and the
+    -- three reads from the head walked them three times (47-90 ms a call
+    -- two minutes into a pin at 1,500 jobs/s, for a producer's loop that
+    -- calls it every 200 ms). Row comparisons on exactly the index's
+    -- columns, so that the scan starts at the probe's row.
     budget := cap + tx_running;
-    SELECT j.priority INTO prio FROM pgwake.jobs j
+    SELECT j.priority, j.run_at, j.id INTO prio, first_at, first_id FROM pgwake.jobs j
     WHERE j.queue = qname AND NOT j.held
-    ORDER BY j.queue, j.priority LIMIT 1;
+    ORDER BY j.queue, j.priority, j.run_at, j.id LIMIT 1;
     WHILE FOUND LOOP
         visited := visited + 1;
         IF seen < budget THEN
             SELECT count(*) INTO n FROM (
                 SELECT FROM pgwake.jobs j
-                WHERE j.queue = qname AND NOT j.held AND j.priority = prio AND j.run_at <= now()
+                WHERE (j.queue, j.priority, j.run_at, j.id) >= (qname, prio, first_at, first_id)
+                  AND (j.queue, j.priority, j.run_at) <= (qname, prio, now())
+                  AND NOT j.held
                 LIMIT budget - seen) c;
             seen := seen + n;
         END IF;
         -- Each priority's first ready job (not running) is the one that
         -- has waited longest in it.
         SELECT greatest(j.created_at, j.run_at) INTO since FROM pgwake.jobs j
-        WHERE j.queue = qname AND NOT j.held AND j.priority = prio AND j.run_at <= now()
-          AND j.id <> ALL (tx_ids)
+        WHERE (j.queue, j.priority, j.run_at, j.id) >= (qname, prio, first_at, first_id)
+          AND (j.queue, j.priority, j.run_at) <= (qname, prio, now())
+          AND NOT j.held AND j.id <> ALL (tx_ids)
         ORDER BY j.queue, j.priority, j.run_at, j.id LIMIT 1;
         IF FOUND AND (first_since IS NULL OR since < first_since) THEN
             first_since := since;
@@ -162,9 +177,9 @@ BEGIN
             out_capped := FOUND;
             EXIT;
         END IF;
-        SELECT j.priority INTO prio FROM pgwake.jobs j
+        SELECT j.priority, j.run_at, j.id INTO prio, first_at, first_id FROM pgwake.jobs j
         WHERE j.queue = qname AND NOT j.held AND j.priority > prio
-        ORDER BY j.queue, j.priority LIMIT 1;
+        ORDER BY j.queue, j.priority, j.run_at, j.id LIMIT 1;
     END LOOP;
     out_ready := greatest(0, least(cap, seen - tx_running));
     out_capped := out_capped OR out_ready >= cap;

@@ -176,6 +176,63 @@ async fn queue_pressure_counts_what_a_worker_could_start_now() {
 /// Teeth: with `capped` never set from the count, the first reads fail;
 /// without `run_at <= now()` in the count the 100 jobs scheduled for later
 /// count; without the bound of priorities all 1,001 count.
+/// Under a held vacuum horizon the head of a queue's range of the claim
+/// index holds an entry for every job claimed since, a heap visit each for
+/// every read that starts there. A call reads each priority's range from
+/// the first job its probe found: one walk of those entries, about the
+/// buffers of one walk. It read the range from its first entry three times
+/// (the probe, the ready count, the oldest job): three times the buffers,
+/// 47-90 ms a call two minutes into a pin at 1,500 jobs/s, for a producer
+/// that calls it every 200 ms. The answer is the live jobs'.
+#[tokio::test]
+async fn under_a_held_horizon_a_call_walks_the_claimed_jobs_entries_once() {
+    let db = migrated_db().await;
+    let c = db.client().await;
+    let pin = connect_as(&db, "pinning-session").await;
+    pin.batch_execute("BEGIN ISOLATION LEVEL REPEATABLE READ; SELECT 1;")
+        .await
+        .unwrap();
+    c.batch_execute(
+        "INSERT INTO pgwake.jobs (task, run_at) SELECT 't', now() - interval '1 minute' FROM generate_series(1, 20000);
+         DELETE FROM pgwake.jobs;
+         INSERT INTO pgwake.jobs (task, run_at, created_at)
+             SELECT 't', now() - interval '1 minute', now() - interval '1 minute' FROM generate_series(1, 10);
+         INSERT INTO pgwake.jobs (task, priority, run_at) VALUES ('t', 5, now()), ('t', 5, now()), ('t', 0, now() + interval '1 hour');
+         ANALYZE pgwake.jobs;",
+    )
+    .await
+    .unwrap();
+    let walk = buffers_read(
+        &c,
+        "SELECT id FROM pgwake.jobs WHERE queue = 'default' AND NOT held ORDER BY queue, priority, run_at, id LIMIT 1",
+    )
+    .await;
+    assert!(
+        walk >= 100,
+        "the horizon is held: {walk} buffers to the first job"
+    );
+    let p = pressure(&c, "default").await;
+    assert_eq!(counts(&p), (12, 12, 0, false, false));
+    assert!(
+        p.oldest_ready_age_seconds >= 59.0,
+        "{}",
+        p.oldest_ready_age_seconds
+    );
+    // A session's first five calls plan the function's statements for their
+    // values (PL/pgSQL's custom plans: planning reads too); a producer's loop
+    // is past them after its first second.
+    for _ in 0..5 {
+        pressure(&c, "default").await;
+    }
+    let call = buffers_read(&c, "SELECT * FROM pgwake.queue_pressure('default')").await;
+    eprintln!("one walk of the head: {walk} buffers; a call: {call}");
+    assert!(
+        call < walk * 3 / 2,
+        "a call walks the claimed jobs' entries once: {call} buffers against {walk} for one walk"
+    );
+    drop(pin);
+}
+
 #[tokio::test]
 async fn queue_pressure_stops_counting_at_the_cap_and_says_so() {
     let db = migrated_db().await;
