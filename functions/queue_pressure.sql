@@ -62,7 +62,8 @@
 CREATE OR REPLACE FUNCTION pgwake.queue_pressure(queue_name text DEFAULT NULL, cap integer DEFAULT 10000)
 RETURNS TABLE (queue text, runnable bigint, ready bigint, running bigint,
                oldest_ready_age float8, paused boolean, capped boolean)
-LANGUAGE plpgsql STABLE SECURITY DEFINER SET search_path = pg_catalog, pgwake AS $$
+LANGUAGE plpgsql STABLE SECURITY DEFINER SET search_path = pg_catalog, pgwake
+SET enable_seqscan = off SET jit = off SET plan_cache_mode = force_generic_plan AS $$
 #variable_conflict use_column
 DECLARE
     -- The most priorities one queue's walk visits.
@@ -141,10 +142,21 @@ BEGIN
     -- index entry: a held vacuum horizon leaves the entries of every job
     -- claimed since at the head of the range, each a heap visit for every
     -- read that starts there (none is dead to every snapshot), and the
-    -- three reads from the head walked them three times (47-90 ms a call
-    -- two minutes into a pin at 1,500 jobs/s, for a producer's loop that
+    -- three reads from the head walked them three times (64-108 ms a call
+    -- 2.3 minutes into a pin at 1,500 jobs/s, for a producer's loop that
     -- calls it every 200 ms). Row comparisons on exactly the index's
-    -- columns, so that the scan starts at the probe's row.
+    -- columns, so that the scan starts at the probe's row and no index
+    -- that does not lead with the queue can serve them (with `queue = $1`
+    -- and `run_at <= now()` written out, the planner took jobs_run_at_idx
+    -- beside a deeper later queue, and walked its jobs); enable_seqscan
+    -- off, since a row comparison is estimated by its first column alone
+    -- (`queue >= $1`: every later queue's jobs too), and at a million
+    -- waiting jobs the count became a sequential scan. jit off: the cost
+    -- enable_seqscan adds to the small tables' scans made the server
+    -- compile them (50 ms a call). Generic plans from the first call: the
+    -- plans made for a call's values (a session's first five) estimate from
+    -- the index's ends, and under a held horizon that read walked the dead
+    -- entries too (37-60 ms a call against 24).
     budget := cap + tx_running;
     SELECT j.priority, j.run_at, j.id INTO prio, first_at, first_id FROM pgwake.jobs j
     WHERE j.queue = qname AND NOT j.held
