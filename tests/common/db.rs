@@ -257,6 +257,54 @@ pub async fn buffers_read(c: &tokio_postgres::Client, statement: &str) -> i64 {
         .sum()
 }
 
+/// A session of `db` holding the vacuum horizon, named `application_name`:
+/// a REPEATABLE READ transaction that took its snapshot and sits idle.
+pub async fn hold_horizon(db: &TestDb, application_name: &str) -> tokio_postgres::Client {
+    let pin = connect_as(db, application_name).await;
+    pin.batch_execute("BEGIN ISOLATION LEVEL REPEATABLE READ; SELECT 1;")
+        .await
+        .unwrap();
+    pin
+}
+
+/// While a session holds the horizon: `n` jobs of the default queue, due
+/// at `run_at` (an SQL expression), inserted and deleted as claims delete
+/// them. Their entries stay at the head of the claim index, none dead to
+/// every snapshot, so a read that starts there visits each one's heap tuple.
+pub async fn leave_claimed_jobs(c: &tokio_postgres::Client, n: i64, run_at: &str) {
+    c.batch_execute(&format!(
+        "INSERT INTO pgwake.jobs (task, run_at) SELECT 't', {run_at} FROM generate_series(1, {n});
+         DELETE FROM pgwake.jobs;"
+    ))
+    .await
+    .unwrap();
+}
+
+/// That `read` walks the claimed jobs' entries a held horizon keeps
+/// ([`leave_claimed_jobs`]) once: after one run of it (the session's
+/// catalogs and plans), it reads fewer than 1.5 times the buffers of `walk`,
+/// a read of the first job past them. Returns the buffers of `read`.
+pub async fn assert_walks_once(
+    c: &tokio_postgres::Client,
+    walk: &str,
+    read: &str,
+    what: &str,
+) -> i64 {
+    let walked = buffers_read(c, walk).await;
+    assert!(
+        walked >= 100,
+        "the horizon is held: {walked} buffers to the first job"
+    );
+    c.batch_execute(read).await.unwrap();
+    let buffers = buffers_read(c, read).await;
+    eprintln!("one walk of the head: {walked} buffers; {what}: {buffers}");
+    assert!(
+        buffers < walked * 3 / 2,
+        "{what}: the claimed jobs' entries must be walked once, {buffers} buffers against {walked} for one walk"
+    );
+    buffers
+}
+
 /// A connection to `db` with `application_name` set.
 pub async fn connect_as(db: &TestDb, application_name: &str) -> tokio_postgres::Client {
     let config = pgwake::connect::with_application_name(&db.config(), application_name);
